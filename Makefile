@@ -1,0 +1,29 @@
+# Two commands on a fresh machine: `make demo` (install + the main job on the simulated
+# node) and `make test`. Both run scripts/setup.sh first, the same set-up CI uses.
+VENV ?= .venv
+BIN := $(VENV)/bin
+
+.PHONY: setup demo test check lint typecheck bench clean
+
+setup:
+	bash scripts/setup.sh
+
+demo: setup
+	bash scripts/demo.sh
+
+test: setup
+	$(BIN)/pytest -q
+
+check: lint typecheck
+
+lint: setup
+	$(BIN)/ruff check b70deploy tests benchmarks
+
+typecheck: setup
+	$(BIN)/mypy
+
+bench: setup
+	$(BIN)/python benchmarks/run_all.py
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,42 @@
+"""`diff STACK`: what a switch would change in the deploy dir, secrets masked."""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Mapping
+from pathlib import Path
+
+from ..secrets import mask_env_text
+
+
+def _text(name: str, data: bytes | None) -> list[str]:
+    if data is None:
+        return []
+    text = data.decode(errors="replace")
+    if name.endswith(".env"):
+        text = mask_env_text(text)
+    return text.splitlines(keepends=True)
+
+
+def unified(old: Mapping[str, bytes], new: Mapping[str, bytes], *, old_label: str, new_label: str) -> str:
+    """A unified diff of two file sets, secret values masked on both sides."""
+    chunks: list[str] = []
+    for name in sorted(set(old) | set(new)):
+        a, b = old.get(name), new.get(name)
+        if a == b:
+            continue
+        lines = difflib.unified_diff(_text(name, a), _text(name, b),
+                                     fromfile=f"{old_label}/{name}" if a is not None else "/dev/null",
+                                     tofile=f"{new_label}/{name}" if b is not None else "/dev/null")
+        chunk = "".join(lines)
+        if chunk and not chunk.endswith("\n"):
+            chunk += "\n"
+        chunks.append(chunk)
+    return "".join(chunks)
+
+
+def diff_against_dir(deploy_dir: Path, new: Mapping[str, bytes]) -> str:
+    from ..fsio import read_tree
+
+    old = read_tree(deploy_dir, sorted(new))
+    return unified(old, new, old_label=str(deploy_dir), new_label="rendered")

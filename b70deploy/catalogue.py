@@ -1,0 +1,144 @@
+"""The stack catalogue: one YAML file per stack, with `extends:` for variants.
+
+Merge rule for `extends:` (and for the node's `stack_overlay`): mappings merge key by key,
+recursively; a list or a scalar in the child replaces the parent's whole value; a child
+value of `null` removes the key (e.g. `speculative: null` to drop a parent's draft).
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .errors import UserError
+from .names import is_valid_name
+from .schema import Stack
+from .validation import read_yaml, validate
+
+Provenance = dict[str, str]  # dotted key path -> file that last set it
+
+
+def deep_merge(base: dict[str, Any], over: dict[str, Any], *, prov: Provenance | None = None,
+               source: str = "", prefix: str = "") -> dict[str, Any]:
+    """Return `base` with `over` merged in by the rule in this module's docstring."""
+    out = copy.deepcopy(base)
+    for key, value in over.items():
+        path = f"{prefix}.{key}" if prefix else key
+        if value is None:
+            out.pop(key, None)
+        elif isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = deep_merge(out[key], value, prov=prov, source=source, prefix=path)
+        else:
+            out[key] = copy.deepcopy(value)
+        if prov is not None:
+            _mark(prov, path, value, source)
+    return out
+
+
+def _mark(prov: Provenance, path: str, value: Any, source: str) -> None:
+    prov[path] = source
+    if isinstance(value, dict):
+        for k, v in value.items():
+            _mark(prov, f"{path}.{k}", v, source)
+
+
+@dataclass
+class ResolvedDoc:
+    name: str
+    data: dict[str, Any]
+    chain: list[Path]                      # the stack's own file first, then its parents
+    provenance: Provenance = field(default_factory=dict)
+
+    def file_for(self, key: str) -> str:
+        """The file that set `key` (or its nearest parent key), for error messages."""
+        probe = key.split("[")[0]
+        while probe:
+            if probe in self.provenance:
+                return self.provenance[probe]
+            probe = probe.rpartition(".")[0]
+        return str(self.chain[0])
+
+
+class Catalogue:
+    def __init__(self, stacks_dir: Path, *, overlay: dict[str, Any] | None = None,
+                 overlay_source: str = "node config", image_map: dict[str, str] | None = None):
+        self.dir = stacks_dir
+        self.overlay = overlay or {}
+        self.overlay_source = overlay_source
+        self.image_map = image_map or {}
+        if not stacks_dir.is_dir():
+            raise UserError("stacks folder not found", where=str(stacks_dir),
+                            fix="point --stacks-dir, $B70DEPLOY_STACKS or stacks_dir at a folder of stack files")
+
+    def names(self) -> list[str]:
+        names = []
+        for path in sorted(self.dir.glob("*.yaml")):
+            if not is_valid_name(path.stem):
+                raise UserError(f"stack file name {path.name!r} is not a valid stack name",
+                                where=str(path), fix="rename it to [a-z0-9][a-z0-9._-]*.yaml")
+            names.append(path.stem)
+        return names
+
+    def path_of(self, name: str) -> Path:
+        if not is_valid_name(name):
+            raise UserError(f"{name!r} is not a valid stack name",
+                            fix="use [a-z0-9][a-z0-9._-]*; `b70deploy stacks` lists them")
+        path = self.dir / f"{name}.yaml"
+        if not path.is_file():
+            known = ", ".join(self.names()) or "none"
+            raise UserError(f"no stack named {name!r} in {self.dir}", fix=f"use one of: {known}")
+        return path
+
+    def resolve_doc(self, name: str) -> ResolvedDoc:
+        """Merge the `extends:` chain of `name` into one raw document (not yet validated)."""
+        chain: list[Path] = []
+        docs: list[dict[str, Any]] = []
+        current: str | None = name
+        seen: list[str] = []
+        child_path: Path | None = None
+        while current is not None:
+            if current in seen:
+                cycle = " -> ".join([*seen, current])
+                raise UserError(f"extends: cycle {cycle}", where=str(chain[-1]),
+                                fix="break the cycle: a stack cannot extend itself")
+            seen.append(current)
+            try:
+                path = self.path_of(current)
+            except UserError:
+                if child_path is None:
+                    raise
+                raise UserError(f"extends: unknown parent stack {current!r}", where=str(child_path),
+                                fix=f"use one of: {', '.join(self.names())}") from None
+            doc = read_yaml(path)
+            declared = doc.get("name", path.stem)
+            if declared != path.stem:
+                raise UserError(f"name: {declared!r} differs from the file name {path.stem!r}",
+                                where=str(path), fix=f"set name: {path.stem} or remove the key")
+            parent = doc.get("extends")
+            if parent is not None and not isinstance(parent, str):
+                raise UserError("extends: must be a stack name", where=str(path),
+                                fix="write extends: <stack name>")
+            chain.append(path)
+            docs.append(doc)
+            child_path = path
+            current = parent
+        merged: dict[str, Any] = {}
+        prov: Provenance = {}
+        for path, doc in zip(reversed(chain), reversed(docs), strict=True):
+            merged = deep_merge(merged, doc, prov=prov, source=str(path))
+        if self.overlay:
+            merged = deep_merge(merged, self.overlay, prov=prov, source=self.overlay_source)
+        merged["name"] = name
+        merged["extends"] = docs[0].get("extends")
+        return ResolvedDoc(name=name, data=merged, chain=chain, provenance=prov)
+
+    def load(self, name: str) -> Stack:
+        doc = self.resolve_doc(name)
+        stack = validate(Stack, doc.data, where=doc.file_for)
+        mapped = self.image_map.get(stack.image)
+        return stack.model_copy(update={"image": mapped}) if mapped else stack
+
+    def load_all(self) -> list[Stack]:
+        return [self.load(n) for n in self.names()]

@@ -1,0 +1,1 @@
+"""Builders of argv lists (pure). Execution lives in `b70deploy.proc`."""

@@ -1,0 +1,48 @@
+"""argv lists for `docker compose` against one project directory."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..render import COMPOSE_FILE
+
+PROFILE = "gpu"
+
+
+@dataclass(frozen=True)
+class Compose:
+    project_dir: Path
+    project: str
+
+    def base(self) -> list[str]:
+        return ["docker", "compose", "--project-directory", str(self.project_dir),
+                "-f", str(self.project_dir / COMPOSE_FILE), "-p", self.project, "--profile", PROFILE]
+
+    def config(self, *, fmt: str = "yaml") -> list[str]:
+        return [*self.base(), "config", "--format", fmt]
+
+    def up(self, services: Sequence[str], *, recreate: bool = True) -> list[str]:
+        argv = [*self.base(), "up", "-d", "--no-deps", "--pull", "never"]
+        if recreate:
+            argv.append("--force-recreate")
+        return [*argv, *services]
+
+    def start(self, services: Sequence[str]) -> list[str]:
+        return [*self.base(), "start", *services]
+
+    def stop(self, services: Sequence[str], *, timeout: int = 30) -> list[str]:
+        return [*self.base(), "stop", "--timeout", str(timeout), *services]
+
+    def down(self) -> list[str]:
+        return [*self.base(), "down", "--remove-orphans", "--timeout", "10"]
+
+    def ps(self) -> list[str]:
+        return [*self.base(), "ps", "--all", "--format", "json"]
+
+    def logs(self, service: str, *, tail: int | None = None) -> list[str]:
+        argv = [*self.base(), "logs", "--no-color", "--no-log-prefix"]
+        if tail is not None:
+            argv += ["--tail", str(tail)]
+        return [*argv, service]

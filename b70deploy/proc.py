@@ -1,0 +1,31 @@
+"""Running argv lists (never a shell string) and turning failures into OperationErrors."""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Mapping, Sequence
+
+from .errors import OperationError
+
+
+def run(argv: Sequence[str], *, timeout: float = 300, check: bool = True, env: Mapping[str, str] | None = None,
+        input_bytes: bytes | None = None) -> subprocess.CompletedProcess[str]:
+    try:
+        result = subprocess.run(  # noqa: S603 - argv list from our builders
+            list(argv), capture_output=True, text=True, timeout=timeout, check=False,
+            env=dict(env) if env is not None else None,
+            input=input_bytes.decode() if input_bytes is not None else None,
+        )
+    except FileNotFoundError:
+        raise OperationError(f"{argv[0]} not found: is Docker installed and on PATH?") from None
+    except subprocess.TimeoutExpired:
+        raise OperationError(f"{' '.join(argv[:4])} ... did not finish in {timeout:.0f} s") from None
+    if check and result.returncode != 0:
+        raise OperationError(f"{' '.join(argv[:3])} {' '.join(argv[-3:])} failed (exit {result.returncode}): "
+                             f"{last_line(result.stderr)}")
+    return result
+
+
+def last_line(text: str) -> str:
+    lines = [ln.strip() for ln in text.strip().splitlines() if ln.strip()]
+    return lines[-1] if lines else "(no output)"

