@@ -72,7 +72,8 @@ def load_node(explicit: str | None = None, *, stacks_dir: str | None = None) -> 
     for src, dst in cfg.image_map.items():
         if not IMAGE_RE.match(src) or not IMAGE_RE.match(dst):
             raise UserError(f"image_map: {src!r} -> {dst!r} is not an image reference",
-                            where=where, fix="map one image reference to another, e.g. intel/vllm:latest: b70sim/vllm:bash-c")
+                            where=where,
+                            fix="map an image reference to another, e.g. intel/vllm:latest: b70sim/vllm:bash-c")
     base = path.parent if path is not None else Path.cwd()
 
     def absolute(value: str | None, default: Path) -> Path:

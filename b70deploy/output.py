@@ -17,7 +17,7 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[Any]], *, title: str |
     from rich.table import Table
 
     console = Console(soft_wrap=False) if sys.stdout.isatty() else Console(width=200, color_system=None)
-    t = Table(title=title, show_edge=False, header_style="bold", box=None if not sys.stdout.isatty() else None,
+    t = Table(title=title, show_edge=False, header_style="bold", box=None,
               pad_edge=False)
     for h in headers:
         t.add_column(h, overflow="fold")

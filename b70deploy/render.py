@@ -17,7 +17,13 @@ from .node import Node
 from .resources import data_dir
 from .schema import Stack
 from .secrets import is_secret, mask_env_text
-from .vllm_args import CONTAINER_MODELS, CONTAINER_PORT, MODEL_REF, container_command, container_model_path
+from .vllm_args import (
+    CONTAINER_MODELS,
+    CONTAINER_PORT,
+    MODEL_REF,
+    container_command,
+    container_model_path,
+)
 
 COMPOSE_FILE = "docker-compose.yml"
 DOTENV_FILE = ".env"
@@ -79,7 +85,7 @@ def _environment() -> jinja2.Environment:
         loader=jinja2.FileSystemLoader(str(data_dir("templates"))),
         undefined=jinja2.StrictUndefined,
         keep_trailing_newline=True,
-        autoescape=False,  # noqa: S701 - YAML and env text, escaped by the filters below
+        autoescape=False,
     )
     env.filters["q"] = _q
     env.filters["q_interp"] = _q_interp

@@ -1,58 +1,10 @@
-"""The command line: a thin layer that parses flags and calls b70deploy.actions.
-
-Heavy imports (pydantic, docker, requests) happen inside commands, so `--help` is fast.
-Exit codes: 0 ok, 1 the operation failed, 2 bad input (nothing changed).
-"""
+"""Catalogue commands: stacks, show, render, diff."""
 
 from __future__ import annotations
 
-import sys
-from typing import TYPE_CHECKING, Any
-
 import click
 
-from .errors import EXIT_BAD_INPUT, EXIT_FAILED, B70Error
-
-if TYPE_CHECKING:
-    from .node import Node
-
-EPILOG_EXIT = "Exit codes: 0 ok, 1 operation failed, 2 bad input (nothing changed)."
-
-
-class Ctx:
-    def __init__(self, config: str | None, stacks_dir: str | None) -> None:
-        self.config_path = config
-        self.stacks_dir = stacks_dir
-        self._node: Node | None = None
-
-    @property
-    def node(self) -> Node:
-        if self._node is None:
-            from .node import load_node
-
-            self._node = load_node(self.config_path, stacks_dir=self.stacks_dir)
-        return self._node
-
-
-pass_ctx = click.make_pass_decorator(Ctx)
-
-
-@click.group(epilog=EPILOG_EXIT, context_settings={"help_option_names": ["-h", "--help"]})
-@click.option("--config", "config", metavar="FILE", envvar="B70DEPLOY_CONFIG",
-              help="Node config (default: $B70DEPLOY_CONFIG, ./b70deploy.yaml, /etc/b70deploy/node.yaml).")
-@click.option("--stacks-dir", metavar="DIR", envvar="B70DEPLOY_STACKS",
-              help="Stack catalogue folder (default: node config's stacks_dir, else the shipped one).")
-@click.version_option(package_name="b70deploy")
-@click.pass_context
-def cli(click_ctx: click.Context, config: str | None, stacks_dir: str | None) -> None:
-    """Deploy vLLM Compose stacks on a GPU node: health-gated switch, one-command rollback.
-
-    \b
-    Example:
-      b70deploy stacks
-      b70deploy render eagle3
-    """
-    click_ctx.obj = Ctx(config, stacks_dir)
+from .base import Ctx, cli, pass_ctx
 
 
 @cli.command(epilog="Example: b70deploy stacks --json")
@@ -60,8 +12,8 @@ def cli(click_ctx: click.Context, config: str | None, stacks_dir: str | None) ->
 @pass_ctx
 def stacks(ctx: Ctx, as_json: bool) -> None:
     """List the stack catalogue."""
-    from .actions.stacks import summaries
-    from .output import emit_json, table
+    from ..actions.stacks import summaries
+    from ..output import emit_json, table
 
     rows = summaries(ctx.node)
     if as_json:
@@ -78,8 +30,8 @@ def stacks(ctx: Ctx, as_json: bool) -> None:
 @pass_ctx
 def show(ctx: Ctx, stack: str, as_json: bool) -> None:
     """Show STACK after `extends:` and the node's overlay are merged."""
-    from .actions.stacks import merged_document
-    from .output import emit_json
+    from ..actions.stacks import merged_document
+    from ..output import emit_json
 
     doc = merged_document(ctx.node, stack)
     if as_json:
@@ -99,15 +51,15 @@ def render(ctx: Ctx, stack: str, out: str | None, as_json: bool) -> None:
     """Render STACK into compose, .env and runtime env files; nothing on the node is touched."""
     from pathlib import Path
 
-    from .actions.prepare import prepare
-    from .output import emit_json, note, warn
+    from ..actions.prepare import prepare
+    from ..output import emit_json, note, warn
 
     prepared = prepare(ctx.node, stack)
     rendered = prepared.rendered
     for w in prepared.warnings:
         warn(w)
     if out:
-        from .fsio import write_tree
+        from ..fsio import write_tree
 
         dest = Path(out)
         write_tree(dest, rendered.files, {n: rendered.mode(n) for n in rendered.files})
@@ -131,30 +83,9 @@ def render(ctx: Ctx, stack: str, out: str | None, as_json: bool) -> None:
 @pass_ctx
 def diff(ctx: Ctx, stack: str) -> None:
     """Show what `switch STACK` would change in the deploy dir (secrets masked)."""
-    from .actions.diff import diff_against_dir
-    from .actions.prepare import prepare
+    from ..actions.diff import diff_against_dir
+    from ..actions.prepare import prepare
 
     prepared = prepare(ctx.node, stack)
     text = diff_against_dir(ctx.node.deploy_dir, prepared.rendered.files)
     click.echo(text if text else f"no changes: {ctx.node.deploy_dir} already holds {stack}", nl=not text)
-
-
-def main(argv: list[str] | None = None) -> Any:
-    try:
-        return cli.main(args=argv, prog_name="b70deploy", standalone_mode=False)
-    except B70Error as e:
-        click.echo(f"error: {e}", err=True)
-        sys.exit(e.exit_code)
-    except click.exceptions.Abort:
-        click.echo("aborted", err=True)
-        sys.exit(EXIT_FAILED)
-    except click.ClickException as e:
-        e.show()
-        sys.exit(EXIT_BAD_INPUT if e.exit_code == 2 else e.exit_code)
-    except KeyboardInterrupt:
-        click.echo("interrupted", err=True)
-        sys.exit(130)
-
-
-if __name__ == "__main__":
-    main()

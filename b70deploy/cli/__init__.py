@@ -1,0 +1,32 @@
+"""The command line. Each module registers its commands on the root group in `base`."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import click
+
+from ..errors import EXIT_BAD_INPUT, EXIT_FAILED, B70Error
+from . import catalogue  # noqa: F401  (registers commands)
+from .base import cli
+
+__all__ = ["cli", "main"]
+
+
+def main(argv: list[str] | None = None) -> None:
+    try:
+        rc: Any = cli.main(args=argv, prog_name="b70deploy", standalone_mode=False)
+    except B70Error as e:
+        click.echo(f"error: {e}", err=True)
+        sys.exit(e.exit_code)
+    except click.exceptions.Abort:
+        click.echo("aborted", err=True)
+        sys.exit(EXIT_FAILED)
+    except click.ClickException as e:
+        e.show()
+        sys.exit(EXIT_BAD_INPUT if e.exit_code == 2 else e.exit_code)
+    except KeyboardInterrupt:
+        click.echo("interrupted", err=True)
+        sys.exit(130)
+    sys.exit(rc if isinstance(rc, int) else 0)
