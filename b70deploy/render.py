@@ -16,7 +16,7 @@ from .errors import UserError
 from .node import Node
 from .resources import data_dir
 from .schema import Stack
-from .secrets import is_secret, mask_env_text
+from .secrets import mask_env_text
 from .vllm_args import (
     CONTAINER_MODELS,
     CONTAINER_PORT,
@@ -46,6 +46,7 @@ class Rendered:
     command: list[str]
     notes: tuple[str, ...] = ()
     interpolation: dict[str, str] = field(default_factory=dict)
+    secret_keys: frozenset[str] = frozenset()  # keys from the node's secrets file: never printed
 
     def mode(self, name: str) -> int:
         return 0o600 if name in PRIVATE_FILES or name.endswith(".env") else 0o644
@@ -53,7 +54,7 @@ class Rendered:
     def masked(self, name: str) -> str:
         """A file's text fit to print: secret values replaced."""
         text = self.files[name].decode()
-        return mask_env_text(text) if name.endswith(".env") else text
+        return mask_env_text(text, self.secret_keys) if name.endswith(".env") else text
 
 
 def _q(value: object) -> str:
@@ -137,14 +138,15 @@ def render(stack: Stack, node: Node, devices: DeviceAccess, *, secrets: Mapping[
     if devices.group_add:
         notes.append("group_add: numeric gids " + ", ".join(
             f"{name}={gid}" for name, gid in sorted(devices.gids.items(), key=lambda kv: kv[1])))
-    secret_keys = [k for k in (secrets or {}) if is_secret(k)]
+    secret_keys = sorted(secrets or {})
     if secret_keys:
         notes.append(f"secrets from the node's env file go only into {RUNTIME_ENV_FILE} (0600): "
-                     + ", ".join(sorted(secret_keys)))
+                     + ", ".join(secret_keys))
     return Rendered(
         stack=stack.name,
         files={COMPOSE_FILE: compose.encode(), DOTENV_FILE: dotenv.encode(), RUNTIME_ENV_FILE: runtime.encode()},
         command=command,
         notes=tuple(notes),
         interpolation=interp,
+        secret_keys=frozenset(secret_keys),
     )

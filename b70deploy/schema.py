@@ -188,7 +188,7 @@ class Stack(Strict):
     @classmethod
     def _extra(cls, v: list[str]) -> list[str]:
         for arg in v:
-            if "\n" in arg or "\x00" in arg:
+            if any(c in arg for c in "\n\r\x00"):
                 raise _fail("an extra_args entry has a newline", "one flag or value per entry")
         return v
 
@@ -198,7 +198,7 @@ class Stack(Strict):
         for key, value in v.items():
             if not ENV_KEY_RE.match(key):
                 raise _fail(f"env key {key!r} is not a variable name", "use [A-Za-z_][A-Za-z0-9_]*")
-            if "\n" in value or "\x00" in value:
+            if any(c in value for c in "\n\r\x00"):
                 raise _fail(f"env {key} has a newline", "env values are single lines")
         return v
 
@@ -282,6 +282,12 @@ class Companion(Strict):
     @classmethod
     def _image(cls, v: str) -> str:
         return Stack._image(v)
+
+    @field_validator("environment")
+    @classmethod
+    def _env(cls, v: dict[str, str]) -> dict[str, str]:
+        # Keys become YAML keys in the compose file unquoted: only variable names.
+        return Stack._env(v)
 
 
 class NodeConfig(Strict):

@@ -29,5 +29,8 @@ def load_secrets(path: Path | None) -> tuple[dict[str, str], list[str]]:
             raise UserError(f"key {key!r} is not a variable name", where=str(path), fix="use NAME=value lines")
         if value is None:
             raise UserError(f"{key} has no value", where=str(path), fix=f"write {key}=<value>")
+        if any(c in value for c in "\n\r\x00"):
+            # Compose env files hold one value per line; a multi-line value would be cut.
+            raise UserError(f"{key} has a multi-line value", where=str(path), fix=f"write {key} on one line")
         values[key] = value
     return values, warnings

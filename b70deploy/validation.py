@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import unicodedata
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
@@ -57,16 +58,55 @@ def read_yaml(path: Path) -> dict[str, Any]:
     for key in doc:
         if not isinstance(key, str):
             raise UserError(f"key {key!r} is not a string", where=str(path), fix="quote the key")
+    _check_text(doc, [], path)
     return doc
 
 
-def loc_path(loc: Sequence[int | str]) -> str:
+def _bad_char(text: str) -> str | None:
+    """A character no rendered file may carry: controls other than tab and newline (which
+    multi-line notes use; fields that reach env files refuse newlines themselves), surrogates."""
+    for ch in text:
+        if ch not in "\t\n" and unicodedata.category(ch) in ("Cc", "Cs"):
+            return ch
+    return None
+
+
+def _check_text(node: Any, loc: list[Any], path: Path, ancestors: frozenset[int] = frozenset()) -> None:
+    """Reject control characters anywhere in the document (keys and values), naming the key.
+
+    YAML escapes ("\\x1b", "\\ud800") can produce them; they would corrupt the compose file
+    or the env files, or make Compose's YAML parser reject the rendered file. Also rejects a
+    recursive YAML alias (`&a [*a]`), which nothing downstream could walk.
+    """
+
+    def where() -> str:  # only built for an error: most nodes are fine
+        return loc_path(loc) or "(top level)"
+
+    if isinstance(node, str):
+        ch = _bad_char(node)
+        if ch is not None:
+            raise UserError(f"{where()}: contains the control character {ch!r}", where=str(path),
+                            fix="remove it; values are plain text")
+    elif isinstance(node, (dict, list)):
+        if id(node) in ancestors:
+            raise UserError(f"{where()}: a YAML alias refers to itself", where=str(path),
+                            fix="write the value out instead of a recursive alias")
+        inner = ancestors | {id(node)}
+        pairs = node.items() if isinstance(node, dict) else enumerate(node)
+        for k, v in pairs:
+            if isinstance(k, str):
+                _check_text(k, loc, path, inner)
+            _check_text(v, [*loc, k], path, inner)
+
+
+def loc_path(loc: Sequence[Any]) -> str:
+    """`a.b[0].c` from a pydantic-style location; odd YAML keys (numbers, dates) as text."""
     out = ""
     for part in loc:
-        if isinstance(part, int):
+        if isinstance(part, int) and not isinstance(part, bool):
             out += f"[{part}]"
         else:
-            out += ("." if out else "") + part
+            out += ("." if out else "") + str(part)
     return out
 
 

@@ -3,29 +3,30 @@
 from __future__ import annotations
 
 import difflib
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from pathlib import Path
 
 from ..secrets import mask_env_text
 
 
-def _text(name: str, data: bytes | None) -> list[str]:
+def _text(name: str, data: bytes | None, secret_keys: Collection[str]) -> list[str]:
     if data is None:
         return []
     text = data.decode(errors="replace")
     if name.endswith(".env"):
-        text = mask_env_text(text)
+        text = mask_env_text(text, secret_keys)
     return text.splitlines(keepends=True)
 
 
-def unified(old: Mapping[str, bytes], new: Mapping[str, bytes], *, old_label: str, new_label: str) -> str:
+def unified(old: Mapping[str, bytes], new: Mapping[str, bytes], *, old_label: str, new_label: str,
+            secret_keys: Collection[str] = ()) -> str:
     """A unified diff of two file sets, secret values masked on both sides."""
     chunks: list[str] = []
     for name in sorted(set(old) | set(new)):
         a, b = old.get(name), new.get(name)
         if a == b:
             continue
-        lines = difflib.unified_diff(_text(name, a), _text(name, b),
+        lines = difflib.unified_diff(_text(name, a, secret_keys), _text(name, b, secret_keys),
                                      fromfile=f"{old_label}/{name}" if a is not None else "/dev/null",
                                      tofile=f"{new_label}/{name}" if b is not None else "/dev/null")
         chunk = "".join(lines)
@@ -35,8 +36,8 @@ def unified(old: Mapping[str, bytes], new: Mapping[str, bytes], *, old_label: st
     return "".join(chunks)
 
 
-def diff_against_dir(deploy_dir: Path, new: Mapping[str, bytes]) -> str:
+def diff_against_dir(deploy_dir: Path, new: Mapping[str, bytes], *, secret_keys: Collection[str] = ()) -> str:
     from ..fsio import read_tree
 
     old = read_tree(deploy_dir, sorted(new))
-    return unified(old, new, old_label=str(deploy_dir), new_label="rendered")
+    return unified(old, new, old_label=str(deploy_dir), new_label="rendered", secret_keys=secret_keys)

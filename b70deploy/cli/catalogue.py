@@ -87,5 +87,6 @@ def diff(ctx: Ctx, stack: str) -> None:
     from ..actions.prepare import prepare
 
     prepared = prepare(ctx.node, stack)
-    text = diff_against_dir(ctx.node.deploy_dir, prepared.rendered.files)
+    text = diff_against_dir(ctx.node.deploy_dir, prepared.rendered.files,
+                            secret_keys=prepared.rendered.secret_keys)
     click.echo(text if text else f"no changes: {ctx.node.deploy_dir} already holds {stack}", nl=not text)
