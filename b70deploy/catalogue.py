@@ -74,7 +74,7 @@ class Catalogue:
 
     def names(self) -> list[str]:
         names = []
-        for path in sorted(self.dir.glob("*.yaml")):
+        for path in sorted(self.dir.glob("*.yaml"), key=lambda p: p.stem):  # by name: w4a16 before w4a16-131k
             if not is_valid_name(path.stem):
                 raise UserError(f"stack file name {path.name!r} is not a valid stack name",
                                 where=str(path), fix="rename it to [a-z0-9][a-z0-9._-]*.yaml")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 import unicodedata
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -130,7 +131,11 @@ def first_error(exc: ValidationError, model: type[BaseModel]) -> tuple[str, str,
         return key, msg, "correct the value"
     if kind == "extra_forbidden":
         known = _known_keys(model, loc[:-1])
-        hint = f"remove it or use one of: {', '.join(known)}" if known else "remove it"
+        close = difflib.get_close_matches(str(loc[-1]), known, n=1, cutoff=0.7) if loc else []
+        if close:
+            hint = f"did you mean {close[0]}? rename it, or remove it"
+        else:
+            hint = f"remove it or use one of: {', '.join(known)}" if known else "remove it"
         return key, "unknown key", hint
     if kind == "literal_error":
         return key, f"{_clip(err.get('input'))} is not allowed: {msg.lower()}", "use one of the listed values"
