@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import stat
 import subprocess
 import uuid
 from collections.abc import Callable, Iterator
@@ -131,3 +132,25 @@ def compose() -> Iterator[Callable[[Path], dict[str, Any]]]:
         return data
 
     yield config
+
+
+def _mknod(path: Path, gid: int) -> None:
+    os.mknod(path, 0o660 | stat.S_IFCHR, os.makedev(226, 128))
+    os.chown(path, 0, gid)
+
+
+@pytest.fixture
+def dri(tmp_path: Path) -> Path:
+    if os.geteuid() != 0:
+        pytest.skip("mknod of a character device needs root")
+    d = tmp_path / "dri"
+    d.mkdir()
+    try:
+        _mknod(d / "renderD128", 992)
+    except PermissionError:
+        pytest.skip("mknod not permitted here")
+    _mknod(d / "card0", 44)
+    _mknod(d / "card1", 44)
+    (d / "by-path").mkdir()
+    (d / "not-a-device").write_text("regular file: ignored")
+    return d

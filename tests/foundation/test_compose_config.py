@@ -1,0 +1,122 @@
+"""Rendered files through a real Compose v2 (`docker compose config`: parses and interpolates,
+creates nothing). Compose prints a literal `$` as `$$` in its output, hence `dollars()`."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from b70deploy.actions.prepare import prepare
+from b70deploy.fsio import write_tree
+from b70deploy.node import load_node
+from b70deploy.render import Rendered, _env_q
+
+from .conftest import MINIMAL_STACK, SHIPPED_STACKS, Scratch
+
+pytestmark = pytest.mark.docker
+
+Config = Callable[[Path], dict[str, Any]]
+
+
+def dollars(text: str) -> str:
+    return text.replace("$", "$$")
+
+
+def _write(r: Rendered, folder: Path) -> Path:
+    write_tree(folder, r.files, {n: r.mode(n) for n in r.files})
+    return folder
+
+
+@pytest.mark.parametrize("name", SHIPPED_STACKS)
+def test_shipped_stack_passes_compose_config(name: str, scratch: Scratch, dri: Path, compose: Config) -> None:
+    scratch.copy_shipped()
+    scratch.write_config({"device_dir": str(dri), "gids": {"extra": 1234},
+                          "companions": [{"name": "open-webui", "image": "ghcr.io/open-webui/open-webui:main",
+                                          "port": 3000, "container_port": 8080}]})
+    node = load_node(str(scratch.config))
+    prepared = prepare(node, name)
+    doc = compose(_write(prepared.rendered, scratch.root / "deploy"))
+    vllm = doc["services"]["vllm"]
+    stack = prepared.stack
+    model = f"/models/{stack.model.path}"
+    cmd = vllm["command"]
+    if stack.entrypoint_style == "bash-c":
+        assert cmd[:3] == ["vllm", "serve", model]        # pitfalls 1 and 2: program first, model resolved
+    else:
+        assert cmd[0] == model
+    assert model and "${" not in " ".join(cmd)
+    assert vllm["image"] == stack.image
+    assert vllm["group_add"] == ["44", "992", "1234"]  # pitfall 3: numeric, never a group name
+    assert vllm["devices"] == [{"source": str(dri), "target": str(dri), "permissions": "rwm"}]
+    assert vllm["ports"][0]["published"] == "8000" and vllm["ports"][0]["target"] == 8000
+    assert vllm["volumes"][0]["source"] == str(node.models_dir)
+    assert vllm["volumes"][0]["read_only"] is True
+    assert set(doc["services"]) == {"vllm", "open-webui"}
+    assert doc["services"]["open-webui"]["environment"]["OPENAI_API_BASE_URL"] == "http://vllm:8000/v1"
+
+
+def test_dark_port_resolves(scratch: Scratch, compose: Config) -> None:
+    scratch.copy_shipped()
+    node = load_node(str(scratch.write_config({"bind_address": "127.0.0.1"})))
+    r = prepare(node, "tq-256k", port=node.config.ports.dark, project="b70-dark").rendered
+    doc = compose(_write(r, scratch.root / "dark"))
+    port = doc["services"]["vllm"]["ports"][0]
+    assert (port["host_ip"], port["published"]) == ("127.0.0.1", "8001")
+
+
+TRICKY = {
+    "PLAIN": "plain",
+    "SPACES": "  lead and trail  ",
+    "DOLLAR": "cost $5 ${HOME} $HOME $$",
+    "SINGLE": "it's",
+    "DOUBLE": 'say "hi"',
+    "BOTH": "it's \"$HOME\" \\ back",
+    "HASH": "value # not a comment",
+    "EQUALS": "a=b=c",
+    "BACKSLASH": "C:\\path\\n",
+    "UNICODE": "ü ☃ 😀",
+    "TAB": "a\tb",
+    "EMPTY": "",
+}
+
+
+def test_env_quoting_round_trips_through_compose(tmp_path: Path, compose: Config) -> None:
+    """_env_q: the .env (interpolation) and an env_file (container environment) both read back exactly."""
+    folder = tmp_path / "envq"
+    folder.mkdir()
+    (folder / ".env").write_text("".join(f"{k}={_env_q(v)}\n" for k, v in TRICKY.items()))
+    (folder / "runtime.env").write_text("".join(f"R_{k}={_env_q(v)}\n" for k, v in TRICKY.items()))
+    interp = "\n".join(f"      I_{k}: \"${{{k}}}\"" for k in TRICKY)
+    (folder / "docker-compose.yml").write_text(
+        "services:\n  probe:\n    image: busybox\n    profiles: [gpu]\n    env_file: [runtime.env]\n"
+        f"    environment:\n{interp}\n")
+    env = compose(folder)["services"]["probe"]["environment"]
+    for k, v in TRICKY.items():
+        assert env[f"I_{k}"] == dollars(v), k
+        assert env[f"R_{k}"] == dollars(v), k
+
+
+def test_stack_env_and_odd_models_dir_reach_compose_exactly(scratch: Scratch, compose: Config) -> None:
+    scratch.write_stack("odd", {**MINIMAL_STACK, "env": dict(TRICKY)})
+    models = scratch.root / "my models $HOME 'q' #1"
+    node = load_node(str(scratch.write_config({"models_dir": str(models)})))
+    r = prepare(node, "odd").rendered
+    vllm = compose(_write(r, scratch.root / "deploy"))["services"]["vllm"]
+    assert vllm["volumes"][0]["source"] == dollars(str(models))
+    for k, v in TRICKY.items():
+        assert vllm["environment"][k] == dollars(v), k
+
+
+def test_missing_dotenv_fails_loudly(scratch: Scratch, compose: Config) -> None:
+    """Without the .env, Compose refuses instead of rendering `--model ""` (pitfall 2)."""
+    from b70deploy.errors import OperationError
+
+    scratch.copy_shipped()
+    r = prepare(load_node(str(scratch.config)), "w4a16").rendered
+    folder = _write(r, scratch.root / "deploy")
+    (folder / ".env").unlink()
+    with pytest.raises(OperationError, match=r"required variable \w+ is missing a value"):
+        compose(folder)

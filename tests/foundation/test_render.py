@@ -1,0 +1,317 @@
+"""Render (pure): command shape, .env coverage, numeric gids, YAML safety, same bytes, secrets."""
+
+from __future__ import annotations
+
+import re
+import stat
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from b70deploy import devices
+from b70deploy.actions.diff import diff_against_dir
+from b70deploy.actions.prepare import prepare
+from b70deploy.catalogue import Catalogue
+from b70deploy.node import Node, load_node
+from b70deploy.render import COMPOSE_FILE, DOTENV_FILE, RUNTIME_ENV_FILE, Rendered, render
+from b70deploy.resources import data_dir
+from b70deploy.schema import Stack
+
+from .conftest import MINIMAL_STACK, SHIPPED_STACKS, CliResult, Scratch
+
+NO_DEVICES = devices.DeviceAccess(device_dir=None)
+
+
+@pytest.fixture
+def node(scratch: Scratch) -> Node:
+    return load_node(str(scratch.config), stacks_dir=str(data_dir("stacks")))
+
+
+def _render(node: Node, name: str, **kw: Any) -> Rendered:
+    return render(node.catalogue().load(name), node, NO_DEVICES, **kw)
+
+
+def _compose(r: Rendered) -> dict[str, Any]:
+    doc: dict[str, Any] = yaml.safe_load(r.files[COMPOSE_FILE])
+    return doc
+
+
+def _dotenv(r: Rendered, name: str = DOTENV_FILE) -> dict[str, str | None]:
+    import io
+
+    from dotenv import dotenv_values
+
+    return dict(dotenv_values(stream=io.StringIO(r.files[name].decode())))
+
+
+@pytest.mark.parametrize("name", SHIPPED_STACKS)
+def test_shipped_stack_renders(node: Node, name: str) -> None:
+    r = _render(node, name)
+    assert set(r.files) == {COMPOSE_FILE, DOTENV_FILE, RUNTIME_ENV_FILE}
+    doc = _compose(r)
+    vllm = doc["services"]["vllm"]
+    assert vllm["command"] == r.command
+    assert all(isinstance(a, str) for a in vllm["command"])
+    assert vllm["profiles"] == ["gpu"]
+    assert vllm["env_file"] == [RUNTIME_ENV_FILE]
+    stack = node.catalogue().load(name)
+    if stack.entrypoint_style == "bash-c":
+        assert r.command[:3] == ["vllm", "serve", "${VLLM_MODEL}"]  # pitfall 1
+    else:
+        assert r.command[0] == "${VLLM_MODEL}"
+        assert "vllm" not in r.command[:2]
+    for alias in stack.served_model_names:
+        assert alias in r.command
+
+
+@pytest.mark.parametrize("name", SHIPPED_STACKS)
+def test_dotenv_defines_every_interpolated_variable(node: Node, name: str) -> None:
+    """Pitfall 2: anything the compose file interpolates must come from the .env beside it."""
+    r = _render(node, name)
+    text = r.files[COMPOSE_FILE].decode()
+    used = set(re.findall(r"(?<!\$)\$\{([A-Za-z_][A-Za-z0-9_]*)", text))
+    assert used >= {"VLLM_IMAGE", "VLLM_MODEL", "VLLM_PORT", "MODELS_DIR"}
+    env = _dotenv(r)
+    for var in used:
+        assert env.get(var), f"{var} is interpolated but not set in .env"
+    assert env["VLLM_MODEL"] == f"/models/{node.catalogue().load(name).model.path}"
+
+
+@pytest.mark.parametrize("name", SHIPPED_STACKS)
+def test_render_is_byte_identical_twice(node: Node, name: str) -> None:
+    assert _render(node, name).files == _render(node, name).files
+
+
+def test_render_out_twice_gives_identical_files(scratch: Scratch, run_cli: Callable[..., CliResult]) -> None:
+    scratch.copy_shipped()
+    a, b = scratch.root / "a", scratch.root / "b"
+    assert run_cli("--config", str(scratch.config), "render", "eagle3", "--out", str(a)).code == 0
+    assert run_cli("--config", str(scratch.config), "render", "eagle3", "--out", str(b)).code == 0
+    names = sorted(p.name for p in a.iterdir())
+    assert names == sorted([COMPOSE_FILE, DOTENV_FILE, RUNTIME_ENV_FILE])
+    for n in names:
+        assert (a / n).read_bytes() == (b / n).read_bytes()
+    assert stat.S_IMODE((a / DOTENV_FILE).stat().st_mode) == 0o600
+    assert stat.S_IMODE((a / RUNTIME_ENV_FILE).stat().st_mode) == 0o600
+    assert stat.S_IMODE((a / COMPOSE_FILE).stat().st_mode) == 0o644
+
+
+def test_port_and_project_overrides(node: Node) -> None:
+    r = _render(node, "ngram", port=8001, project="b70-dark")
+    assert _dotenv(r)["VLLM_PORT"] == "8001"
+    assert _compose(r)["name"] == "b70-dark"
+
+
+# ------------------------------------------------------------------ YAML safety
+
+
+def test_hostile_values_cannot_inject_keys(scratch: Scratch) -> None:
+    evil = "x: y\nimage: evil # \"q\" 'q' ${HOME} \\"
+    scratch.write_stack("evil", {
+        **MINIMAL_STACK,
+        "served_model_names": ["qwen3:30b/a3b-w4a16"],
+        "tool_calling": {"parser": evil},
+        "extra_args": ["--x", "a: b", "- c", "{d: e}", "#f", "$HOME", "${VLLM_MODEL}x"],
+        "env": {"NOTE": "k: v # c ' \" $x"},
+    })
+    cfg = scratch.write_config({"companions": [{
+        "name": "webui", "image": "ghcr.io/open-webui/open-webui:main",
+        "command": ["sh", "-c", evil], "environment": {"WEBUI_NAME": "a: b ${X} $$"}}]})
+    node = load_node(str(cfg))
+    r = render(node.catalogue().load("evil"), node, NO_DEVICES)
+    doc = _compose(r)
+    assert set(doc) == {"name", "services"}
+    assert set(doc["services"]) == {"vllm", "webui"}
+    vllm = doc["services"]["vllm"]
+    assert set(vllm) == {"image", "profiles", "restart", "command", "ports", "env_file", "volumes", "ipc",
+                         "shm_size", "labels"}
+    cmd = vllm["command"]
+    # `$` is doubled for Compose (a literal dollar), except our own ${VLLM_MODEL}.
+    assert cmd[cmd.index("--tool-call-parser") + 1] == evil.replace("$", "$$")
+    assert cmd[-7:] == ["--x", "a: b", "- c", "{d: e}", "#f", "$$HOME", "$${VLLM_MODEL}x"]
+    webui = doc["services"]["webui"]
+    assert webui["command"] == ["sh", "-c", evil.replace("$", "$$")]
+    assert webui["environment"]["WEBUI_NAME"] == "a: b $${X} $$$$"
+    # One line, double-quoted with `\$` (Compose's escape; the docker test checks the round trip).
+    assert r.files[RUNTIME_ENV_FILE].decode().splitlines()[1:] == ['NOTE="k: v # c \' \\" \\$x"']
+
+
+def test_env_quoting_round_trips_through_dotenv_parser() -> None:
+    """python-dotenv reads our quoting like Compose does, except `\\$` inside double quotes (a
+    Compose escape, used only for values holding both `'` and `$`): the docker test covers those."""
+    from b70deploy.render import _env_q
+
+    tricky = ["plain", "with space", " lead and trail ", "dollar $HOME ${X} $$", "single ' quote",
+              'double " quote', "both ' and \"", "hash # not a comment", "back\\slash", "back\\slash'",
+              "=equals=", "", "ü ☃ 😀", "tab\there"]
+    assert _env_q("it's $HOME") == '"it\'s \\$HOME"'
+    text = "".join(f"V{i}={_env_q(v)}\n" for i, v in enumerate(tricky))
+    import io
+
+    from dotenv import dotenv_values
+
+    parsed = dotenv_values(stream=io.StringIO(text), interpolate=False)
+    assert [parsed[f"V{i}"] for i in range(len(tricky))] == tricky
+
+
+# ------------------------------------------------------------------ devices
+
+
+def test_scan_reads_numeric_gids_of_device_nodes(dri: Path) -> None:
+    access = devices.scan(dri)
+    assert access.device_dir == dri
+    assert sorted(access.gids.values()) == [44, 992]
+    assert access.group_add == ["44", "992"]
+    assert access.notes == ()
+
+
+def test_rendered_group_add_is_numeric(scratch: Scratch, dri: Path) -> None:
+    scratch.copy_shipped()
+    node = load_node(str(scratch.write_config({"device_dir": str(dri)})))
+    prepared = prepare(node, "w4a16")
+    vllm = _compose(prepared.rendered)["services"]["vllm"]
+    assert vllm["group_add"] == ["44", "992"]
+    assert all(g.isdigit() for g in vllm["group_add"])  # pitfall 3: never a group name
+    assert vllm["devices"] == [f"{dri}:{dri}"]
+    assert any("44" in n and "992" in n for n in prepared.rendered.notes)
+
+
+def test_pinned_gids_win_over_scan(dri: Path) -> None:
+    access = devices.scan(dri, {"render": 993, "extra": 7})
+    assert 993 in access.gids.values() and 7 in access.gids.values()
+    assert all(g.isdigit() for g in access.group_add)
+
+
+def test_pinned_gids_without_devices(tmp_path: Path) -> None:
+    access = devices.scan(tmp_path / "absent", {"render": 992, "video": 44})
+    assert access.device_dir is None
+    assert access.group_add == ["44", "992"]
+
+
+def test_empty_device_dir_says_so(tmp_path: Path) -> None:
+    access = devices.scan(tmp_path)
+    assert access.gids == {}
+    assert "no device nodes" in access.notes[0]
+
+
+def test_no_device_dir_renders_without_devices_and_says_so(scratch: Scratch,
+                                                           run_cli: Callable[..., CliResult]) -> None:
+    scratch.copy_shipped()
+    scratch.write_config({"device_dir": str(scratch.root / "no-dri")})
+    result = run_cli("--config", str(scratch.config), "render", "eagle3")
+    assert result.code == 0
+    assert "rendering without GPU devices" in result.err
+    doc = yaml.safe_load(result.out.split(f"# ---- {DOTENV_FILE}")[0])
+    assert "devices" not in doc["services"]["vllm"]
+    assert "group_add" not in doc["services"]["vllm"]
+
+
+# ------------------------------------------------------------------ secrets
+
+
+SECRET = "hf_s3cr3tTOKENvalue"
+PLAIN_NAMED_SECRET = "zz-value-from-secrets-file"
+
+
+@pytest.fixture
+def secret_node(scratch: Scratch) -> Scratch:
+    scratch.copy_shipped()
+    env = scratch.root / "secrets.env"
+    env.write_text(f"HF_TOKEN={SECRET}\nSERVICE_URL_WITH_CREDS={PLAIN_NAMED_SECRET}\n")
+    env.chmod(0o600)
+    scratch.write_config({"secrets_env_file": str(env)})
+    return scratch
+
+
+def test_secrets_only_in_runtime_env_and_masked(secret_node: Scratch) -> None:
+    node = load_node(str(secret_node.config))
+    r = prepare(node, "eagle3").rendered
+    assert SECRET.encode() in r.files[RUNTIME_ENV_FILE]
+    assert PLAIN_NAMED_SECRET.encode() in r.files[RUNTIME_ENV_FILE]
+    for name in (COMPOSE_FILE, DOTENV_FILE):
+        assert SECRET.encode() not in r.files[name]
+    for name in r.files:
+        assert SECRET not in r.masked(name)
+        assert PLAIN_NAMED_SECRET not in r.masked(name)
+    assert r.mode(RUNTIME_ENV_FILE) == 0o600
+    assert r.mode(DOTENV_FILE) == 0o600
+
+
+@pytest.mark.parametrize("argv", [("render", "eagle3"), ("render", "eagle3", "--json"), ("diff", "eagle3")])
+def test_secrets_never_printed(secret_node: Scratch, run_cli: Callable[..., CliResult], argv: tuple[str, ...]) -> None:
+    result = run_cli("--config", str(secret_node.config), *argv)
+    assert result.code == 0, result.err
+    assert "HF_TOKEN" in result.out
+    assert "****(sha256:" in result.out
+    for text in (result.out, result.err):
+        assert SECRET not in text
+        assert PLAIN_NAMED_SECRET not in text
+
+
+def test_diff_masks_old_and_new_secrets(secret_node: Scratch, run_cli: Callable[..., CliResult]) -> None:
+    node = load_node(str(secret_node.config))
+    deploy = node.deploy_dir
+    assert run_cli("--config", str(secret_node.config), "render", "ngram", "--out", str(deploy)).code == 0
+    old_secret = "hf_OLDsecretVALUE"
+    vllm_env = deploy / RUNTIME_ENV_FILE
+    vllm_env.write_text(vllm_env.read_text().replace(SECRET, old_secret))
+    result = run_cli("--config", str(secret_node.config), "diff", "eagle3")
+    assert result.code == 0
+    assert f"--- {deploy}/{RUNTIME_ENV_FILE}" in result.out
+    assert "+    - --enforce-eager" not in result.out  # sanity: the compose diff is shown as quoted YAML
+    assert '"--enforce-eager"' in result.out
+    for text in (old_secret, SECRET, PLAIN_NAMED_SECRET):
+        assert text not in result.out
+    # The masks differ, so the operator sees that the token changed.
+    masked = [ln for ln in result.out.splitlines() if ln[:1] in "+-" and "HF_TOKEN" in ln]
+    assert len(masked) == 2 and masked[0][1:] != masked[1][1:]
+
+
+def test_diff_of_identical_tree_is_empty(scratch: Scratch) -> None:
+    scratch.copy_shipped()
+    node = load_node(str(scratch.config))
+    r = prepare(node, "w4a16").rendered
+    from b70deploy.fsio import write_tree
+
+    write_tree(node.deploy_dir, r.files, {n: r.mode(n) for n in r.files})
+    assert diff_against_dir(node.deploy_dir, r.files) == ""
+
+
+def test_stack_env_secret_names_masked_too(scratch: Scratch) -> None:
+    scratch.write_stack("s", {**MINIMAL_STACK, "env": {"MY_API_KEY": "k-123456", "HF_HOME": "/models/hf"}})
+    node = load_node(str(scratch.config))
+    r = render(Catalogue(scratch.stacks).load("s"), node, NO_DEVICES)
+    masked = r.masked(RUNTIME_ENV_FILE)
+    assert "k-123456" not in masked
+    assert "HF_HOME='/models/hf'" in masked
+
+
+def test_multiline_secret_is_refused(scratch: Scratch) -> None:
+    from b70deploy.errors import UserError
+    from b70deploy.secrets_file import load_secrets
+
+    env = scratch.root / "s.env"
+    env.write_text('HF_TOKEN="line1\nline2"\n')
+    with pytest.raises(UserError, match="multi-line"):
+        load_secrets(env)
+
+
+def test_lax_secrets_mode_warns(scratch: Scratch) -> None:
+    from b70deploy.secrets_file import load_secrets
+
+    env = scratch.root / "s.env"
+    env.write_text("HF_TOKEN=x\n")
+    env.chmod(0o644)
+    values, warnings = load_secrets(env)
+    assert values == {"HF_TOKEN": "x"}
+    assert "chmod 600" in warnings[0]
+
+
+def test_stack_model_is_pure(node: Node) -> None:
+    stack = node.catalogue().load("eagle3")
+    assert isinstance(stack, Stack)
+    with pytest.raises(Exception):  # noqa: B017 - frozen pydantic model
+        stack.max_model_len = 1  # type: ignore[misc]
