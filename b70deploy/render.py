@@ -57,18 +57,20 @@ class Rendered:
         return mask_env_text(text, self.secret_keys) if name.endswith(".env") else text
 
 
+# JSON leaves these raw, but YAML refuses them (U+FFFE/U+FFFF, DEL, C1 controls: Compose will
+# not parse the file) or folds them as line breaks (NEL, U+2028/9): write them as escapes.
+_NON_YAML = str.maketrans({chr(c): f"\\u{c:04x}" for c in (0x7F, *range(0x80, 0xA0), 0x2028, 0x2029, 0xFFFE, 0xFFFF)})
+
+
 def _q(value: object) -> str:
     """A YAML scalar that cannot inject keys: JSON strings are valid YAML flow scalars."""
-    return json.dumps(str(value), ensure_ascii=False)
+    return json.dumps(str(value), ensure_ascii=False).translate(_NON_YAML)
 
 
 def _q_interp(value: object) -> str:
     """Like _q, but a literal `$` is escaped for Compose; our own ${VLLM_MODEL} is kept."""
     text = str(value)
-    escaped = text.replace("$", "$$")
-    if text == MODEL_REF:
-        escaped = text
-    return json.dumps(escaped, ensure_ascii=False)
+    return _q(text if text == MODEL_REF else text.replace("$", "$$"))
 
 
 def _env_q(value: object) -> str:

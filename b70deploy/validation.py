@@ -35,6 +35,26 @@ _FIXES = {
 }
 
 
+class _StrictLoader(yaml.SafeLoader):
+    """SafeLoader that refuses a key written twice in one mapping: PyYAML would silently keep
+    the last one (a pasted line overriding a setting unseen), and Compose refuses such files."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: set[Any] = set()
+        for key_node, _ in node.value:
+            if isinstance(key_node, yaml.ScalarNode) and key_node.tag != "tag:yaml.org,2002:merge":
+                key = self.construct_object(key_node, deep=deep)
+                try:
+                    duplicate = key in seen
+                    seen.add(key)
+                except TypeError:
+                    continue
+                if duplicate:
+                    raise yaml.constructor.ConstructorError(
+                        None, None, f"key {key!r} appears twice in one mapping", key_node.start_mark)
+        return super().construct_mapping(node, deep=deep)
+
+
 def read_yaml(path: Path) -> dict[str, Any]:
     """Parse `path` as a YAML mapping; any problem is a UserError naming the file."""
     try:
@@ -44,7 +64,7 @@ def read_yaml(path: Path) -> dict[str, Any]:
     except (OSError, UnicodeDecodeError) as e:
         raise UserError(f"cannot read: {e}", where=str(path), fix="check permissions and encoding") from None
     try:
-        doc = yaml.safe_load(text)
+        doc = yaml.load(text, Loader=_StrictLoader)  # a SafeLoader subclass
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         line = f"line {mark.line + 1}: " if mark is not None else ""
@@ -65,9 +85,10 @@ def read_yaml(path: Path) -> dict[str, Any]:
 
 def _bad_char(text: str) -> str | None:
     """A character no rendered file may carry: controls other than tab and newline (which
-    multi-line notes use; fields that reach env files refuse newlines themselves), surrogates."""
+    multi-line notes use; fields that reach env files refuse newlines themselves), surrogates,
+    and U+FFFE/U+FFFF (outside YAML's printable set: Compose's parser refuses the file)."""
     for ch in text:
-        if ch not in "\t\n" and unicodedata.category(ch) in ("Cc", "Cs"):
+        if ch in "\ufffe\uffff" or (ch not in "\t\n" and unicodedata.category(ch) in ("Cc", "Cs")):
             return ch
     return None
 

@@ -78,6 +78,8 @@ CASES = [
     Case("control-character", {"bad": 'description: "bell \\x07 here"\n'}, key="description",
          says="control character"),
     Case("yaml-syntax", {"bad": "image: intel/vllm:latest\nmodel: {path: x\n"}, key="line", says="YAML syntax"),
+    Case("duplicate-key", {"bad": "image: intel/vllm:latest\nmax_model_len: 4096\nmax_model_len: 8192\n"},
+         key="line 3", says="key 'max_model_len' appears twice"),
     Case("top-level-list", {"bad": "- image: intel/vllm:latest\n"}, key="top level", says="not a mapping"),
     Case("declared-name", {"bad": stack(name="Eagle3")}, key="name", says="differs from the file name"),
     Case("extends-unknown", {"bad": stack(extends="w4a16-262k")}, key="extends", says="unknown parent"),

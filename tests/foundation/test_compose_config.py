@@ -120,3 +120,20 @@ def test_missing_dotenv_fails_loudly(scratch: Scratch, compose: Config) -> None:
     (folder / ".env").unlink()
     with pytest.raises(OperationError, match=r"required variable \w+ is missing a value"):
         compose(folder)
+
+
+ODD_ARGS = ["\ufffe", "\uffff", "a\x7fb", "\x85", "\x9f", "\u2028", "\u2029", "\ufeff", "😀", "\U0010ffff",
+            'q"uote', "back\\slash", "x: y", "$HOME"]
+
+
+def test_odd_characters_render_to_a_file_compose_parses(scratch: Scratch, compose: Config) -> None:
+    """render() is total for any string the schema accepts, even ones the YAML loader would
+    refuse: such characters are written as escapes and read back exactly."""
+    from b70deploy.devices import DeviceAccess
+    from b70deploy.render import render
+    from b70deploy.schema import Stack
+
+    stack = Stack.model_validate({**MINIMAL_STACK, "name": "odd", "extra_args": ODD_ARGS})
+    r = render(stack, load_node(str(scratch.config)), DeviceAccess(device_dir=None))
+    vllm = compose(_write(r, scratch.root / "deploy"))["services"]["vllm"]
+    assert vllm["command"][-len(ODD_ARGS):] == [dollars(a) for a in ODD_ARGS]
