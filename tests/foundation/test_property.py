@@ -24,7 +24,7 @@ from b70deploy.schema import Companion, Expect, ModelSpec, NodeConfig, Smoke, Sp
 
 from .conftest import SHIPPED_STACKS
 
-PROFILE = settings(max_examples=250, deadline=None, suppress_health_check=[HealthCheck.too_slow],
+PROFILE = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow],
                    derandomize=False)
 
 NESTED_KEYS = sorted({*Stack.model_fields, *ModelSpec.model_fields, *Speculative.model_fields,

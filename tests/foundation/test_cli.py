@@ -1,0 +1,176 @@
+"""The CLI surface: help with examples, JSON output, fast `--help`, node config discovery."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import click
+import pytest
+
+from b70deploy import node as node_mod
+from b70deploy.cli import cli
+from b70deploy.node import find_config, load_node
+
+from .conftest import SHIPPED_STACKS, CliResult, Scratch
+
+HEAVY = ("pydantic", "docker", "requests", "jinja2", "yaml", "rich", "dotenv", "psutil", "tenacity")
+
+
+def _commands(group: click.Group, prefix: tuple[str, ...] = ()) -> list[tuple[str, ...]]:
+    out = []
+    for name, cmd in sorted(group.commands.items()):
+        out.append((*prefix, name))
+        if isinstance(cmd, click.Group):
+            out += _commands(cmd, (*prefix, name))
+    return out
+
+
+@pytest.mark.parametrize("path", [(), *_commands(cli)], ids=lambda p: " ".join(p) or "root")
+def test_every_command_has_help_with_an_example(run_cli: Callable[..., CliResult], path: tuple[str, ...]) -> None:
+    result = run_cli(*path, "--help")
+    assert result.code == 0
+    assert "Example" in result.out
+    assert result.err == ""
+
+
+def test_help_imports_no_heavy_module() -> None:
+    """`b70deploy --help` must stay fast: the heavy libraries load inside commands only."""
+    probe = ("import sys\nfrom b70deploy.cli import main\n"
+             "try:\n    main(['--help'])\nexcept SystemExit:\n    pass\n"
+             f"print('HEAVY=' + ','.join(sorted(m for m in sys.modules if m.split('.')[0] in {HEAVY!r})))")
+    proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,  # noqa: S603
+                          timeout=60, check=True)
+    assert "Commands:" in proc.stdout
+    assert proc.stdout.strip().splitlines()[-1] == "HEAVY="
+
+
+def test_stacks_json(scratch: Scratch, run_cli: Callable[..., CliResult]) -> None:
+    scratch.copy_shipped()
+    result = run_cli("--config", str(scratch.config), "stacks", "--json")
+    assert result.code == 0
+    rows = json.loads(result.out)
+    assert [r["name"] for r in rows] == SHIPPED_STACKS
+    by_name = {r["name"]: r for r in rows}
+    assert by_name["eagle3"]["speculative"] == "eagle3"
+    assert by_name["w4a16"]["extends"] == "w4a16-131k"
+
+
+def test_stacks_table(scratch: Scratch, run_cli: Callable[..., CliResult]) -> None:
+    scratch.copy_shipped()
+    result = run_cli("--config", str(scratch.config), "stacks")
+    assert result.code == 0
+    lines = result.out.splitlines()
+    assert lines[0].split()[:3] == ["stack", "extends", "image"]
+    assert any(line.split()[:2] == ["tq-256k", "vllm-xpu:0.19.0-tr5"] for line in lines)
+    assert any("262,144" in line for line in lines)
+
+
+def test_show_merges_extends(scratch: Scratch, run_cli: Callable[..., CliResult]) -> None:
+    scratch.copy_shipped()
+    result = run_cli("--config", str(scratch.config), "show", "eagle3", "--json")
+    doc = json.loads(result.out)
+    assert doc["max_model_len"] == 262144            # from w4a16
+    assert doc["kv_cache_dtype"] == "fp8"             # from w4a16-131k
+    assert doc["enforce_eager"] is True               # its own
+    assert doc["speculative"]["method"] == "eagle3"
+    import yaml
+
+    assert yaml.safe_load(run_cli("--config", str(scratch.config), "show", "eagle3").out) == doc
+
+
+def test_render_json_has_files_and_command(scratch: Scratch, run_cli: Callable[..., CliResult]) -> None:
+    scratch.copy_shipped()
+    result = run_cli("--config", str(scratch.config), "render", "ngram", "--json")
+    data = json.loads(result.out)
+    assert set(data["files"]) == {"docker-compose.yml", ".env", "vllm.env"}
+    assert data["command"][:2] == ["vllm", "serve"]
+
+
+def test_diff_reports_no_changes_then_changes(scratch: Scratch, run_cli: Callable[..., CliResult]) -> None:
+    scratch.copy_shipped()
+    deploy = load_node(str(scratch.config)).deploy_dir
+    assert run_cli("--config", str(scratch.config), "render", "w4a16", "--out", str(deploy)).code == 0
+    same = run_cli("--config", str(scratch.config), "diff", "w4a16")
+    assert same.code == 0 and same.out.startswith("no changes")
+    changed = run_cli("--config", str(scratch.config), "diff", "w4a16-131k")
+    assert '-      - "262144"' in changed.out and '+      - "131072"' in changed.out
+
+
+# ------------------------------------------------------------------ node config discovery
+
+
+def test_config_search_order(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("B70DEPLOY_CONFIG", raising=False)
+    system = tmp_path / "etc-node.yaml"
+    monkeypatch.setattr(node_mod, "SYSTEM_PATH", system)
+    assert find_config(None) is None
+    system.write_text("project: sys\n")
+    assert find_config(None) == system
+    (tmp_path / "b70deploy.yaml").write_text("project: cwd\n")
+    assert find_config(None) == tmp_path / "b70deploy.yaml"
+    monkeypatch.setenv("B70DEPLOY_CONFIG", str(tmp_path / "env.yaml"))
+    assert find_config(None) == tmp_path / "env.yaml"
+    assert find_config(str(tmp_path / "flag.yaml")) == tmp_path / "flag.yaml"
+
+
+def test_defaults_need_no_root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("B70DEPLOY_CONFIG", raising=False)
+    monkeypatch.delenv("B70DEPLOY_STACKS", raising=False)
+    monkeypatch.setattr(node_mod, "SYSTEM_PATH", tmp_path / "absent.yaml")
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "home/.local/state"))
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "home/.local/share"))
+    node = load_node(None)
+    assert node.source is None
+    assert node.project == "b70"
+    assert node.config.ports.prod == 8000 and node.config.ports.dark == 8001
+    assert str(node.state_dir).startswith(str(tmp_path / "home"))
+    assert str(node.deploy_dir).startswith(str(tmp_path / "home"))
+    assert node.stacks_dir.is_dir()
+    assert node.device_dir is None or str(node.device_dir) == "/dev/dri"
+
+
+def test_relative_paths_are_relative_to_the_config(scratch: Scratch) -> None:
+    cfg = scratch.write_config({"deploy_dir": "deploy", "state_dir": "./state", "stacks_dir": "stacks"})
+    node = load_node(str(cfg))
+    assert node.deploy_dir == scratch.root / "deploy"
+    assert node.state_dir == scratch.root / "state"
+    assert node.stacks_dir == scratch.stacks
+
+
+def test_stacks_dir_precedence(scratch: Scratch, monkeypatch: pytest.MonkeyPatch,
+                               run_cli: Callable[..., CliResult]) -> None:
+    """--stacks-dir beats $B70DEPLOY_STACKS beats the node config's stacks_dir."""
+    for label in ("flag", "env", "cfg"):
+        d = scratch.root / f"stacks-{label}"
+        d.mkdir()
+        (d / f"only-{label}.yaml").write_text("image: a/b:1\nmodel: {path: m}\nserved_model_names: [m]\n"
+                                              "max_model_len: 4096\n")
+    scratch.write_config({"stacks_dir": str(scratch.root / "stacks-cfg")})
+
+    def names(*argv: str) -> list[str]:
+        res = run_cli("--config", str(scratch.config), *argv, "stacks", "--json")
+        assert res.code == 0, res.err
+        return [r["name"] for r in json.loads(res.out)]
+
+    assert names() == ["only-cfg"]
+    monkeypatch.setenv("B70DEPLOY_STACKS", str(scratch.root / "stacks-env"))
+    assert names() == ["only-env"]
+    assert names("--stacks-dir", str(scratch.root / "stacks-flag")) == ["only-flag"]
+
+
+def test_config_from_environment_variable(scratch: Scratch, monkeypatch: pytest.MonkeyPatch,
+                                          run_cli: Callable[..., CliResult]) -> None:
+    scratch.copy_shipped()
+    monkeypatch.setenv("B70DEPLOY_CONFIG", str(scratch.config))
+    res = run_cli("stacks", "--json")
+    assert res.code == 0 and len(json.loads(res.out)) == len(SHIPPED_STACKS)
+    monkeypatch.setenv("B70DEPLOY_CONFIG", str(scratch.root / "missing.yaml"))
+    res = run_cli("stacks")
+    assert res.code == 2 and "missing.yaml: file not found" in res.err

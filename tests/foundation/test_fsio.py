@@ -1,0 +1,86 @@
+"""Atomic writes: the mode is set before any byte lands, and no temp file survives an error."""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from b70deploy import fsio
+
+
+def test_write_atomic_sets_mode_and_content(tmp_path: Path) -> None:
+    target = tmp_path / "sub" / "vllm.env"
+    fsio.write_atomic(target, b"HF_TOKEN=x\n", mode=0o600)
+    assert target.read_bytes() == b"HF_TOKEN=x\n"
+    assert stat.S_IMODE(target.stat().st_mode) == 0o600
+    assert sorted(p.name for p in target.parent.iterdir()) == ["vllm.env"]
+
+
+def test_mode_is_set_before_the_data(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """At the moment of the first write, the temp file is already 0600 (a secret is never
+    readable by others, not even for an instant), whatever the umask."""
+    seen: list[int] = []
+    real_fdopen = os.fdopen
+
+    def spying_fdopen(fd: int, *args: Any, **kwargs: Any) -> Any:
+        fh = real_fdopen(fd, *args, **kwargs)
+        real_write = fh.write
+
+        def write(data: bytes) -> int:
+            seen.append(stat.S_IMODE(os.fstat(fh.fileno()).st_mode))
+            return real_write(data)
+
+        fh.write = write
+        return fh
+
+    monkeypatch.setattr(fsio.os, "fdopen", spying_fdopen)
+    old = os.umask(0)
+    try:
+        fsio.write_atomic(tmp_path / ".env", b"SECRET=1\n", mode=0o600)
+    finally:
+        os.umask(old)
+    assert seen == [0o600]
+
+
+def test_replace_keeps_old_bytes_until_rename(tmp_path: Path) -> None:
+    target = tmp_path / "docker-compose.yml"
+    target.write_bytes(b"old")
+    fsio.write_atomic(target, b"new")
+    assert target.read_bytes() == b"new"
+    assert stat.S_IMODE(target.stat().st_mode) == 0o644
+
+
+def test_error_leaves_no_temp_file_and_old_content(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    target = tmp_path / "docker-compose.yml"
+    target.write_bytes(b"old")
+
+    def boom(*_: Any) -> None:
+        raise OSError("disk full")
+
+    monkeypatch.setattr(fsio.os, "fsync", boom)
+    with pytest.raises(OSError, match="disk full"):
+        fsio.write_atomic(target, b"new")
+    assert target.read_bytes() == b"old"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["docker-compose.yml"]
+
+
+def test_interrupt_leaves_no_temp_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    def interrupted(*_: Any) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(fsio.os, "replace", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        fsio.write_atomic(tmp_path / "x", b"data")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_write_tree_and_read_tree(tmp_path: Path) -> None:
+    files = {"docker-compose.yml": b"a", ".env": b"b", "vllm.env": b"c"}
+    fsio.write_tree(tmp_path, files, {".env": 0o600, "vllm.env": 0o600})
+    assert fsio.read_tree(tmp_path, [*files, "absent"]) == files
+    assert stat.S_IMODE((tmp_path / "vllm.env").stat().st_mode) == 0o600
+    assert stat.S_IMODE((tmp_path / "docker-compose.yml").stat().st_mode) == 0o644
