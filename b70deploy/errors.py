@@ -27,7 +27,8 @@ class UserError(B70Error):
         parts = [f"{where}: {message}" if where else message]
         if fix:
             parts.append(f"fix: {fix}")
-        super().__init__("; ".join(parts))
+        # One line, whatever the input held (a key or file name with a newline in it).
+        super().__init__("; ".join(parts).replace("\r", "\\r").replace("\n", "\\n"))
 
 
 class OperationError(B70Error):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import difflib
+import re
 import unicodedata
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -14,6 +15,7 @@ from pydantic import BaseModel, ValidationError
 from .errors import UserError
 
 M = TypeVar("M", bound=BaseModel)
+_PLAIN_KEY = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.:/@+-]*$")
 
 _FIXES = {
     "missing": "add the key",
@@ -128,7 +130,9 @@ def loc_path(loc: Sequence[Any]) -> str:
         if isinstance(part, int) and not isinstance(part, bool):
             out += f"[{part}]"
         else:
-            out += ("." if out else "") + str(part)
+            text = str(part)
+            # A key with spaces, quotes or a newline is shown quoted: the message stays one line.
+            out += ("." if out else "") + (text if _PLAIN_KEY.match(text) else repr(text))
     return out
 
 
