@@ -80,13 +80,22 @@ def render(ctx: Ctx, stack: str, out: str | None, as_json: bool) -> None:
 
 @cli.command(epilog="Example: b70deploy diff eagle3")
 @click.argument("stack")
+@click.option("--json", "as_json", is_flag=True, help="Print the changed files and the diff as JSON.")
 @pass_ctx
-def diff(ctx: Ctx, stack: str) -> None:
+def diff(ctx: Ctx, stack: str, as_json: bool) -> None:
     """Show what `switch STACK` would change in the deploy dir (secrets masked)."""
     from ..actions.diff import diff_against_dir
     from ..actions.prepare import prepare
+    from ..fsio import read_tree
 
     prepared = prepare(ctx.node, stack)
-    text = diff_against_dir(ctx.node.deploy_dir, prepared.rendered.files,
-                            secret_keys=prepared.rendered.secret_keys)
+    files = prepared.rendered.files
+    text = diff_against_dir(ctx.node.deploy_dir, files, secret_keys=prepared.rendered.secret_keys)
+    if as_json:
+        from ..output import emit_json
+
+        current = read_tree(ctx.node.deploy_dir, sorted(files))
+        emit_json({"stack": stack, "deploy_dir": str(ctx.node.deploy_dir),
+                   "changed": [n for n in sorted(files) if current.get(n) != files[n]], "diff": text})
+        return
     click.echo(text if text else f"no changes: {ctx.node.deploy_dir} already holds {stack}", nl=not text)

@@ -139,18 +139,24 @@ def _mknod(path: Path, gid: int) -> None:
     os.chown(path, 0, gid)
 
 
-@pytest.fixture
-def dri(tmp_path: Path) -> Path:
+def make_dri(parent: Path) -> Path:
+    """A fake /dev/dri: character devices owned by gids 992 and 44, plus entries to ignore.
+    Raises PermissionError where this user may not mknod."""
     if os.geteuid() != 0:
-        pytest.skip("mknod of a character device needs root")
-    d = tmp_path / "dri"
+        raise PermissionError("mknod of a character device needs root")
+    d = parent / "dri"
     d.mkdir()
-    try:
-        _mknod(d / "renderD128", 992)
-    except PermissionError:
-        pytest.skip("mknod not permitted here")
+    _mknod(d / "renderD128", 992)
     _mknod(d / "card0", 44)
     _mknod(d / "card1", 44)
     (d / "by-path").mkdir()
     (d / "not-a-device").write_text("regular file: ignored")
     return d
+
+
+@pytest.fixture
+def dri(tmp_path: Path) -> Path:
+    try:
+        return make_dri(tmp_path)
+    except PermissionError as e:
+        pytest.skip(str(e))

@@ -98,6 +98,9 @@ def test_diff_reports_no_changes_then_changes(scratch: Scratch, run_cli: Callabl
     assert same.code == 0 and same.out.startswith("no changes")
     changed = run_cli("--config", str(scratch.config), "diff", "w4a16-131k")
     assert '-      - "262144"' in changed.out and '+      - "131072"' in changed.out
+    data = json.loads(run_cli("--config", str(scratch.config), "diff", "w4a16-131k", "--json").out)
+    assert data["changed"] == ["docker-compose.yml"]
+    assert data["diff"] == changed.out
 
 
 # ------------------------------------------------------------------ node config discovery

@@ -240,7 +240,8 @@ def test_secrets_only_in_runtime_env_and_masked(secret_node: Scratch) -> None:
     assert r.mode(DOTENV_FILE) == 0o600
 
 
-@pytest.mark.parametrize("argv", [("render", "eagle3"), ("render", "eagle3", "--json"), ("diff", "eagle3")])
+@pytest.mark.parametrize("argv", [("render", "eagle3"), ("render", "eagle3", "--json"), ("diff", "eagle3"),
+                                  ("diff", "eagle3", "--json")])
 def test_secrets_never_printed(secret_node: Scratch, run_cli: Callable[..., CliResult], argv: tuple[str, ...]) -> None:
     result = run_cli("--config", str(secret_node.config), *argv)
     assert result.code == 0, result.err
