@@ -24,7 +24,7 @@ from b70deploy.schema import Companion, Expect, ModelSpec, NodeConfig, Smoke, Sp
 
 from .conftest import SHIPPED_STACKS
 
-PROFILE = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow],
+PROFILE = settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow],
                    derandomize=False)
 
 NESTED_KEYS = sorted({*Stack.model_fields, *ModelSpec.model_fields, *Speculative.model_fields,
@@ -176,7 +176,7 @@ def test_raw_text(world: tuple[Path, Node], text: str) -> None:
     _check(*world, text)
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(doc=st.dictionaries(st.one_of(st.sampled_from(NODE_KEYS), st.text(max_size=8)),
                            st.recursive(scalars, lambda i: st.one_of(st.lists(i, max_size=3),
                                                                      st.dictionaries(st.sampled_from(NODE_KEYS), i,
