@@ -6,7 +6,8 @@ The root filesystem is assembled straight into a tar from host files:
     and bash (not busybox) prints the post's `exec: --: invalid option` for bare flags
   - the host's Debian Python (/usr/bin/python3.X), the libraries `ldd` names, the dynamic loader
     and a trimmed stdlib (no tests, IDLE, tkinter, ensurepip, site-/dist-packages, __pycache__,
-    the static libpython; only the lib-dynload modules that need no further libraries)
+    the static libpython; only the lib-dynload modules that need no further libraries), compiled
+    by that interpreter into /usr/lib/python3X.zip (cached in the user cache dir)
   - /opt/b70sim/server.py (b70deploy.sim.server), `vllm` and `sim-webui` wrappers on PATH
   - the stand-in vllm package tree of each variant (b70deploy.sim.vllm_tree)
   - /etc/group with video (44) and no render, as intel/vllm:latest has
@@ -39,7 +40,7 @@ REPO = "b70sim/vllm"
 TAGS = {v.name: f"{REPO}:{v.name}" for v in VARIANTS}
 LABEL_INPUTS = "b70sim.inputs"
 LABEL_VARIANT = "b70sim.variant"
-RECIPE = "b70sim-rootfs-2"  # bump to force a rebuild when the layout below changes
+RECIPE = "b70sim-rootfs-3"  # bump to force a rebuild when the layout below changes
 SERVER_PATH = "/opt/b70sim/server.py"
 BUSYBOX = Path("/bin/busybox")
 BASE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
@@ -150,25 +151,69 @@ def _lib_entries(paths: Iterable[str]) -> list[Entry]:
     return [Entry(p, "file", source=Path(p).resolve(), mode=0o755) for p in sorted(set(paths))]
 
 
-def _stdlib_entries(py: HostPython, allowed_libs: set[str]) -> list[Entry]:
-    entries: list[Entry] = []
-    root = py.stdlib
-    for dirpath, dirnames, filenames in os.walk(root):
-        dirnames[:] = sorted(d for d in dirnames if d not in SKIP_DIRS and not d.startswith(SKIP_DIR_PREFIXES))
-        rel = Path(dirpath).relative_to(root)
-        in_dynload = rel.parts[:1] == ("lib-dynload",)
-        for fname in sorted(filenames):
-            src = Path(dirpath) / fname
-            if in_dynload:
-                if fname.startswith(SKIP_MODULE_PREFIXES):
-                    continue
-                needs = [lib for lib in ldd(src) if os.path.basename(lib) not in allowed_libs]
-                if needs:
-                    continue  # e.g. _ssl (libssl), _sqlite3: skipped rather than carrying their libraries
-            elif not fname.endswith(".py"):
+# Run by the image's own interpreter: the stdlib as sourceless, unchecked-hash .pyc in one zip
+# (one file for vfs to copy per container, and nothing left to compile at each start).
+_ZIP_SCRIPT = """
+import importlib._bootstrap_external as ext, importlib.util, os, sys, zipfile
+src, dest, skip_dirs, skip_prefix = sys.argv[1], sys.argv[2], set(sys.argv[3].split(",")), sys.argv[4]
+with zipfile.ZipFile(dest, "w", zipfile.ZIP_DEFLATED) as z:
+    for dirpath, dirnames, filenames in os.walk(src):
+        dirnames[:] = sorted(d for d in dirnames if d not in skip_dirs and not d.startswith(skip_prefix)
+                             and not (dirpath == src and d == "lib-dynload"))
+        for name in sorted(f for f in filenames if f.endswith(".py")):
+            path = os.path.join(dirpath, name)
+            with open(path, "rb") as fh:
+                source = fh.read()
+            try:
+                code = compile(source, path, "exec", dont_inherit=True)
+            except SyntaxError:
                 continue
-            entries.append(Entry(str(Path("/") / root.relative_to("/") / rel / fname), "file", source=src,
-                                 mode=0o755 if in_dynload else 0o644))
+            data = ext._code_to_hash_pyc(code, importlib.util.source_hash(source), checked=False)
+            info = zipfile.ZipInfo(os.path.relpath(path, src) + "c", date_time=(2023, 1, 1, 0, 0, 0))
+            info.compress_type = zipfile.ZIP_DEFLATED
+            z.writestr(info, data)
+"""
+
+
+def _stdlib_key(py: HostPython) -> str:
+    h = hashlib.sha256(f"{RECIPE}\0{_ZIP_SCRIPT}\0{sorted(SKIP_DIRS)}\0".encode())
+    for dirpath, dirnames, filenames in os.walk(py.stdlib):
+        dirnames[:] = sorted(d for d in dirnames if d not in SKIP_DIRS and not d.startswith(SKIP_DIR_PREFIXES))
+        for name in sorted(f for f in filenames if f.endswith(".py")):
+            st = os.stat(os.path.join(dirpath, name))
+            h.update(f"{dirpath}/{name}\0{st.st_size}\0{st.st_mtime_ns}\0".encode())
+    st = py.binary.stat()
+    h.update(f"{py.binary}\0{st.st_size}\0{st.st_mtime_ns}".encode())
+    return h.hexdigest()[:24]
+
+
+def stdlib_zip(py: HostPython) -> Path:
+    """The trimmed stdlib compiled by `py` into a zip, cached by the hash of its inputs."""
+    import platformdirs
+
+    cache = Path(platformdirs.user_cache_dir("b70deploy")) / "sim"
+    dest = cache / f"stdlib-{py.version}-{_stdlib_key(py)}.zip"
+    if not dest.is_file():
+        cache.mkdir(parents=True, exist_ok=True)
+        tmp = dest.with_suffix(".tmp")
+        run([str(py.binary), "-I", "-c", _ZIP_SCRIPT, str(py.stdlib), str(tmp), ",".join(sorted(SKIP_DIRS)),
+             SKIP_DIR_PREFIXES[0]], timeout=300)
+        os.replace(tmp, dest)
+    return dest
+
+
+def _stdlib_entries(py: HostPython, allowed_libs: set[str]) -> list[Entry]:
+    """The stdlib zip, os.py (the landmark by which Python finds its prefix), and lib-dynload."""
+    nodot = py.version.replace(".", "")
+    entries = [Entry(f"/usr/lib/python{nodot}.zip", "file", source=stdlib_zip(py)),
+               Entry(f"{py.stdlib}/os.py", "file", source=py.stdlib / "os.py")]
+    dynload = py.stdlib / "lib-dynload"
+    for src in sorted(dynload.iterdir()):
+        if src.name.startswith(SKIP_MODULE_PREFIXES) or not src.name.endswith(".so"):
+            continue
+        if any(os.path.basename(lib) not in allowed_libs for lib in ldd(src)):
+            continue  # e.g. _ssl (libssl), _sqlite3: skipped rather than carrying their libraries
+        entries.append(Entry(str(src), "file", source=src, mode=0o755))
     return entries
 
 
