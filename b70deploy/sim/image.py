@@ -119,13 +119,29 @@ def parse_ldd(text: str) -> list[str]:
     return paths
 
 
-def ldd_argv(path: Path) -> list[str]:
-    return ["ldd", str(path)]
+def ldd_argv(*paths: Path) -> list[str]:
+    return ["ldd", *(str(p) for p in paths)]
 
 
 def ldd(path: Path) -> list[str]:
     result = run(ldd_argv(path), timeout=30, check=False)
     return parse_ldd(result.stdout)
+
+
+def ldd_many(paths: list[Path]) -> dict[str, list[str]]:
+    """`ldd` of several files in one call: {file: library paths}."""
+    if len(paths) < 2:
+        return {str(p): ldd(p) for p in paths}
+    result = run(ldd_argv(*paths), timeout=60, check=False)
+    out: dict[str, list[str]] = {}
+    current = ""
+    for line in result.stdout.splitlines():
+        if not line.startswith(("\t", " ")) and line.endswith(":"):
+            current = line[:-1]
+            out[current] = []
+        elif current:
+            out[current] += parse_ldd(line)
+    return out
 
 
 def busybox_applets() -> list[str]:
@@ -207,11 +223,11 @@ def _stdlib_entries(py: HostPython, allowed_libs: set[str]) -> list[Entry]:
     nodot = py.version.replace(".", "")
     entries = [Entry(f"/usr/lib/python{nodot}.zip", "file", source=stdlib_zip(py)),
                Entry(f"{py.stdlib}/os.py", "file", source=py.stdlib / "os.py")]
-    dynload = py.stdlib / "lib-dynload"
-    for src in sorted(dynload.iterdir()):
-        if src.name.startswith(SKIP_MODULE_PREFIXES) or not src.name.endswith(".so"):
-            continue
-        if any(os.path.basename(lib) not in allowed_libs for lib in ldd(src)):
+    modules = [p for p in sorted((py.stdlib / "lib-dynload").iterdir())
+               if p.name.endswith(".so") and not p.name.startswith(SKIP_MODULE_PREFIXES)]
+    needs = ldd_many(modules)
+    for src in modules:
+        if any(os.path.basename(lib) not in allowed_libs for lib in needs.get(str(src), [])):
             continue  # e.g. _ssl (libssl), _sqlite3: skipped rather than carrying their libraries
         entries.append(Entry(str(src), "file", source=src, mode=0o755))
     return entries
