@@ -1,0 +1,188 @@
+"""Helpers for tests on the real Docker Engine: unique names, compose projects, HTTP polling.
+
+Everything a test session creates is named `<SESSION>-...` and, for plain containers,
+labelled `b70test.session=<SESSION>`, so teardown and the end-of-suite leak check touch only
+this session's objects on an engine other sessions share. Fixtures live in conftest.py.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import secrets
+import subprocess
+import tarfile
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+REPO = Path(__file__).resolve().parent.parent
+SESSION = f"b70t{secrets.token_hex(3)}"
+LABEL = "b70test.session"
+
+
+def docker(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["docker", *args], capture_output=True, text=True, timeout=timeout,  # noqa: S603
+                          check=False)
+
+
+def unique(prefix: str = "") -> str:
+    return f"{SESSION}-{prefix}{secrets.token_hex(3)}"
+
+
+def remove_by_project(name: str) -> None:
+    label = f"label=com.docker.compose.project={name}"
+    ids = docker("ps", "-aq", "--filter", label).stdout.split()
+    if ids:
+        docker("rm", "-f", *ids)
+    nets = docker("network", "ls", "-q", "--filter", label).stdout.split()
+    if nets:
+        docker("network", "rm", *nets)
+
+
+@dataclass
+class ComposeProject:
+    name: str
+    dir: Path
+
+    def argv(self, *args: str) -> list[str]:
+        return ["docker", "compose", "--project-directory", str(self.dir), "-p", self.name, "--profile", "gpu", *args]
+
+    def run(self, *args: str, timeout: float = 120, check: bool = True) -> subprocess.CompletedProcess[str]:
+        result = subprocess.run(self.argv(*args), capture_output=True, text=True,  # noqa: S603
+                                timeout=timeout, check=False)
+        if check and result.returncode != 0:
+            raise AssertionError(f"compose {' '.join(args)} failed ({result.returncode}): {result.stderr[-2000:]}")
+        return result
+
+    def logs(self, service: str = "vllm") -> str:
+        return self.run("logs", "--no-color", "--no-log-prefix", service, check=False).stdout
+
+    def container(self, service: str = "vllm") -> str:
+        return self.run("ps", "-aq", service).stdout.strip()
+
+    def down(self) -> None:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.run("down", "--remove-orphans", "--volumes", "--timeout", "2", check=False)
+        remove_by_project(self.name)
+
+
+@dataclass
+class SimDeployment:
+    """A shipped stack rendered for the demo-style node and (usually) brought up."""
+
+    project: ComposeProject
+    port: int
+    stack: Any          # b70deploy.schema.Stack
+    rendered: Any       # b70deploy.render.Rendered
+    node_file: Path
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def logs(self) -> str:
+        return self.project.logs("vllm")
+
+
+def demo_node_config(root: Path, *, project: str, port: int, env: Mapping[str, str] | None = None,
+                     companions: bool = False) -> Path:
+    """demo/node.yaml with its folders under `root`, the given port and extra stack env (boot 1 s)."""
+    doc = yaml.safe_load((REPO / "demo" / "node.yaml").read_text())
+    doc.update(project=project, ports={"prod": port, "dark": port - 1 if port > 1 else port + 1})
+    doc["stack_overlay"] = {"env": {**doc["stack_overlay"]["env"], "B70SIM_BOOT_SECONDS": "1", **(env or {})}}
+    if not companions:
+        doc["companions"] = []
+    for sub in ("models", "deploy", "state"):
+        (root / sub).mkdir(parents=True, exist_ok=True)
+    path = root / "node.yaml"
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    return path
+
+
+def wait_exit(name: str, timeout: float = 30) -> int:
+    """The container's exit code once it stops."""
+    result = docker("wait", name, timeout=timeout)
+    assert result.returncode == 0, result.stderr
+    return int(result.stdout.strip())
+
+
+def container_logs(name: str) -> str:
+    result = docker("logs", name)
+    return result.stdout + result.stderr
+
+
+def container_state(name: str) -> dict[str, Any]:
+    out = docker("inspect", "--format", "{{json .State}}", name).stdout
+    state: dict[str, Any] = json.loads(out)
+    return state
+
+
+def http_status(url: str, timeout: float = 2.0) -> int | None:
+    """The HTTP status of GET url, or None when nothing answers (refused or reset)."""
+    import requests
+
+    try:
+        return requests.get(url, timeout=timeout).status_code
+    except requests.RequestException:
+        return None
+
+
+def wait_status(url: str, want: int, timeout: float = 20.0, interval: float = 0.1) -> list[int | None]:
+    """Poll url until it answers `want`; returns the distinct statuses seen in order."""
+    seen: list[int | None] = []
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        status = http_status(url)
+        if not seen or seen[-1] != status:
+            seen.append(status)
+        if status == want:
+            return seen
+        time.sleep(interval)
+    raise AssertionError(f"{url} never answered {want} in {timeout} s (saw {seen})")
+
+
+def wait_log(read: Any, needle: str, timeout: float = 20.0) -> str:
+    """Poll read() (a logs function) until `needle` appears; returns the text."""
+    deadline = time.monotonic() + timeout
+    text = ""
+    while time.monotonic() < deadline:
+        text = read()
+        if needle in text:
+            return str(text)
+        time.sleep(0.1)
+    raise AssertionError(f"{needle!r} not in the log after {timeout} s:\n{text[-3000:]}")
+
+
+def image_file(image: str, path: str) -> bytes:
+    """A file's bytes from inside an image (the container is removed)."""
+    name = unique("x")
+    try:
+        created = docker("create", "--name", name, "--label", f"{LABEL}={SESSION}", image, timeout=60)
+        assert created.returncode == 0, created.stderr
+        out = subprocess.run(["docker", "cp", f"{name}:{path}", "-"], capture_output=True,  # noqa: S603
+                             timeout=60, check=True).stdout
+    finally:
+        docker("rm", "-f", name)
+    with tarfile.open(fileobj=io.BytesIO(out)) as tar:
+        fh = tar.extractfile(tar.getmembers()[0])
+        assert fh is not None
+        return fh.read()
+
+
+def leftovers() -> list[tuple[str, str]]:
+    """(kind, name) of every container and network of this session still on the engine."""
+    left: list[tuple[str, str]] = []
+    fmt = '{{.Names}}\t{{.Label "com.docker.compose.project"}}\t{{.Label "' + LABEL + '"}}'
+    for row in docker("ps", "-a", "--format", fmt).stdout.splitlines():
+        name, project, session = [*row.split("\t"), "", ""][:3]
+        if name.startswith(SESSION) or project.startswith(SESSION) or session == SESSION:
+            left.append(("container", name))
+    left += [("network", n) for n in docker("network", "ls", "--format", "{{.Name}}").stdout.split()
+             if n.startswith(SESSION)]
+    return left
