@@ -60,7 +60,8 @@ def case_model_arg(node: Node) -> LintContext:
 
 def case_group_names(node: Node) -> LintContext:
     ctx = _ctx(node, "w4a16-131k", BASH_C)
-    return _edit_file(ctx, COMPOSE_FILE, lambda t: t.replace("    ipc: host", '    group_add: ["render"]\n    ipc: host'))
+    return _edit_file(ctx, COMPOSE_FILE,
+                      lambda t: t.replace("    ipc: host", '    group_add: ["render"]\n    ipc: host'))
 
 
 def case_marlin(node: Node) -> LintContext:
@@ -70,7 +71,8 @@ def case_marlin(node: Node) -> LintContext:
 def case_eagle(node: Node) -> LintContext:
     stack = node.catalogue().load("eagle3")
     assert stack.speculative is not None
-    return _ctx(node, "eagle3", speculative=stack.speculative.model_copy(update={"draft_max_position_embeddings": None}))
+    spec = stack.speculative.model_copy(update={"draft_max_position_embeddings": None})
+    return _ctx(node, "eagle3", speculative=spec)
 
 
 def case_suffix(node: Node) -> LintContext:
@@ -121,7 +123,7 @@ def case_patch_drift(node: Node) -> LintContext:
 
 def case_port(node: Node) -> LintContext:
     class NoContainers:
-        class containers:  # noqa: N801 - mimics docker.DockerClient.containers
+        class containers:  # mimics docker.DockerClient.containers
             @staticmethod
             def list() -> list[Any]:
                 return []
