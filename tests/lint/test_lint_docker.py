@@ -180,3 +180,38 @@ def test_hang_is_a_log_stall(docker_client: Any) -> None:
     finally:
         c.remove(force=True)
     assert found is not None and found.id == LOG_STALL and "load model" in found.line
+
+
+def test_image_facts_cached_per_image_id(tmp_path: Path, docker_client: Any) -> None:
+    from b70deploy.image_inspect import ImageInspector
+
+    with ImageInspector(tmp_path) as insp:
+        facts = insp.facts(SIM_BASH_C)
+        assert facts.entrypoint_style == "bash-c" and "render" not in facts.groups and facts.groups["video"] == 44
+        assert facts.vllm_version == "0.21.1.dev17+g0a4756bb5" and not facts.has_package("arctic-inference")
+    cache = tmp_path / "image-cache" / f"{facts.id.removeprefix('sha256:')}.json"
+    assert json.loads(cache.read_text())["facts"]["vllm_package_dir"] == facts.vllm_package_dir
+
+    class NoContainers:  # a second run must not start any container
+        images = docker_client.images
+
+        @property
+        def containers(self) -> Any:
+            raise AssertionError("cache miss")
+
+    again = ImageInspector(tmp_path, client=NoContainers()).facts(SIM_BASH_C)
+    assert again == facts
+
+
+def test_diagnose_container_cli(docker_client: Any) -> None:
+    name = f"b70lint-{uuid.uuid4().hex[:8]}"
+    c = docker_client.containers.create(SIM_BASH_C, command=["vllm", "serve", MODEL, "--kv-cache-dtype", "fp8"],
+                                        environment=FAST, name=name, labels={"b70deploy.test": "lint"})
+    try:
+        c.start()
+        c.wait(timeout=30)
+        res = run([sys.executable, "-m", "b70deploy.cli", "diagnose", "--container", name],
+                  env={**os.environ, "PYTHONPATH": str(ROOT)}, check=False)
+    finally:
+        c.remove(force=True)
+    assert res.returncode == 1 and "[marlin-on-xpu]" in res.stdout and "marlin-xpu-carveout" in res.stdout
