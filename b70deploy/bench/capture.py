@@ -21,7 +21,7 @@ import threading
 import time
 import uuid
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -315,7 +315,7 @@ class ProxyHandler(BaseHTTPRequestHandler):
             with contextlib.suppress(Exception):
                 meta["usage"] = _usage_from(meta.get("content_type") or "", tail, whole)
             rec: dict[str, Any] = {
-                "v": 1, "id": uuid.uuid4().hex, "ts": datetime.now(timezone.utc).isoformat(timespec="milliseconds"),
+                "v": 1, "id": uuid.uuid4().hex, "ts": datetime.now(UTC).isoformat(timespec="milliseconds"),
                 "method": self.command, "path": self.path,
                 "headers": {k: self.headers[k] for k in KEPT_REQUEST_HEADERS if self.headers.get(k)},
                 "response": meta,

@@ -62,17 +62,22 @@ BASE_PROMPTS: tuple[BasePrompt, ...] = (
 # Common short English words: most tokenizers give each one token with its leading space,
 # which keeps tokens per filler word nearly constant whatever the shuffle.
 _FILLER_WORDS = (
-    "the of and to in is it that for on with as was at by be this from or have an are but not "
-    "all one had were they which you their has more when there can out we other up what about "
-    "into time if so some them two see way could like then first many these her would make than "
-    "been who its now people my made over did down only most find use any new work part take get "
-    "place year live back give very after name good just where came set show around form three "
-    "small end put home read hand large add even land here must big high such follow act why ask "
-    "men change went light kind off need house try again animal point mother world near build self "
-    "earth father head stand own page should country found answer school grow study still learn "
-    "plant cover food sun four between state keep eye never last let thought city tree cross farm "
-    "hard start might story saw far sea draw left late run while press close night real life few"
-).split()
+    "the", "of", "and", "to", "in", "is", "it", "that", "for", "on", "with", "as", "was", "at", "by", "be",
+    "this", "from", "or", "have", "an", "are", "but", "not", "all", "one", "had", "were", "they", "which",
+    "you", "their", "has", "more", "when", "there", "can", "out", "we", "other", "up", "what", "about",
+    "into", "time", "if", "so", "some", "them", "two", "see", "way", "could", "like", "then", "first", "many",
+    "these", "her", "would", "make", "than", "been", "who", "its", "now", "people", "my", "made", "over",
+    "did", "down", "only", "most", "find", "use", "any", "new", "work", "part", "take", "get", "place",
+    "year", "live", "back", "give", "very", "after", "name", "good", "just", "where", "came", "set", "show",
+    "around", "form", "three", "small", "end", "put", "home", "read", "hand", "large", "add", "even", "land",
+    "here", "must", "big", "high", "such", "follow", "act", "why", "ask", "men", "change", "went", "light",
+    "kind", "off", "need", "house", "try", "again", "animal", "point", "mother", "world", "near", "build",
+    "self", "earth", "father", "head", "stand", "own", "page", "should", "country", "found", "answer",
+    "school", "grow", "study", "still", "learn", "plant", "cover", "food", "sun", "four", "between", "state",
+    "keep", "eye", "never", "last", "let", "thought", "city", "tree", "cross", "farm", "hard", "start",
+    "might", "story", "saw", "far", "sea", "draw", "left", "late", "run", "while", "press", "close", "night",
+    "real", "life", "few",
+)
 
 NOTES_HEADER = "Background notes follow; they are context only and need no reply."
 

@@ -124,11 +124,14 @@ class Outcome:
     interrupted: bool = False
 
 
-def fire(endpoint: Endpoint, cfg: BenchConfig, items: list[tuple[int, str | None, int | None, dict[str, Any]]], *,
-         concurrency: int, label: str, show_progress: bool,
-         sender: Callable[..., Timing] = stream) -> Outcome:
-    """Send items (index, kind, target tokens, body) with `concurrency` in flight; Ctrl-C keeps
-    what finished, cuts what is in flight, and marks the outcome interrupted."""
+Item = tuple[int, str | None, int | None, str, dict[str, Any]]
+"""index, kind, target prompt tokens, API path, request body"""
+
+
+def fire(endpoint: Endpoint, items: list[Item], *, concurrency: int, label: str, show_progress: bool,
+         timeout: float, sender: Callable[..., Timing] = stream) -> Outcome:
+    """Send items with `concurrency` in flight; Ctrl-C keeps what finished, cuts what is in
+    flight, and marks the outcome interrupted."""
     out = Outcome()
     cancel = Cancel()
     progress = Progress(label, len(items), enabled=show_progress)
@@ -136,9 +139,8 @@ def fire(endpoint: Endpoint, cfg: BenchConfig, items: list[tuple[int, str | None
     pool = ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="b70bench")
     pending: dict[Future[Timing], tuple[int, str | None, int | None]] = {}
     try:
-        for index, kind, target, body in items:
-            fut = pool.submit(sender, endpoint, APIS[cfg.api], body, clock_zero=zero, timeout=cfg.timeout,
-                              cancel=cancel)
+        for index, kind, target, path, body in items:
+            fut = pool.submit(sender, endpoint, path, body, clock_zero=zero, timeout=timeout, cancel=cancel)
             pending[fut] = (index, kind, target)
         while pending:
             done, _ = wait(list(pending), timeout=0.5, return_when=FIRST_COMPLETED)
@@ -222,9 +224,11 @@ def measure(endpoint: Endpoint, prep: Prepared, *, concurrency: int, n_prompts: 
     """One measured pass: fresh nonces, metrics before/after, samples and summary."""
     cfg = prep.cfg
     padded = prompts.materialize(prep.calibration, n_prompts, cfg.ctx, f"m{secrets.token_hex(4)}")
-    items = [(p.index, p.kind, p.target_tokens, request_body(cfg, p.text, cfg.tokens)) for p in padded]
+    items: list[Item] = [(p.index, p.kind, p.target_tokens, APIS[cfg.api], request_body(cfg, p.text, cfg.tokens))
+                         for p in padded]
     before = metrics.snapshot(endpoint)
-    outcome = fire(endpoint, cfg, items, concurrency=concurrency, label=label, show_progress=show_progress)
+    outcome = fire(endpoint, items, concurrency=concurrency, label=label, show_progress=show_progress,
+                   timeout=cfg.timeout)
     after = metrics.snapshot(endpoint) if not outcome.interrupted else None
     acc = metrics.acceptance(before, after)
     value = headline(cfg.metric, outcome.samples, outcome.wall_s)
