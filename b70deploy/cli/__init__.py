@@ -8,7 +8,11 @@ from typing import Any
 import click
 
 from ..errors import EXIT_BAD_INPUT, EXIT_FAILED, B70Error
-from . import bench, catalogue  # noqa: F401  (registers commands)
+from . import (  # noqa: F401  (register commands)
+    bench,
+    catalogue,
+    sim,
+)
 from .base import cli
 
 __all__ = ["cli", "main"]
