@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import OperationError, UserError
+from ..output import note
 from . import metrics, prompts, stats
 from .client import Cancel, Endpoint, Timing, post_json, stream
 from .progress import Progress
@@ -252,6 +253,9 @@ def run_bench(endpoint: Endpoint, cfg: BenchConfig, env: dict[str, Any], *, show
               ) -> dict[str, Any]:
     """A whole bench run as a results document (kind "bench")."""
     cfg.check()
+    if cfg.metric == "aggregate" and cfg.n_prompts < cfg.concurrency:
+        note(f"aggregate at C={cfg.concurrency} needs at least {cfg.concurrency} requests; sending {cfg.concurrency}")
+        cfg.n_prompts = cfg.concurrency
     prep = prepare(endpoint, cfg, show_progress=show_progress)
     point = measure(endpoint, prep, concurrency=cfg.concurrency, n_prompts=cfg.n_prompts,
                     show_progress=show_progress, label=f"{cfg.metric} ctx={cfg.ctx} C={cfg.concurrency}")

@@ -84,3 +84,88 @@ def sse_upstream() -> Iterator[ThreadingHTTPServer]:
     finally:
         srv.shutdown()
         srv.server_close()
+
+
+# ---------------------------------------------------------------- the simulated vLLM server
+
+import os  # noqa: E402
+import socket  # noqa: E402
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+import urllib.request  # noqa: E402
+from collections.abc import Callable  # noqa: E402
+from dataclasses import dataclass  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@dataclass
+class SimServer:
+    url: str
+    name: str
+    prefill_tps: float
+    decode_tps: float
+    alpha: float
+    proc: subprocess.Popen[bytes]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _start_sim(name: str, *, prefill_tps: float, decode_tps: float, alpha: float = 0.04,
+               speculative: str | None = None, accept_rate: float | None = None,
+               log_dir: Path) -> SimServer:
+    port = _free_port()
+    env = {**os.environ, "PYTHONPATH": str(REPO), "B70SIM_BOOT_SECONDS": "0.1",
+           "B70SIM_PREFILL_TPS": str(prefill_tps), "B70SIM_DECODE_TPS": str(decode_tps),
+           "B70SIM_BATCH_ALPHA": str(alpha)}
+    if accept_rate is not None:
+        env["B70SIM_SPEC_ACCEPT_RATE"] = str(accept_rate)
+    argv = [sys.executable, "-m", "b70deploy.sim.server", "serve", "/models/Qwen3-30B-A3B-W4A16",
+            "--host", "127.0.0.1", "--port", str(port), "--served-model-name", name, "--max-model-len", "32768",
+            "--dtype", "float16", "--kv-cache-dtype", "fp8"]
+    if speculative:
+        argv += ["--speculative-config", speculative]
+    log = open(log_dir / f"sim-{name}-{port}.log", "wb")  # noqa: SIM115  (closed when the process ends)
+    proc = subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT)  # noqa: S603
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"sim exited {proc.returncode}: {(log_dir / log.name).read_text()[-2000:]}")
+        try:
+            with urllib.request.urlopen(url + "/health", timeout=1) as r:  # noqa: S310
+                if r.status == 200:
+                    break
+        except OSError:
+            time.sleep(0.05)
+    else:
+        proc.kill()
+        raise RuntimeError("sim never became healthy")
+    return SimServer(url, name, prefill_tps, decode_tps, alpha, proc)
+
+
+@pytest.fixture
+def sim_factory(tmp_path: Path) -> Iterator[Callable[..., SimServer]]:
+    """Start sim servers as host processes on free loopback ports; all are stopped after the test."""
+    started: list[SimServer] = []
+
+    def start(name: str = "sim", **kw: Any) -> SimServer:
+        s = _start_sim(name, log_dir=tmp_path, **kw)
+        started.append(s)
+        return s
+
+    try:
+        yield start
+    finally:
+        for s in started:
+            s.proc.terminate()
+            try:
+                s.proc.wait(5)
+            except subprocess.TimeoutExpired:
+                s.proc.kill()
+                s.proc.wait()
