@@ -333,6 +333,16 @@ class CaptureServer(ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = True
 
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A client that hangs up is routine for a proxy: one log line, no traceback."""
+        import sys
+
+        exc = sys.exc_info()[1]
+        if isinstance(exc, ConnectionError | TimeoutError):
+            log.debug("client %s: %s", client_address, exc)
+        else:
+            log.warning("proxy error for %s: %s: %s", client_address, type(exc).__name__, exc)
+
 
 def make_server(listen: tuple[str, int], upstream: Endpoint, writer: CaptureWriter, *,
                 timeout: float = 1800.0) -> CaptureServer:

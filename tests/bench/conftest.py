@@ -138,7 +138,7 @@ def _start_sim(name: str, *, prefill_tps: float, decode_tps: float, alpha: float
         if proc.poll() is not None:
             raise RuntimeError(f"sim exited {proc.returncode}: {(log_dir / log.name).read_text()[-2000:]}")
         try:
-            with urllib.request.urlopen(url + "/health", timeout=1) as r:  # noqa: S310
+            with urllib.request.urlopen(url + "/health", timeout=1) as r:
                 if r.status == 200:
                     break
         except OSError:
