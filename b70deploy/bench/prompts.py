@@ -83,14 +83,19 @@ NOTES_HEADER = "Background notes follow; they are context only and need no reply
 
 
 def filler(n_words: int, seed: str) -> str:
-    """n_words filler words, deterministic for a seed, with a full stop every 12 words."""
+    """n_words filler words: whole shuffled passes over the vocabulary (order depends on the
+    seed), then the first words of the vocabulary in fixed order, a full stop every 12 words.
+
+    Every pass holds each word once, so for a tokenizer that prices words one by one the cost
+    of n words is the same whatever the seed: calibration on one prompt holds for all.
+    """
     rng = random.Random(seed)
-    words = [rng.choice(_FILLER_WORDS) for _ in range(n_words)]
-    out: list[str] = []
-    for i in range(0, len(words), 12):
-        chunk = words[i:i + 12]
-        out.append(" ".join(chunk).capitalize() + ".")
-    return " ".join(out)
+    vocab = len(_FILLER_WORDS)
+    words: list[str] = []
+    for _ in range(n_words // vocab):
+        words.extend(rng.sample(_FILLER_WORDS, vocab))
+    words.extend(_FILLER_WORDS[:n_words % vocab])
+    return " ".join(" ".join(words[i:i + 12]) + "." for i in range(0, len(words), 12))
 
 
 def compose(base: BasePrompt, n_words: int, nonce: str) -> str:
