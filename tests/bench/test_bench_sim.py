@@ -1,0 +1,124 @@
+"""bench against the simulated vLLM server (a host process on a free loopback port): the
+measured rates must match the sim's configured truth."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+from b70deploy.bench.client import Endpoint
+from b70deploy.bench.run import APIS, BenchConfig, fire, request_body, run_bench
+from b70deploy.bench.sweep import run_sweep
+from b70deploy.cli import cli
+from b70deploy.sim.server import aggregate_tps
+
+SimFactory = Callable[..., Any]  # the sim_factory fixture (tests/bench/conftest.py)
+
+
+def within(measured: float | None, truth: float, tol: float = 0.05) -> bool:
+    return measured is not None and abs(measured / truth - 1) <= tol
+
+
+@pytest.mark.parametrize("api", ["completions", "chat"])
+def test_prefill_and_decode_match_the_configured_rates(sim_factory: SimFactory, api: str) -> None:
+    # TTFT ~0.5 s, so the client's and the sim's own HTTP overhead stays well inside 5% on a busy host
+    sim = sim_factory("sim-a", prefill_tps=8000, decode_tps=200)
+    ep = Endpoint.parse(sim.url)
+    pre = run_bench(ep, BenchConfig(metric="prefill", ctx=4096, n_prompts=3, api=api, model="sim-a"), {},
+                    show_progress=False)
+    dec = run_bench(ep, BenchConfig(metric="decode", ctx=512, n_prompts=3, max_tokens=64, api=api, model="sim-a"),
+                    {}, show_progress=False)
+    assert within(pre["result"]["value"], 8000), pre["result"]
+    assert within(dec["result"]["value"], 200), dec["result"]
+    for doc in (pre, dec):
+        assert doc["token_check"]["ok"], doc["token_check"]  # server's prompt_tokens within 1% of the target
+        assert doc["summary"]["n"] == 3 and doc["failed"] == 0
+        assert doc["warmup"]["ok"] and doc["warmup"]["index"] == -1  # measured, reported, not in samples
+        assert all(abs(s["prompt_tokens"] - s["target_tokens"]) <= 0.01 * s["target_tokens"] for s in doc["samples"])
+
+
+def test_aggregate_scales_with_concurrency_as_the_sim_does(sim_factory: SimFactory) -> None:
+    sim = sim_factory("sim-a", prefill_tps=1e6, decode_tps=150, alpha=0.04)
+    cfg = BenchConfig(metric="aggregate", ctx=256, n_prompts=1, max_tokens=48, model="sim-a")
+    doc = run_sweep(Endpoint.parse(sim.url), cfg, [1, 2, 4], {}, show_progress=False)
+    values = {p["concurrency"]: p["result"]["value"] for p in doc["points"]}
+    for c, v in values.items():
+        assert within(v, aggregate_tps(c, 150, 0.04)), (c, v, aggregate_tps(c, 150, 0.04))
+    # the scaling itself, step by step, as the sim's model says
+    assert within(values[4] / values[1], aggregate_tps(4, 150, 0.04) / aggregate_tps(1, 150, 0.04))
+    assert [p["concurrency"] for p in doc["points"]] == [1, 2, 4]
+
+
+def test_acceptance_from_metrics_when_speculative(sim_factory: SimFactory) -> None:
+    spec = json.dumps({"method": "ngram", "num_speculative_tokens": 5, "prompt_lookup_max": 4,
+                       "prompt_lookup_min": 2})
+    sim = sim_factory("sim-ng", prefill_tps=1e6, decode_tps=1000, speculative=spec, accept_rate=0.4)
+    doc = run_bench(Endpoint.parse(sim.url), BenchConfig(metric="decode", ctx=256, n_prompts=2, max_tokens=40,
+                                                          model="sim-ng"), {}, show_progress=False)
+    acc = doc["acceptance"]
+    assert acc is not None and acc["drafts"] > 0
+    assert within(acc["acceptance_rate"], 0.4, 0.15), acc
+    assert acc["mean_acceptance_length"] == pytest.approx(1 + acc["accepted_tokens"] / acc["drafts"])
+
+
+def test_no_spec_counters_means_no_acceptance(sim_factory: SimFactory) -> None:
+    sim = sim_factory("sim-a", prefill_tps=1e6, decode_tps=2000)
+    doc = run_bench(Endpoint.parse(sim.url), BenchConfig(metric="decode", ctx=128, n_prompts=1, max_tokens=8,
+                                                          model="sim-a"), {}, show_progress=False)
+    assert doc["acceptance"] is None or doc["acceptance"]["drafts"] == 0
+
+
+def test_ctrl_c_keeps_the_samples_gathered_so_far(sim_factory: SimFactory) -> None:
+    sim = sim_factory("sim-a", prefill_tps=1e6, decode_tps=100)
+    ep = Endpoint.parse(sim.url)
+    cfg = BenchConfig(metric="decode", ctx=64, n_prompts=4, model="sim-a")
+    quick = request_body(cfg, "hello there", 5)      # 0.05 s
+    slow = request_body(cfg, "hello there", 3000)    # 30 s: in flight when Ctrl-C comes
+    items = [(0, "qa", None, APIS["completions"], quick), (1, "qa", None, APIS["completions"], slow)]
+    timer = threading.Timer(0.6, lambda: os.kill(os.getpid(), signal.SIGINT))
+    timer.start()
+    try:
+        out = fire(ep, items, concurrency=2, label="t", show_progress=False, timeout=60)
+    finally:
+        timer.cancel()
+    assert out.interrupted
+    done = {s["index"]: s for s in out.samples}
+    assert done[0]["ok"] and done[0]["completion_tokens"] == 5
+    assert 1 not in done or not done[1]["ok"]
+
+
+def test_cli_bench_writes_a_results_file_and_compare_plots(sim_factory: SimFactory, tmp_path: Path) -> None:
+    a = sim_factory("sim-a", prefill_tps=5000, decode_tps=300)
+    b = sim_factory("sim-b", prefill_tps=10000, decode_tps=450)
+    runner = CliRunner()
+    files = []
+    for sim, stack in ((a, "old-stack"), (b, "new-stack")):
+        for metric, extra in (("prefill", ["--ctx", "512"]), ("decode", ["--ctx", "256", "--max-tokens", "32"])):
+            out = tmp_path / f"{stack}-{metric}.json"
+            r = runner.invoke(cli, ["bench", "--metric", metric, "--endpoint", sim.url, "--stack", stack,
+                                    "--n-prompts", "2", "--note", "test", "--output", str(out), "-q", *extra],
+                              catch_exceptions=False)
+            assert r.exit_code == 0, r.output
+            files.append(out)
+    doc = json.loads(files[0].read_text())
+    env = doc["environment"]
+    assert env["stack"] == "old-stack" and env["endpoint"] == a.url and env["note"] == "test"
+    assert env["vllm_version"] and env["model"] == "sim-a" and env["date"]
+    assert {"n", "min", "median", "mean", "max"} <= set(doc["summary"])
+    png = tmp_path / "compare.png"
+    r = runner.invoke(cli, ["bench", "compare", *map(str, files), "--plot", str(png)], catch_exceptions=False)
+    assert r.exit_code == 0, r.output
+    assert "new-stack (test)/old-stack (test)" in r.output
+    assert png.stat().st_size > 10_000
+    r = runner.invoke(cli, ["bench", "compare", *map(str, files), "--json"], catch_exceptions=False)
+    rows: list[dict[str, Any]] = json.loads(r.output)
+    dec = next(x for x in rows if x["metric"] == "decode")
+    assert within(dec["ratios"]["new-stack (test)"], 1.5)
