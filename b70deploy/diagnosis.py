@@ -1,0 +1,234 @@
+"""Fatal boot-log signatures, each with the fix, and stall detection while a stack boots.
+
+Pure: lines in, a Diagnosis out. The catalogue covers every fatal line the post and the
+vLLM facts list. Specific signatures rank before generic ones ("Engine core initialization
+failed" is printed after, and "EngineCore failed to start" before, the real cause), and
+within a rank the earliest line wins.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+SPECIFIC = 0
+GENERIC = 1
+ROUND_TO = 1024
+
+
+@dataclass(frozen=True)
+class Diagnosis:
+    id: str
+    title: str
+    line: str                # the log line that matched (or a summary for a stall)
+    fix: str
+    line_number: int | None = None  # 1-based, None for a stall
+    data: dict[str, Any] = field(default_factory=dict)  # machine-readable parts of the fix
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def one_line(self) -> str:
+        return f"{self.title} [{self.id}]; fix: {self.fix}"
+
+
+FixFn = Callable[[re.Match[str], Sequence[str]], tuple[str, dict[str, Any]]]
+
+
+@dataclass(frozen=True)
+class Signature:
+    id: str
+    title: str
+    pattern: re.Pattern[str]
+    fix: str | FixFn
+    rank: int = SPECIFIC
+
+    def make(self, m: re.Match[str], line: str, number: int, lines: Sequence[str]) -> Diagnosis:
+        if callable(self.fix):
+            text, data = self.fix(m, lines)
+        else:
+            text, data = self.fix, {}
+        return Diagnosis(id=self.id, title=self.title, line=line.strip(), fix=text, line_number=number, data=data)
+
+
+def suggest_max_model_len(estimate: int) -> tuple[int, str]:
+    """A --max-model-len that fits: the estimate rounded down to a multiple of 1024, and why."""
+    if estimate >= ROUND_TO:
+        rounded = estimate // ROUND_TO * ROUND_TO
+        how = "the estimate rounded down to a multiple of 1024" if rounded != estimate else \
+            "the estimate, already a multiple of 1024"
+        return rounded, how
+    return estimate, "the estimate itself (below 1024)"
+
+
+def _kv_too_small_fix(m: re.Match[str], lines: Sequence[str]) -> tuple[str, dict[str, Any]]:
+    text = " ".join(lines)
+    est = re.search(r"estimated maximum model length is (\d+)", text)
+    want = re.search(r"max seq len \((\d+)\)", text)
+    need = re.search(r"\(([\d.]+) GiB KV cache is needed", text)
+    have = re.search(r"available KV cache memory \(([\d.]+) GiB\)", text)
+    data: dict[str, Any] = {}
+    if want:
+        data["max_model_len"] = int(want.group(1))
+    if need and have:
+        data["kv_needed_gib"], data["kv_available_gib"] = float(need.group(1)), float(have.group(1))
+    if est is None:
+        return ("lower max_model_len, raise gpu_memory_utilization, use an fp8 KV cache, or drop the draft",
+                data)
+    estimate = int(est.group(1))
+    suggested, how = suggest_max_model_len(estimate)
+    data.update(estimated_max_model_len=estimate, suggested_max_model_len=suggested)
+    return (f"set max_model_len: {suggested} ({how}; vLLM estimated {estimate}), or free memory for KV: "
+            "raise gpu_memory_utilization or drop the draft model", data)
+
+
+def _group_fix(m: re.Match[str], lines: Sequence[str]) -> tuple[str, dict[str, Any]]:
+    name = m.group(1)
+    return (f"the image's /etc/group has no {name!r}: use the numeric gid that owns /dev/dri "
+            f"(b70deploy renders numeric group_add; set gids: {{{name}: <gid>}} in the node config)",
+            {"group": name})
+
+
+CATALOGUE: tuple[Signature, ...] = (
+    Signature("bare-flags-bash-c", "the bash -c entrypoint exec'd a bare flag",
+              re.compile(r"exec: -[-\w]*: invalid option"),
+              "the image's entrypoint is bash -c '... exec \"$@\"' --: the command must start with `vllm serve` "
+              "(set entrypoint_style: bash-c in the stack)"),
+    Signature("group-name-missing", "group_add names a group the image does not have",
+              re.compile(r"Unable to find group ([\w.-]+)"), _group_fix),
+    Signature("marlin-on-xpu", "W4A16 MoE was routed to the CUDA-only Marlin kernel",
+              re.compile(r"has no attribute '(?:gptq_marlin_repack|\w*marlin\w*)'"),
+              "add patches: [marlin-xpu-carveout] to the stack (check_moe_marlin_supports_layer must exclude XPU)"),
+    Signature("arctic-inference-missing", "suffix decoding needs the arctic-inference package",
+              re.compile(r"Arctic Inference is required for suffix decoding"),
+              "use an image with arctic-inference installed (a derived image: pip install arctic-inference), "
+              "or change speculative.method"),
+    Signature("kv-too-small", "the KV cache cannot hold one max_model_len request",
+              re.compile(r"To serve at least one request with the models?'s? max seq len|"
+                         r"estimated maximum model length is \d+"), _kv_too_small_fix),
+    Signature("kv-no-memory", "no memory left for the KV cache",
+              re.compile(r"No available memory for the cache blocks"),
+              "the weights leave no room for KV: raise gpu_memory_utilization, drop the draft, or use a smaller "
+              "quantization"),
+    Signature("mamba-state-copy", "hybrid model with prefix caching: the mamba state copy crashed",
+              re.compile(r"get_mamba_state_copy_func|object of type 'NoneType' has no len\(\)"),
+              "set prefix_caching: false for hybrid (Gated-DeltaNet) models"),
+    Signature("gptq-bfloat16", "GPTQ rejects bfloat16",
+              re.compile(r"bfloat16 is not supported for quantization method gptq|"
+                         r"gptq\b.*does not support .*bfloat16", re.IGNORECASE),
+              "set dtype: float16 (GPTQ runs in float16 only)"),
+    Signature("gpu-out-of-memory", "the GPU ran out of memory",
+              re.compile(r"(?:XPU|CUDA|GPU) out of memory|OutOfMemoryError|OUT_OF_DEVICE_MEMORY", re.IGNORECASE),
+              "lower gpu_memory_utilization, max_num_seqs or max_num_batched_tokens, or stop other GPU users"),
+    Signature("level-zero-error", "a Level-Zero / Unified Runtime error from the GPU driver",
+              re.compile(r"\b(?:UR_RESULT_ERROR_\w+|ZE_RESULT_ERROR_\w+|PI_ERROR_\w+)|"
+                         r"level.?zero\b.*\berror|\bUR error\b", re.IGNORECASE),
+              "a driver or device fault, not the stack: check dmesg and the GPU (xpu-smi), then retry; "
+              "roll back if it repeats"),
+    Signature("model-not-found", "the model folder is missing or not a model",
+              re.compile(r"does not appear to have a file named config\.json|"
+                         r"Invalid repository ID or local directory|HFValidationError|"
+                         r"No such file or directory: '/models/"),
+              "check model.path (and speculative.model) below the node's models_dir; `b70deploy lint` checks it"),
+    Signature("bad-cli-argument", "vllm serve rejected an argument",
+              re.compile(r"error: (?:unrecognized arguments|argument --[\w-]+)"),
+              "remove or correct the flag (extra_args in the stack); `vllm serve --help` in the image lists them"),
+    Signature("tool-parser-missing", "auto tool choice without a tool-call parser",
+              re.compile(r"--enable-auto-tool-choice.*requires.*--tool-call-parser|"
+                         r"tool[_ -]call[_ -]parser.*(?:required|must be set)", re.IGNORECASE),
+              "set tool_calling.parser: hermes (or auto_tool_choice: false)"),
+    Signature("engine-init-failed", "the engine core failed to start (cause above it in the log)",
+              re.compile(r"Engine core initialization failed|EngineCore failed to start"),
+              "read the first error above this line; run `b70deploy diagnose --log FILE` on the full log",
+              rank=GENERIC),
+    Signature("engine-dead", "the engine died after start",
+              re.compile(r"EngineDeadError|Engine core .*(?:died|dead)|EngineCore encountered a fatal error|"
+                         r"engine (?:is )?dead", re.IGNORECASE),
+              "the engine process exited (see the error before it); if it repeats, roll back",
+              rank=GENERIC),
+)
+
+_ANY = re.compile("|".join(f"(?:{s.pattern.pattern})" for s in CATALOGUE), re.IGNORECASE)
+
+
+def is_fatal(line: str) -> bool:
+    """Cheap per-line check for a streaming log: does this line carry a known fatal signature?"""
+    return _ANY.search(line) is not None
+
+
+def diagnose(lines: Sequence[str]) -> Diagnosis | None:
+    """The most specific fatal signature in `lines` (earliest line within a rank), or None."""
+    best: tuple[int, int] | None = None
+    found: Diagnosis | None = None
+    for i, line in enumerate(lines):
+        if not is_fatal(line):
+            continue
+        for sig in CATALOGUE:
+            m = sig.pattern.search(line)
+            if m is None:
+                continue
+            key = (sig.rank, i)
+            if best is None or key < best:
+                best, found = key, sig.make(m, line, i + 1, lines)
+            break
+    return found
+
+
+def signature_ids() -> list[str]:
+    return [s.id for s in CATALOGUE] + [COMPILE_STALL, LOG_STALL]
+
+
+# ---------------------------------------------------------------- stalls
+
+COMPILE_STALL = "compile-stall"
+LOG_STALL = "log-stall"
+_COMPILE_START = re.compile(r"torch\.compile|Dynamo bytecode transform|Compiling a graph|compile range|"
+                            r"Capturing (?:CUDA |XPU )?graphs?|graph capturing", re.IGNORECASE)
+_COMPILE_END = re.compile(r"torch\.compile takes|Compilation finished|Graph capturing finished|"
+                          r"init engine .* took|KV cache size:", re.IGNORECASE)
+
+
+class StallWatch:
+    """Notices when the log goes quiet: during torch.compile after `compile_seconds`, at any
+    other point of the boot after `quiet_seconds` (None: never). Feed it lines with the time
+    they arrived; ask `check(now)` between polls. Times are monotonic seconds."""
+
+    def __init__(self, compile_seconds: float, *, quiet_seconds: float | None = None, start: float = 0.0) -> None:
+        self.compile_seconds = compile_seconds
+        self.quiet_seconds = quiet_seconds
+        self.last_time = start
+        self.last_line = ""
+        self.compiling = False
+
+    def feed(self, line: str, now: float) -> None:
+        self.last_time = now
+        self.last_line = line.strip()
+        if _COMPILE_END.search(line):
+            self.compiling = False
+        elif _COMPILE_START.search(line):
+            self.compiling = True
+
+    def feed_all(self, lines: Iterable[str], now: float) -> None:
+        for line in lines:
+            self.feed(line, now)
+
+    def check(self, now: float) -> Diagnosis | None:
+        quiet = now - self.last_time
+        last = self.last_line or "(no log line yet)"
+        if self.compiling and quiet >= self.compile_seconds:
+            return Diagnosis(
+                id=COMPILE_STALL, title=f"torch.compile made no progress for {quiet:.0f} s",
+                line=last,
+                fix="set enforce_eager: true (torch.compile hangs on some layers, e.g. the post's Gated-DeltaNet "
+                    "hybrids), or raise the node's timeouts.stall if this model compiles slowly",
+                data={"quiet_seconds": round(quiet, 1)})
+        if self.quiet_seconds is not None and quiet >= self.quiet_seconds:
+            return Diagnosis(
+                id=LOG_STALL, title=f"no new log line for {quiet:.0f} s during boot",
+                line=last,
+                fix="check the container (docker top / GPU activity); raise the node's timeouts.stall if the "
+                    "model loads slowly from disk",
+                data={"quiet_seconds": round(quiet, 1)})
+        return None
