@@ -102,7 +102,7 @@ def deployed_names(deploy_dir: Path) -> list[str]:
     names = [n for n in (COMPOSE_FILE, ".env", "vllm.env") if (deploy_dir / n).is_file()]
     patches = deploy_dir / "patches"
     if patches.is_dir():
-        names += sorted(f"patches/{p.name}" for p in patches.iterdir() if p.is_file())
+        names += sorted(p.relative_to(deploy_dir).as_posix() for p in patches.rglob("*") if p.is_file())
     return names
 
 

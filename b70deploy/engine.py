@@ -76,7 +76,7 @@ def state_of(container: Any | None) -> ContainerState:
         return ContainerState("missing", None, 0, "", None)
     try:
         container.reload()
-    except Exception:  # noqa: BLE001 - removed between list and reload
+    except Exception:  # removed between list and reload
         return ContainerState("missing", None, 0, "", None)
     st = container.attrs.get("State", {})
     return ContainerState(status=st.get("Status", "?"), exit_code=st.get("ExitCode"),
@@ -116,7 +116,7 @@ class LogFollower:
                     self._emit(raw.decode(errors="replace").rstrip("\r"))
             if buf:
                 self._emit(buf.decode(errors="replace"))
-        except Exception:  # noqa: BLE001 - the container went away; the poller sees that
+        except Exception:  # the container went away; the poller sees that
             pass
         finally:
             self.ended.set()

@@ -12,23 +12,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from .diagnosis import Diagnosis
 from .engine import LogFollower, find_container, state_of
 from .progress import Reporter
 
-Diagnose = Callable[[Sequence[str]], "Finding | None"]
-
-
-@dataclass(frozen=True)
-class Finding:
-    """Why a boot failed, as the diagnosis catalogue says it."""
-
-    id: str
-    title: str
-    line: str
-    fix: str
-
-    def render(self) -> str:
-        return f"{self.title} [{self.id}]: {self.line.strip()}; fix: {self.fix}"
+Diagnose = Callable[[Sequence[str]], Diagnosis | None]
 
 
 @dataclass
@@ -36,7 +24,7 @@ class WaitResult:
     healthy: bool
     elapsed: float
     reason: str
-    finding: Finding | None = None
+    finding: Diagnosis | None = None
     exit_code: int | None = None
     log_lines: list[str] = field(default_factory=list)
 
@@ -45,7 +33,7 @@ class WaitResult:
 
 
 class BootFailed(Exception):
-    def __init__(self, reason: str, finding: Finding | None = None, exit_code: int | None = None) -> None:
+    def __init__(self, reason: str, finding: Diagnosis | None = None, exit_code: int | None = None) -> None:
         super().__init__(reason)
         self.reason = reason
         self.finding = finding

@@ -105,7 +105,7 @@ class Runner(Generic[S]):
             try:
                 step.compensation(state)
                 self.journal.append(self.run_id, "undo-done", step=step.name)
-            except Exception as exc:  # noqa: BLE001 - keep undoing the rest, report all
+            except Exception as exc:  # keep undoing the rest, report all
                 errors.append(f"undo {step.name}: {exc}")
                 self.journal.append(self.run_id, "undo-failed", step=step.name, error=str(exc)[:2000])
         return errors

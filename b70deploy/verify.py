@@ -40,6 +40,7 @@ def _ip(text: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
 def readings(*, port: int, feeders: list[str], load_threshold: float, conns: list[Any] | None = None,
              load1: float | None = None) -> list[Reading]:
     conns = psutil.net_connections(kind="inet") if conns is None else conns
+    conns = [c for c in conns if c.raddr]  # unconnected sockets have an empty tuple here
     on_port = [c for c in conns if c.laddr and c.laddr.port == port and c.status != psutil.CONN_LISTEN and c.raddr]
     busy = [c for c in on_port if not (c.status == psutil.CONN_TIME_WAIT and _is_loopback(c.raddr.ip))]
     waiting = len(on_port) - len(busy)

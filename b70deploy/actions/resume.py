@@ -7,6 +7,8 @@ steps is undone again. If it fails, the usual compensations run.
 
 from __future__ import annotations
 
+from typing import Literal
+
 from .. import engine
 from ..audit import AuditLog
 from ..deployment import Deployment, steps
@@ -58,7 +60,7 @@ def _resume(node: Node, reporter: Reporter, opts: Options, run: object, lock: De
     previous = store.get(prev_no) if isinstance(prev_no, int) and store.exists(prev_no) else None
     image = engine.ImageInfo(ref=rev.meta.image_ref, id=rev.meta.image_id or rev.meta.image_ref,
                              repo_digest=rev.meta.repo_digest, tags=())
-    kind = "rollback" if ctx.get("kind") == "rollback" else "switch"
+    kind: Literal["switch", "rollback"] = "rollback" if ctx.get("kind") == "rollback" else "switch"
     d = Deployment(node=node, reporter=reporter, kind=kind, stack=stack_of(node, rev), files=rev.read_files(),
                    image=image, message=rev.meta.message, restored_from=rev.meta.restored_from)
     opts.auto_rollback = bool(ctx.get("auto_rollback", True))

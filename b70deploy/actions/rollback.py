@@ -68,7 +68,8 @@ def build_rollback(node: Node, spec: str | None, reporter: Reporter, opts: Optio
         reporter.info(f"warning: revision {target.number} failed when it was deployed")
     image_id = target.meta.image_id
     if image_id and not engine.image_present(image_id):
-        raise UserError(f"the image that ran revision {target.number} is gone: {image_id} (was {target.meta.image_ref})",
+        raise UserError(f"the image that ran revision {target.number} is gone: {image_id} "
+                        f"(was {target.meta.image_ref})",
                         fix=f"docker load or pull that exact image (tag {target.meta.image_ref} may have moved)")
     image = engine.ImageInfo(ref=target.meta.image_ref, id=image_id or target.meta.image_ref,
                              repo_digest=target.meta.repo_digest, tags=())

@@ -131,7 +131,7 @@ def close_interrupted(node: Node, reporter: Reporter, *, by: str) -> None:
 def _run(d: Deployment, runner: Runner[Deployment], *, skip: int = 0, done: list[Any] | None = None) -> Outcome:
     plan = steps(d)
     try:
-        runner.run(plan[skip:], d, done=done or [], compensate=True if d.auto_rollback else False)
+        runner.run(plan[skip:], d, done=done or [], compensate=d.auto_rollback)
     except StepFailed as failure:
         return _failed(d, failure)
     assert d.revision is not None
@@ -153,14 +153,15 @@ def _failed(d: Deployment, failure: StepFailed) -> Outcome:
     finding = None
     if d.wait is not None and d.wait.finding is not None:
         finding = d.wait.finding
-        details.append(f"diagnosis: {finding.render()}")
+        details.append(f"diagnosis: {finding.one_line()}")
+        details.append(f"  log line: {finding.line}")
     if d.wait is not None and not d.wait.healthy:
         details.append("last log lines:")
         details += [f"  | {line}" for line in d.wait.tail(12)]
     if d.revision is not None:
         store.update_status(d.revision.number, outcome="failed" if d.activated else "aborted",
                             failure=f"{failure.step}: {err}"[:2000],
-                            diagnosis=finding.render() if finding else None, facts=d.facts,
+                            diagnosis=finding.one_line() if finding else None, facts=d.facts,
                             timings=dict(d.runner.timings) if d.runner else {})
         if d.activated:
             details.append(f"revision {d.revision.number} kept with its log: b70deploy logs {d.revision.number}")
@@ -173,7 +174,8 @@ def _failed(d: Deployment, failure: StepFailed) -> Outcome:
         summary = "rollback FAILED: the node may be serving nothing; see above, then b70deploy status"
     elif prev is not None:
         back = f" in {d.rollback_wait.elapsed:.1f} s" if d.rollback_wait else ""
-        summary = f"switch to {d.stack.name} failed; node back on revision {prev.number} ({prev.meta.stack}), healthy{back}"
+        summary = (f"switch to {d.stack.name} failed; node back on revision {prev.number} ({prev.meta.stack}), "
+                   f"healthy{back}")
     else:
         summary = f"switch to {d.stack.name} failed; no previous revision, node serves nothing"
     return Outcome(False, d.revision.number if d.revision else None, d.stack.name, summary, details, exit_code=1)
