@@ -1,0 +1,31 @@
+"""Simulator commands: build the fake vLLM images used by tests and `make demo`."""
+
+from __future__ import annotations
+
+import click
+
+from .base import cli
+
+
+@cli.group(epilog="Example: b70deploy sim build --json")
+def sim() -> None:
+    """The simulated vLLM node (no GPU, no registry)."""
+
+
+@sim.command(epilog="Example: b70deploy sim build --force")
+@click.option("--force", is_flag=True, help="Rebuild even when the inputs are unchanged.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of lines.")
+def build(force: bool, as_json: bool) -> None:
+    """Build b70sim/vllm:bash-c, :serve and :bash-c-drift with `docker import` (skipped when up to date)."""
+    from ..output import emit_json
+    from ..sim.image import build as build_images
+
+    results = build_images(force=force)
+    if as_json:
+        emit_json([{"tag": r.tag, "status": r.status, "size_bytes": r.size_bytes,
+                    "seconds": round(r.seconds, 2), "inputs": r.inputs} for r in results])
+        return
+    for r in results:
+        click.echo(f"{r.tag}: {r.status} ({r.size_bytes / 1e6:.1f} MB, {r.seconds:.1f} s)")
+    built = sum(r.status == "built" for r in results)
+    click.echo(f"sim images: {built} built, {len(results) - built} up to date")

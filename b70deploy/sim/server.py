@@ -1,0 +1,1198 @@
+"""A stand-in for `vllm serve`: same flags, boot log, HTTP API and failure signatures, no GPU.
+
+Standalone and stdlib-only: the sim image copies this one file to /opt/b70sim/server.py and
+puts a `vllm` wrapper on PATH that runs `python3 server.py "$@"`. On the host it runs as
+`python -m b70deploy.sim.server serve MODEL --host 127.0.0.1 --port 8000 ...` (for the bench
+helper), and the unit tests import its pure parts (flag parsing, tokenizer, log lines, timing).
+
+Commands
+    serve [MODEL] [flags]      the fake vLLM OpenAI server (flags: see `build_parser`)
+    webui --port N             a tiny HTTP companion (the post's open-webui stand-in)
+    --version                  print the version and exit
+
+Knobs (environment variables, all optional)
+    B70SIM_FAIL              one failure mode (a comma list is accepted too):
+                             marlin          crash after "loading weights" with the Marlin AttributeError
+                             arctic          crash at config validation with the Arctic Inference ImportError
+                             kv-too-small    crash with the KV ValueError ("estimated maximum model length is N")
+                             hang            log up to loading weights, then never listen
+                             unhealthy       listen, but /health answers 503
+                             die-after-ready healthy, then the engine dies: /health 503, exit 1 after the watchdog
+                             garbage         healthy, but every completion is word-salad (no tool calls)
+                             attn-fallback   log `Using Triton backend.` instead of Flash Attention
+    B70SIM_BOOT_SECONDS      time from start to listening (default 2.0); boot-log lines are spread over it
+    B70SIM_KV_TOKENS         GPU KV cache size in tokens; default by --kv-cache-dtype: fp8* 270592,
+                             k3v4_nc 453184, anything else 135296; an eagle/eagle3 draft trims the
+                             default by 265664/270592 (fp8: 265664). The override is used as given.
+    B70SIM_PREFILL_TPS       prefill rate, tokens/s (default 40000)
+    B70SIM_DECODE_TPS        single-stream decode rate, tokens/s (default 13.0)
+    B70SIM_BATCH_ALPHA       decode slow-down per extra concurrent stream (default 0.04)
+    B70SIM_COMPILE_SECONDS   torch.compile time reported in the log (default 82.14; not slept)
+    B70SIM_DIE_AFTER_SECONDS die-after-ready: seconds healthy before the engine dies (default 1.0)
+    B70SIM_WATCHDOG_SECONDS  die-after-ready: seconds of 503 before the process exits (default 5.0, vLLM's)
+    B70SIM_SPEC_ACCEPT_RATE  speculative decoding: fraction of drafted tokens accepted (default 0.27)
+    B70SIM_MODELS_DIR        where MODEL paths under /models are looked up on the host (default: as given)
+    B70SIM_VERSION           the vLLM version reported (default: the image's vllm.__version__, else
+                             0.21.1.dev17+g0a4756bb5)
+
+Timing model (so a benchmark can be checked against known truth)
+    time to first token   = prompt_tokens / PREFILL_TPS   (independent of other requests)
+    each further token    = (1 + ALPHA * (D - 1)) / DECODE_TPS, D = requests decoding at that moment
+    aggregate at C streams = C * DECODE_TPS / (1 + ALPHA * (C - 1))   (C=12, alpha 0.04: 8.3x C=1)
+    --max-num-seqs bounds the running requests (default 256); the rest wait (vllm:num_requests_waiting).
+    Speculative decoding changes only the metrics counters, not the speed (set DECODE_TPS for that).
+
+Tokenizer (deterministic; a client reproduces it with `count_tokens`)
+    tokens = re.findall(r"\\w+|[^\\w\\s]", text): each run of word characters is one token, each
+    other non-space character is one token. Chat prompts are counted on `chat_prompt_text`
+    (ChatML: `<|im_start|>{role}\\n{content}<|im_end|>\\n` per message, tools as JSON, then the
+    assistant header). Generated text is streamed one token per SSE chunk.
+
+Natural failures (as the real server's arise)
+    suffix speculative decoding without an importable `arctic_inference` -> Arctic ImportError;
+    KV tokens < --max-model-len -> KV ValueError; a compressed-tensors MoE model whose image
+    marlin_utils.check_moe_marlin_supports_layer returns True on XPU -> Marlin AttributeError.
+    Quantization: /models/<path>/config.json quantization_config.quant_method, else the path name
+    (W4A16, CT-INT4, compressed -> compressed-tensors; GPTQ -> gptq; AWQ -> awq).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import importlib
+import importlib.util
+import json
+import math
+import os
+import random
+import re
+import signal
+import sys
+import threading
+import time
+import traceback
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+DEFAULT_VERSION = "0.21.1.dev17+g0a4756bb5"
+DEFAULT_MODEL = "Qwen/Qwen3-0.6B"
+DEFAULT_MAX_MODEL_LEN = 262144
+FAIL_MODES = ("marlin", "arctic", "kv-too-small", "hang", "unhealthy", "die-after-ready", "garbage",
+              "attn-fallback")
+KV_DEFAULTS = {"fp8": 270592, "k3v4_nc": 453184}
+KV_DEFAULT_OTHER = 135296
+EAGLE_TRIM = 265664 / 270592
+# Bytes of KV per token (K and V, 48 layers x 4 KV heads x 128 dims of Qwen3-30B-A3B): fp8 one
+# byte per value, which gives the post's 12.39 GiB for 270,592 tokens.
+KV_BYTES = {"fp8": 49152, "k3v4_nc": 21504}
+KV_BYTES_OTHER = 98304
+BLOCK_SIZE = 16
+GIB = 1024**3
+
+MARLIN_ERROR = "AttributeError: '_OpNamespace' '_C' object has no attribute 'gptq_marlin_repack'"
+ARCTIC_ERROR = ("ImportError: Arctic Inference is required for suffix decoding. "
+                "Install via 'pip install arctic-inference==0.1.1'.")
+ENGINE_FAILED = "RuntimeError: Engine core initialization failed. See root cause above. Failed core proc(s): {}"
+
+# ---------------------------------------------------------------- tokenizer
+
+TOKEN_RE = re.compile(r"\w+|[^\w\s]")
+PIECE_RE = re.compile(r"\s*(?:\w+|[^\w\s])")
+
+
+def tokenize(text: str) -> list[str]:
+    """The sim's tokens: runs of word characters, and single other non-space characters."""
+    return TOKEN_RE.findall(text)
+
+
+def count_tokens(text: str) -> int:
+    return len(TOKEN_RE.findall(text))
+
+
+def pieces(text: str) -> list[str]:
+    """`text` cut into one-token pieces that keep their leading whitespace (joined = text.rstrip)."""
+    return PIECE_RE.findall(text)
+
+
+def message_text(content: Any) -> str:
+    """A chat message's content as text (string, or a list of {"type":"text"} parts)."""
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
+    return str(content)
+
+
+def chat_prompt_text(messages: Sequence[Mapping[str, Any]], tools: Sequence[Any] | None = None) -> str:
+    """The prompt a chat request becomes (ChatML, as Qwen's template); its tokens are the prompt_tokens."""
+    parts: list[str] = []
+    if tools:
+        parts.append("<|im_start|>system\n# Tools\n" + json.dumps(list(tools), sort_keys=True) + "<|im_end|>\n")
+    for m in messages:
+        parts.append(f"<|im_start|>{m.get('role', 'user')}\n{message_text(m.get('content'))}<|im_end|>\n")
+    parts.append("<|im_start|>assistant\n")
+    return "".join(parts)
+
+
+# ---------------------------------------------------------------- flags
+
+
+def parse_max_model_len(value: str) -> int:
+    """vLLM's form: an integer, or 1k (x1000) / 1K (x1024) style; -1/auto mean the model's own maximum."""
+    v = value.strip()
+    if v in ("auto", "-1"):
+        return -1
+    m = re.fullmatch(r"(\d+(?:\.\d+)?)([kKmMgG]?)", v)
+    if not m:
+        raise argparse.ArgumentTypeError(f"invalid max model len {value!r}")
+    number, suffix = float(m.group(1)), m.group(2)
+    scale = {"": 1, "k": 1000, "m": 1000**2, "g": 1000**3, "K": 1024, "M": 1024**2, "G": 1024**3}[suffix]
+    return int(number * scale)
+
+
+def _json_object(value: str) -> dict[str, Any]:
+    try:
+        data = json.loads(value)
+    except json.JSONDecodeError as e:
+        raise argparse.ArgumentTypeError(f"invalid JSON: {e.msg}") from None
+    if not isinstance(data, dict):
+        raise argparse.ArgumentTypeError("expected a JSON object")
+    return data
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="vllm serve", usage="vllm serve [model_tag] [options]",
+                                description="Start the vLLM OpenAI compatible API server (simulated).")
+    p.add_argument("model_tag", nargs="?", default=None, help="the model path or name")
+    p.add_argument("--model", default=None)
+    p.add_argument("--served-model-name", nargs="+", default=None)
+    p.add_argument("--host", default="0.0.0.0")
+    p.add_argument("--port", type=int, default=8000)
+    p.add_argument("--max-model-len", type=parse_max_model_len, default=None)
+    p.add_argument("--dtype", default="auto", choices=["auto", "half", "float16", "bfloat16", "float", "float32"])
+    p.add_argument("--kv-cache-dtype", default="auto")
+    p.add_argument("--enable-prefix-caching", action=argparse.BooleanOptionalAction, default=None)
+    p.add_argument("--enforce-eager", action="store_true")
+    p.add_argument("--speculative-config", type=_json_object, default=None)
+    p.add_argument("--tool-call-parser", default=None)
+    p.add_argument("--enable-auto-tool-choice", action="store_true")
+    p.add_argument("--gpu-memory-utilization", type=float, default=0.92)
+    p.add_argument("--attention-backend", default=None)
+    p.add_argument("--max-num-seqs", type=int, default=256)
+    p.add_argument("--max-num-batched-tokens", type=int, default=None)
+    # Accepted and ignored: real flags a stack may pass through extra_args.
+    p.add_argument("--trust-remote-code", action="store_true")
+    p.add_argument("--tensor-parallel-size", "-tp", type=int, default=1)
+    p.add_argument("--block-size", type=int, default=BLOCK_SIZE)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--quantization", "-q", default=None)
+    p.add_argument("--async-scheduling", action=argparse.BooleanOptionalAction, default=None)
+    p.add_argument("--reasoning-parser", default=None)
+    p.add_argument("--chat-template", default=None)
+    p.add_argument("--disable-log-requests", action="store_true")
+    p.add_argument("--disable-log-stats", action="store_true")
+    return p
+
+
+@dataclass(frozen=True)
+class ServeConfig:
+    model: str
+    served_names: tuple[str, ...]
+    host: str
+    port: int
+    max_model_len: int | None
+    dtype: str
+    kv_cache_dtype: str
+    prefix_caching: bool
+    enforce_eager: bool
+    speculative: dict[str, Any] | None
+    tool_call_parser: str | None
+    auto_tool_choice: bool
+    gpu_memory_utilization: float
+    attention_backend: str | None
+    max_num_seqs: int
+    max_num_batched_tokens: int | None
+
+
+def parse_serve_args(argv: Sequence[str]) -> ServeConfig:
+    """Parse `vllm serve` flags; bad flags exit 2 with usage on stderr, as argparse does."""
+    parser = build_parser()
+    ns = parser.parse_args(list(argv))
+    model = ns.model or ns.model_tag or DEFAULT_MODEL
+    if ns.model and ns.model_tag and ns.model != ns.model_tag:
+        parser.error(f"model given twice: {ns.model_tag!r} and --model {ns.model!r}")
+    if ns.enable_auto_tool_choice and not ns.tool_call_parser:
+        parser.error("--enable-auto-tool-choice requires --tool-call-parser to be set")
+    if not 0 < ns.gpu_memory_utilization <= 1:
+        parser.error("--gpu-memory-utilization must be in (0, 1]")
+    return ServeConfig(
+        model=model,
+        served_names=tuple(ns.served_model_name or [model]),
+        host=ns.host, port=ns.port,
+        max_model_len=None if ns.max_model_len in (None, -1) else ns.max_model_len,
+        dtype={"half": "float16", "float": "float32"}.get(ns.dtype, ns.dtype),
+        kv_cache_dtype=ns.kv_cache_dtype,
+        prefix_caching=ns.enable_prefix_caching is not False,
+        enforce_eager=ns.enforce_eager,
+        speculative=ns.speculative_config,
+        tool_call_parser=ns.tool_call_parser,
+        auto_tool_choice=ns.enable_auto_tool_choice,
+        gpu_memory_utilization=ns.gpu_memory_utilization,
+        attention_backend=ns.attention_backend,
+        max_num_seqs=ns.max_num_seqs,
+        max_num_batched_tokens=ns.max_num_batched_tokens,
+    )
+
+
+# ---------------------------------------------------------------- knobs
+
+
+def _float_env(env: Mapping[str, str], key: str, default: float, *, positive: bool = True) -> float:
+    raw = env.get(key)
+    if raw is None or raw == "":
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ValueError(f"{key}={raw!r} is not a number") from None
+    if value < 0 or (positive and value == 0) or math.isnan(value):
+        raise ValueError(f"{key}={raw!r} must be {'above' if positive else 'at least'} 0")
+    return value
+
+
+@dataclass(frozen=True)
+class Knobs:
+    fail: frozenset[str] = frozenset()
+    boot_seconds: float = 2.0
+    kv_tokens: int | None = None
+    prefill_tps: float = 40000.0
+    decode_tps: float = 13.0
+    batch_alpha: float = 0.04
+    compile_seconds: float = 82.14
+    die_after_seconds: float = 1.0
+    watchdog_seconds: float = 5.0
+    spec_accept_rate: float = 0.27
+    models_dir: str | None = None
+    version: str | None = None
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str]) -> Knobs:
+        fail = frozenset(f.strip() for f in env.get("B70SIM_FAIL", "").split(",") if f.strip())
+        unknown = sorted(fail - set(FAIL_MODES))
+        if unknown:
+            raise ValueError(f"B70SIM_FAIL={','.join(unknown)} is unknown; use one of {', '.join(FAIL_MODES)}")
+        kv_raw = env.get("B70SIM_KV_TOKENS", "")
+        kv = None
+        if kv_raw:
+            if not kv_raw.isdigit() or int(kv_raw) <= 0:
+                raise ValueError(f"B70SIM_KV_TOKENS={kv_raw!r} is not a positive integer")
+            kv = int(kv_raw)
+        rate = _float_env(env, "B70SIM_SPEC_ACCEPT_RATE", 0.27, positive=False)
+        if rate > 1:
+            raise ValueError("B70SIM_SPEC_ACCEPT_RATE must be between 0 and 1")
+        return cls(
+            fail=fail,
+            boot_seconds=_float_env(env, "B70SIM_BOOT_SECONDS", 2.0, positive=False),
+            kv_tokens=kv,
+            prefill_tps=_float_env(env, "B70SIM_PREFILL_TPS", 40000.0),
+            decode_tps=_float_env(env, "B70SIM_DECODE_TPS", 13.0),
+            batch_alpha=_float_env(env, "B70SIM_BATCH_ALPHA", 0.04, positive=False),
+            compile_seconds=_float_env(env, "B70SIM_COMPILE_SECONDS", 82.14, positive=False),
+            die_after_seconds=_float_env(env, "B70SIM_DIE_AFTER_SECONDS", 1.0, positive=False),
+            watchdog_seconds=_float_env(env, "B70SIM_WATCHDOG_SECONDS", 5.0, positive=False),
+            spec_accept_rate=rate,
+            models_dir=env.get("B70SIM_MODELS_DIR") or None,
+            version=env.get("B70SIM_VERSION") or None,
+        )
+
+
+# ---------------------------------------------------------------- timing model
+
+
+def ttft_seconds(prompt_tokens: int, prefill_tps: float) -> float:
+    return prompt_tokens / prefill_tps
+
+
+def token_delay(decoding: int, decode_tps: float, alpha: float) -> float:
+    """Seconds between two tokens of one stream while `decoding` streams decode together."""
+    return (1.0 + alpha * (max(decoding, 1) - 1)) / decode_tps
+
+
+def aggregate_tps(concurrency: int, decode_tps: float, alpha: float) -> float:
+    return concurrency / token_delay(concurrency, decode_tps, alpha)
+
+
+# ---------------------------------------------------------------- log lines
+
+
+def log_line(level: str, where: str, msg: str, *, now: float | None = None) -> str:
+    """vLLM's prefix: `INFO 07-04 12:00:00 [kv_cache_utils.py:1710] msg`."""
+    stamp = time.strftime("%m-%d %H:%M:%S", time.localtime(time.time() if now is None else now))
+    return f"{level} {stamp} [{where}] {msg}"
+
+
+def fmt_int(n: int) -> str:
+    return f"{n:,}"
+
+
+def version_tuple(version: str) -> tuple[int, int]:
+    m = re.match(r"(\d+)\.(\d+)", version)
+    return (int(m.group(1)), int(m.group(2))) if m else (0, 0)
+
+
+def kv_bytes_per_token(kv_dtype: str) -> int:
+    return KV_BYTES.get("fp8" if kv_dtype.startswith("fp8") else kv_dtype, KV_BYTES_OTHER)
+
+
+def default_kv_tokens(kv_dtype: str, speculative: Mapping[str, Any] | None) -> int:
+    tokens = KV_DEFAULTS.get("fp8" if kv_dtype.startswith("fp8") else kv_dtype, KV_DEFAULT_OTHER)
+    if speculative and str(speculative.get("method", "")) in ("eagle", "eagle3"):
+        tokens = int(tokens * EAGLE_TRIM) // BLOCK_SIZE * BLOCK_SIZE
+    return tokens
+
+
+def kv_lines(kv_tokens: int, max_model_len: int) -> list[str]:
+    """The two KV pool messages (without prefix), e.g. `GPU KV cache size: 270,592 tokens`."""
+    return [f"GPU KV cache size: {fmt_int(kv_tokens)} tokens",
+            f"Maximum concurrency for {fmt_int(max_model_len)} tokens per request: {kv_tokens / max_model_len:.2f}x"]
+
+
+def kv_too_small_message(max_model_len: int, kv_tokens: int, kv_dtype: str, version: str) -> str:
+    bpt = kv_bytes_per_token(kv_dtype)
+    need, have = max_model_len * bpt / GIB, kv_tokens * bpt / GIB
+    estimate = kv_tokens // BLOCK_SIZE * BLOCK_SIZE
+    whose = "model's" if version_tuple(version) >= (0, 24) else "models's"
+    return (f"ValueError: To serve at least one request with the {whose} max seq len ({max_model_len}), "
+            f"({need:.2f} GiB KV cache is needed, which is larger than the available KV cache memory "
+            f"({have:.2f} GiB). Based on the available memory, the estimated maximum model length is "
+            f"{estimate}. Try increasing `gpu_memory_utilization` or decreasing `max_model_len` when "
+            "initializing the engine.")
+
+
+def server_start_line(version: str, host: str, port: int) -> str:
+    if version_tuple(version) < (0, 20):
+        return f"Starting vLLM API server 0 on http://{host}:{port}"
+    return f"Starting vLLM server on http://{host}:{port}"
+
+
+# ---------------------------------------------------------------- model facts
+
+
+def infer_quantization(model_path: str, config: Mapping[str, Any] | None) -> str:
+    qc = (config or {}).get("quantization_config")
+    if isinstance(qc, dict) and qc.get("quant_method"):
+        return str(qc["quant_method"])
+    name = model_path.lower()
+    if "w4a16" in name or "ct-int4" in name or "compressed" in name:
+        return "compressed-tensors"
+    for q in ("gptq", "awq", "fp8"):
+        if q in name:
+            return q
+    return "none"
+
+
+def is_moe(model_path: str, config: Mapping[str, Any] | None) -> bool:
+    if config and any(k in config for k in ("num_experts", "num_local_experts", "n_routed_experts")):
+        return True
+    return re.search(r"a\d+(\.\d+)?b|moe", model_path.lower()) is not None
+
+
+def read_model_config(model_path: str, models_dir: str | None) -> dict[str, Any] | None:
+    candidates = [model_path]
+    if models_dir and model_path.startswith("/models/"):
+        candidates.insert(0, os.path.join(models_dir, model_path[len("/models/"):]))
+    for base in candidates:
+        path = os.path.join(base, "config.json")
+        try:
+            with open(path, encoding="utf-8") as fh:
+                data = json.load(fh)
+        except (OSError, ValueError):
+            continue
+        if isinstance(data, dict):
+            return data
+    return None
+
+
+@dataclass(frozen=True)
+class ImageFacts:
+    """What the image holds that changes how boot goes."""
+
+    version: str
+    has_arctic: bool
+    marlin_supported_on_xpu: bool | None  # None: no vllm stand-in tree to ask
+    marlin_error: str | None = None       # a patched marlin_utils.py that fails to import
+
+
+class _Layer:
+    """The few attributes a MoE layer offers to marlin_utils checks."""
+
+    hidden_size = 2048
+    intermediate_size_per_partition = 768
+    num_experts = 128
+
+
+def probe_image(knobs: Knobs) -> ImageFacts:
+    version = knobs.version
+    try:
+        vllm = importlib.import_module("vllm")
+        version = version or str(getattr(vllm, "__version__", DEFAULT_VERSION))
+        have_tree = True
+    except ImportError:
+        have_tree = False
+    version = version or DEFAULT_VERSION
+    has_arctic = importlib.util.find_spec("arctic_inference") is not None
+    if not have_tree:
+        return ImageFacts(version, has_arctic, None)
+    try:
+        mu = importlib.import_module("vllm.model_executor.layers.quantization.utils.marlin_utils")
+        supported = bool(mu.check_moe_marlin_supports_layer(_Layer(), 128))
+    except Exception:  # a broken patched file: the real server would die with this traceback
+        return ImageFacts(version, has_arctic, None, traceback.format_exc())
+    return ImageFacts(version, has_arctic, supported)
+
+
+# ---------------------------------------------------------------- boot plan (pure)
+
+
+@dataclass
+class BootPlan:
+    """The log lines (level, where, message, fraction of boot time elapsed) and how boot ends."""
+
+    lines: list[tuple[str, str, str, float]] = field(default_factory=list)
+    outcome: str = "serve"             # serve | crash | hang
+    traceback: list[str] = field(default_factory=list)
+    kv_tokens: int = 0
+    max_model_len: int = 0
+    attention: str = "FLASH_ATTN"
+
+    def add(self, level: str, where: str, msg: str, at: float) -> None:
+        self.lines.append((level, where, msg, at))
+
+    def crash(self, where: str, error: str, *, engine: bool = True) -> BootPlan:
+        self.outcome = "crash"
+        self.traceback = ["Traceback (most recent call last):",
+                          f'  File "/opt/b70sim/vllm/{where}", in <module>', error]
+        if engine:
+            self.traceback.append(ENGINE_FAILED)
+        return self
+
+
+def plan_boot(cfg: ServeConfig, knobs: Knobs, image: ImageFacts, model_config: dict[str, Any] | None,
+              draft_config: dict[str, Any] | None = None) -> BootPlan:
+    """Everything the boot log says and how boot ends, from flags, knobs and the image."""
+    plan = BootPlan()
+    version = image.version
+    native = int((model_config or {}).get("max_position_embeddings", DEFAULT_MAX_MODEL_LEN))
+    plan.max_model_len = max_len = cfg.max_model_len or native
+    plan.add("INFO", "api_server.py:1885", f"vLLM API server version {version}", 0.0)
+    plan.add("INFO", "utils.py:328", f"non-default args: {{'model': {cfg.model!r}, 'max_model_len': {max_len}}}", 0.0)
+    quant = infer_quantization(cfg.model, model_config)
+    plan.add("INFO", "model.py:569", f"Resolved architecture: Qwen3MoeForCausalLM (quantization={quant})", 0.05)
+    spec = cfg.speculative or {}
+    method = str(spec.get("method", "")) if spec else ""
+    if method == "suffix" and ("arctic" in knobs.fail or not image.has_arctic):
+        return plan.crash("config/speculative.py", ARCTIC_ERROR, engine=False)
+    if "arctic" in knobs.fail:
+        return plan.crash("config/speculative.py", ARCTIC_ERROR, engine=False)
+    if method == "ngram":
+        plan.add("WARNING", "scheduler.py:215", "Async scheduling not supported with ngram-based speculative "
+                 "decoding and will be disabled.", 0.05)
+        plan.add("INFO", "scheduler.py:221", "max_num_scheduled_tokens is set to 2048 for ngram.", 0.05)
+    if cfg.kv_cache_dtype.startswith("fp8"):
+        plan.add("INFO", "cache.py:261", "Using fp8 data type to store kv cache. It reduces the GPU memory "
+                 "footprint and boosts the performance. Meanwhile, it may cause accuracy drop without a "
+                 "proper scaling factor.", 0.05)
+    backend = (cfg.attention_backend or "FLASH_ATTN").upper()
+    if "attn-fallback" in knobs.fail or backend.startswith("TRITON"):
+        plan.attention = "TRITON_ATTN"
+        plan.add("INFO", "xpu.py:104", "Using Triton backend.", 0.1)
+    elif cfg.dtype == "float32":
+        plan.attention = "TRITON_ATTN"
+        plan.add("WARNING", "xpu.py:99", "Flash Attention on XPU does not support float32 dtype. Falling back "
+                 "to Triton Attention backend.", 0.1)
+    else:
+        plan.add("INFO", "xpu.py:96", "Using Flash Attention backend.", 0.1)
+        plan.add("INFO", "flash_attn.py:641", "Using FlashAttention version 2", 0.1)
+    plan.add("INFO", "gpu_model_runner.py:2602", f"Starting to load model {cfg.model}...", 0.15)
+    if "hang" in knobs.fail:
+        plan.outcome = "hang"
+        return plan
+    marlin = "marlin" in knobs.fail
+    if quant == "compressed-tensors" and is_moe(cfg.model, model_config):
+        if image.marlin_error:
+            plan.outcome = "crash"
+            plan.traceback = [*image.marlin_error.rstrip().splitlines(), ENGINE_FAILED]
+            return plan
+        marlin = marlin or bool(image.marlin_supported_on_xpu)
+        if not marlin:
+            plan.add("INFO", "compressed_tensors_moe.py:113", "Using CompressedTensorsWNA16MoEMethod", 0.2)
+    if marlin:
+        plan.add("INFO", "compressed_tensors_moe.py:113", "Using CompressedTensorsWNA16MarlinMoEMethod", 0.2)
+    if quant == "gptq":
+        plan.add("WARNING", "gptq.py:89", "Currently, the 4-bit gptq_gemm kernel for GPTQ is buggy. "
+                 "Please switch to gptq_marlin or gptq_bitblas.", 0.2)
+    plan.add("INFO", "default_loader.py:267", "Loading weights took 25.31 seconds", 0.5)
+    if marlin:
+        return plan.crash("model_executor/layers/quantization/utils/marlin_utils.py", MARLIN_ERROR)
+    plan.add("INFO", "gpu_model_runner.py:2653", "Model loading took 15.71 GiB memory and 27.02 seconds", 0.55)
+    if not cfg.enforce_eager:
+        plan.add("INFO", "backends.py:548", f"Dynamo bytecode transform time: {knobs.compile_seconds * 0.1:.2f} s",
+                 0.6)
+        plan.add("INFO", "monitor.py:34", f"torch.compile takes {knobs.compile_seconds:.2f} s in total", 0.75)
+    kv = knobs.kv_tokens if knobs.kv_tokens is not None else default_kv_tokens(cfg.kv_cache_dtype, spec)
+    if "kv-too-small" in knobs.fail and kv >= max_len:
+        kv = int(max_len * 0.96) // BLOCK_SIZE * BLOCK_SIZE
+    plan.kv_tokens = kv
+    plan.add("INFO", "gpu_worker.py:298", f"Available KV cache memory: "
+             f"{kv * kv_bytes_per_token(cfg.kv_cache_dtype) / GIB:.2f} GiB", 0.8)
+    if kv < max_len:
+        return plan.crash("v1/core/kv_cache_utils.py", kv_too_small_message(max_len, kv, cfg.kv_cache_dtype, version))
+    size, conc = kv_lines(kv, max_len)
+    plan.add("INFO", "kv_cache_utils.py:1710", size, 0.85)
+    plan.add("INFO", "kv_cache_utils.py:1711", conc, 0.85)
+    warm = 24.09 if not cfg.enforce_eager else 4.12
+    plan.add("INFO", "core.py:210", "init engine (profile, create kv cache, warmup model) took "
+             f"{warm + (0 if cfg.enforce_eager else knobs.compile_seconds):.2f} seconds", 0.95)
+    if method in ("eagle", "eagle3") and draft_config:
+        dmax = draft_config.get("max_position_embeddings")
+        if isinstance(dmax, int) and dmax < max_len:
+            plan.add("WARNING", "eagle.py:112", f"The draft model's max_position_embeddings ({dmax}) is below "
+                     f"max_model_len ({max_len}); speculation is skipped past it.", 0.95)
+    return plan
+
+
+# ---------------------------------------------------------------- generation (pure)
+
+PARIS_RE = re.compile(r"capital\s+of\s+france", re.IGNORECASE)
+PARIS_COMPLETION = " Paris. It is also the largest city in the country."
+PARIS_CHAT = "Paris is the capital of France."
+FILLER = ("The river carried the boat past quiet villages, and each evening the crew counted the stars "
+          "before sleeping. In the morning they mended the nets, sang old songs and wrote short letters "
+          "home about the weather, the fish and the long road ahead.")
+SALAD = ("om garò prezi domesticeder ò lunkai festrumo ò vandelik prezi garò sultemi om brastovi ò "
+         "kelmaru domesticeder fintro ò")
+
+
+def _cycle(text: str, n: int) -> list[str]:
+    base = pieces(text)
+    out: list[str] = []
+    while len(out) < n:
+        out.extend(base if not out else [(" " + base[0].lstrip()), *base[1:]])
+    return out[:n]
+
+
+def generate(prompt: str, max_tokens: int, *, chat: bool, garbage: bool = False,
+             ignore_eos: bool = False) -> tuple[list[str], str]:
+    """The reply as one-token pieces, and the finish reason ("stop" or "length")."""
+    if garbage:
+        return _cycle(SALAD, max_tokens), "length"
+    if PARIS_RE.search(prompt):
+        answer = pieces(PARIS_CHAT if chat else PARIS_COMPLETION)
+        if ignore_eos and len(answer) < max_tokens:
+            answer += _cycle(" " + FILLER, max_tokens - len(answer))
+        if len(answer) <= max_tokens:
+            return answer, "stop" if not ignore_eos else "length"
+        return answer[:max_tokens], "length"
+    return _cycle(FILLER, max_tokens), "length"
+
+
+def tool_arguments(schema: Mapping[str, Any] | None, user_text: str) -> dict[str, Any]:
+    """Arguments that satisfy a JSON schema's required properties (strings from the user's words)."""
+    props = (schema or {}).get("properties") or {}
+    required = (schema or {}).get("required") or list(props)[:1]
+    words = [w for w in tokenize(user_text) if w[:1].isupper()]
+    args: dict[str, Any] = {}
+    for name in required:
+        spec = props.get(name, {}) if isinstance(props, dict) else {}
+        kind = spec.get("type", "string") if isinstance(spec, dict) else "string"
+        if isinstance(spec, dict) and spec.get("enum"):
+            args[name] = spec["enum"][0]
+        elif kind in ("integer", "number"):
+            args[name] = 1
+        elif kind == "boolean":
+            args[name] = True
+        elif kind == "array":
+            args[name] = []
+        elif kind == "object":
+            args[name] = {}
+        else:
+            args[name] = words[-1] if words else "Paris"
+    return args
+
+
+def spec_step_counts(n_tokens: int, k: int, rate: float) -> list[int]:
+    """Accepted draft tokens per decode step for `n_tokens` generated tokens (deterministic)."""
+    steps: list[int] = []
+    produced, carry = 1, 0.0  # the first token comes from prefill
+    while produced < n_tokens:
+        carry += rate * k
+        accepted = min(k, int(carry), n_tokens - produced - 1)
+        carry -= accepted
+        steps.append(accepted)
+        produced += accepted + 1
+    return steps
+
+
+# ---------------------------------------------------------------- HTTP server
+
+
+class ApiError(Exception):
+    def __init__(self, status: int, message: str, kind: str = "BadRequestError") -> None:
+        super().__init__(message)
+        self.status, self.message, self.kind = status, message, kind
+
+
+class Engine:
+    """Shared server state: health, counters, concurrency; every method is thread-safe."""
+
+    def __init__(self, cfg: ServeConfig, knobs: Knobs, plan: BootPlan, image: ImageFacts,
+                 draft_max_positions: int | None = None) -> None:
+        self.cfg, self.knobs, self.plan, self.image = cfg, knobs, plan, image
+        self.draft_max_positions = draft_max_positions
+        self.lock = threading.Lock()
+        self.slots = threading.Semaphore(cfg.max_num_seqs)
+        self.dead = False
+        self.created = int(time.time())
+        self.running = self.waiting = self.decoding = self.kv_in_use = 0
+        self.prompt_tokens_total = self.generation_tokens_total = 0
+        self.success: dict[str, int] = {"stop": 0, "length": 0, "tool_calls": 0}
+        self.drafts = self.draft_tokens = self.accepted = 0
+        self.accepted_per_pos: list[int] = [0] * self.spec_k()
+        self.ids = random.Random(0x5EED)
+
+    def spec_k(self) -> int:
+        spec = self.cfg.speculative or {}
+        if not spec:
+            return 0
+        return int(spec.get("num_speculative_tokens", 3 if spec.get("method") != "suffix" else 8))
+
+    def new_id(self, prefix: str) -> str:
+        with self.lock:
+            return f"{prefix}-{self.ids.getrandbits(64):016x}"
+
+    def healthy(self) -> bool:
+        return not self.dead and "unhealthy" not in self.knobs.fail
+
+    def resolve_model(self, name: Any) -> str:
+        if name is None or name == "":
+            return self.cfg.served_names[0]
+        if name not in self.cfg.served_names:
+            raise ApiError(404, f"The model `{name}` does not exist.", "NotFoundError")
+        return str(name)
+
+    @contextlib.contextmanager
+    def request(self, prompt_tokens: int, total_tokens: int) -> Iterator[None]:
+        with self.lock:
+            self.waiting += 1
+        self.slots.acquire()
+        with self.lock:
+            self.waiting -= 1
+            self.running += 1
+            self.kv_in_use += total_tokens
+            self.prompt_tokens_total += prompt_tokens
+        try:
+            yield
+        finally:
+            with self.lock:
+                self.running -= 1
+                self.kv_in_use -= total_tokens
+            self.slots.release()
+
+    def stream_tokens(self, prompt_tokens: int, toks: list[str]) -> Iterator[str]:
+        """Yield tokens on the timing model's schedule (see the module docstring)."""
+        start = time.monotonic()
+        due = start + ttft_seconds(prompt_tokens, self.knobs.prefill_tps)
+        decoding = False
+        try:
+            for i, tok in enumerate(toks):
+                if i > 0:
+                    if not decoding:
+                        decoding = True
+                        with self.lock:
+                            self.decoding += 1
+                    with self.lock:
+                        active = self.decoding
+                    due += token_delay(active, self.knobs.decode_tps, self.knobs.batch_alpha)
+                pause = due - time.monotonic()
+                if pause > 0:
+                    time.sleep(pause)
+                with self.lock:
+                    self.generation_tokens_total += 1
+                yield tok
+        finally:
+            if decoding:
+                with self.lock:
+                    self.decoding -= 1
+
+    def finish(self, reason: str, prompt_tokens: int, completion_tokens: int) -> None:
+        k = self.spec_k()
+        with self.lock:
+            self.success[reason] = self.success.get(reason, 0) + 1
+            if not k:
+                return
+            rate = self.knobs.spec_accept_rate
+            if self.draft_max_positions is not None and prompt_tokens > self.draft_max_positions:
+                rate = 0.0  # the draft's RoPE is garbage past its positions: every draft is rejected
+            steps = spec_step_counts(completion_tokens, k, rate)
+            self.drafts += len(steps)
+            self.draft_tokens += k * len(steps)
+            for a in steps:
+                self.accepted += a
+                for pos in range(a):
+                    self.accepted_per_pos[pos] += 1
+            drafts, accepted, drafted = self.drafts, self.accepted, self.draft_tokens
+        if steps:
+            mean = 1 + accepted / max(drafts, 1)
+            emit("INFO", "metrics.py:96", f"SpecDecoding metrics: Mean acceptance length: {mean:.2f}, "
+                 f"Accepted: {accepted} tokens, Drafted: {drafted} tokens, "
+                 f"Avg Draft acceptance rate: {100 * accepted / max(drafted, 1):.1f}%")
+
+    def metrics_text(self) -> str:
+        name = self.cfg.served_names[0]
+        lab = f'model_name="{name}",engine="0"'
+        with self.lock:
+            rows: list[tuple[str, str, str, list[tuple[str, float]]]] = [
+                ("vllm:num_requests_running", "gauge", "Number of requests in model execution batches.",
+                 [(lab, self.running)]),
+                ("vllm:num_requests_waiting", "gauge", "Number of requests waiting to be processed.",
+                 [(lab, self.waiting)]),
+                ("vllm:kv_cache_usage_perc", "gauge", "KV-cache usage. 1 means 100 percent usage.",
+                 [(lab, min(1.0, self.kv_in_use / max(self.plan.kv_tokens, 1)))]),
+                ("vllm:cache_config_info", "gauge", "Information of the LLMEngine CacheConfig",
+                 [(f'block_size="{BLOCK_SIZE}",cache_dtype="{self.cfg.kv_cache_dtype}",engine="0",'
+                   f'num_gpu_blocks="{self.plan.kv_tokens // BLOCK_SIZE}",'
+                   f'enable_prefix_caching="{self.cfg.prefix_caching}"', 1.0)]),
+                ("vllm:prompt_tokens_total", "counter", "Number of prefill tokens processed.",
+                 [(lab, self.prompt_tokens_total)]),
+                ("vllm:generation_tokens_total", "counter", "Number of generation tokens processed.",
+                 [(lab, self.generation_tokens_total)]),
+                ("vllm:request_success_total", "counter", "Count of successfully processed requests.",
+                 [(f'{lab},finished_reason="{r}"', n) for r, n in sorted(self.success.items())]),
+            ]
+            if self.spec_k():
+                rows += [
+                    ("vllm:spec_decode_num_drafts_total", "counter", "Number of spec decoding drafts.",
+                     [(lab, self.drafts)]),
+                    ("vllm:spec_decode_num_draft_tokens_total", "counter", "Number of draft tokens.",
+                     [(lab, self.draft_tokens)]),
+                    ("vllm:spec_decode_num_accepted_tokens_total", "counter", "Number of accepted tokens.",
+                     [(lab, self.accepted)]),
+                    ("vllm:spec_decode_num_accepted_tokens_per_pos_total", "counter",
+                     "Accepted tokens per draft position.",
+                     [(f'{lab},position="{i}"', n) for i, n in enumerate(self.accepted_per_pos)]),
+                ]
+        out: list[str] = []
+        for metric, kind, text, samples in rows:
+            # Prometheus counters are exposed with the _total suffix; HELP/TYPE name the family.
+            family = metric[:-6] if kind == "counter" and metric.endswith("_total") else metric
+            out += [f"# HELP {family} {text}", f"# TYPE {family} {kind}"]
+            out += [f"{metric}{{{labels}}} {float(v)}" for labels, v in samples]
+        return "\n".join(out) + "\n"
+
+
+_OUT_LOCK = threading.Lock()
+
+
+def emit(level: str, where: str, msg: str) -> None:
+    with _OUT_LOCK:
+        sys.stdout.write(log_line(level, where, msg) + "\n")
+        sys.stdout.flush()
+
+
+def emit_raw(text: str, *, err: bool = False) -> None:
+    stream = sys.stderr if err else sys.stdout
+    with _OUT_LOCK:
+        stream.write(text + "\n")
+        stream.flush()
+
+
+def _sse(obj: Any) -> bytes:
+    return b"data: " + json.dumps(obj, separators=(",", ":")).encode() + b"\n\n"
+
+
+class Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server_version = "uvicorn"
+    sys_version = ""
+    engine: Engine  # set on the subclass made by `make_handler`
+
+    def log_message(self, format: str, *args: Any) -> None:
+        if not self.path.startswith(("/health", "/metrics")):
+            emit_raw(f"INFO:     {self.client_address[0]}:{self.client_address[1]} - "
+                     f'"{self.command} {self.path} HTTP/1.1" {args[1] if len(args) > 1 else ""}')
+
+    # -- plumbing
+    def _send(self, status: int, body: bytes, ctype: str = "application/json") -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", ctype)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(body)
+
+    def _json(self, status: int, obj: Any) -> None:
+        self._send(status, json.dumps(obj).encode())
+
+    def _error(self, e: ApiError) -> None:
+        self._json(e.status, {"error": {"message": e.message, "type": e.kind, "param": None, "code": e.status}})
+
+    def _start_stream(self) -> None:
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream; charset=utf-8")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+
+    def _chunk(self, data: bytes) -> None:
+        self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
+        self.wfile.flush()
+
+    def _end_stream(self) -> None:
+        self._chunk(b"data: [DONE]\n\n")
+        self.wfile.write(b"0\r\n\r\n")
+        self.wfile.flush()
+
+    def _body(self) -> dict[str, Any]:
+        length = int(self.headers.get("Content-Length") or 0)
+        raw = self.rfile.read(length) if length else b""
+        try:
+            data = json.loads(raw or b"{}")
+        except ValueError:
+            raise ApiError(400, "The request body is not valid JSON.") from None
+        if not isinstance(data, dict):
+            raise ApiError(400, "The request body must be a JSON object.")
+        return data
+
+    # -- routes
+    def do_GET(self) -> None:
+        eng = self.engine
+        path = self.path.split("?", 1)[0]
+        if path == "/health":
+            self._send(200 if eng.healthy() else 503, b"")
+        elif path in ("/v1/models", "/models"):
+            cards = [{"id": n, "object": "model", "created": eng.created, "owned_by": "vllm", "root": eng.cfg.model,
+                      "parent": None, "max_model_len": eng.plan.max_model_len,
+                      "permission": [{"id": f"modelperm-{i}", "object": "model_permission", "created": eng.created,
+                                      "allow_create_engine": False, "allow_sampling": True, "allow_logprobs": True,
+                                      "allow_search_indices": False, "allow_view": True, "allow_fine_tuning": False,
+                                      "organization": "*", "group": None, "is_blocking": False}]}
+                     for i, n in enumerate(eng.cfg.served_names)]
+            self._json(200, {"object": "list", "data": cards})
+        elif path == "/version":
+            self._json(200, {"version": eng.image.version})
+        elif path == "/metrics":
+            self._send(200, eng.metrics_text().encode(), "text/plain; version=0.0.4; charset=utf-8")
+        elif path == "/ping":
+            self._send(200 if eng.healthy() else 503, b"")
+        else:
+            self._json(404, {"detail": "Not Found"})
+
+    def do_HEAD(self) -> None:
+        self.do_GET()
+
+    def do_POST(self) -> None:
+        path = self.path.split("?", 1)[0]
+        try:
+            body = self._body()
+            if self.engine.dead:
+                raise ApiError(500, "EngineCore encountered an issue. See stack trace for the root cause.",
+                               "EngineDeadError")
+            if path == "/v1/completions":
+                self._completions(body)
+            elif path == "/v1/chat/completions":
+                self._chat(body)
+            else:
+                self._json(404, {"detail": "Not Found"})
+        except ApiError as e:
+            self._error(e)
+        except (BrokenPipeError, ConnectionResetError):
+            pass
+
+    def _limits(self, body: Mapping[str, Any], prompt_tokens: int, default: int, *, chat: bool) -> int:
+        eng = self.engine
+        raw = body.get("max_completion_tokens") if chat else None
+        raw = body.get("max_tokens") if raw is None else raw
+        if raw is not None and (not isinstance(raw, int) or isinstance(raw, bool) or raw < 1):
+            raise ApiError(400, "max_tokens must be a positive integer.")
+        max_tokens = default if raw is None else raw
+        limit = eng.plan.max_model_len
+        if prompt_tokens + max_tokens > limit:
+            raise ApiError(400, f"This model's maximum context length is {limit} tokens. However, you requested "
+                           f"{prompt_tokens + max_tokens} tokens ({prompt_tokens} in the messages, {max_tokens} in "
+                           "the completion). Please reduce the length of the messages or completion.")
+        return int(max_tokens)
+
+    def _usage(self, prompt: int, completion: int) -> dict[str, int]:
+        return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
+
+    def _completions(self, body: dict[str, Any]) -> None:
+        eng = self.engine
+        model = eng.resolve_model(body.get("model"))
+        prompt = body.get("prompt", "")
+        if isinstance(prompt, list) and prompt and all(isinstance(t, int) for t in prompt):
+            text, n_prompt = " ".join(str(t) for t in prompt), len(prompt)
+        elif isinstance(prompt, list):
+            text = "".join(str(p) for p in prompt[:1])
+            n_prompt = count_tokens(text)
+        else:
+            text = str(prompt)
+            n_prompt = count_tokens(text)
+        max_tokens = self._limits(body, n_prompt, 16, chat=False)
+        toks, reason = generate(text, max_tokens, chat=False, garbage="garbage" in eng.knobs.fail,
+                                ignore_eos=bool(body.get("ignore_eos")))
+        rid, created = eng.new_id("cmpl"), int(time.time())
+        stream = bool(body.get("stream"))
+        usage_wanted = bool((body.get("stream_options") or {}).get("include_usage"))
+        with eng.request(n_prompt, n_prompt + len(toks)):
+            if not stream:
+                text_out = "".join(eng.stream_tokens(n_prompt, toks))
+                eng.finish(reason, n_prompt, len(toks))
+                self._json(200, {"id": rid, "object": "text_completion", "created": created, "model": model,
+                                 "choices": [{"index": 0, "text": text_out, "logprobs": None,
+                                              "finish_reason": reason, "stop_reason": None}],
+                                 "usage": self._usage(n_prompt, len(toks))})
+                return
+            self._start_stream()
+            base = {"id": rid, "object": "text_completion", "created": created, "model": model}
+            for i, tok in enumerate(eng.stream_tokens(n_prompt, toks)):
+                last = i == len(toks) - 1
+                self._chunk(_sse({**base, "choices": [{"index": 0, "text": tok, "logprobs": None,
+                                                       "finish_reason": reason if last else None,
+                                                       "stop_reason": None}]}))
+            eng.finish(reason, n_prompt, len(toks))
+            if usage_wanted:
+                self._chunk(_sse({**base, "choices": [], "usage": self._usage(n_prompt, len(toks))}))
+            self._end_stream()
+
+    def _tool_call(self, body: Mapping[str, Any], messages: list[Any]) -> dict[str, Any] | None:
+        eng = self.engine
+        tools = [t for t in body.get("tools") or [] if isinstance(t, dict) and isinstance(t.get("function"), dict)]
+        choice = body.get("tool_choice", "auto" if tools else "none")
+        if not tools or choice == "none":
+            return None
+        if choice == "auto" and not (eng.cfg.auto_tool_choice and eng.cfg.tool_call_parser):
+            raise ApiError(400, '"auto" tool choice requires --enable-auto-tool-choice and --tool-call-parser '
+                           "to be set")
+        if messages and isinstance(messages[-1], dict) and messages[-1].get("role") == "tool":
+            return None  # the tool already answered: reply in text
+        fn = tools[0]["function"]
+        if isinstance(choice, dict):
+            wanted = (choice.get("function") or {}).get("name")
+            fn = next((t["function"] for t in tools if t["function"].get("name") == wanted), None)
+            if fn is None:
+                raise ApiError(400, f"Tool {wanted!r} was not offered in tools.")
+        user = next((message_text(m.get("content")) for m in reversed(messages)
+                     if isinstance(m, dict) and m.get("role") == "user"), "")
+        args = tool_arguments(fn.get("parameters"), user)
+        return {"id": eng.new_id("chatcmpl-tool"), "type": "function",
+                "function": {"name": str(fn.get("name", "tool")), "arguments": json.dumps(args)}}
+
+    def _chat(self, body: dict[str, Any]) -> None:
+        eng = self.engine
+        model = eng.resolve_model(body.get("model"))
+        messages = body.get("messages")
+        if not isinstance(messages, list) or not messages:
+            raise ApiError(400, "messages must be a non-empty list.")
+        msgs = [m for m in messages if isinstance(m, dict)]
+        prompt_text = chat_prompt_text(msgs, body.get("tools") or None)
+        n_prompt = count_tokens(prompt_text)
+        max_tokens = self._limits(body, n_prompt, 64, chat=True)
+        garbage = "garbage" in eng.knobs.fail
+        call = None if garbage else self._tool_call(body, msgs)
+        last_user = next((message_text(m.get("content")) for m in reversed(msgs) if m.get("role") == "user"), "")
+        if call is not None:
+            toks = pieces(call["function"]["arguments"])[:max_tokens] or ["{}"]
+            reason = "tool_calls"
+        else:
+            toks, reason = generate(last_user, max_tokens, chat=True, garbage=garbage,
+                                    ignore_eos=bool(body.get("ignore_eos")))
+        rid, created = eng.new_id("chatcmpl"), int(time.time())
+        usage_wanted = bool((body.get("stream_options") or {}).get("include_usage"))
+        base = {"id": rid, "object": "chat.completion.chunk", "created": created, "model": model}
+        with eng.request(n_prompt, n_prompt + len(toks)):
+            if not body.get("stream"):
+                text = "".join(eng.stream_tokens(n_prompt, toks))
+                eng.finish(reason, n_prompt, len(toks))
+                message: dict[str, Any] = {"role": "assistant", "content": None if call else text,
+                                           "reasoning_content": None, "tool_calls": [call] if call else []}
+                self._json(200, {"id": rid, "object": "chat.completion", "created": created, "model": model,
+                                 "choices": [{"index": 0, "message": message, "logprobs": None,
+                                              "finish_reason": reason, "stop_reason": None}],
+                                 "usage": self._usage(n_prompt, len(toks))})
+                return
+            self._start_stream()
+            self._chunk(_sse({**base, "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""},
+                                                   "logprobs": None, "finish_reason": None}]}))
+            for i, tok in enumerate(eng.stream_tokens(n_prompt, toks)):
+                if call is not None:
+                    fn: dict[str, Any] = {"arguments": tok}
+                    tc: dict[str, Any] = {"index": 0, "function": fn}
+                    if i == 0:
+                        tc.update(id=call["id"], type="function")
+                        fn["name"] = call["function"]["name"]
+                    delta: dict[str, Any] = {"tool_calls": [tc]}
+                else:
+                    delta = {"content": tok}
+                self._chunk(_sse({**base, "choices": [{"index": 0, "delta": delta, "logprobs": None,
+                                                       "finish_reason": None}]}))
+            eng.finish(reason, n_prompt, len(toks))
+            self._chunk(_sse({**base, "choices": [{"index": 0, "delta": {}, "logprobs": None,
+                                                   "finish_reason": reason, "stop_reason": None}]}))
+            if usage_wanted:
+                self._chunk(_sse({**base, "choices": [], "usage": self._usage(n_prompt, len(toks))}))
+            self._end_stream()
+
+
+def make_handler(engine: Engine) -> type[Handler]:
+    return type("BoundHandler", (Handler,), {"engine": engine})
+
+
+class Server(ThreadingHTTPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+    request_queue_size = 128
+
+
+# ---------------------------------------------------------------- process
+
+
+def _exit_now(code: int) -> None:
+    with contextlib.suppress(Exception):
+        sys.stdout.flush()
+        sys.stderr.flush()
+    os._exit(code)
+
+
+def _on_sigterm(signum: int, frame: object) -> None:
+    emit_raw("INFO:     Shutting down")
+    _exit_now(0)
+
+
+def _sleep_until(start: float, fraction: float, total: float) -> None:
+    pause = start + fraction * total - time.monotonic()
+    if pause > 0:
+        time.sleep(pause)
+
+
+def _die_later(engine: Engine) -> None:
+    time.sleep(engine.knobs.die_after_seconds)
+    engine.dead = True
+    emit("ERROR", "core_client.py:564", "Engine core proc EngineCore_DP0 died unexpectedly, shutting down client.")
+    emit("ERROR", "async_llm.py:480", "AsyncLLM output_handler failed.")
+    time.sleep(engine.knobs.watchdog_seconds)
+    emit("ERROR", "api_server.py:1120", "Engine is dead; the watchdog is shutting the API server down.")
+    emit_raw("INFO:     Shutting down")
+    _exit_now(1)
+
+
+def serve(argv: Sequence[str], env: Mapping[str, str] | None = None,
+          on_ready: Callable[[Server], None] | None = None) -> int:
+    cfg = parse_serve_args(argv)
+    env = os.environ if env is None else env
+    try:
+        knobs = Knobs.from_env(env)
+    except ValueError as e:
+        emit_raw(f"b70sim: {e}", err=True)
+        return 2
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, _on_sigterm)
+    start = time.monotonic()
+    image = probe_image(knobs)
+    model_config = read_model_config(cfg.model, knobs.models_dir)
+    spec = cfg.speculative or {}
+    draft_config = read_model_config(str(spec["model"]), knobs.models_dir) if spec.get("model") else None
+    plan = plan_boot(cfg, knobs, image, model_config, draft_config)
+    for level, where, msg, at in plan.lines:
+        _sleep_until(start, at, knobs.boot_seconds)
+        emit(level, where, msg)
+    if plan.outcome == "crash":
+        _sleep_until(start, 0.6, knobs.boot_seconds)
+        emit("ERROR", "core.py:708", "EngineCore failed to start.")
+        emit_raw("\n".join(plan.traceback), err=True)
+        return 1
+    if plan.outcome == "hang":
+        while True:
+            time.sleep(3600)
+    _sleep_until(start, 1.0, knobs.boot_seconds)
+    dmax = draft_config.get("max_position_embeddings") if draft_config else None
+    engine = Engine(cfg, knobs, plan, image, dmax if isinstance(dmax, int) else None)
+    try:
+        httpd = Server((cfg.host, cfg.port), make_handler(engine))
+    except OSError as e:
+        emit_raw(f"OSError: [Errno {e.errno}] could not bind {cfg.host}:{cfg.port}: {e.strerror}", err=True)
+        return 1
+    emit("INFO", "api_server.py:1960", server_start_line(image.version, cfg.host, cfg.port))
+    emit("INFO", "launcher.py:37", "Available routes are:")
+    for route, methods in (("/health", "GET"), ("/v1/models", "GET"), ("/version", "GET"), ("/metrics", "GET"),
+                           ("/v1/completions", "POST"), ("/v1/chat/completions", "POST")):
+        emit("INFO", "launcher.py:45", f"Route: {route}, Methods: {methods}")
+    emit_raw(f"INFO:     Started server process [{os.getpid()}]")
+    emit_raw("INFO:     Waiting for application startup.")
+    emit_raw("INFO:     Application startup complete.")
+    if "die-after-ready" in knobs.fail:
+        threading.Thread(target=_die_later, args=(engine,), daemon=True).start()
+    if on_ready is not None:
+        on_ready(httpd)
+    try:
+        httpd.serve_forever(poll_interval=0.2)
+    finally:
+        httpd.server_close()
+    return 0
+
+
+# ---------------------------------------------------------------- the webui companion
+
+
+class WebuiHandler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+    def do_GET(self) -> None:
+        path = self.path.split("?", 1)[0]
+        if path == "/health":
+            body = json.dumps({"status": True}).encode()
+            ctype = "application/json"
+        else:
+            body = b"<!doctype html><title>sim-webui</title><p>b70sim web UI stand-in</p>\n"
+            ctype = "text/html"
+        self.send_response(200)
+        self.send_header("Content-Type", ctype)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+
+def webui(argv: Sequence[str]) -> int:
+    p = argparse.ArgumentParser(prog="sim-webui", description="A tiny web UI stand-in that answers HTTP.")
+    p.add_argument("--host", default="0.0.0.0")
+    p.add_argument("--port", type=int, default=8080)
+    ns = p.parse_args(list(argv))
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, _on_sigterm)
+    httpd = Server((ns.host, ns.port), WebuiHandler)
+    emit_raw(f"sim-webui listening on http://{ns.host}:{ns.port}")
+    httpd.serve_forever(poll_interval=0.2)
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    if args[:1] in (["--version"], ["-v"]):
+        emit_raw(probe_image(Knobs()).version)
+        return 0
+    if args[:1] == ["serve"]:
+        return serve(args[1:])
+    if args[:1] == ["webui"]:
+        return webui(args[1:])
+    emit_raw("usage: vllm {serve} ... (simulated; also: webui --port N, --version)", err=True)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
