@@ -17,6 +17,7 @@ from .engine import LogFollower, find_container, state_of
 from .progress import Reporter
 
 Diagnose = Callable[[Sequence[str]], Diagnosis | None]
+SETTLE_SECONDS = 1.0
 
 
 @dataclass
@@ -69,11 +70,18 @@ def wait_healthy(*, project: str, service: str, health_url: str, timeout: float,
     follower = LogFollower(container, on_line=reporter.log_line).start()
     last_change = [time.monotonic(), 0]
 
+    first_fatal: list[float] = []
+
     def attempt() -> bool | None:
         lines = follower.lines
-        if diagnose is not None and lines:
-            found = diagnose(lines)
-            if found is not None:
+        if diagnose is not None and lines and diagnose(lines) is not None:
+            # The first fatal line is often the generic one ("EngineCore failed to start");
+            # the specific cause follows within moments, so settle briefly, then diagnose.
+            if not first_fatal:
+                first_fatal.append(time.monotonic())
+            if follower.ended.is_set() or time.monotonic() - first_fatal[0] >= SETTLE_SECONDS:
+                found = diagnose(follower.lines)
+                assert found is not None
                 raise BootFailed(f"fatal line in the log: {found.title}", found)
         st = state_of(container)
         if st.status in ("exited", "dead", "missing") or st.restart_count > first.restart_count \

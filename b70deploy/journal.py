@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -49,7 +50,8 @@ class Journal:
     def append(self, run_id: str, event: str, **fields: Any) -> None:
         """Append one line; O_APPEND plus a single write keeps lines whole, fsync makes them last."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        line = json.dumps({"run": run_id, "event": event, **fields}, sort_keys=True, default=str) + "\n"
+        entry = {"run": run_id, "event": event, "ts": round(time.time(), 3), **fields}
+        line = json.dumps(entry, sort_keys=True, default=str) + "\n"
         fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
         try:
             os.write(fd, line.encode())
