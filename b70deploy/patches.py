@@ -11,6 +11,7 @@ inspector (see image_inspect.ImageInspector) for the two facts it needs from the
 
 from __future__ import annotations
 
+import difflib
 import fnmatch
 import hashlib
 import posixpath
@@ -86,16 +87,27 @@ def _first_line(text: str) -> str:
 
 
 def _block(text: str, anchor: str) -> tuple[int, int]:
-    """(start, end) offsets of the block starting at `anchor`: up to the next top-level line."""
+    """(start, end) offsets of the block starting at `anchor`: up to the next line indented no
+    deeper than the anchor's line (comments, blank lines and a closing ")" stay in the block)."""
     start = text.find(anchor)
     if start < 0:
         raise EditError(f"anchor not found: {_first_line(anchor)!r}", _first_line(anchor))
-    nl = text.find("\n", start)
+    line_start = text.rfind("\n", 0, start) + 1
+    head = text[line_start:]
+    indent = len(head) - len(head.lstrip(" \t"))
+    nl = text.find("\n", start + len(anchor.rstrip("\n")))
     if nl < 0:
         return start, len(text)
-    # Indented lines, comments and the ")" closing a multi-line signature belong to the block.
-    m = re.compile(r"^(?=[^\s#)\]])", re.MULTILINE).search(text, nl + 1)
-    return start, (m.start() if m else len(text))
+    pos = nl + 1
+    while pos < len(text):
+        end = text.find("\n", pos)
+        end = len(text) if end < 0 else end
+        line = text[pos:end]
+        body = line.lstrip(" \t")
+        if body and not body.startswith(("#", ")", "]")) and len(line) - len(body) <= indent:
+            return start, pos
+        pos = end + 1
+    return start, len(text)
 
 
 def apply_edits(text: str, edits: Sequence[FindReplace]) -> str:
@@ -107,6 +119,10 @@ def apply_edits(text: str, edits: Sequence[FindReplace]) -> str:
             already = e.replace in region and e.replace != e.find and e.find not in e.replace
             hint = " (the replacement is already there: the image may carry the fix)" if already else ""
             where = f" in the block of {_first_line(e.within)!r}" if e.within else ""
+            if found == 0 and not hint:
+                close = difflib.get_close_matches(_first_line(e.find), [ln.strip() for ln in region.splitlines()],
+                                                  n=1, cutoff=0.5)
+                hint = f" (closest line now: {close[0]!r})" if close else ""
             raise EditError(f"edit {n}: expected {e.count} occurrence(s) of {_first_line(e.find)!r}{where}, "
                             f"found {found}{hint}", _first_line(e.find))
         text = text[:lo] + region.replace(e.find, e.replace) + text[hi:]

@@ -8,7 +8,7 @@ from typing import Any
 import click
 
 from ..errors import EXIT_BAD_INPUT, EXIT_FAILED, B70Error
-from . import catalogue, deploy, sim  # noqa: F401  (register commands)
+from . import catalogue, deploy, lint, sim  # noqa: F401  (register commands)
 from .base import cli
 
 __all__ = ["cli", "main"]

@@ -1,0 +1,141 @@
+"""Preflight commands: lint, diagnose, draft fix."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+
+from ..errors import EXIT_BAD_INPUT, EXIT_FAILED, UserError
+from .base import Ctx, cli, pass_ctx
+
+
+@cli.command(epilog="Examples:\n\n  b70deploy lint eagle3\n\n  b70deploy lint --all --json\n\n"
+                    "Exit codes: 0 no errors (warnings allowed), 2 errors found.")
+@click.argument("stacks", nargs=-1)
+@click.option("--all", "all_stacks", is_flag=True, help="Lint every stack in the catalogue.")
+@click.option("--json", "as_json", is_flag=True, help="Print findings as JSON.")
+@click.option("--no-docker", is_flag=True, help="Only the checks that need no Docker (no image, compose or port).")
+@pass_ctx
+def lint(ctx: Ctx, stacks: tuple[str, ...], all_stacks: bool, as_json: bool, no_docker: bool) -> int:
+    """Preflight STACK(s): every failure the post hit, caught before a boot."""
+    from ..lint.gather import lint_stacks
+    from ..output import emit_json
+
+    node = ctx.node
+    if all_stacks == bool(stacks):
+        raise UserError("name stacks or give --all (not both)", fix="e.g. b70deploy lint eagle3, or lint --all")
+    names = node.catalogue().names() if all_stacks else list(stacks)
+    results = lint_stacks(node, names, docker=not no_docker)
+    errors = sum(f.severity == "error" for fs, _ in results.values() for f in fs)
+    warnings = sum(f.severity == "warning" for fs, _ in results.values() for f in fs)
+    if as_json:
+        emit_json({"stacks": {n: {"findings": [f.to_dict() for f in fs], "skipped": sk}
+                              for n, (fs, sk) in results.items()},
+                   "errors": errors, "warnings": warnings})
+    else:
+        for name, (findings, skipped) in results.items():
+            for f in findings:
+                click.echo(f.one_line())
+            for s in skipped:
+                click.echo(f"note: {name}: {s}", err=True)
+        verdict = "ok" if errors == 0 else "NOT ready to deploy"
+        click.echo(f"lint: {len(results)} stack(s), {errors} error(s), {warnings} warning(s): {verdict}")
+    return EXIT_BAD_INPUT if errors else 0
+
+
+def diagnose_revision(ctx: Ctx, rev: str) -> list[str]:
+    """HOOK for the revision store (the lead wires it): the boot log lines kept with revision REV.
+
+    Until then `diagnose REV` says so and exits 2.
+    """
+    raise UserError(f"diagnose by revision ({rev}) needs the revision store",
+                    fix="use --log FILE or --container NAME for now")
+
+
+def _container_lines(name: str) -> list[str]:
+    import docker
+
+    from ..errors import OperationError
+
+    try:
+        client = docker.from_env()
+        container = client.containers.get(name)
+        data = container.logs(stdout=True, stderr=True)
+    except docker.errors.NotFound:
+        raise UserError(f"no container named {name!r}", fix="see `docker ps -a`") from None
+    except docker.errors.DockerException as e:
+        raise OperationError(f"cannot read the logs of {name}: {e}") from None
+    return [str(ln) for ln in data.decode("utf-8", "replace").splitlines()]
+
+
+@cli.command(epilog="Examples:\n\n  b70deploy diagnose --log /tmp/vllm.log\n\n"
+                    "  b70deploy diagnose --container b70-vllm-1 --json\n\n"
+                    "Exit codes: 0 no fatal signature, 1 a fatal signature found, 2 bad input.")
+@click.argument("rev", required=False)
+@click.option("--log", "log_file", metavar="FILE", help="Read a saved boot log ('-' for stdin).")
+@click.option("--container", metavar="NAME", help="Read a container's log through Docker.")
+@click.option("--json", "as_json", is_flag=True, help="Print the diagnosis and boot facts as JSON.")
+@pass_ctx
+def diagnose(ctx: Ctx, rev: str | None, log_file: str | None, container: str | None, as_json: bool) -> int:
+    """Name the fatal signature in a vLLM boot log, with the fix, and the boot facts it states."""
+    from ..bootlog import parse_boot_facts
+    from ..diagnosis import diagnose as run_diagnosis
+    from ..output import emit_json
+
+    if sum(x is not None for x in (rev, log_file, container)) != 1:
+        raise UserError("give exactly one of REV, --log FILE or --container NAME",
+                        fix="e.g. b70deploy diagnose --log vllm.log")
+    if log_file is not None:
+        try:
+            text = sys.stdin.read() if log_file == "-" else Path(log_file).read_text(errors="replace")
+        except OSError as e:
+            raise UserError(f"cannot read {log_file}: {e.strerror}", fix="check the path") from None
+        lines = text.splitlines()
+    elif container is not None:
+        lines = _container_lines(container)
+    else:
+        lines = diagnose_revision(ctx, rev or "")
+    found = run_diagnosis(lines)
+    facts = parse_boot_facts(lines)
+    if as_json:
+        emit_json({"diagnosis": found.to_dict() if found else None, "boot_facts": facts.to_dict(),
+                   "lines": len(lines)})
+    elif found is None:
+        known = {k: v for k, v in facts.to_dict().items() if v not in (None, False, [])}
+        click.echo("boot facts: " + (", ".join(f"{k}={v}" for k, v in known.items()) or "none stated"))
+        click.echo(f"diagnose: no fatal signature in {len(lines)} line(s)")
+    else:
+        click.echo(f"line {found.line_number}: {found.line}")
+        click.echo(f"diagnose: {found.title} [{found.id}]; fix: {found.fix}")
+    return EXIT_FAILED if found else 0
+
+
+@cli.group(epilog="Example: b70deploy draft fix /models/Qwen/Qwen3-30B-A3B-EAGLE3 --max-position-embeddings 262144")
+def draft() -> None:
+    """EAGLE draft tools."""
+
+
+@draft.command("fix", epilog="Example: b70deploy draft fix /models/Qwen/Qwen3-30B-A3B-EAGLE3 "
+                             "--max-position-embeddings 262144")
+@click.argument("path", type=click.Path(file_okay=False, path_type=Path))
+@click.option("--max-position-embeddings", "n", type=click.IntRange(1, 10_485_760), required=True,
+              help="The value the copy's config.json gets (the target's max_model_len).")
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+def draft_fix(path: Path, n: int, as_json: bool) -> None:
+    """Write a copy of the draft at PATH with max_position_embeddings raised; PATH is untouched.
+
+    Weights are hard-linked (no extra space); the copy is PATH.b70-mpeN beside it.
+    """
+    from ..draft import copy_name, make_draft_copy
+    from ..output import emit_json
+
+    src = path.absolute()
+    dest = src.parent / Path(copy_name(src.name, n)).name
+    made = make_draft_copy(src, dest, n)
+    if as_json:
+        emit_json({"source": str(src), "copy": str(dest), "max_position_embeddings": n, "created": made})
+        return
+    click.echo(f"draft fix: {dest} {'written' if made else 'already up to date'} "
+               f"(max_position_embeddings {n}); {src} untouched")

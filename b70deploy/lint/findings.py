@@ -1,0 +1,49 @@
+"""What a lint rule reads (LintContext) and what it reports (Finding)."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from ..image_inspect import ImageFacts
+from ..node import Node
+from ..patches import PatchedFile
+from ..render import Rendered
+from ..schema import Stack
+
+Severity = Literal["error", "warning"]
+
+
+@dataclass(frozen=True)
+class Finding:
+    id: str
+    severity: Severity
+    message: str
+    fix: str
+    stack: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def one_line(self) -> str:
+        who = f"{self.stack}: " if self.stack else ""
+        return f"{who}{self.severity} [{self.id}] {self.message}; fix: {self.fix}"
+
+
+@dataclass
+class LintContext:
+    """Everything the rules look at. Fields left None mean "not checked" (no Docker, no models dir)."""
+
+    node: Node
+    stack: Stack
+    rendered: Rendered
+    models_dir: Path | None = None
+    image: ImageFacts | None = None
+    image_error: str | None = None
+    compose_config: dict[str, Any] | None = None    # `docker compose config --format json`
+    compose_error: str | None = None
+    patch_errors: dict[str, tuple[str, str]] = field(default_factory=dict)  # patch -> (rule id, message)
+    patched: list[PatchedFile] = field(default_factory=list)
+    port_owner: str | None = None                   # who holds the prod port, when not our project
+    skipped: list[str] = field(default_factory=list)

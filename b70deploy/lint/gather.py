@@ -1,0 +1,146 @@
+"""Collect what the lint rules read: the shell side of lint (Docker, Compose, sockets, files).
+
+Without Docker (`docker=False`) only the pure facts are gathered and the image, compose
+and port checks are listed in `ctx.skipped`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import json
+import socket
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from .. import devices as devices_mod
+from ..draft import copy_name
+from ..errors import B70Error, UserError
+from ..fsio import write_tree
+from ..image_inspect import ImageInspector
+from ..node import Node
+from ..patches import PatchSpec, deploy_files, find_patch, materialize, mounts_for
+from ..proc import last_line, run
+from ..render import render
+from ..schema import Stack
+from ..secrets_file import load_secrets
+from ..vllm_args import container_model_path
+from . import Finding, LintContext, lint_stack
+
+
+def draft_path_for(stack: Stack) -> str | None:
+    """The container path of the draft the switch will serve (the fixed copy, if one is asked for)."""
+    spec = stack.speculative
+    if spec is None or not spec.model or spec.draft_max_position_embeddings is None:
+        return None
+    return container_model_path(copy_name(spec.model, spec.draft_max_position_embeddings))
+
+
+def _port_owner(node: Node, client: Any) -> str | None:
+    port = node.config.ports.prod
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((node.config.bind_address, port))
+            return None
+        except OSError as e:
+            if e.errno != errno.EADDRINUSE:
+                return None
+    for c in client.containers.list():
+        ports = (c.attrs.get("NetworkSettings") or {}).get("Ports") or {}
+        bound = any(str(b.get("HostPort")) == str(port) for binds in ports.values() if binds for b in binds)
+        if bound:
+            if c.labels.get("com.docker.compose.project") == node.project:
+                return None  # our own running stack: the switch drains it first
+            return f"container {c.name}"
+    return "a process outside Docker"
+
+
+def build_context(node: Node, stack: Stack, *, docker: bool = True, inspector: ImageInspector | None = None,
+                  check_port: bool = True) -> LintContext:
+    skipped: list[str] = []
+    models_dir: Path | None = node.models_dir if node.models_dir.is_dir() else None
+    if models_dir is None:
+        skipped.append(f"models_dir {node.models_dir} not found: model and draft file checks skipped")
+    patch_errors: dict[str, tuple[str, str]] = {}
+    specs: list[PatchSpec] = []
+    for name in stack.patches:
+        try:
+            specs.append(find_patch(node.patches_dir, name))
+        except UserError as e:
+            patch_errors[name] = ("patch-unknown", str(e))
+    ctx_image = None
+    image_error = None
+    patched = []
+    if docker:
+        inspector = inspector or ImageInspector(node.state_dir)
+        try:
+            ctx_image = inspector.facts(stack.image)
+        except UserError as e:
+            image_error = str(e)
+        if ctx_image is not None:
+            for spec in specs:
+                try:
+                    patched.extend(materialize([spec], stack.image, inspector))
+                except UserError as e:
+                    patch_errors[spec.name] = ("patch-does-not-apply", str(e))
+    else:
+        skipped.append("no Docker: image, patch, compose config and port checks skipped")
+    access = devices_mod.scan(node.device_dir, node.config.gids)
+    secrets, _warnings = load_secrets(node.secrets_env_file)
+    rendered = render(stack, node, access, secrets=secrets, mounts=mounts_for(patched),
+                      draft_path=draft_path_for(stack))
+    ctx = LintContext(node=node, stack=stack, rendered=rendered, models_dir=models_dir, image=ctx_image,
+                      image_error=image_error, patch_errors=patch_errors, patched=patched, skipped=skipped)
+    if docker:
+        _compose_config(ctx)
+        if check_port:
+            with contextlib.suppress(B70Error):
+                ctx.port_owner = _port_owner(node, inspector.client)  # type: ignore[union-attr]
+    return ctx
+
+
+def _compose_config(ctx: LintContext) -> None:
+    from ..commands.compose import Compose
+
+    files = dict(ctx.rendered.files)
+    files.update(deploy_files(ctx.patched))
+    with tempfile.TemporaryDirectory(prefix="b70deploy-lint-") as tmp:
+        write_tree(Path(tmp), files, {n: ctx.rendered.mode(n) for n in files})
+        try:
+            result = run(Compose(Path(tmp), ctx.node.project).config(fmt="json"), timeout=60, check=False)
+        except B70Error as e:
+            ctx.compose_error = str(e)
+            return
+    if result.returncode != 0:
+        ctx.compose_error = last_line(result.stderr)
+        return
+    try:
+        ctx.compose_config = json.loads(result.stdout)
+    except ValueError:
+        ctx.compose_error = "output is not JSON"
+
+
+def lint_stacks(node: Node, names: list[str], *, docker: bool = True,
+                check_port: bool = True) -> dict[str, tuple[list[Finding], list[str]]]:
+    """Findings and skipped checks per stack. A stack that does not load is one error finding."""
+    inspector = ImageInspector(node.state_dir) if docker else None
+    out: dict[str, tuple[list[Finding], list[str]]] = {}
+    catalogue = node.catalogue()
+    for name in names:
+        try:
+            stack = catalogue.load(name)
+        except UserError as e:
+            out[name] = ([Finding(id="stack-invalid", severity="error", message=str(e),
+                                  fix=e.fix or "correct the stack file", stack=name)], [])
+            continue
+        ctx = build_context(node, stack, docker=docker, inspector=inspector, check_port=check_port)
+        out[name] = (lint_stack(ctx), ctx.skipped)
+    return out
+
+
+def preflight(node: Node, stack: Stack, *, inspector: ImageInspector | None = None) -> LintContext:
+    """For `switch`: the full context (with the materialized patches in `ctx.patched` and the
+    rendered files in `ctx.rendered`); run `lint_stack(ctx)` on it and stop on an error."""
+    return build_context(node, stack, docker=True, inspector=inspector, check_port=True)

@@ -1,0 +1,314 @@
+"""The lint rules: each reads a LintContext and yields Findings. Pure: no Docker, no network;
+the facts that need Docker (image, compose config, port owner) are gathered beforehand."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from .. import draft as draft_mod
+from ..render import COMPOSE_FILE, DOTENV_FILE
+from ..vllm_args import CONTAINER_MODELS
+from . import kv
+from .findings import Finding, LintContext, Severity
+
+Rule = Callable[[LintContext], Iterator[Finding]]
+RULES: list[tuple[str, Rule]] = []
+
+# The post's ngram sweep at 8K context (aggregate tok/s vs no draft); it loses past C=4.
+NGRAM_SWEEP = "+24% C=1, +14% C=2, +12% C=3, +2% C=4, -45% C=12"
+NGRAM_CROSSOVER = 4
+MARLIN_PATCH = "marlin-xpu-carveout"
+SPEC_DRAFT_METHODS = ("eagle", "eagle3", "mtp")
+
+
+def rule(rule_id: str) -> Callable[[Rule], Rule]:
+    def add(fn: Rule) -> Rule:
+        RULES.append((rule_id, fn))
+        return fn
+    return add
+
+
+def _f(ctx: LintContext, rule_id: str, severity: Severity, message: str, fix: str) -> Finding:
+    return Finding(id=rule_id, severity=severity, message=message, fix=fix, stack=ctx.stack.name)
+
+
+def _compose(ctx: LintContext) -> dict[str, Any]:
+    try:
+        doc = yaml.safe_load(ctx.rendered.files[COMPOSE_FILE])
+    except (KeyError, yaml.YAMLError):
+        return {}
+    return doc if isinstance(doc, dict) else {}
+
+
+def _vllm_service(doc: dict[str, Any]) -> dict[str, Any]:
+    svc = (doc.get("services") or {}).get("vllm")
+    return svc if isinstance(svc, dict) else {}
+
+
+def _style(ctx: LintContext) -> str:
+    return ctx.image.entrypoint_style if ctx.image and ctx.image.entrypoint_style != "other" \
+        else ctx.stack.entrypoint_style
+
+
+def _command(ctx: LintContext) -> list[str]:
+    cmd = _vllm_service(ctx.compose_config or _compose(ctx)).get("command") or ctx.rendered.command
+    return [str(a) for a in cmd] if isinstance(cmd, list) else str(cmd).split()
+
+
+def _read_json(path: Path) -> dict[str, Any] | None:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def _model_config(ctx: LintContext) -> dict[str, Any] | None:
+    return None if ctx.models_dir is None else _read_json(ctx.models_dir / ctx.stack.model.path / "config.json")
+
+
+# ---------------------------------------------------------------- command and compose
+
+
+@rule("command-bare-flags")
+def command_shape(ctx: LintContext) -> Iterator[Finding]:
+    cmd = _command(ctx)
+    style = _style(ctx)
+    src = f"image {ctx.image.ref}" if ctx.image else "the stack's entrypoint_style"
+    if style == "bash-c" and cmd[:2] != ["vllm", "serve"]:
+        yield _f(ctx, "command-bare-flags", "error",
+                 f"{src} runs the command through bash -c '... exec \"$@\"' --, but the command starts with "
+                 f"{' '.join(cmd[:2]) or '(nothing)'!r}: it fails with `exec: --: invalid option`",
+                 "set entrypoint_style: bash-c so the command starts with `vllm serve`")
+    elif style == "vllm-serve" and cmd[:1] == ["vllm"]:
+        yield _f(ctx, "command-bare-flags", "error",
+                 f"{src} has ENTRYPOINT [vllm, serve], but the command starts with `vllm` too "
+                 "(it would run `vllm serve vllm serve ...`)",
+                 "set entrypoint_style: vllm-serve so the command is the model and flags only")
+
+
+_INTERP = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)")
+
+
+@rule("model-arg-unresolved")
+def model_argument(ctx: LintContext) -> Iterator[Finding]:
+    fix = "write the interpolated values into the .env beside docker-compose.yml (env_file: does not feed ${VAR})"
+    if ctx.compose_config is not None:
+        cmd = _command(ctx)
+        idx = 2 if cmd[:2] == ["vllm", "serve"] else 0
+        model = cmd[idx] if len(cmd) > idx else ""
+        if not model or "$" in model or model.startswith("-") or not model.startswith(f"{CONTAINER_MODELS}/"):
+            yield _f(ctx, "model-arg-unresolved", "error",
+                     f"after `docker compose config` the model argument is {model!r}, not a path under "
+                     f"{CONTAINER_MODELS}", fix)
+        return
+    # No Compose to ask: every ${VAR} in the compose file must be defined in the .env beside it.
+    text = ctx.rendered.files.get(COMPOSE_FILE, b"").decode()
+    defined = {ln.split("=", 1)[0].strip() for ln in ctx.rendered.files.get(DOTENV_FILE, b"").decode().splitlines()
+               if "=" in ln and not ln.lstrip().startswith("#")}
+    missing = sorted({v for v in _INTERP.findall(text) if v not in defined})
+    if missing:
+        yield _f(ctx, "model-arg-unresolved", "error",
+                 f"docker-compose.yml interpolates {', '.join(missing)} but the .env beside it does not define "
+                 "it: Compose would pass an empty value", fix)
+
+
+@rule("compose-config")
+def compose_config(ctx: LintContext) -> Iterator[Finding]:
+    if ctx.compose_error:
+        yield _f(ctx, "compose-config", "error", f"`docker compose config` failed: {ctx.compose_error}",
+                 "correct the stack or node config value it names")
+
+
+@rule("group-names")
+def group_names(ctx: LintContext) -> Iterator[Finding]:
+    groups = [str(g) for g in _vllm_service(ctx.compose_config or _compose(ctx)).get("group_add") or []]
+    for g in groups:
+        if g.isdigit():
+            continue
+        if ctx.image is not None and g not in ctx.image.groups:
+            yield _f(ctx, "group-names", "error",
+                     f"group_add names {g!r}, which image {ctx.image.ref} has no entry for in /etc/group: the "
+                     f"daemon fails with `Unable to find group {g}`",
+                     "use the numeric gid that owns the host's /dev/dri nodes (node config gids:)")
+        else:
+            yield _f(ctx, "group-names", "error" if ctx.image is None else "warning",
+                     f"group_add names {g!r}: Docker resolves names in the image's /etc/group, not the host's",
+                     "use the numeric gid that owns the host's /dev/dri nodes (node config gids:)")
+
+
+@rule("tool-parser-missing")
+def tool_parser(ctx: LintContext) -> Iterator[Finding]:
+    cmd = _command(ctx)
+    if "--enable-auto-tool-choice" in cmd and not any(a.startswith("--tool-call-parser") for a in cmd):
+        yield _f(ctx, "tool-parser-missing", "error",
+                 "--enable-auto-tool-choice without --tool-call-parser: vLLM refuses to start",
+                 "set tool_calling.parser: hermes (and drop the flag from extra_args)")
+
+
+# ---------------------------------------------------------------- model, quantization, architecture
+
+
+@rule("model-missing")
+def model_files(ctx: LintContext) -> Iterator[Finding]:
+    if ctx.models_dir is None:
+        return
+    checks = [("model", ctx.stack.model.path)]
+    if ctx.stack.speculative and ctx.stack.speculative.model:
+        checks.append(("draft", ctx.stack.speculative.model))
+    for what, rel in checks:
+        path = ctx.models_dir / rel
+        if not (path / "config.json").is_file():
+            state = "has no config.json" if path.is_dir() else "does not exist"
+            key = "model.path" if what == "model" else "speculative.model"
+            yield _f(ctx, "model-missing" if what == "model" else "draft-missing", "error",
+                     f"{what} folder {path} {state}",
+                     f"download the weights there, or correct {key} (relative to models_dir {ctx.models_dir})")
+
+
+@rule("marlin-carveout-missing")
+def marlin(ctx: LintContext) -> Iterator[Finding]:
+    m = ctx.stack.model
+    if m.quantization == "compressed-tensors" and m.architecture in ("moe", "hybrid-moe") \
+            and MARLIN_PATCH not in ctx.stack.patches:
+        yield _f(ctx, "marlin-carveout-missing", "error",
+                 "compressed-tensors (W4A16) MoE on XPU is routed to the CUDA-only Marlin kernel: EngineCore "
+                 "crashes with `no attribute 'gptq_marlin_repack'` after loading weights",
+                 f"add patches: [{MARLIN_PATCH}] to the stack")
+
+
+@rule("hybrid-prefix-caching")
+def hybrid(ctx: LintContext) -> Iterator[Finding]:
+    if ctx.stack.model.architecture != "hybrid-moe":
+        return
+    if ctx.stack.prefix_caching:
+        yield _f(ctx, "hybrid-prefix-caching", "error",
+                 "hybrid (Gated-DeltaNet) model with prefix caching: the mamba state copy crashes "
+                 "(get_mamba_state_copy_func() returns None)", "set prefix_caching: false")
+    if not ctx.stack.enforce_eager:
+        yield _f(ctx, "hybrid-not-eager", "error",
+                 "hybrid (Gated-DeltaNet) model without --enforce-eager: torch.compile hangs on the GDN layers "
+                 "(20+ minutes, never serving)", "set enforce_eager: true")
+
+
+@rule("gptq-bfloat16")
+def gptq_dtype(ctx: LintContext) -> Iterator[Finding]:
+    if ctx.stack.model.quantization != "gptq":
+        return
+    if ctx.stack.dtype == "bfloat16":
+        yield _f(ctx, "gptq-bfloat16", "error", "GPTQ with dtype bfloat16: GPTQ rejects bfloat16",
+                 "set dtype: float16")
+    elif ctx.stack.dtype == "auto":
+        cfg = _model_config(ctx) or {}
+        if str(cfg.get("torch_dtype", "")) == "bfloat16":
+            yield _f(ctx, "gptq-bfloat16", "warning",
+                     "GPTQ with dtype auto and a bfloat16 checkpoint: GPTQ runs in float16 only",
+                     "set dtype: float16")
+
+
+@rule("eagle-draft-length")
+def eagle_length(ctx: LintContext) -> Iterator[Finding]:
+    spec = ctx.stack.speculative
+    if spec is None or spec.method not in SPEC_DRAFT_METHODS or not spec.model or ctx.models_dir is None:
+        return
+    cfg = _read_json(ctx.models_dir / spec.model / "config.json")
+    if cfg is None:
+        return  # draft-missing reports it
+    limit = draft_mod.length_limit(cfg)
+    served = "the draft"
+    if spec.draft_max_position_embeddings is not None:
+        cfg = {**cfg, draft_mod.FIELD: spec.draft_max_position_embeddings}
+        limit = draft_mod.length_limit(cfg)
+        served = f"the draft copy (max_position_embeddings {spec.draft_max_position_embeddings})"
+    if limit is None or limit[1] >= ctx.stack.max_model_len:
+        return
+    key, value = limit
+    fix = (f"set speculative.draft_max_position_embeddings: {ctx.stack.max_model_len} (b70deploy serves a copy "
+           "with that one field raised), or `b70deploy draft fix`")
+    if key != draft_mod.FIELD:
+        fix = f"raise {key} in a copy of the draft to {ctx.stack.max_model_len}"
+    yield _f(ctx, "eagle-draft-length", "error",
+             f"{served} caps {key} at {value:,}, below max_model_len {ctx.stack.max_model_len:,}: past position "
+             f"{value:,} vLLM skips drafting and acceptance falls to zero", fix)
+
+
+@rule("suffix-no-arctic")
+def suffix(ctx: LintContext) -> Iterator[Finding]:
+    spec = ctx.stack.speculative
+    if spec is None or spec.method != "suffix" or ctx.image is None:
+        return
+    if not ctx.image.has_package("arctic-inference"):
+        yield _f(ctx, "suffix-no-arctic", "error",
+                 f"suffix decoding needs arctic-inference, which image {ctx.image.ref} does not have: config "
+                 "validation fails with `Arctic Inference is required for suffix decoding`",
+                 "use an image with arctic-inference installed (a derived image), or another speculative.method")
+
+
+@rule("ngram-concurrency")
+def ngram(ctx: LintContext) -> Iterator[Finding]:
+    spec = ctx.stack.speculative
+    peak = ctx.node.config.peak_concurrency
+    if spec is None or spec.method != "ngram" or peak is None or peak <= NGRAM_CROSSOVER:
+        return
+    yield _f(ctx, "ngram-concurrency", "warning",
+             f"ngram at the node's peak concurrency {peak}: the post measured ngram vs no draft at 8K context "
+             f"{NGRAM_SWEEP} (async scheduling off, 2048 scheduled tokens cap)",
+             "drop speculative at this concurrency, or use a draft model (eagle3) for novel output")
+
+
+@rule("kv-budget")
+def kv_budget(ctx: LintContext) -> Iterator[Finding]:
+    gib = ctx.node.config.kv_memory_gib
+    cfg = _model_config(ctx)
+    if gib is None or cfg is None:
+        return
+    per_token = kv.kv_bytes_per_token(cfg, ctx.stack.kv_cache_dtype, ctx.stack.dtype)
+    if per_token is None:
+        return
+    budget = gib * kv.GIB
+    note = ""
+    spec = ctx.stack.speculative
+    if spec and spec.model and ctx.models_dir is not None:
+        weights = sum(p.stat().st_size for p in (ctx.models_dir / spec.model).glob("*")
+                      if p.suffix in (".safetensors", ".bin", ".pt") and p.is_file())
+        budget -= weights
+        note = f", less {weights / kv.GIB:.2f} GiB of draft weights"
+    tokens = kv.tokens_for(budget, per_token)
+    if tokens < ctx.stack.max_model_len:
+        fit = tokens // 1024 * 1024
+        yield _f(ctx, "kv-budget", "warning",
+                 f"estimated KV pool {tokens:,} tokens ({gib} GiB declared by the node{note}, {per_token:,} bytes "
+                 f"per token) cannot hold one {ctx.stack.max_model_len:,}-token request; vLLM's own check decides",
+                 f"lower max_model_len to about {fit}, use kv_cache_dtype: fp8, or free memory "
+                 "(gpu_memory_utilization, no draft)")
+
+
+# ---------------------------------------------------------------- gathered facts
+
+
+@rule("patch")
+def patch_problems(ctx: LintContext) -> Iterator[Finding]:
+    for name, (rule_id, message) in sorted(ctx.patch_errors.items()):
+        fix = f"add patches/{name}.yaml or remove the name from the stack" if rule_id == "patch-unknown" else \
+            "rewrite the edit for this image's file, pin the image the patch was written for, or drop the patch"
+        yield _f(ctx, rule_id, "error", message, fix)
+
+
+@rule("image")
+def image_problems(ctx: LintContext) -> Iterator[Finding]:
+    if ctx.image_error:
+        yield _f(ctx, "image-missing", "error", ctx.image_error, f"docker pull {ctx.stack.image} (or docker load it)")
+
+
+@rule("port-in-use")
+def port(ctx: LintContext) -> Iterator[Finding]:
+    if ctx.port_owner:
+        p = ctx.node.config.ports.prod
+        yield _f(ctx, "port-in-use", "error", f"port {p} is already in use by {ctx.port_owner}",
+                 f"stop what holds port {p}, or change ports.prod in the node config")
