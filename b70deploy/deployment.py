@@ -72,6 +72,7 @@ class Deployment:
     facts: dict[str, Any] = field(default_factory=dict)
     checks_passed: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    findings: list[Any] = field(default_factory=list)  # lint findings (b70deploy.lint.Finding)
 
     @property
     def store(self) -> RevisionStore:
@@ -144,9 +145,10 @@ def compose_check(files: dict[str, bytes], project: str) -> None:
 
 
 def _preflight(d: Deployment) -> None:
-    compose_check(d.files, d.node.project)
     if d.preflight is not None:
-        d.warnings += d.preflight(d)
+        d.warnings += d.preflight(d)  # a switch: lint (which runs compose config itself)
+    else:
+        compose_check(d.files, d.node.project)  # a rollback: the old bytes must still resolve
     for w in d.warnings:
         d.reporter.info(f"warning: {w}")
 

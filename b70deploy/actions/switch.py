@@ -17,7 +17,6 @@ from ..progress import Reporter
 from ..revisions import RevisionStore
 from ..runner import Runner, StepFailed
 from .diff import unified
-from .prepare import prepare
 
 
 @dataclass
@@ -53,12 +52,21 @@ def plan_lines(d: Deployment) -> list[str]:
 
 
 def build_switch(node: Node, name: str, reporter: Reporter, opts: Options) -> Deployment:
-    prepared = prepare(node, name, pin_image=True)
-    image = engine.ImageInfo(ref=prepared.stack.image, id=prepared.image_id or prepared.stack.image,
-                             repo_digest=prepared.repo_digest, tags=())
-    d = Deployment(node=node, reporter=reporter, kind="switch", stack=prepared.stack,
-                   files=dict(prepared.rendered.files), image=image, message=opts.message)
-    d.warnings += list(prepared.warnings)
+    """Render `name` with its patches applied from the image the tag names now, .env pinned
+    to that image id, and lint it; nothing on the node changes here."""
+    from ..lint import lint_stack
+    from ..lint.gather import preflight
+    from ..patches import deploy_files
+
+    stack = node.catalogue().load(name)
+    info = engine.image_info(stack.image)
+    ctx = preflight(node, stack, pin_image=info.id)
+    findings = lint_stack(ctx)
+    files = dict(ctx.rendered.files)
+    files.update(deploy_files(ctx.patched))
+    d = Deployment(node=node, reporter=reporter, kind="switch", stack=stack, files=files, image=info,
+                   message=opts.message)
+    d.findings = findings
     configure(d, opts)
     return d
 
