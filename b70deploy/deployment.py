@@ -302,7 +302,11 @@ def _check(d: Deployment) -> None:
     from .smoke import run_smoke, served_version
 
     problems: list[str] = []
-    lines = d.wait.log_lines if d.wait else []
+    if d.wait is not None:
+        lines = d.wait.log_lines
+    else:  # a resumed run: the boot it waited for happened in the killed process
+        container = engine.find_container(d.node.project, VLLM)
+        lines = engine.container_log(container).splitlines() if container is not None else []
     if d.check_boot is not None:
         facts, failed = d.check_boot(d, lines)
         d.facts.update(facts)

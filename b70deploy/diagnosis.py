@@ -93,7 +93,9 @@ def _group_fix(m: re.Match[str], lines: Sequence[str]) -> tuple[str, dict[str, A
 
 CATALOGUE: tuple[Signature, ...] = (
     Signature("bare-flags-bash-c", "the bash -c entrypoint exec'd a bare flag",
-              re.compile(r"exec: -[-\w]*: invalid option"),
+              # bash's $0 is the trailing "--": a bare model path fails as "--: line 1: /models/...".
+              re.compile(r"exec: -[-\w]*: invalid option|"
+                         r"^--: line \d+: \S+: (?:No such file or directory|command not found|Permission denied)"),
               "the image's entrypoint is bash -c '... exec \"$@\"' --: the command must start with `vllm serve` "
               "(set entrypoint_style: bash-c in the stack)"),
     Signature("group-name-missing", "group_add names a group the image does not have",

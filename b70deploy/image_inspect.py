@@ -127,6 +127,7 @@ class ImageInspector:
         self._client = client
         self._ids: dict[str, str] = {}
         self._facts: dict[str, ImageFacts] = {}
+        self._containers: dict[str, Any] = {}
 
     # -- docker plumbing
 
@@ -165,18 +166,48 @@ class ImageInspector:
             ref, entrypoint=entrypoint, command=command, name=f"b70deploy-probe-{uuid.uuid4().hex[:10]}",
             labels={LABEL: LABEL_VALUE}, network_disabled=True, detach=True)
 
+    def _probe_container(self, ref: str) -> Any:
+        """One container per image, made once: it runs the Python probe, and every file read
+        (get_archive works on a stopped container) uses it. Removed by close()."""
+        key = self._key(ref)
+        if key not in self._containers:
+            self._containers[key] = self._create(ref, ["python3"], ["-c", PROBE])
+        return self._containers[key]
+
+    def close(self) -> None:
+        import docker
+
+        for c in self._containers.values():
+            with contextlib.suppress(docker.errors.DockerException):
+                c.remove(force=True)
+        self._containers.clear()
+
+    def __enter__(self) -> ImageInspector:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _start(self, c: Any, timeout: float = 60) -> str | None:
+        """stdout of a created container run to the end (exit 0), or None when it cannot run."""
+        import docker
+
+        try:
+            c.start()
+            rc = c.wait(timeout=timeout).get("StatusCode", 1)
+            out = c.logs(stdout=True, stderr=False)
+        except (docker.errors.DockerException, OSError):
+            return None
+        return out.decode("utf-8", "replace") if rc == 0 else None
+
     def _run(self, ref: str, argv: list[str], timeout: float = 60) -> str | None:
-        """stdout of `argv` run in `ref` (exit 0), or None when it cannot run there."""
         import docker
 
         c = None
         try:
             c = self._create(ref, argv[:1], argv[1:])
-            c.start()
-            rc = c.wait(timeout=timeout).get("StatusCode", 1)
-            out = c.logs(stdout=True, stderr=False)
-            return out.decode("utf-8", "replace") if rc == 0 else None
-        except (docker.errors.APIError, docker.errors.DockerException, OSError):
+            return self._start(c, timeout)
+        except docker.errors.DockerException:
             return None
         finally:
             if c is not None:
@@ -186,14 +217,11 @@ class ImageInspector:
     def _read_live(self, ref: str, path: str) -> bytes | None:
         import docker
 
-        c = self._create(ref, ["/b70deploy-never-runs"])
         try:
-            stream, _ = c.get_archive(path)
+            stream, _ = self._probe_container(ref).get_archive(path)
             return _tar_member(b"".join(stream))
         except docker.errors.NotFound:
             return None
-        finally:
-            c.remove(force=True)
 
     # -- facts
 
@@ -229,7 +257,10 @@ class ImageInspector:
         else:
             facts.groups = parse_group_file(group.decode("utf-8", "replace"))
         for python in ("python3", "python"):
-            out = self._run(ref, [python, "-c", PROBE])
+            if python == "python3":
+                out = self._start(self._probe_container(ref))
+            else:
+                out = self._run(ref, [python, "-c", PROBE])
             if out:
                 try:
                     probe = json.loads(out.strip().splitlines()[-1])

@@ -143,8 +143,9 @@ def _run(d: Deployment, runner: Runner[Deployment], *, skip: int = 0, done: list
     except StepFailed as failure:
         return _failed(d, failure)
     assert d.revision is not None
-    RevisionStore(d.node.state_dir).prune(d.node.config.keep_revisions)
-    facts = d.facts
+    store = RevisionStore(d.node.state_dir)
+    store.prune(d.node.config.keep_revisions)
+    facts = d.facts or store.get(d.revision.number).status.facts  # a resumed run may have checked nothing
     kv = facts.get("kv_cache_tokens")
     extra = f", KV {kv:,} tokens" if isinstance(kv, int) else ""
     return Outcome(True, d.revision.number, d.stack.name,

@@ -59,6 +59,12 @@ def _port_owner(node: Node, client: Any) -> str | None:
 
 def build_context(node: Node, stack: Stack, *, docker: bool = True, inspector: ImageInspector | None = None,
                   check_port: bool = True, pin_image: str | None = None) -> LintContext:
+    """Gather the facts for `stack`. With docker and no `inspector`, one is made and closed here.
+    `pin_image` (an image id) goes into .env as VLLM_IMAGE, as a switch records it."""
+    if docker and inspector is None:
+        with ImageInspector(node.state_dir) as own:
+            return build_context(node, stack, docker=True, inspector=own, check_port=check_port,
+                                 pin_image=pin_image)
     skipped: list[str] = []
     models_dir: Path | None = node.models_dir if node.models_dir.is_dir() else None
     if models_dir is None:
@@ -74,7 +80,7 @@ def build_context(node: Node, stack: Stack, *, docker: bool = True, inspector: I
     image_error = None
     patched = []
     if docker:
-        inspector = inspector or ImageInspector(node.state_dir)
+        assert inspector is not None
         try:
             ctx_image = inspector.facts(stack.image)
         except UserError as e:
@@ -95,9 +101,9 @@ def build_context(node: Node, stack: Stack, *, docker: bool = True, inspector: I
                       image_error=image_error, patch_errors=patch_errors, patched=patched, skipped=skipped)
     if docker:
         _compose_config(ctx)
-        if check_port:
+        if check_port and inspector is not None:
             with contextlib.suppress(B70Error):
-                ctx.port_owner = _port_owner(node, inspector.client)  # type: ignore[union-attr]
+                ctx.port_owner = _port_owner(node, inspector.client)
     return ctx
 
 
@@ -128,15 +134,19 @@ def lint_stacks(node: Node, names: list[str], *, docker: bool = True,
     inspector = ImageInspector(node.state_dir) if docker else None
     out: dict[str, tuple[list[Finding], list[str]]] = {}
     catalogue = node.catalogue()
-    for name in names:
-        try:
-            stack = catalogue.load(name)
-        except UserError as e:
-            out[name] = ([Finding(id="stack-invalid", severity="error", message=str(e),
-                                  fix=e.fix or "correct the stack file", stack=name)], [])
-            continue
-        ctx = build_context(node, stack, docker=docker, inspector=inspector, check_port=check_port)
-        out[name] = (lint_stack(ctx), ctx.skipped)
+    try:
+        for name in names:
+            try:
+                stack = catalogue.load(name)
+            except UserError as e:
+                out[name] = ([Finding(id="stack-invalid", severity="error", message=str(e),
+                                      fix=e.fix or "correct the stack file", stack=name)], [])
+                continue
+            ctx = build_context(node, stack, docker=docker, inspector=inspector, check_port=check_port)
+            out[name] = (lint_stack(ctx), ctx.skipped)
+    finally:
+        if inspector is not None:
+            inspector.close()
     return out
 
 
@@ -144,5 +154,6 @@ def preflight(node: Node, stack: Stack, *, inspector: ImageInspector | None = No
               pin_image: str | None = None) -> LintContext:
     """For `switch`: the full context (with the materialized patches in `ctx.patched` and the
     rendered files in `ctx.rendered`, .env pinned to `pin_image`); run `lint_stack(ctx)` on it
-    and stop on an error."""
+    and stop on an error. Pass an inspector you close (`with ImageInspector(state_dir) as insp:`)
+    to reuse it."""
     return build_context(node, stack, docker=True, inspector=inspector, check_port=True, pin_image=pin_image)

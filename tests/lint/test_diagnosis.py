@@ -31,6 +31,11 @@ def test_signature_detected(sig: str, line: str) -> None:
     assert d is not None and d.id == sig and d.line_number == 2 and d.fix
 
 
+def test_bare_model_path_under_bash_c() -> None:
+    d = diagnose(["--: line 1: /models/Qwen/Qwen3-30B-A3B-W4A16: No such file or directory"])
+    assert d is not None and d.id == "bare-flags-bash-c"
+
+
 def test_healthy_log_has_no_diagnosis() -> None:
     lines = (FIX / "boot_ok_131k.log").read_text().splitlines()
     assert diagnose(lines) is None

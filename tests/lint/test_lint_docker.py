@@ -1,0 +1,217 @@
+"""Lint, patches and diagnosis against the real engine and the sim images."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import requests
+from lint_helpers import SIM_BASH_C, SIM_DRIFT, write_node
+
+from b70deploy.bootlog import check_expectations, parse_boot_facts
+from b70deploy.commands.compose import Compose
+from b70deploy.diagnosis import LOG_STALL, StallWatch, diagnose
+from b70deploy.fsio import write_tree
+from b70deploy.lint import lint_stack
+from b70deploy.lint.gather import build_context
+from b70deploy.node import load_node
+from b70deploy.patches import deploy_files
+from b70deploy.proc import run
+from b70deploy.vllm_args import container_command
+
+pytestmark = [pytest.mark.docker, pytest.mark.usefixtures("sim_images")]
+ROOT = Path(__file__).resolve().parents[2]
+FAST = {"B70SIM_BOOT_SECONDS": "0.5"}
+
+
+@pytest.fixture
+def docker_client() -> Any:
+    import docker
+
+    return docker.from_env()
+
+
+def test_lint_all_on_the_shipped_catalogue(node_path: Path) -> None:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    res = run([sys.executable, "-m", "b70deploy.cli", "--config", str(node_path), "lint", "--all", "--json"],
+              env=env, timeout=240, check=False)
+    assert res.returncode == 0, res.stdout + res.stderr
+    out = json.loads(res.stdout)
+    assert out["errors"] == 0
+    assert set(out["stacks"]) == {"eagle3", "ngram", "qwen35", "qwen36", "tq-256k", "w4a16", "w4a16-131k"}
+    assert all(not s["skipped"] for s in out["stacks"].values())
+
+
+def test_drift_is_a_preflight_error(tmp_path: Path, models_dir: Path) -> None:
+    node = load_node(str(write_node(tmp_path, models_dir, image_map={"intel/vllm:latest": SIM_DRIFT})))
+    ctx = build_context(node, node.catalogue().load("w4a16"))
+    assert ctx.image is not None
+    [f] = [f for f in lint_stack(ctx) if f.severity == "error"]
+    assert f.id == "patch-does-not-apply"
+    assert "patch marlin-xpu-carveout" in f.message
+    assert ctx.image.id.removeprefix("sha256:")[:12] in f.message
+    assert "if current_platform.is_rocm():" in f.message and "_platform_has_marlin" in f.message
+
+
+@pytest.fixture
+def deployed(tmp_path: Path, models_dir: Path) -> Iterator[tuple[Any, Compose, int]]:
+    """w4a16-131k rendered with its patch, written to a deploy dir, and up through Compose."""
+    node = load_node(str(write_node(tmp_path, models_dir, stack_overlay={"env": FAST})))
+    ctx = build_context(node, node.catalogue().load("w4a16-131k"))
+    assert lint_stack(ctx) == []
+    files = {**ctx.rendered.files, **deploy_files(ctx.patched)}
+    write_tree(node.deploy_dir, files, {n: ctx.rendered.mode(n) for n in files})
+    compose = Compose(node.deploy_dir, node.project)
+    try:
+        run(compose.up(["vllm"]), timeout=120)
+        yield ctx, compose, node.config.ports.prod
+    finally:
+        run(compose.down(), timeout=120, check=False)
+
+
+def _wait_healthy(port: int, timeout: float = 30) -> None:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        try:
+            if requests.get(f"http://127.0.0.1:{port}/health", timeout=1).status_code == 200:
+                return
+        except requests.RequestException:
+            pass
+        time.sleep(0.2)
+    raise AssertionError("never healthy")
+
+
+def test_patch_applied_from_the_image_and_mounted(deployed: tuple[Any, Compose, int]) -> None:
+    ctx, compose, port = deployed
+    [pf] = ctx.patched
+    assert pf.target == "/opt/venv/lib/python3.12/site-packages/vllm/model_executor/layers/quantization/utils/" \
+                        "marlin_utils.py"
+    assert pf.original_sha256 != pf.sha256 and b"is_xpu()" in pf.data
+    _wait_healthy(port)
+    seen = run([*compose.base(), "exec", "-T", "vllm", "cat", pf.target]).stdout.encode()
+    assert seen == pf.data
+    lines = run(compose.logs("vllm")).stdout.splitlines()
+    facts = parse_boot_facts(lines)
+    assert facts.moe_method == "CompressedTensorsWNA16MoEMethod"
+    assert check_expectations(facts, ctx.stack.expect) == []
+    assert diagnose(lines) is None
+
+
+def _run_sim(client: Any, image: str, command: list[str], env: dict[str, str], *, wait: float = 30,
+             **kw: Any) -> list[str]:
+    c = client.containers.create(image, command=command, environment={**FAST, **env}, detach=True,
+                                 name=f"b70lint-{uuid.uuid4().hex[:8]}", labels={"b70deploy.test": "lint"}, **kw)
+    try:
+        c.start()
+        c.wait(timeout=wait)
+        return [str(ln) for ln in c.logs(stdout=True, stderr=True).decode().splitlines()]
+    finally:
+        c.remove(force=True)
+
+
+MODEL = "/models/Qwen/Qwen3-30B-A3B-W4A16"
+
+
+@pytest.mark.parametrize(("sig", "image", "command", "env"), [
+    ("marlin-on-xpu", SIM_BASH_C, ["vllm", "serve", MODEL, "--kv-cache-dtype", "fp8"], {}),
+    ("arctic-inference-missing", SIM_BASH_C, ["vllm", "serve", MODEL, "--speculative-config",
+                                              '{"method":"suffix"}'], {}),
+    ("kv-too-small", SIM_BASH_C, ["vllm", "serve", "/models/Qwen/Qwen3-30B-A3B-GPTQ-Int4", "--max-model-len",
+                                  "262144", "--kv-cache-dtype", "fp8"], {"B70SIM_FAIL": "kv-too-small"}),
+    ("bare-flags-bash-c", SIM_BASH_C, ["--model", MODEL, "--max-model-len", "4096"], {}),
+    ("engine-dead", SIM_BASH_C, ["vllm", "serve", "/models/Qwen/Qwen3-30B-A3B-GPTQ-Int4", "--max-model-len", "4096"],
+     {"B70SIM_FAIL": "die-after-ready", "B70SIM_DIE_AFTER_SECONDS": "0.3", "B70SIM_WATCHDOG_SECONDS": "0.3"}),
+])
+def test_signature_from_a_sim_container(docker_client: Any, sig: str, image: str, command: list[str],
+                                        env: dict[str, str]) -> None:
+    lines = _run_sim(docker_client, image, command, env)
+    d = diagnose(lines)
+    assert d is not None and d.id == sig, lines[-5:]
+    if sig == "kv-too-small":
+        # The switch turns this into its message; the suggestion is the estimate rounded to 1024.
+        assert d.data["suggested_max_model_len"] == d.data["estimated_max_model_len"] // 1024 * 1024
+        assert f"max_model_len: {d.data['suggested_max_model_len']}" in d.fix
+
+
+def test_rendered_bare_flags_fail_in_the_image(docker_client: Any, node: Any) -> None:
+    stack = node.catalogue().load("w4a16-131k").model_copy(update={"entrypoint_style": "vllm-serve"})
+    lines = _run_sim(docker_client, SIM_BASH_C, container_command(stack, model=MODEL), {})
+    d = diagnose(lines)
+    assert d is not None and d.id == "bare-flags-bash-c"
+
+
+def test_group_name_signature_from_the_daemon(docker_client: Any) -> None:
+    import docker
+
+    c = docker_client.containers.create(SIM_BASH_C, command=["true"], group_add=["render"],
+                                        name=f"b70lint-{uuid.uuid4().hex[:8]}", labels={"b70deploy.test": "lint"})
+    try:
+        with pytest.raises(docker.errors.APIError) as e:
+            c.start()
+    finally:
+        c.remove(force=True)
+    d = diagnose([str(e.value)])
+    assert d is not None and d.id == "group-name-missing" and d.data["group"] == "render"
+
+
+def test_hang_is_a_log_stall(docker_client: Any) -> None:
+    c = docker_client.containers.create(SIM_BASH_C, command=["vllm", "serve", MODEL],
+                                        environment={**FAST, "B70SIM_FAIL": "hang"}, detach=True,
+                                        name=f"b70lint-{uuid.uuid4().hex[:8]}", labels={"b70deploy.test": "lint"})
+    try:
+        c.start()
+        watch = StallWatch(60, quiet_seconds=1.0, start=time.monotonic())
+        deadline = time.monotonic() + 15
+        seen = 0
+        found = None
+        while found is None and time.monotonic() < deadline:
+            lines = c.logs().decode().splitlines()
+            watch.feed_all(lines[seen:], time.monotonic()) if len(lines) > seen else None
+            seen = len(lines)
+            found = watch.check(time.monotonic()) if seen else None
+            time.sleep(0.2)
+    finally:
+        c.remove(force=True)
+    assert found is not None and found.id == LOG_STALL and "load model" in found.line
+
+
+def test_image_facts_cached_per_image_id(tmp_path: Path, docker_client: Any) -> None:
+    from b70deploy.image_inspect import ImageInspector
+
+    with ImageInspector(tmp_path) as insp:
+        facts = insp.facts(SIM_BASH_C)
+        assert facts.entrypoint_style == "bash-c" and "render" not in facts.groups and facts.groups["video"] == 44
+        assert facts.vllm_version == "0.21.1.dev17+g0a4756bb5" and not facts.has_package("arctic-inference")
+    cache = tmp_path / "image-cache" / f"{facts.id.removeprefix('sha256:')}.json"
+    assert json.loads(cache.read_text())["facts"]["vllm_package_dir"] == facts.vllm_package_dir
+
+    class NoContainers:  # a second run must not start any container
+        images = docker_client.images
+
+        @property
+        def containers(self) -> Any:
+            raise AssertionError("cache miss")
+
+    again = ImageInspector(tmp_path, client=NoContainers()).facts(SIM_BASH_C)
+    assert again == facts
+
+
+def test_diagnose_container_cli(docker_client: Any) -> None:
+    name = f"b70lint-{uuid.uuid4().hex[:8]}"
+    c = docker_client.containers.create(SIM_BASH_C, command=["vllm", "serve", MODEL, "--kv-cache-dtype", "fp8"],
+                                        environment=FAST, name=name, labels={"b70deploy.test": "lint"})
+    try:
+        c.start()
+        c.wait(timeout=30)
+        res = run([sys.executable, "-m", "b70deploy.cli", "diagnose", "--container", name],
+                  env={**os.environ, "PYTHONPATH": str(ROOT)}, check=False)
+    finally:
+        c.remove(force=True)
+    assert res.returncode == 1 and "[marlin-on-xpu]" in res.stdout and "marlin-xpu-carveout" in res.stdout

@@ -1,0 +1,213 @@
+"""One bad stack (or bad gathered fact) per lint finding: each is detected, with its fix.
+
+Pure: the context is gathered without Docker; image facts, when a rule needs them, are
+given as data (the real-engine tests gather them from the sim images).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import socket
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from b70deploy.image_inspect import ImageFacts
+from b70deploy.lint import LintContext, lint_stack
+from b70deploy.lint.gather import _port_owner, build_context
+from b70deploy.lint.rules import RULES
+from b70deploy.node import Node
+from b70deploy.render import COMPOSE_FILE, DOTENV_FILE
+from b70deploy.schema import ModelSpec, Speculative, ToolCalling
+
+BASH_C = ImageFacts(ref="b70sim/vllm:bash-c", id="sha256:" + "1" * 64,
+                    entrypoint=["/bin/bash", "-c", 'source x && exec "$@"', "--"], cmd=None,
+                    entrypoint_style="bash-c", groups={"root": 0, "video": 44},
+                    vllm_package_dir="/opt/venv/lib/python3.12/site-packages/vllm",
+                    vllm_version="0.21.1.dev17+g0a4756bb5", packages=[], modules={"arctic_inference": False})
+
+
+def _ctx(node: Node, name: str, image: ImageFacts | None = None, **update: Any) -> LintContext:
+    stack = node.catalogue().load(name)
+    if update:
+        stack = stack.model_copy(update=update)
+    ctx = build_context(node, stack, docker=False)
+    ctx.image = image
+    return ctx
+
+
+def _edit_file(ctx: LintContext, name: str, fn: Callable[[str], str]) -> LintContext:
+    files = dict(ctx.rendered.files)
+    files[name] = fn(files[name].decode()).encode()
+    ctx.rendered = dataclasses.replace(ctx.rendered, files=files)
+    return ctx
+
+
+def _node(node: Node, **cfg: Any) -> Node:
+    return dataclasses.replace(node, config=node.config.model_copy(update=cfg))
+
+
+def case_bare_flags(node: Node) -> LintContext:
+    return _ctx(node, "w4a16-131k", BASH_C, entrypoint_style="vllm-serve")
+
+
+def case_model_arg(node: Node) -> LintContext:
+    ctx = _ctx(node, "w4a16-131k")
+    return _edit_file(ctx, DOTENV_FILE, lambda t: "\n".join(ln for ln in t.splitlines()
+                                                            if not ln.startswith("VLLM_MODEL=")))
+
+
+def case_group_names(node: Node) -> LintContext:
+    ctx = _ctx(node, "w4a16-131k", BASH_C)
+    return _edit_file(ctx, COMPOSE_FILE,
+                      lambda t: t.replace("    ipc: host", '    group_add: ["render"]\n    ipc: host'))
+
+
+def case_marlin(node: Node) -> LintContext:
+    return _ctx(node, "w4a16", patches=[])
+
+
+def case_eagle(node: Node) -> LintContext:
+    stack = node.catalogue().load("eagle3")
+    assert stack.speculative is not None
+    spec = stack.speculative.model_copy(update={"draft_max_position_embeddings": None})
+    return _ctx(node, "eagle3", speculative=spec)
+
+
+def case_suffix(node: Node) -> LintContext:
+    return _ctx(node, "tq-256k", dataclasses.replace(BASH_C, entrypoint_style="vllm-serve"))
+
+
+def case_ngram(node: Node) -> LintContext:
+    return _ctx(_node(node, peak_concurrency=12), "ngram")
+
+
+def case_kv(node: Node) -> LintContext:
+    return _ctx(_node(node, kv_memory_gib=6.0), "w4a16")
+
+
+def case_hybrid_prefix(node: Node) -> LintContext:
+    return _ctx(node, "qwen35", prefix_caching=True)
+
+
+def case_hybrid_eager(node: Node) -> LintContext:
+    return _ctx(node, "qwen35", enforce_eager=False)
+
+
+def case_gptq(node: Node) -> LintContext:
+    return _ctx(node, "tq-256k", dtype="bfloat16")
+
+
+def case_tool(node: Node) -> LintContext:
+    return _ctx(node, "w4a16", tool_calling=ToolCalling(), extra_args=["--enable-auto-tool-choice"])
+
+
+def case_model_missing(node: Node) -> LintContext:
+    return _ctx(node, "w4a16", model=ModelSpec(path="Qwen/not-downloaded", quantization="compressed-tensors"))
+
+
+def case_draft_missing(node: Node) -> LintContext:
+    return _ctx(node, "eagle3", speculative=Speculative(method="eagle3", model="Qwen/no-draft-here"))
+
+
+def case_patch_unknown(node: Node) -> LintContext:
+    return _ctx(node, "w4a16", patches=["marlin-xpu-carveout", "no-such-patch"])
+
+
+def case_patch_drift(node: Node) -> LintContext:
+    ctx = _ctx(node, "w4a16")
+    ctx.patch_errors["marlin-xpu-carveout"] = ("patch-does-not-apply", "patch marlin-xpu-carveout: no longer applies")
+    return ctx
+
+
+def case_port(node: Node) -> LintContext:
+    class NoContainers:
+        class containers:  # mimics docker.DockerClient.containers
+            @staticmethod
+            def list() -> list[Any]:
+                return []
+
+    ctx = _ctx(node, "w4a16")
+    with socket.socket() as s:
+        s.bind((node.config.bind_address, node.config.ports.prod))
+        s.listen()
+        ctx.port_owner = _port_owner(node, NoContainers())
+    return ctx
+
+
+def case_image_missing(node: Node) -> LintContext:
+    ctx = _ctx(node, "w4a16")
+    ctx.image_error = "image b70sim/vllm:nope is not on this node"
+    return ctx
+
+
+def case_compose(node: Node) -> LintContext:
+    ctx = _ctx(node, "w4a16")
+    ctx.compose_error = "services.vllm.ports: invalid port"
+    return ctx
+
+
+CASES: list[tuple[str, str, Callable[[Node], LintContext], str]] = [
+    ("command-bare-flags", "error", case_bare_flags, "entrypoint_style: bash-c"),
+    ("model-arg-unresolved", "error", case_model_arg, ".env"),
+    ("group-names", "error", case_group_names, "numeric gid"),
+    ("marlin-carveout-missing", "error", case_marlin, "patches: [marlin-xpu-carveout]"),
+    ("eagle-draft-length", "error", case_eagle, "draft_max_position_embeddings: 262144"),
+    ("suffix-no-arctic", "error", case_suffix, "arctic-inference"),
+    ("ngram-concurrency", "warning", case_ngram, "drop speculative"),
+    ("kv-budget", "warning", case_kv, "lower max_model_len to about 131072"),
+    ("hybrid-prefix-caching", "error", case_hybrid_prefix, "prefix_caching: false"),
+    ("hybrid-not-eager", "error", case_hybrid_eager, "enforce_eager: true"),
+    ("gptq-bfloat16", "error", case_gptq, "dtype: float16"),
+    ("tool-parser-missing", "error", case_tool, "tool_calling.parser: hermes"),
+    ("model-missing", "error", case_model_missing, "model.path"),
+    ("draft-missing", "error", case_draft_missing, "speculative.model"),
+    ("patch-unknown", "error", case_patch_unknown, "patches/no-such-patch.yaml"),
+    ("patch-does-not-apply", "error", case_patch_drift, "rewrite the edit"),
+    ("port-in-use", "error", case_port, "ports.prod"),
+    ("image-missing", "error", case_image_missing, "docker pull"),
+    ("compose-config", "error", case_compose, "correct"),
+]
+
+
+@pytest.mark.parametrize(("rule_id", "severity", "make", "fix"), CASES, ids=[c[0] for c in CASES])
+def test_each_finding(node: Node, rule_id: str, severity: str, make: Callable[[Node], LintContext],
+                      fix: str) -> None:
+    findings = lint_stack(make(node))
+    hits = [f for f in findings if f.id == rule_id]
+    assert hits, f"{rule_id} not found in {[f.id for f in findings]}"
+    assert hits[0].severity == severity and fix in hits[0].fix and hits[0].message
+    # The bad value is the only problem: nothing else is reported as an error.
+    others = [f for f in findings if f.severity == "error" and f.id != rule_id]
+    assert not others, others
+
+
+def test_every_rule_has_a_case() -> None:
+    ids = {c[0] for c in CASES}
+    assert {rid for rid, _ in RULES} - {"patch", "image", "hybrid-prefix-caching", "model-missing",
+                                        "command-bare-flags"} <= ids
+
+
+def test_catalogue_is_clean_without_docker(node: Node) -> None:
+    for name in node.catalogue().names():
+        ctx = build_context(node, node.catalogue().load(name), docker=False)
+        assert lint_stack(ctx) == [], name
+
+
+def test_group_name_present_in_image_is_a_warning(node: Node) -> None:
+    ctx = _edit_file(_ctx(node, "w4a16-131k", BASH_C), COMPOSE_FILE,
+                     lambda t: t.replace("    ipc: host", '    group_add: ["video"]\n    ipc: host'))
+    [f] = [f for f in lint_stack(ctx) if f.id == "group-names"]
+    assert f.severity == "warning"
+
+
+def test_stack_with_fixed_draft_is_clean(node: Node) -> None:
+    assert not [f for f in lint_stack(_ctx(node, "eagle3")) if f.id == "eagle-draft-length"]
+
+
+def test_bash_c_stack_on_serve_image(node: Node) -> None:
+    ctx = _ctx(node, "w4a16-131k", dataclasses.replace(BASH_C, entrypoint_style="vllm-serve"))
+    [f] = [f for f in lint_stack(ctx) if f.id == "command-bare-flags"]
+    assert "vllm serve vllm serve" in f.message and "entrypoint_style: vllm-serve" in f.fix
+
