@@ -98,7 +98,8 @@ def _environment() -> jinja2.Environment:
 
 def interpolation_values(stack: Stack, node: Node, *, port: int, image: str | None = None) -> dict[str, str]:
     return {
-        "VLLM_IMAGE": image or stack.image,
+        "VLLM_IMAGE": image or stack.image,     # a revision pins the image id that ran
+        "VLLM_IMAGE_REF": stack.image,           # the reference it came from (not used by Compose)
         "VLLM_MODEL": container_model_path(stack.model.path),
         "VLLM_PORT": str(port),
         "VLLM_BIND_ADDRESS": node.config.bind_address,

@@ -27,7 +27,7 @@ LABEL = "b70test.session"
 
 
 def docker(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(["docker", *args], capture_output=True, text=True, timeout=timeout,  # noqa: S603
+    return subprocess.run(["docker", *args], capture_output=True, text=True, timeout=timeout,
                           check=False)
 
 
@@ -54,7 +54,7 @@ class ComposeProject:
         return ["docker", "compose", "--project-directory", str(self.dir), "-p", self.name, "--profile", "gpu", *args]
 
     def run(self, *args: str, timeout: float = 120, check: bool = True) -> subprocess.CompletedProcess[str]:
-        result = subprocess.run(self.argv(*args), capture_output=True, text=True,  # noqa: S603
+        result = subprocess.run(self.argv(*args), capture_output=True, text=True,
                                 timeout=timeout, check=False)
         if check and result.returncode != 0:
             raise AssertionError(f"compose {' '.join(args)} failed ({result.returncode}): {result.stderr[-2000:]}")
@@ -165,7 +165,7 @@ def image_file(image: str, path: str) -> bytes:
     try:
         created = docker("create", "--name", name, "--label", f"{LABEL}={SESSION}", image, timeout=60)
         assert created.returncode == 0, created.stderr
-        out = subprocess.run(["docker", "cp", f"{name}:{path}", "-"], capture_output=True,  # noqa: S603
+        out = subprocess.run(["docker", "cp", f"{name}:{path}", "-"], capture_output=True,
                              timeout=60, check=True).stdout
     finally:
         docker("rm", "-f", name)

@@ -6,6 +6,7 @@ import difflib
 from collections.abc import Collection, Mapping
 from pathlib import Path
 
+from ..node import Node
 from ..secrets import mask_env_text
 
 
@@ -41,3 +42,25 @@ def diff_against_dir(deploy_dir: Path, new: Mapping[str, bytes], *, secret_keys:
 
     old = read_tree(deploy_dir, sorted(new))
     return unified(old, new, old_label=str(deploy_dir), new_label="rendered", secret_keys=secret_keys)
+
+
+def switch_files(node: Node, name: str) -> tuple[dict[str, bytes], frozenset[str], str | None]:
+    """The files `switch name` would write (pinned image, patched files) when the image is on
+    the engine, else the plain render and a remark saying so; with the secret keys to mask."""
+    from ..errors import B70Error
+    from .prepare import prepare
+
+    try:
+        from ..lint.gather import preflight
+        from ..patches import deploy_files
+
+        stack = node.catalogue().load(name)
+        from ..engine import image_info
+
+        ctx = preflight(node, stack, pin_image=image_info(stack.image).id)
+        files = dict(ctx.rendered.files)
+        files.update(deploy_files(ctx.patched))
+        return files, ctx.rendered.secret_keys, None
+    except B70Error as e:
+        plain = prepare(node, name).rendered
+        return dict(plain.files), plain.secret_keys, f"showing the plain render (no image pin, no patches): {e}"

@@ -78,22 +78,42 @@ def render(ctx: Ctx, stack: str, out: str | None, as_json: bool) -> None:
         note(n)
 
 
-@cli.command(epilog="Example: b70deploy diff eagle3")
-@click.argument("stack")
+@cli.command(epilog="Examples: b70deploy diff eagle3 | b70deploy diff 3 7")
+@click.argument("what", nargs=-1, required=True, metavar="STACK | REV_A REV_B")
 @click.option("--json", "as_json", is_flag=True, help="Print the changed files and the diff as JSON.")
 @pass_ctx
-def diff(ctx: Ctx, stack: str, as_json: bool) -> None:
-    """Show what `switch STACK` would change in the deploy dir (secrets masked)."""
-    from ..actions.diff import diff_against_dir
-    from ..actions.prepare import prepare
+def diff(ctx: Ctx, what: tuple[str, ...], as_json: bool) -> None:
+    """What `switch STACK` would change in the deploy dir, or how two revisions differ
+    (files and boot facts, e.g. KV tokens 453,184 -> 270,592, -40%). Secrets masked."""
+    from ..errors import UserError
+    from ..output import emit_json
+
+    if len(what) == 2 and all(w.isdigit() for w in what):
+        from ..actions.inspect import diff_revisions
+        from ..output import table
+
+        text, rows = diff_revisions(ctx.node, int(what[0]), int(what[1]))
+        if as_json:
+            emit_json({"revisions": [int(what[0]), int(what[1])], "diff": text,
+                       "facts": [dict(zip(["fact", "a", "b", "change"], r, strict=True)) for r in rows]})
+            return
+        click.echo(text if text else "files identical", nl=not text)
+        if rows:
+            table(["fact", f"rev {what[0]}", f"rev {what[1]}", "change"], rows)
+        return
+    if len(what) != 1:
+        raise UserError(f"diff takes a stack or two revision numbers, got {' '.join(what)!r}",
+                        fix="b70deploy diff eagle3, or b70deploy diff 3 7")
+    from ..actions.diff import diff_against_dir, switch_files
     from ..fsio import read_tree
+    from ..output import note
 
-    prepared = prepare(ctx.node, stack)
-    files = prepared.rendered.files
-    text = diff_against_dir(ctx.node.deploy_dir, files, secret_keys=prepared.rendered.secret_keys)
+    stack = what[0]
+    files, secret_keys, remark = switch_files(ctx.node, stack)
+    if remark:
+        note(remark)
+    text = diff_against_dir(ctx.node.deploy_dir, files, secret_keys=secret_keys)
     if as_json:
-        from ..output import emit_json
-
         current = read_tree(ctx.node.deploy_dir, sorted(files))
         emit_json({"stack": stack, "deploy_dir": str(ctx.node.deploy_dir),
                    "changed": [n for n in sorted(files) if current.get(n) != files[n]], "diff": text})

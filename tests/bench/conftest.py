@@ -131,7 +131,7 @@ def _start_sim(name: str, *, prefill_tps: float, decode_tps: float, alpha: float
     if speculative:
         argv += ["--speculative-config", speculative]
     log = open(log_dir / f"sim-{name}-{port}.log", "wb")  # noqa: SIM115  (closed when the process ends)
-    proc = subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT)  # noqa: S603
+    proc = subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 15
     while time.monotonic() < deadline:

@@ -159,7 +159,7 @@ def test_bad_input(case: Case, scratch: Scratch, run_cli: Callable[..., CliResul
 def test_bad_input_through_a_real_process(case: Case, scratch: Scratch) -> None:
     """The same through `python -m b70deploy.cli`, as an operator's shell would run it."""
     out_dir = _setup(scratch, case)
-    proc = subprocess.run(  # noqa: S603
+    proc = subprocess.run(
         [sys.executable, "-m", "b70deploy.cli", "--config", str(scratch.config), *case.argv, "--out", str(out_dir)],
         capture_output=True, text=True, timeout=60, check=False, cwd=scratch.root)
     _check(case, CliResult(proc.returncode, proc.stdout, proc.stderr), out_dir, scratch)

@@ -70,7 +70,7 @@ def test_server_runs_on_the_host(free_port: Callable[[], int]) -> None:
     """`python -m b70deploy.sim.server serve ...` on loopback, as the bench helper runs it."""
     port = free_port()
     env = {**os.environ, "PYTHONPATH": str(REPO), "B70SIM_BOOT_SECONDS": "0.3"}
-    proc = subprocess.Popen([sys.executable, "-m", "b70deploy.sim.server", "serve", "/models/m",  # noqa: S603
+    proc = subprocess.Popen([sys.executable, "-m", "b70deploy.sim.server", "serve", "/models/m",
                              "--max-model-len", "8192", "--host", "127.0.0.1", "--port", str(port)], env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:

@@ -1,0 +1,51 @@
+"""Dark mode: a stack on the dark port under its own compose project, for benchmarking
+while production is drained. Never touches the deploy dir, revisions or current pointer."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from .. import health, proc
+from ..commands.compose import Compose
+from ..deployment import VLLM, compose_check, write_deploy_files
+from ..diagnosis import diagnose
+from ..errors import OperationError
+from ..node import Node
+from ..progress import Reporter
+from ..render import COMPOSE_FILE
+from .prepare import prepare
+
+
+def dark_dir(node: Node) -> Path:
+    return node.state_dir / "dark"
+
+
+def up(node: Node, name: str, reporter: Reporter, *, timeout: float | None = None) -> str:
+    port = node.config.ports.dark
+    prepared = prepare(node, name, port=port, project=node.dark_project, pin_image=True)
+    files = dict(prepared.rendered.files)
+    reporter.phase("preflight", "compose config")
+    compose_check(files, node.dark_project)
+    where = dark_dir(node)
+    write_deploy_files(where, files)
+    compose = Compose(where, node.dark_project)
+    reporter.phase("up", f"{name} on port {port} as project {node.dark_project}")
+    proc.run(compose.up([VLLM]), timeout=300)
+    result = health.wait_healthy(project=node.dark_project, service=VLLM,
+                                 health_url=f"http://127.0.0.1:{port}/health",
+                                 timeout=timeout or node.config.timeouts.health,
+                                 max_interval=node.config.timeouts.poll_interval, reporter=reporter,
+                                 diagnose=diagnose)
+    if not result.healthy:
+        tail = "\n".join(f"  | {line}" for line in result.tail(10))
+        raise OperationError(f"dark {name} did not become healthy: {result.reason}"
+                             + (f"; {result.finding.one_line()}" if result.finding else "") + f"\n{tail}")
+    return f"http://127.0.0.1:{port}"
+
+
+def down(node: Node) -> bool:
+    where = dark_dir(node)
+    if not (where / COMPOSE_FILE).is_file():
+        return False
+    proc.run(Compose(where, node.dark_project).down(), timeout=120)
+    return True

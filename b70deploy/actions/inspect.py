@@ -1,0 +1,111 @@
+"""Read-only views: status, history, diff between revisions, logs."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..errors import UserError
+from ..journal import Journal
+from ..lock import holder_info
+from ..node import Node
+from ..render import RUNTIME_ENV_FILE
+from ..revisions import RevisionStore
+from .diff import unified
+
+FACT_ROWS = [
+    ("kv_cache_tokens", "GPU KV cache (tokens)"),
+    ("max_concurrency", "max concurrency"),
+    ("kv_cache_dtype", "KV dtype"),
+    ("attention_backend", "attention backend"),
+    ("flash_attn_version", "FlashAttention"),
+    ("moe_method", "MoE method"),
+    ("compile_seconds", "torch.compile (s)"),
+    ("time_to_healthy", "time to healthy (s)"),
+    ("vllm_version", "vLLM"),
+]
+
+
+def status(node: Node) -> dict[str, Any]:
+    from ..deployment import VLLM
+    from ..engine import find_container, state_of
+    from ..health import probe_health
+
+    store = RevisionStore(node.state_dir)
+    cur = store.current()
+    out: dict[str, Any] = {"node": node.project, "deploy_dir": str(node.deploy_dir),
+                           "state_dir": str(node.state_dir), "current": cur.summary() if cur else None}
+    if cur is not None:
+        out["facts"] = cur.status.facts
+    try:
+        st = state_of(find_container(node.project, VLLM))
+        out["container"] = {"status": st.status, "exit_code": st.exit_code, "image_id": st.image_id}
+    except Exception as e:  # the engine may be down; status must still answer
+        out["container"] = {"status": f"unknown ({e})"}
+    code = probe_health(f"http://127.0.0.1:{node.config.ports.prod}/health")
+    out["health"] = code if code is not None else "refused"
+    out["lock"] = holder_info(node.state_dir)
+    run = Journal(node.state_dir).last_run()
+    if run is not None and not run.finished:
+        out["interrupted"] = {"command": run.command, "step": run.last_step, "run": run.run_id,
+                              "revision": run.context.get("revision"), "previous": run.context.get("previous"),
+                              "fix": "b70deploy resume (finish it) or b70deploy rollback (undo it)"}
+    return out
+
+
+def history(node: Node) -> list[dict[str, Any]]:
+    return RevisionStore(node.state_dir).index()
+
+
+def _fmt(v: Any) -> str:
+    if isinstance(v, int) and not isinstance(v, bool):
+        return f"{v:,}"
+    if isinstance(v, float):
+        return f"{v:.2f}"
+    return "-" if v is None else str(v)
+
+
+def fact_rows(a: dict[str, Any], b: dict[str, Any]) -> list[list[str]]:
+    rows = []
+    for key, label in FACT_ROWS:
+        va, vb = a.get(key), b.get(key)
+        if va is None and vb is None:
+            continue
+        change = ""
+        if isinstance(va, int | float) and isinstance(vb, int | float) and not isinstance(va, bool) and va:
+            change = f"{(vb - va) / va * 100:+.0f}%"
+        rows.append([label, _fmt(va), _fmt(vb), change])
+    return rows
+
+
+def diff_revisions(node: Node, a: int, b: int) -> tuple[str, list[list[str]]]:
+    store = RevisionStore(node.state_dir)
+    ra, rb = store.get(a), store.get(b)
+    files_a, files_b = ra.read_files(), rb.read_files()
+    # Which runtime keys came from the secrets file is not recorded: mask every runtime value.
+    keys = _env_keys(files_a.get(RUNTIME_ENV_FILE, b"")) | _env_keys(files_b.get(RUNTIME_ENV_FILE, b""))
+    text = unified(files_a, files_b, old_label=f"rev{a}", new_label=f"rev{b}", secret_keys=keys)
+    facts_a = {**ra.status.facts, "vllm_version": ra.status.vllm_version}
+    facts_b = {**rb.status.facts, "vllm_version": rb.status.vllm_version}
+    return text, fact_rows(facts_a, facts_b)
+
+
+def _env_keys(data: bytes) -> set[str]:
+    import io
+
+    from dotenv import dotenv_values
+
+    return set(dotenv_values(stream=io.StringIO(data.decode(errors="replace"))))
+
+
+def logs(node: Node, number: int) -> str:
+    store = RevisionStore(node.state_dir)
+    store.get(number)  # a clear error for an unknown revision
+    path = store.log_path(number)
+    if not path.is_file():
+        raise UserError(f"revision {number} has no saved container log",
+                        fix="logs are kept for revisions that were started by a switch or rollback")
+    return path.read_text(errors="replace")
+
+
+def set_pin(node: Node, number: int, pinned: bool) -> None:
+    RevisionStore(node.state_dir).update_status(number, pinned=pinned)

@@ -1,0 +1,48 @@
+"""The post's node_dark procedure: drain, verify, restore (restore is not a rollback)."""
+
+from __future__ import annotations
+
+import time
+
+from .. import proc
+from ..audit import AuditLog
+from ..commands.compose import Compose
+from ..deployment import VLLM, restore_services
+from ..diagnosis import diagnose
+from ..errors import OperationError
+from ..lock import DeployLock
+from ..node import Node
+from ..progress import Reporter
+from ..render import COMPOSE_FILE
+from ..verify import Reading, readings
+
+
+def drain(node: Node, reporter: Reporter, *, lock_wait: float = 0.0) -> list[str]:
+    if not (node.deploy_dir / COMPOSE_FILE).is_file():
+        raise OperationError(f"nothing deployed in {node.deploy_dir}; nothing to drain")
+    services = [VLLM, *(c.name for c in node.config.companions)]
+    with DeployLock(node.state_dir, "drain", wait=lock_wait):
+        reporter.phase("drain", f"compose stop {' '.join(services)}")
+        proc.run(Compose(node.deploy_dir, node.project).stop(services), timeout=120)
+    AuditLog(node.state_dir).record("drain", "ok", services=services)
+    return services
+
+
+def verify(node: Node, *, wait: float = 0.0) -> tuple[bool, list[Reading]]:
+    """Readings until the node is idle or `wait` seconds pass; (idle, last readings)."""
+    cfg = node.config
+    deadline = time.monotonic() + wait
+    while True:
+        got = readings(port=cfg.ports.prod, feeders=cfg.feeders, load_threshold=cfg.load_threshold)
+        if all(r.ok for r in got) or time.monotonic() >= deadline:
+            return all(r.ok for r in got), got
+        time.sleep(1.0)
+
+
+def restore(node: Node, reporter: Reporter, *, timeout: float | None = None, lock_wait: float = 0.0) -> float:
+    with DeployLock(node.state_dir, "restore", wait=lock_wait):
+        reporter.phase("restore", "start the current revision and wait for /health")
+        result = restore_services(node, reporter, timeout=timeout or node.config.timeouts.restore,
+                                  diagnose=diagnose)
+    AuditLog(node.state_dir).record("restore", "ok", seconds=round(result.elapsed, 2))
+    return result.elapsed

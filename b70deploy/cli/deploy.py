@@ -1,0 +1,334 @@
+"""Deploy commands: switch, rollback, resume, drain, verify, restore, status, history,
+logs, pin, unpin, prune, audit, unlock, up/down --dark."""
+
+from __future__ import annotations
+
+import sys
+from typing import TYPE_CHECKING, Any
+
+import click
+
+from .base import Ctx, cli, pass_ctx
+
+if TYPE_CHECKING:
+    from ..actions.switch import Options, Outcome
+
+_TIMEOUT_HELP = "Seconds to wait for /health of the new stack (default: node timeouts.health, 720)."
+
+
+def _options(message: str, timeout: float | None, rollback_timeout: float | None, auto_rollback: bool,
+             lock_wait: float, verify_wait: float) -> Options:
+    from ..actions.switch import Options
+
+    return Options(message=message, timeout=timeout, rollback_timeout=rollback_timeout,
+                   auto_rollback=auto_rollback, lock_wait=lock_wait, verify_wait=verify_wait)
+
+
+def _finish(outcome: Outcome, as_json: bool) -> None:
+    from ..output import emit_json
+
+    if as_json:
+        emit_json(outcome.to_dict())
+    else:
+        for line in outcome.details:
+            click.echo(line, err=not outcome.ok)
+        click.echo(outcome.summary)
+    if not outcome.ok:
+        sys.exit(outcome.exit_code)
+
+
+def _common(fn: Any) -> Any:
+    for opt in reversed([
+        click.option("--message", "-m", default="", help="A note kept with the revision."),
+        click.option("--timeout", type=float, help=_TIMEOUT_HELP),
+        click.option("--rollback-timeout", type=float, help="Seconds to wait for /health when rolling back."),
+        click.option("--lock-wait", type=float, default=0.0, show_default=True,
+                     help="Wait this long for another b70deploy run to finish."),
+        click.option("--verify-wait", type=float, default=30.0, show_default=True,
+                     help="Seconds to wait for the node to go idle after draining."),
+        click.option("--yes", "-y", is_flag=True, help="Do not ask before draining production."),
+        click.option("--json", "as_json", is_flag=True, help="Print the outcome as JSON."),
+    ]):
+        fn = opt(fn)
+    return fn
+
+
+@cli.command(epilog="Example: b70deploy switch eagle3 -m 'EAGLE-3 with the fixed draft' --yes")
+@click.argument("stack")
+@click.option("--dry-run", is_flag=True, help="Print the plan and the diff; change nothing.")
+@click.option("--no-auto-rollback", is_flag=True, help="On failure, leave the failed stack for inspection.")
+@_common
+@pass_ctx
+def switch(ctx: Ctx, stack: str, dry_run: bool, no_auto_rollback: bool, message: str, timeout: float | None,
+           rollback_timeout: float | None, lock_wait: float, verify_wait: float, yes: bool, as_json: bool) -> None:
+    """Switch the node to STACK: preflight, drain, verify, activate, wait healthy, check, commit.
+
+    A failure after activation rolls back to the previous revision automatically.
+    """
+    from ..actions import switch as act
+    from ..progress import make_reporter
+
+    opts = _options(message, timeout, rollback_timeout, not no_auto_rollback, lock_wait, verify_wait)
+    reporter = make_reporter(quiet=as_json)
+    try:
+        if dry_run:
+            for line in act.dry_run(ctx.node, stack, reporter, opts):
+                click.echo(line)
+            return
+        d = act.build_switch(ctx.node, stack, reporter, opts)
+        act.confirm(f"Drain production on :{ctx.node.config.ports.prod} and switch to {stack}?", yes)
+        outcome = act.execute(d, f"switch {stack}", opts)
+    finally:
+        reporter.close()
+    _finish(outcome, as_json)
+
+
+@cli.command(epilog="Examples: b70deploy rollback | b70deploy rollback tq-256k | b70deploy rollback 12")
+@click.argument("target", required=False)
+@_common
+@pass_ctx
+def rollback(ctx: Ctx, target: str | None, message: str, timeout: float | None, rollback_timeout: float | None,
+             lock_wait: float, verify_wait: float, yes: bool, as_json: bool) -> None:
+    """Bring back an earlier revision's exact files, pinned to the image id that ran them.
+
+    No TARGET: the previous revision (or, after a killed run, the one before it).
+    A stack name: the newest revision of that stack that ran healthy. A number: that revision.
+    """
+    from ..actions import rollback as act
+    from ..actions.switch import confirm
+    from ..progress import make_reporter
+
+    opts = _options(message, timeout, rollback_timeout, True, lock_wait, verify_wait)
+    reporter = make_reporter(quiet=as_json)
+    try:
+        d = act.build_rollback(ctx.node, target, reporter, opts)
+        confirm(f"Drain production and roll back to revision {d.restored_from} ({d.stack.name})?", yes)
+        from ..actions.switch import execute
+
+        outcome = execute(d, f"rollback {target or ''}".strip(), opts, take_stale=True)
+    finally:
+        reporter.close()
+    _finish(outcome, as_json)
+
+
+@cli.command(epilog="Example: b70deploy resume")
+@click.option("--lock-wait", type=float, default=0.0)
+@click.option("--json", "as_json", is_flag=True)
+@pass_ctx
+def resume(ctx: Ctx, lock_wait: float, as_json: bool) -> None:
+    """Finish (or, if it was undoing, undo) a run that was killed; see `status`."""
+    from ..actions.resume import resume as act
+    from ..progress import make_reporter
+
+    reporter = make_reporter(quiet=as_json)
+    try:
+        outcome = act(ctx.node, reporter, _options("", None, None, True, lock_wait, 30.0), command="resume")
+    finally:
+        reporter.close()
+    _finish(outcome, as_json)
+
+
+@cli.command(epilog="Example: b70deploy drain && b70deploy verify --wait 60")
+@click.option("--lock-wait", type=float, default=0.0)
+@pass_ctx
+def drain(ctx: Ctx, lock_wait: float) -> None:
+    """Stop vllm and its companions (compose stop; never firewall rules) so the router drains."""
+    from ..actions.node_ops import drain as act
+    from ..progress import PlainReporter
+
+    services = act(ctx.node, PlainReporter(), lock_wait=lock_wait)
+    click.echo(f"node drained: {', '.join(services)} stopped; `b70deploy restore` brings them back")
+
+
+@cli.command(epilog="Example: b70deploy verify --wait 60 --json")
+@click.option("--wait", type=float, default=0.0, help="Keep reading until idle or this many seconds pass.")
+@click.option("--json", "as_json", is_flag=True)
+@pass_ctx
+def verify(ctx: Ctx, wait: float, as_json: bool) -> None:
+    """Check the node is idle: prod port, feeder connections, load average. Exit 1 if not."""
+    from ..actions.node_ops import verify as act
+    from ..output import emit_json
+
+    idle, got = act(ctx.node, wait=wait)
+    if as_json:
+        emit_json({"idle": idle, "readings": [{"name": r.name, "ok": r.ok, "detail": r.detail} for r in got]})
+    else:
+        for r in got:
+            click.echo(f"{'ok  ' if r.ok else 'BUSY'} {r.name}: {r.detail}")
+        click.echo("node idle" if idle else "node NOT idle")
+    if not idle:
+        sys.exit(1)
+
+
+@cli.command(epilog="Example: b70deploy restore --timeout 720")
+@click.option("--timeout", type=float, help="Seconds to wait for /health (default: node timeouts.restore, 720).")
+@click.option("--lock-wait", type=float, default=0.0)
+@pass_ctx
+def restore(ctx: Ctx, timeout: float | None, lock_wait: float) -> None:
+    """Start the current revision again after a drain and wait for /health (not a rollback)."""
+    from ..actions.node_ops import restore as act
+    from ..progress import make_reporter
+
+    reporter = make_reporter()
+    try:
+        elapsed = act(ctx.node, reporter, timeout=timeout, lock_wait=lock_wait)
+    finally:
+        reporter.close()
+    click.echo(f"node restored: healthy after {elapsed:.1f} s")
+
+
+@cli.command(epilog="Example: b70deploy status --json")
+@click.option("--json", "as_json", is_flag=True)
+@pass_ctx
+def status(ctx: Ctx, as_json: bool) -> None:
+    """What runs now: revision, stack, health, boot facts, image, interrupted runs."""
+    from ..actions.inspect import status as act
+    from ..output import emit_json
+
+    st = act(ctx.node)
+    if as_json:
+        emit_json(st)
+        return
+    cur = st["current"]
+    if cur is None:
+        click.echo("no revision deployed")
+    else:
+        click.echo(f"revision {cur['number']}: {cur['stack']} ({cur['outcome']}), image {cur['image_ref']} "
+                   f"= {str(cur['image_id'])[:19]}, deployed {cur['created']}")
+        for key, value in sorted((st.get("facts") or {}).items()):
+            if not isinstance(value, list | dict):
+                click.echo(f"  {key}: {value}")
+    click.echo(f"container: {st['container'].get('status')}; /health: {st['health']}")
+    lock = st.get("lock")
+    if lock:
+        state = "running" if lock["alive"] else "STALE (process gone)"
+        click.echo(f"lock: {state}: pid {lock['pid']} `{lock['command']}` step {lock['step'] or '-'} since "
+                   f"{lock['since']}")
+    run = st.get("interrupted")
+    if run:
+        click.echo(f"INTERRUPTED: `{run['command']}` stopped at step {run['step']} (revision {run['revision']}); "
+                   f"fix: {run['fix']}")
+
+
+@cli.command(epilog="Example: b70deploy history --json")
+@click.option("--json", "as_json", is_flag=True)
+@click.option("-n", "last", type=int, default=0, help="Only the last N revisions.")
+@pass_ctx
+def history(ctx: Ctx, as_json: bool, last: int) -> None:
+    """Every revision: stack, outcome, image, KV tokens, time to healthy."""
+    from ..actions.inspect import history as act
+    from ..output import emit_json, table
+
+    rows = act(ctx.node)
+    rows = rows[-last:] if last else rows
+    if as_json:
+        emit_json(rows)
+        return
+    table(["rev", "stack", "kind", "outcome", "pin", "created", "image", "KV tokens", "healthy s", "message"],
+          [[r["number"], r["stack"], r["kind"], r["outcome"], "*" if r["pinned"] else "", r["created"],
+            r["image_ref"], f"{r['kv_cache_tokens']:,}" if r.get("kv_cache_tokens") else "",
+            r.get("time_to_healthy") or "", r["message"]] for r in rows])
+
+
+@cli.command(epilog="Example: b70deploy logs 12")
+@click.argument("revision", type=int)
+@pass_ctx
+def logs(ctx: Ctx, revision: int) -> None:
+    """Print the container log kept with REVISION (failed boots keep theirs)."""
+    from ..actions.inspect import logs as act
+
+    click.echo(act(ctx.node, revision), nl=False)
+
+
+def _pin(ctx: Ctx, revision: int, pinned: bool) -> None:
+    from ..actions.inspect import set_pin
+    from ..lock import DeployLock
+
+    with DeployLock(ctx.node.state_dir, "pin" if pinned else "unpin", wait=10.0):
+        set_pin(ctx.node, revision, pinned)
+    click.echo(f"revision {revision} {'pinned: never pruned' if pinned else 'unpinned'}")
+
+
+@cli.command(epilog="Example: b70deploy pin 7")
+@click.argument("revision", type=int)
+@pass_ctx
+def pin(ctx: Ctx, revision: int) -> None:
+    """Keep REVISION forever (prune skips it)."""
+    _pin(ctx, revision, True)
+
+
+@cli.command(epilog="Example: b70deploy unpin 7")
+@click.argument("revision", type=int)
+@pass_ctx
+def unpin(ctx: Ctx, revision: int) -> None:
+    """Let prune remove REVISION again."""
+    _pin(ctx, revision, False)
+
+
+@cli.command(epilog="Example: b70deploy prune --keep 20")
+@click.option("--keep", type=click.IntRange(1), help="Revisions to keep (default: node keep_revisions, 20).")
+@pass_ctx
+def prune(ctx: Ctx, keep: int | None) -> None:
+    """Delete old revisions, keeping the newest N, every pinned one and the current one."""
+    from ..lock import DeployLock
+    from ..revisions import RevisionStore
+
+    with DeployLock(ctx.node.state_dir, "prune", wait=10.0):
+        gone = RevisionStore(ctx.node.state_dir).prune(keep or ctx.node.config.keep_revisions)
+    click.echo(f"pruned {len(gone)} revisions" + (f": {', '.join(map(str, gone))}" if gone else ""))
+
+
+@cli.command(epilog="Example: b70deploy audit -n 20")
+@click.option("-n", "last", type=int, default=50, show_default=True)
+@click.option("--json", "as_json", is_flag=True)
+@pass_ctx
+def audit(ctx: Ctx, last: int, as_json: bool) -> None:
+    """The audit log: who ran which mutating command, when, and how it ended."""
+    from ..audit import AuditLog
+    from ..output import emit_json, table
+
+    rows = AuditLog(ctx.node.state_dir).entries(last)
+    if as_json:
+        emit_json(rows)
+        return
+    table(["time", "user", "host", "command", "outcome", "revision"],
+          [[r.get("time"), r.get("user"), r.get("host"), r.get("command"), r.get("outcome"), r.get("revision")]
+           for r in rows])
+
+
+@cli.command(epilog="Example: b70deploy unlock")
+@pass_ctx
+def unlock(ctx: Ctx) -> None:
+    """Clear a stale lock left by a killed run (refused while its process runs)."""
+    from ..lock import clear_stale
+
+    holder = clear_stale(ctx.node.state_dir)
+    click.echo(f"cleared the stale lock of {holder.describe()}" if holder else "no stale lock")
+
+
+@cli.command(epilog="Example: b70deploy up ngram --dark")
+@click.argument("stack")
+@click.option("--dark", is_flag=True, required=True, help="Required: run on the dark port, own project.")
+@click.option("--timeout", type=float)
+@pass_ctx
+def up(ctx: Ctx, stack: str, dark: bool, timeout: float | None) -> None:
+    """Run STACK on the dark port for benchmarking; production files are never touched."""
+    from ..actions.dark import up as act
+    from ..progress import make_reporter
+
+    reporter = make_reporter()
+    try:
+        url = act(ctx.node, stack, reporter, timeout=timeout)
+    finally:
+        reporter.close()
+    click.echo(f"dark {stack} healthy at {url} (project {ctx.node.dark_project}); `b70deploy down --dark` stops it")
+
+
+@cli.command(epilog="Example: b70deploy down --dark")
+@click.option("--dark", is_flag=True, required=True, help="Required: stop the dark stack.")
+@pass_ctx
+def down(ctx: Ctx, dark: bool) -> None:
+    """Stop and remove the dark stack."""
+    from ..actions.dark import down as act
+
+    click.echo("dark stack removed" if act(ctx.node) else "no dark stack")

@@ -1,0 +1,137 @@
+"""The Docker Engine through its API (docker SDK): images, containers, logs.
+
+Compose does the lifecycle (up/stop/start); this module only looks and listens.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from .errors import OperationError, UserError
+
+
+def client() -> Any:
+    import docker
+    from docker.errors import DockerException
+
+    try:
+        return docker.from_env(version="auto", timeout=60)
+    except DockerException as e:
+        raise OperationError(f"cannot reach the Docker Engine: {e}; fix: start dockerd or set DOCKER_HOST") from None
+
+
+@dataclass(frozen=True)
+class ImageInfo:
+    ref: str
+    id: str
+    repo_digest: str | None
+    tags: tuple[str, ...]
+
+
+def image_info(ref: str) -> ImageInfo:
+    """Resolve a tag (or id) to the image it names now; a missing image is bad input."""
+    from docker.errors import ImageNotFound
+
+    try:
+        img = client().images.get(ref)
+    except ImageNotFound:
+        raise UserError(f"image {ref} is not on this engine",
+                        fix=f"pull or build it first (docker pull {ref}); b70deploy never pulls during a switch") \
+            from None
+    digests = img.attrs.get("RepoDigests") or []
+    return ImageInfo(ref=ref, id=img.id, repo_digest=digests[0] if digests else None, tags=tuple(img.tags))
+
+
+def image_present(image_id: str) -> bool:
+    from docker.errors import ImageNotFound
+
+    try:
+        client().images.get(image_id)
+        return True
+    except ImageNotFound:
+        return False
+
+
+def find_container(project: str, service: str) -> Any | None:
+    found = client().containers.list(all=True, filters={
+        "label": [f"com.docker.compose.project={project}", f"com.docker.compose.service={service}"]})
+    return found[0] if found else None
+
+
+@dataclass
+class ContainerState:
+    status: str          # created, running, restarting, exited, dead, missing
+    exit_code: int | None
+    restart_count: int
+    started_at: str
+    image_id: str | None
+
+
+def state_of(container: Any | None) -> ContainerState:
+    if container is None:
+        return ContainerState("missing", None, 0, "", None)
+    try:
+        container.reload()
+    except Exception:  # removed between list and reload
+        return ContainerState("missing", None, 0, "", None)
+    st = container.attrs.get("State", {})
+    return ContainerState(status=st.get("Status", "?"), exit_code=st.get("ExitCode"),
+                          restart_count=int(container.attrs.get("RestartCount", 0)),
+                          started_at=st.get("StartedAt", ""), image_id=container.attrs.get("Image"))
+
+
+def container_log(container: Any, *, tail: int | None = None) -> str:
+    raw = container.logs(stdout=True, stderr=True, tail=tail if tail is not None else "all")
+    return raw.decode(errors="replace") if isinstance(raw, bytes) else str(raw)
+
+
+@dataclass
+class LogFollower:
+    """Follows a container's log in a thread; `changed` is set on every line and at the end."""
+
+    container: Any
+    on_line: Callable[[str], None] | None = None
+    lines: list[str] = field(default_factory=list)
+    recent: deque[str] = field(default_factory=lambda: deque(maxlen=40))
+    changed: threading.Event = field(default_factory=threading.Event)
+    ended: threading.Event = field(default_factory=threading.Event)
+    _thread: threading.Thread | None = None
+
+    def start(self) -> LogFollower:
+        self._thread = threading.Thread(target=self._run, name="log-follower", daemon=True)
+        self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        buf = b""
+        try:
+            for chunk in self.container.logs(stream=True, follow=True, stdout=True, stderr=True):
+                buf += chunk
+                while b"\n" in buf:
+                    raw, buf = buf.split(b"\n", 1)
+                    self._emit(raw.decode(errors="replace").rstrip("\r"))
+            if buf:
+                self._emit(buf.decode(errors="replace"))
+        except Exception:  # the container went away; the poller sees that
+            pass
+        finally:
+            self.ended.set()
+            self.changed.set()
+
+    def _emit(self, line: str) -> None:
+        self.lines.append(line)
+        self.recent.append(line)
+        if self.on_line is not None:
+            self.on_line(line)
+        self.changed.set()
+
+    @property
+    def last_line(self) -> str:
+        for line in reversed(self.recent):
+            if line.strip():
+                return line.strip()
+        return ""

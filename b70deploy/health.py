@@ -1,0 +1,122 @@
+"""Waiting for a freshly started vllm container to become healthy, or to fail.
+
+Two things run at once: a poller asks GET /health (tenacity, capped back-off), and a log
+follower reads the container's log. A fatal log line or the container exiting wakes the
+poller at once, so a crash is reported in about a second, not after the timeout.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from .diagnosis import Diagnosis
+from .engine import LogFollower, find_container, state_of
+from .progress import Reporter
+
+Diagnose = Callable[[Sequence[str]], Diagnosis | None]
+SETTLE_SECONDS = 1.0
+
+
+@dataclass
+class WaitResult:
+    healthy: bool
+    elapsed: float
+    reason: str
+    finding: Diagnosis | None = None
+    exit_code: int | None = None
+    log_lines: list[str] = field(default_factory=list)
+
+    def tail(self, n: int = 15) -> list[str]:
+        return self.log_lines[-n:]
+
+
+class BootFailed(Exception):
+    def __init__(self, reason: str, finding: Diagnosis | None = None, exit_code: int | None = None) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.finding = finding
+        self.exit_code = exit_code
+
+
+def probe_health(url: str, *, timeout: float = 2.0) -> int | None:
+    """HTTP status of GET url, or None when nothing answers."""
+    import requests
+
+    try:
+        return requests.get(url, timeout=timeout).status_code
+    except requests.RequestException:
+        return None
+
+
+def wait_healthy(*, project: str, service: str, health_url: str, timeout: float, max_interval: float,
+                 reporter: Reporter, diagnose: Diagnose | None = None, stall_after: float | None = None,
+                 grace_503: float = 0.0) -> WaitResult:
+    """Wait until `health_url` answers 200, the container fails, or `timeout` passes."""
+    from tenacity import RetryError, Retrying, retry_if_result, stop_after_delay, wait_exponential
+
+    start = time.monotonic()
+    container = None
+    for _ in range(50):  # compose has just created it; give the API a moment
+        container = find_container(project, service)
+        if container is not None:
+            break
+        time.sleep(0.1)
+    if container is None:
+        return WaitResult(False, time.monotonic() - start, f"no {service} container in project {project}")
+    first = state_of(container)
+    follower = LogFollower(container, on_line=reporter.log_line).start()
+    last_change = [time.monotonic(), 0]
+
+    first_fatal: list[float] = []
+
+    def attempt() -> bool | None:
+        lines = follower.lines
+        if diagnose is not None and lines and diagnose(lines) is not None:
+            # The first fatal line is often the generic one ("EngineCore failed to start");
+            # the specific cause follows within moments, so settle briefly, then diagnose.
+            if not first_fatal:
+                first_fatal.append(time.monotonic())
+            if follower.ended.is_set() or time.monotonic() - first_fatal[0] >= SETTLE_SECONDS:
+                found = diagnose(follower.lines)
+                assert found is not None
+                raise BootFailed(f"fatal line in the log: {found.title}", found)
+        st = state_of(container)
+        if st.status in ("exited", "dead", "missing") or st.restart_count > first.restart_count \
+                or st.status == "restarting":
+            follower.ended.wait(1.0)  # let the last lines in
+            found = diagnose(follower.lines) if diagnose is not None else None
+            raise BootFailed(f"the {service} container exited (code {st.exit_code})", found, st.exit_code)
+        if stall_after is not None:
+            if len(lines) != last_change[1]:
+                last_change[:] = [time.monotonic(), len(lines)]
+            elif time.monotonic() - last_change[0] > stall_after:
+                raise BootFailed(f"no new log line for {stall_after:.0f} s: the boot looks stalled "
+                                 "(the post saw torch.compile hang on hybrid GDN layers; try enforce_eager: true)")
+        code = probe_health(health_url)
+        reporter.tick(f"/health: {code or 'refused'}")
+        return True if code == 200 else None
+
+    def sleep(seconds: float) -> None:
+        follower.changed.clear()
+        follower.changed.wait(seconds)  # a new log line or the end of the log wakes us early
+
+    retrying = Retrying(stop=stop_after_delay(timeout), wait=wait_exponential(multiplier=0.1, max=max_interval),
+                        retry=retry_if_result(lambda ok: ok is None), sleep=sleep, reraise=True)
+    try:
+        retrying(attempt)
+        return WaitResult(True, time.monotonic() - start, "healthy", log_lines=list(follower.lines))
+    except BootFailed as e:
+        return WaitResult(False, time.monotonic() - start, e.reason, e.finding, e.exit_code, list(follower.lines))
+    except RetryError:
+        found = diagnose(follower.lines) if diagnose is not None else None
+        return WaitResult(False, time.monotonic() - start, f"not healthy after {timeout:.0f} s", found,
+                          log_lines=list(follower.lines))
+
+
+def container_facts(project: str, service: str) -> dict[str, Any]:
+    container = find_container(project, service)
+    st = state_of(container)
+    return {"status": st.status, "exit_code": st.exit_code, "image_id": st.image_id}

@@ -1,0 +1,88 @@
+"""The run journal: one JSON line per step transition, appended and fsynced.
+
+`status` reads it to report a run that never finished (killed, crashed, power loss), and
+`resume` reads it to know where that run stopped and what it was doing.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+RUN_END_EVENTS = ("run-ok", "run-failed", "run-aborted")
+
+
+@dataclass
+class RunRecord:
+    run_id: str
+    command: str
+    context: dict[str, Any]
+    events: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def finished(self) -> bool:
+        return any(e["event"] in RUN_END_EVENTS for e in self.events)
+
+    @property
+    def last_step(self) -> str | None:
+        for e in reversed(self.events):
+            if e.get("step"):
+                return str(e["step"])
+        return None
+
+    def steps_done(self) -> list[str]:
+        return [str(e["step"]) for e in self.events if e["event"] == "step-done"]
+
+    @property
+    def last_event(self) -> dict[str, Any]:
+        return self.events[-1] if self.events else {}
+
+
+class Journal:
+    def __init__(self, state_dir: Path) -> None:
+        self.path = state_dir / "journal.jsonl"
+
+    def append(self, run_id: str, event: str, **fields: Any) -> None:
+        """Append one line; O_APPEND plus a single write keeps lines whole, fsync makes them last."""
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        entry = {"run": run_id, "event": event, "ts": round(time.time(), 3), **fields}
+        line = json.dumps(entry, sort_keys=True, default=str) + "\n"
+        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        try:
+            os.write(fd, line.encode())
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+    def lines(self) -> Iterator[dict[str, Any]]:
+        try:
+            with self.path.open(encoding="utf-8") as fh:
+                for raw in fh:
+                    try:
+                        yield json.loads(raw)
+                    except json.JSONDecodeError:
+                        continue  # a torn last line from a crash: the line before it stands
+        except FileNotFoundError:
+            return
+
+    def last_run(self) -> RunRecord | None:
+        runs: dict[str, RunRecord] = {}
+        last: str | None = None
+        for entry in self.lines():
+            run_id = entry.get("run")
+            if not isinstance(run_id, str):
+                continue
+            if entry["event"] == "run-start":
+                runs[run_id] = RunRecord(run_id=run_id, command=entry.get("command", "?"),
+                                         context=dict(entry.get("context") or {}))
+                last = run_id
+            if run_id in runs:
+                runs[run_id].events.append(entry)
+                if entry["event"] == "context":
+                    runs[run_id].context.update(entry.get("context") or {})
+        return runs.get(last) if last else None

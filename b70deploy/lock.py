@@ -1,0 +1,141 @@
+"""One mutating command at a time on a node.
+
+The lock is an flock (filelock) on state_dir/lock, which the kernel drops if we die, plus a
+details file naming the holder. A details file whose pid is gone marks a stale lock: the
+run that held it was killed. That is reported, never silently taken over; `resume`,
+`rollback` and `unlock` take it over explicitly.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import getpass
+import json
+import os
+import socket
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+import filelock
+import psutil
+
+from .errors import OperationError
+from .fsio import write_atomic
+
+
+@dataclass(frozen=True)
+class Holder:
+    pid: int
+    host: str
+    user: str
+    command: str
+    step: str
+    since: str
+    started_at: float  # the process's create time, so a reused pid is not mistaken for the holder
+
+    def alive(self) -> bool:
+        if self.host != socket.gethostname():
+            return True  # cannot tell from here: assume it runs
+        try:
+            proc = psutil.Process(self.pid)
+            return abs(proc.create_time() - self.started_at) < 1.0
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            return False
+
+    def describe(self) -> str:
+        return (f"pid {self.pid} on {self.host} ({self.user}): `{self.command}`, "
+                f"step {self.step or '-'}, since {self.since}")
+
+
+class LockBusy(OperationError):
+    pass
+
+
+class StaleLock(OperationError):
+    def __init__(self, holder: Holder) -> None:
+        self.holder = holder
+        super().__init__(
+            f"stale lock: {holder.describe()} is no longer running (the run was interrupted); "
+            "fix: `b70deploy status` shows where it stopped; `b70deploy resume` finishes or undoes it, "
+            "`b70deploy rollback` restores the previous revision, `b70deploy unlock` clears the lock")
+
+
+class DeployLock:
+    def __init__(self, state_dir: Path, command: str, *, wait: float = 0.0, take_stale: bool = False) -> None:
+        self.dir = state_dir
+        self.details = state_dir / "lock.json"
+        self.command = command
+        self.wait = wait
+        self.take_stale = take_stale
+        self._lock = filelock.FileLock(str(state_dir / "lock"))
+        self.taken_over: Holder | None = None
+
+    def read_holder(self) -> Holder | None:
+        try:
+            return Holder(**json.loads(self.details.read_text()))
+        except (FileNotFoundError, json.JSONDecodeError, TypeError):
+            return None
+
+    def acquire(self) -> DeployLock:
+        self.dir.mkdir(parents=True, exist_ok=True)
+        deadline = time.monotonic() + self.wait
+        while True:
+            try:
+                self._lock.acquire(timeout=0)
+                break
+            except filelock.Timeout:
+                if time.monotonic() >= deadline:
+                    holder = self.read_holder()
+                    who = holder.describe() if holder else "another b70deploy process"
+                    raise LockBusy(f"the node is locked by {who}; fix: wait for it, or pass --lock-wait SECONDS") \
+                        from None
+                time.sleep(0.2)
+        stale = self.read_holder()
+        if stale is not None:
+            # We hold the flock, yet a details file remains: its writer died without releasing.
+            if not self.take_stale:
+                self._lock.release()
+                raise StaleLock(stale)
+            self.taken_over = stale
+        self.set_step("")
+        return self
+
+    def set_step(self, step: str) -> None:
+        me = psutil.Process(os.getpid())
+        holder = Holder(pid=os.getpid(), host=socket.gethostname(), user=getpass.getuser(), command=self.command,
+                        step=step, since=time.strftime("%Y-%m-%dT%H:%M:%S%z"), started_at=me.create_time())
+        write_atomic(self.details, (json.dumps(asdict(holder)) + "\n").encode(), mode=0o644)
+
+    def release(self) -> None:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self.details)
+        self._lock.release()
+
+    def __enter__(self) -> DeployLock:
+        return self.acquire()
+
+    def __exit__(self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None) -> None:
+        self.release()
+
+
+def clear_stale(state_dir: Path) -> Holder | None:
+    """`unlock`: remove a stale lock's details; refuses while the holder still runs."""
+    lock = DeployLock(state_dir, "unlock", take_stale=True)
+    try:
+        lock.acquire()
+    except LockBusy:
+        raise
+    lock.release()
+    return lock.taken_over
+
+
+def holder_info(state_dir: Path) -> dict[str, Any] | None:
+    """For `status`: who holds the lock now, and whether that process still runs."""
+    lock = DeployLock(state_dir, "status")
+    holder = lock.read_holder()
+    if holder is None:
+        return None
+    return {**asdict(holder), "alive": holder.alive()}

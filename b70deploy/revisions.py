@@ -1,0 +1,253 @@
+"""The revision store: every deployed config, kept as immutable files under the state dir.
+
+Layout (state_dir/revisions/):
+    000042/files/...      the exact bytes that ran (compose, .env, vllm.env, patches/...)
+    000042/meta.json      written once: stack, parent, image, hashes, operator, message
+    000042/status.json    outcome, boot facts, step timings, pin: replaced atomically
+    000042/container.log  the vllm container's log of that boot, when one was captured
+    index.json            one summary per revision, so `history` reads one file
+    current               the number of the revision the node runs (written last)
+
+A revision directory is assembled under a temporary name and renamed into place, so a
+killed run never leaves a half-written revision; files/ and meta.json never change again.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Iterable, Mapping
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from .errors import UserError
+from .fsio import fsync_dir, write_atomic
+
+Outcome = Literal["pending", "deployed", "superseded", "failed", "aborted", "interrupted"]
+Kind = Literal["switch", "rollback", "adopt"]
+HEALTHY_OUTCOMES = ("deployed", "superseded")
+
+
+def sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def file_mode(name: str) -> int:
+    return 0o600 if name.endswith(".env") else 0o644
+
+
+@dataclass(frozen=True)
+class Meta:
+    number: int
+    stack: str
+    kind: Kind
+    parent: int | None          # the revision that was current when this one was made
+    restored_from: int | None   # for a rollback: the revision whose bytes were restored
+    created: str
+    image_ref: str
+    image_id: str | None
+    repo_digest: str | None
+    operator: str
+    message: str
+    files: dict[str, str]       # name -> sha256
+    stack_doc: dict[str, Any] | None = None  # the merged stack it was rendered from (expectations, smoke)
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> Meta:
+        return cls(**{k: d.get(k) for k in cls.__dataclass_fields__})  # type: ignore[arg-type]
+
+
+@dataclass
+class Status:
+    outcome: Outcome = "pending"
+    pinned: bool = False
+    vllm_version: str | None = None
+    facts: dict[str, Any] = field(default_factory=dict)
+    timings: dict[str, float] = field(default_factory=dict)
+    diagnosis: str | None = None
+    failure: str | None = None
+    updated: str | None = None
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> Status:
+        known = {k: d[k] for k in cls.__dataclass_fields__ if k in d}
+        return cls(**known)
+
+
+@dataclass(frozen=True)
+class Revision:
+    meta: Meta
+    status: Status
+    path: Path
+
+    @property
+    def number(self) -> int:
+        return self.meta.number
+
+    @property
+    def files_dir(self) -> Path:
+        return self.path / "files"
+
+    def read_files(self) -> dict[str, bytes]:
+        return {name: (self.files_dir / name).read_bytes() for name in self.meta.files}
+
+    def summary(self) -> dict[str, Any]:
+        return {
+            "number": self.meta.number, "stack": self.meta.stack, "kind": self.meta.kind,
+            "parent": self.meta.parent, "restored_from": self.meta.restored_from,
+            "created": self.meta.created, "image_ref": self.meta.image_ref, "image_id": self.meta.image_id,
+            "outcome": self.status.outcome, "pinned": self.status.pinned, "message": self.meta.message,
+            "kv_cache_tokens": self.status.facts.get("kv_cache_tokens"),
+            "time_to_healthy": self.status.facts.get("time_to_healthy"),
+            "vllm_version": self.status.vllm_version,
+        }
+
+
+class RevisionStore:
+    def __init__(self, state_dir: Path) -> None:
+        self.root = state_dir / "revisions"
+        self.index_path = self.root / "index.json"
+        self.current_path = self.root / "current"
+
+    # ------------------------------------------------------------------ reading
+
+    def _dir(self, number: int) -> Path:
+        return self.root / f"{number:06d}"
+
+    def numbers(self) -> list[int]:
+        if not self.root.is_dir():
+            return []
+        return sorted(int(p.name) for p in self.root.iterdir() if p.is_dir() and p.name.isdigit())
+
+    def exists(self, number: int) -> bool:
+        return (self._dir(number) / "meta.json").is_file()
+
+    def get(self, number: int) -> Revision:
+        path = self._dir(number)
+        try:
+            meta = Meta.from_dict(json.loads((path / "meta.json").read_text()))
+        except FileNotFoundError:
+            raise UserError(f"no revision {number}", fix="`b70deploy history` lists the revisions") from None
+        status_path = path / "status.json"
+        status = Status.from_dict(json.loads(status_path.read_text())) if status_path.is_file() else Status()
+        return Revision(meta=meta, status=status, path=path)
+
+    def current_number(self) -> int | None:
+        try:
+            text = self.current_path.read_text().strip()
+        except FileNotFoundError:
+            return None
+        return int(text) if text.isdigit() else None
+
+    def current(self) -> Revision | None:
+        n = self.current_number()
+        return self.get(n) if n is not None and self.exists(n) else None
+
+    def index(self) -> list[dict[str, Any]]:
+        """Summaries of every revision, oldest first; rebuilt from the revisions if missing."""
+        try:
+            data = json.loads(self.index_path.read_text())
+            entries: list[dict[str, Any]] = data["revisions"]
+            return entries
+        except (FileNotFoundError, json.JSONDecodeError, KeyError, TypeError):
+            return self.rebuild_index()
+
+    def rebuild_index(self) -> list[dict[str, Any]]:
+        entries = [self.get(n).summary() for n in self.numbers() if self.exists(n)]
+        if self.root.is_dir():
+            self._write_index(entries)
+        return entries
+
+    def latest_healthy(self, stack: str | None = None, *, exclude: Iterable[int] = ()) -> Revision | None:
+        """The newest revision (of `stack`) that ran healthy."""
+        skip = set(exclude)
+        for entry in reversed(self.index()):
+            if entry["number"] in skip or entry["outcome"] not in HEALTHY_OUTCOMES:
+                continue
+            if stack is None or entry["stack"] == stack:
+                return self.get(entry["number"])
+        return None
+
+    # ------------------------------------------------------------------ writing
+
+    def create(self, *, stack: str, kind: Kind, files: Mapping[str, bytes], image_ref: str, image_id: str | None,
+               repo_digest: str | None, operator: str, message: str, created: str,
+               restored_from: int | None = None, stack_doc: dict[str, Any] | None = None) -> Revision:
+        """Store a new revision atomically; its number is one past the highest so far."""
+        self.root.mkdir(parents=True, exist_ok=True)
+        numbers = self.numbers()
+        number = (numbers[-1] + 1) if numbers else 1
+        meta = Meta(number=number, stack=stack, kind=kind, parent=self.current_number(),
+                    restored_from=restored_from, created=created, image_ref=image_ref, image_id=image_id,
+                    repo_digest=repo_digest, operator=operator, message=message,
+                    files={name: sha256(data) for name, data in sorted(files.items())}, stack_doc=stack_doc)
+        tmp = Path(tempfile.mkdtemp(dir=self.root, prefix=f".new-{number:06d}-"))
+        try:
+            for name, data in files.items():
+                write_atomic(tmp / "files" / name, data, mode=file_mode(name))
+            write_atomic(tmp / "meta.json", _dumps(asdict(meta)), mode=0o644)
+            write_atomic(tmp / "status.json", _dumps(asdict(Status(updated=created))), mode=0o644)
+            os.chmod(tmp, 0o700)
+            os.rename(tmp, self._dir(number))  # fails if the number was taken: never overwrite
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+        fsync_dir(self.root)
+        rev = self.get(number)
+        self._upsert_index(rev)
+        return rev
+
+    def update_status(self, number: int, **changes: Any) -> Revision:
+        rev = self.get(number)
+        status = Status.from_dict({**asdict(rev.status), **changes})
+        write_atomic(rev.path / "status.json", _dumps(asdict(status)), mode=0o644)
+        new = Revision(meta=rev.meta, status=status, path=rev.path)
+        self._upsert_index(new)
+        return new
+
+    def set_current(self, number: int) -> None:
+        write_atomic(self.current_path, f"{number}\n".encode(), mode=0o644)
+
+    def save_log(self, number: int, text: str) -> Path:
+        path = self._dir(number) / "container.log"
+        write_atomic(path, text.encode(errors="replace"), mode=0o600)
+        return path
+
+    def log_path(self, number: int) -> Path:
+        return self._dir(number) / "container.log"
+
+    def prune(self, keep: int) -> list[int]:
+        """Delete all but the newest `keep` revisions, never a pinned one or the current one."""
+        entries = self.index()
+        current = self.current_number()
+        newest = {e["number"] for e in entries[-keep:]} if keep > 0 else set()
+        doomed = [e["number"] for e in entries
+                  if e["number"] not in newest and not e["pinned"] and e["number"] != current]
+        for n in doomed:
+            # Rename first so a crash mid-delete never leaves a half-revision under its number.
+            trash = self.root / f".trash-{n:06d}"
+            with contextlib.suppress(FileNotFoundError):
+                os.rename(self._dir(n), trash)
+                shutil.rmtree(trash, ignore_errors=True)
+        if doomed:
+            fsync_dir(self.root)
+            self._write_index([e for e in entries if e["number"] not in set(doomed)])
+        return doomed
+
+    def _upsert_index(self, rev: Revision) -> None:
+        entries = [e for e in self.index() if e["number"] != rev.number]
+        entries.append(rev.summary())
+        entries.sort(key=lambda e: e["number"])
+        self._write_index(entries)
+
+    def _write_index(self, entries: list[dict[str, Any]]) -> None:
+        write_atomic(self.index_path, _dumps({"revisions": entries}), mode=0o644)
+
+
+def _dumps(data: Any) -> bytes:
+    return (json.dumps(data, indent=1, sort_keys=True) + "\n").encode()

@@ -1,0 +1,114 @@
+"""Runs a list of steps, journals every transition, and undoes completed steps on failure.
+
+A step is a name, an action and an optional compensation. When a step fails, the
+compensations of the steps already done run in reverse order (the last first), each
+journaled, and the failure is re-raised. A fault-injection hook lets tests kill the
+process at any step boundary (B70DEPLOY_FAULT=before:STEP or after:STEP).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Generic, TypeVar
+
+from .journal import Journal
+from .progress import Reporter
+
+S = TypeVar("S")
+FAULT_ENV = "B70DEPLOY_FAULT"
+
+
+@dataclass(frozen=True)
+class Step(Generic[S]):
+    name: str
+    summary: str                       # what it does, for the plan
+    action: Callable[[S], None]
+    compensation: Callable[[S], None] | None = None
+    undo_summary: str = "-"            # what its compensation does, for the plan
+
+
+@dataclass
+class StepFailed(Exception):
+    step: str
+    error: BaseException
+    undo_errors: list[str] = field(default_factory=list)
+    compensated: bool = False
+
+    def __str__(self) -> str:
+        return f"step {self.step} failed: {self.error}"
+
+
+def inject_fault(when: str, step: str) -> None:
+    """Kill this process with SIGKILL at a step boundary when the environment asks for it."""
+    if os.environ.get(FAULT_ENV) == f"{when}:{step}":
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+class Runner(Generic[S]):
+    def __init__(self, journal: Journal, reporter: Reporter, *, command: str,
+                 on_step: Callable[[str], None] | None = None, run_id: str | None = None) -> None:
+        self.journal = journal
+        self.reporter = reporter
+        self.command = command
+        self.on_step = on_step
+        self.run_id = run_id or uuid.uuid4().hex[:12]
+        self.timings: dict[str, float] = {}
+
+    def start(self, context: dict[str, object]) -> None:
+        self.journal.append(self.run_id, "run-start", command=self.command, context=context, pid=os.getpid())
+
+    def note(self, **context: object) -> None:
+        """Record facts a resumed run will need (revision numbers and such)."""
+        self.journal.append(self.run_id, "context", context=context)
+
+    def run(self, steps: Sequence[Step[S]], state: S, *, done: Sequence[Step[S]] = (),
+            compensate: bool = True) -> None:
+        """Run `steps`; `done` are steps an interrupted run had completed (for compensation)."""
+        completed: list[Step[S]] = list(done)
+        for step in steps:
+            inject_fault("before", step.name)
+            if self.on_step is not None:
+                self.on_step(step.name)
+            self.journal.append(self.run_id, "step-start", step=step.name)
+            self.reporter.phase(step.name, step.summary)
+            t0 = time.monotonic()
+            try:
+                step.action(state)
+            except BaseException as exc:
+                self.timings[step.name] = round(time.monotonic() - t0, 3)
+                self.journal.append(self.run_id, "step-failed", step=step.name, error=str(exc)[:2000])
+                failure = StepFailed(step.name, exc)
+                if compensate:
+                    failure.undo_errors = self.compensate(completed, state)
+                    failure.compensated = True
+                self.journal.append(self.run_id, "run-failed", step=step.name, error=str(exc)[:2000],
+                                    compensated=compensate)
+                raise failure from exc
+            self.timings[step.name] = round(time.monotonic() - t0, 3)
+            self.journal.append(self.run_id, "step-done", step=step.name, seconds=self.timings[step.name])
+            completed.append(step)
+            inject_fault("after", step.name)
+        self.journal.append(self.run_id, "run-ok")
+
+    def compensate(self, completed: Sequence[Step[S]], state: S) -> list[str]:
+        errors: list[str] = []
+        for step in reversed(completed):
+            if step.compensation is None:
+                continue
+            self.journal.append(self.run_id, "undo-start", step=step.name)
+            self.reporter.phase(f"undo {step.name}", step.undo_summary)
+            try:
+                step.compensation(state)
+                self.journal.append(self.run_id, "undo-done", step=step.name)
+            except Exception as exc:  # keep undoing the rest, report all
+                errors.append(f"undo {step.name}: {exc}")
+                self.journal.append(self.run_id, "undo-failed", step=step.name, error=str(exc)[:2000])
+        return errors
+
+    def abort(self, reason: str) -> None:
+        self.journal.append(self.run_id, "run-aborted", reason=reason)

@@ -1,0 +1,59 @@
+"""`verify`: is the node idle? Readings from the kernel's socket table and load average.
+
+Idle means: on the prod port only TIME_WAIT entries from loopback remain, no configured
+feeder address holds an ESTABLISHED connection, and the 1-minute load is under the
+threshold (the post's checks before benchmarking on the dark port).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+from dataclasses import dataclass
+from typing import Any
+
+import psutil
+
+
+@dataclass(frozen=True)
+class Reading:
+    name: str
+    ok: bool
+    detail: str
+
+
+def _is_loopback(ip: str) -> bool:
+    addr = _ip(ip)
+    return addr is not None and addr.is_loopback
+
+
+def _ip(text: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
+    try:
+        addr = ipaddress.ip_address(text.split("%")[0])
+    except ValueError:
+        return None
+    # An IPv4 peer on a dual-stack socket shows as ::ffff:a.b.c.d
+    mapped = getattr(addr, "ipv4_mapped", None)
+    return mapped or addr
+
+
+def readings(*, port: int, feeders: list[str], load_threshold: float, conns: list[Any] | None = None,
+             load1: float | None = None) -> list[Reading]:
+    conns = psutil.net_connections(kind="inet") if conns is None else conns
+    conns = [c for c in conns if c.raddr]  # unconnected sockets have an empty tuple here
+    on_port = [c for c in conns if c.laddr and c.laddr.port == port and c.status != psutil.CONN_LISTEN and c.raddr]
+    busy = [c for c in on_port if not (c.status == psutil.CONN_TIME_WAIT and _is_loopback(c.raddr.ip))]
+    waiting = len(on_port) - len(busy)
+    if busy:
+        sample = ", ".join(f"{c.raddr.ip}:{c.raddr.port} {c.status}" for c in busy[:5])
+        out = [Reading(f"port {port}", False, f"{len(busy)} live connection(s): {sample}")]
+    else:
+        out = [Reading(f"port {port}", True, f"no live connections ({waiting} loopback TIME_WAIT)")]
+    feeder_set = {ipaddress.ip_address(f) for f in feeders}
+    est = [c for c in conns if c.raddr and c.status == psutil.CONN_ESTABLISHED and _ip(c.raddr.ip) in feeder_set]
+    for feeder in feeders:
+        mine = [c for c in est if _ip(c.raddr.ip) == ipaddress.ip_address(feeder)]
+        out.append(Reading(f"feeder {feeder}", not mine, f"{len(mine)} ESTABLISHED"))
+    load = os.getloadavg()[0] if load1 is None else load1
+    out.append(Reading("load (1 min)", load < load_threshold, f"{load:.2f} (threshold {load_threshold:g})"))
+    return out

@@ -1,0 +1,137 @@
+"""A node of our own on the real engine: temp state/deploy/models dirs, free loopback ports,
+a unique compose project, test-only image tags, and a teardown that removes all of it."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from b70deploy.sim.box import write_models
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def docker(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["docker", *args], capture_output=True, text=True, check=check)
+
+
+@dataclass
+class SimNode:
+    root: Path
+    project: str
+    prod: int
+    dark: int
+    tags: dict[str, str]
+    config: Path
+    extra_env: dict[str, str] = field(default_factory=dict)
+
+    def cli(self, *args: str, env: dict[str, str] | None = None, timeout: float = 120,
+            check: bool = False) -> subprocess.CompletedProcess[str]:
+        full_env = {**os.environ, "PYTHONPATH": str(REPO), "B70DEPLOY_CONFIG": str(self.config),
+                    **self.extra_env, **(env or {})}
+        full_env.pop("B70DEPLOY_FAULT", None) if env is None or "B70DEPLOY_FAULT" not in env else None
+        result = subprocess.run([sys.executable, "-m", "b70deploy.cli", *args], capture_output=True, text=True,
+                                env=full_env, timeout=timeout, check=False)
+        if check and result.returncode != 0:
+            raise AssertionError(f"b70deploy {' '.join(args)} exited {result.returncode}:\n{result.stdout}\n"
+                                 f"{result.stderr}")
+        return result
+
+    def json(self, *args: str) -> Any:
+        return json.loads(self.cli(*args, "--json", check=True).stdout)
+
+    @property
+    def state(self) -> Path:
+        return self.root / "state"
+
+    @property
+    def deploy(self) -> Path:
+        return self.root / "deploy"
+
+    def running_image(self) -> str:
+        out = docker("ps", "-q", "--filter", f"label=com.docker.compose.project={self.project}",
+                     "--filter", "label=com.docker.compose.service=vllm").stdout.split()
+        assert len(out) == 1, out
+        return docker("inspect", "-f", "{{.Image}}", out[0]).stdout.strip()
+
+
+def write_stacks(folder: Path, image: str) -> None:
+    """Small stacks for the deploy tests: healthy ones and one per failure mode."""
+    folder.mkdir(parents=True)
+    base = {"image": image, "entrypoint_style": "bash-c", "model": {"path": "Qwen/Qwen3-30B-A3B-W4A16",
+            "quantization": "compressed-tensors"}, "served_model_names": ["qwen3-30b-a3b-w4a16", "alias-b"],
+            "dtype": "float16", "max_model_len": 131072, "kv_cache_dtype": "fp8",
+            "tool_calling": {"parser": "hermes", "auto_tool_choice": True}, "patches": ["marlin-xpu-carveout"],
+            "expect": {"attention_backend": "FLASH_ATTN", "kv_cache_dtype": "fp8", "min_kv_tokens": 270000},
+            "smoke": {"completion": {"prompt": "The capital of France is", "expect": "Paris", "max_tokens": 4},
+                      "tool_call": True, "aliases": True}}
+    docs = {
+        "alpha": base,
+        "beta": {"extends": "alpha", "max_model_len": 262144},
+        "crash": {"extends": "alpha", "env": {"B70SIM_FAIL": "marlin"}},
+        "garbage": {"extends": "alpha", "env": {"B70SIM_FAIL": "garbage"}},
+        "fallback": {"extends": "alpha", "env": {"B70SIM_FAIL": "attn-fallback"}},
+        "slow": {"extends": "alpha", "env": {"B70SIM_BOOT_SECONDS": "4"}},
+    }
+    for name, doc in docs.items():
+        (folder / f"{name}.yaml").write_text(yaml.safe_dump(doc))
+
+
+@pytest.fixture(scope="session")
+def sim_built() -> None:
+    from b70deploy.sim.image import build
+
+    build()
+
+
+@pytest.fixture
+def node(tmp_path: Path, sim_built: None) -> Iterator[SimNode]:
+    suffix = uuid.uuid4().hex[:8]
+    project = f"b70t-{suffix}"
+    tags = {"bash-c": f"b70t-{suffix}/vllm:bash-c", "serve": f"b70t-{suffix}/vllm:serve"}
+    for variant, tag in tags.items():
+        docker("tag", f"b70sim/vllm:{variant}", tag)
+    root = tmp_path
+    write_models(root / "models")
+    write_stacks(root / "stacks", "intel/vllm:latest")
+    prod, dark = free_port(), free_port()
+    cfg = {
+        "project": project, "deploy_dir": str(root / "deploy"), "state_dir": str(root / "state"),
+        "stacks_dir": str(root / "stacks"), "models_dir": str(root / "models"), "device_dir": None,
+        "bind_address": "127.0.0.1", "ports": {"prod": prod, "dark": dark}, "load_threshold": 1000,
+        "image_map": {"intel/vllm:latest": tags["bash-c"], "vllm-xpu:0.19.0-tr5": tags["serve"]},
+        "stack_overlay": {"env": {"B70SIM_BOOT_SECONDS": "0.6"}},
+        "timeouts": {"health": 40, "rollback": 40, "poll_interval": 0.5},
+        "companions": [{"name": "webui", "image": tags["bash-c"], "command": ["sim-webui", "--port", "8080"]}],
+    }
+    config = root / "node.yaml"
+    config.write_text(yaml.safe_dump(cfg))
+    tn = SimNode(root=root, project=project, prod=prod, dark=dark, tags=tags, config=config)
+    try:
+        yield tn
+    finally:
+        for proj in (project, f"{project}-dark"):
+            ids = docker("ps", "-aq", "--filter", f"label=com.docker.compose.project={proj}").stdout.split()
+            if ids:
+                docker("rm", "-f", *ids, check=False)
+            nets = docker("network", "ls", "-q", "--filter", f"label=com.docker.compose.project={proj}").stdout.split()
+            if nets:
+                docker("network", "rm", *nets, check=False)
+        docker("rmi", *tags.values(), check=False)

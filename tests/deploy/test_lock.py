@@ -1,0 +1,80 @@
+"""The deploy lock with real processes: busy, holder named, stale after SIGKILL."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from b70deploy.lock import DeployLock, LockBusy, StaleLock, clear_stale, holder_info
+
+HOLD = """
+import sys, time
+from pathlib import Path
+from b70deploy.lock import DeployLock
+lock = DeployLock(Path(sys.argv[1]), "switch eagle3").acquire()
+lock.set_step("wait-healthy")
+print("held", flush=True)
+time.sleep(60)
+"""
+
+
+def _holder(state: Path) -> subprocess.Popen[str]:
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    proc = subprocess.Popen([sys.executable, "-c", HOLD, str(state)], stdout=subprocess.PIPE, text=True, env=env)
+    assert proc.stdout is not None and proc.stdout.readline().strip() == "held"
+    return proc
+
+
+def test_second_locker_fails_at_once_naming_the_holder(tmp_path: Path) -> None:
+    proc = _holder(tmp_path)
+    try:
+        t0 = time.monotonic()
+        with pytest.raises(LockBusy) as info:
+            DeployLock(tmp_path, "switch ngram").acquire()
+        assert time.monotonic() - t0 < 1.0
+        msg = str(info.value)
+        assert f"pid {proc.pid}" in msg and "switch eagle3" in msg and "wait-healthy" in msg
+        assert holder_info(tmp_path)["alive"] is True  # type: ignore[index]
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_lock_wait_gets_the_lock_when_the_holder_finishes(tmp_path: Path) -> None:
+    with DeployLock(tmp_path, "a"):
+        pass
+    lock = DeployLock(tmp_path, "b", wait=2.0).acquire()
+    lock.release()
+
+
+def test_killed_holder_leaves_a_stale_lock_that_is_reported_not_stolen(tmp_path: Path) -> None:
+    proc = _holder(tmp_path)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    with pytest.raises(StaleLock) as info:
+        DeployLock(tmp_path, "switch ngram").acquire()
+    assert f"pid {proc.pid}" in str(info.value) and "no longer running" in str(info.value)
+    assert holder_info(tmp_path)["alive"] is False  # type: ignore[index]
+    taker = DeployLock(tmp_path, "resume", take_stale=True).acquire()
+    assert taker.taken_over is not None and taker.taken_over.pid == proc.pid
+    taker.release()
+    assert holder_info(tmp_path) is None
+
+
+def test_unlock_clears_only_a_stale_lock(tmp_path: Path) -> None:
+    proc = _holder(tmp_path)
+    try:
+        with pytest.raises(LockBusy):
+            clear_stale(tmp_path)
+    finally:
+        proc.kill()
+        proc.wait()
+    holder = clear_stale(tmp_path)
+    assert holder is not None and holder.pid == proc.pid
+    assert clear_stale(tmp_path) is None

@@ -1,0 +1,89 @@
+"""The revision store on real files: immutability, atomic creation, index, pins, prune."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+from pathlib import Path
+
+import pytest
+
+from b70deploy.errors import UserError
+from b70deploy.revisions import RevisionStore, sha256
+
+FILES = {"docker-compose.yml": b"services: {}\n", ".env": b"VLLM_IMAGE='x'\n", "vllm.env": b"HF_TOKEN='s'\n",
+         "patches/marlin/marlin_utils.py": b"print(1)\n"}
+
+
+def make(store: RevisionStore, stack: str = "w4a16", **kw: object) -> int:
+    rev = store.create(stack=stack, kind="switch", files=FILES, image_ref="img:1", image_id="sha256:abc",
+                       repo_digest=None, operator="me@host", message="m", created="2026-11-29T00:00:00", **kw)  # type: ignore[arg-type]
+    return rev.number
+
+
+def test_create_numbers_files_modes_and_hashes(tmp_path: Path) -> None:
+    store = RevisionStore(tmp_path)
+    assert [make(store), make(store), make(store)] == [1, 2, 3]
+    rev = store.get(2)
+    assert rev.read_files() == FILES
+    assert rev.meta.files == {n: sha256(d) for n, d in FILES.items()}
+    assert stat.S_IMODE(os.stat(rev.files_dir / "vllm.env").st_mode) == 0o600
+    assert stat.S_IMODE(os.stat(rev.files_dir / ".env").st_mode) == 0o600
+    assert rev.status.outcome == "pending"
+    assert not [p for p in store.root.iterdir() if p.name.startswith(".")], "no temp dirs left"
+
+
+def test_parent_is_current_and_status_updates_keep_files(tmp_path: Path) -> None:
+    store = RevisionStore(tmp_path)
+    a = make(store)
+    store.update_status(a, outcome="deployed")
+    store.set_current(a)
+    b = make(store, stack="eagle3")
+    assert store.get(b).meta.parent == a
+    before = (store.get(a).path / "meta.json").read_bytes()
+    store.update_status(a, outcome="superseded", facts={"kv_cache_tokens": 270592})
+    assert (store.get(a).path / "meta.json").read_bytes() == before, "meta.json never changes"
+    assert store.get(a).status.facts == {"kv_cache_tokens": 270592}
+    assert store.latest_healthy("w4a16").number == a  # type: ignore[union-attr]
+    assert store.latest_healthy("eagle3") is None  # pending is not healthy
+
+
+def test_index_rebuilds_when_missing_or_torn(tmp_path: Path) -> None:
+    store = RevisionStore(tmp_path)
+    for _ in range(3):
+        make(store)
+    expected = store.index()
+    store.index_path.write_text("{torn")
+    assert store.index() == expected
+    store.index_path.unlink()
+    assert [e["number"] for e in store.index()] == [1, 2, 3]
+    assert json.loads(store.index_path.read_text())["revisions"] == expected
+
+
+def test_prune_keeps_last_n_pins_and_current(tmp_path: Path) -> None:
+    store = RevisionStore(tmp_path)
+    for _ in range(10):
+        make(store)
+    store.update_status(2, pinned=True)
+    store.set_current(4)
+    gone = store.prune(3)
+    assert gone == [1, 3, 5, 6, 7]
+    assert store.numbers() == [2, 4, 8, 9, 10]
+    assert [e["number"] for e in store.index()] == [2, 4, 8, 9, 10]
+
+
+def test_unknown_revision_is_user_error(tmp_path: Path) -> None:
+    with pytest.raises(UserError, match="no revision 7"):
+        RevisionStore(tmp_path).get(7)
+
+
+def test_thousands_of_revisions_history_reads_one_file(tmp_path: Path) -> None:
+    store = RevisionStore(tmp_path)
+    store.root.mkdir(parents=True)
+    entries = [{"number": n, "stack": "s", "kind": "switch", "parent": n - 1, "restored_from": None,
+                "created": "t", "image_ref": "i", "image_id": "x", "outcome": "superseded", "pinned": False,
+                "message": "", "kv_cache_tokens": None, "time_to_healthy": None, "vllm_version": None}
+               for n in range(1, 5001)]
+    store._write_index(entries)
+    assert len(store.index()) == 5000  # no revision directory was read

@@ -1,0 +1,208 @@
+"""switch and rollback on the real engine with the sim image (issue 4's must-shows)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+import requests
+
+from .conftest import SimNode, docker
+
+pytestmark = pytest.mark.docker
+
+
+def tree_digest(*roots: Path) -> str:
+    h = hashlib.sha256()
+    for root in roots:
+        if not root.exists():
+            continue
+        for p in sorted(root.rglob("*")):
+            if p.is_file():
+                h.update(str(p.relative_to(root)).encode())
+                h.update(p.read_bytes())
+    return h.hexdigest()
+
+
+def assert_revisions_intact(node: SimNode) -> None:
+    """No revision lost or altered: every file matches the hash recorded when it was made."""
+    for d in sorted((node.state / "revisions").glob("[0-9]*")):
+        meta = json.loads((d / "meta.json").read_text())
+        for name, digest in meta["files"].items():
+            assert hashlib.sha256((d / "files" / name).read_bytes()).hexdigest() == digest, (d, name)
+
+
+def test_switch_a_to_b_records_revisions_and_dry_run_changes_nothing(node: SimNode) -> None:
+    r = node.cli("switch", "alpha", "--yes", check=True)
+    assert "node on revision 1 (alpha)" in r.stdout
+    before = tree_digest(node.state, node.deploy)
+    dry = node.cli("switch", "beta", "--dry-run", check=True)
+    assert "dry run, nothing changed" in dry.stdout and "activate" in dry.stdout
+    assert "-      - \"131072\"" in dry.stdout and "+      - \"262144\"" in dry.stdout
+    assert tree_digest(node.state, node.deploy) == before
+    r = node.cli("switch", "beta", "--yes", "-m", "longer context", check=True)
+    assert "node on revision 2 (beta)" in r.stdout
+    hist = node.json("history")
+    assert [(h["number"], h["stack"], h["outcome"]) for h in hist] == [(1, "alpha", "superseded"),
+                                                                        (2, "beta", "deployed")]
+    assert hist[1]["parent"] == 1 and hist[1]["message"] == "longer context"
+    rev = node.state / "revisions" / "000002" / "files"
+    for name in ("docker-compose.yml", ".env", "vllm.env", "patches/marlin-xpu-carveout/marlin_utils.py"):
+        assert (node.deploy / name).read_bytes() == (rev / name).read_bytes()
+    assert (node.deploy / "vllm.env").stat().st_mode & 0o777 == 0o600
+    st = node.json("status")
+    assert st["current"]["number"] == 2 and st["health"] == 200
+    assert st["facts"]["kv_cache_tokens"] == 270592 and st["facts"]["attention_backend"] == "FLASH_ATTN"
+    models = requests.get(f"http://127.0.0.1:{node.prod}/v1/models", timeout=5).json()
+    assert {m["id"] for m in models["data"]} == {"qwen3-30b-a3b-w4a16", "alias-b"}
+    webui = docker("ps", "--filter", f"label=com.docker.compose.project={node.project}",
+                   "--filter", "label=com.docker.compose.service=webui", "--format", "{{.State}}").stdout.strip()
+    assert webui == "running"
+    audit = node.json("audit")
+    assert [a["command"] for a in audit] == ["switch alpha", "switch beta"]
+    assert_revisions_intact(node)
+
+
+def _crash_times(node: SimNode, since: float) -> list[float]:
+    """When containers of the project died by themselves (not stopped by a drain: 0/137/143)."""
+    out = docker("events", "--since", f"{since:.3f}", "--until", f"{time.time():.3f}", "--filter",
+                 f"label=com.docker.compose.project={node.project}", "--filter", "event=die",
+                 "--format", "{{.TimeNano}} {{.Actor.Attributes.exitCode}}").stdout.splitlines()
+    return [int(t) / 1e9 for t, code in (line.split() for line in out) if code not in ("0", "137", "143")]
+
+
+def test_crash_at_boot_rolls_back_with_diagnosis_within_two_seconds(node: SimNode) -> None:
+    node.cli("switch", "alpha", "--yes", check=True)
+    t0 = time.time()
+    r = node.cli("switch", "crash", "--yes")
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert "marlin-on-xpu" in r.stderr and "gptq_marlin_repack" in r.stderr
+    assert "node back on revision 1 (alpha), healthy" in r.stdout
+    journal = [json.loads(line) for line in (node.state / "journal.jsonl").read_text().splitlines()]
+    failed = [e for e in journal if e["event"] == "step-failed" and e["step"] == "wait-healthy"][-1]
+    dies = [t for t in _crash_times(node, t0) if t < failed["ts"] + 5]
+    assert dies, "the crashed container's exit was not seen"
+    lag = failed["ts"] - dies[0]
+    assert lag < 2.0, f"diagnosis {lag:.2f} s after the container exited"
+    hist = node.json("history")
+    assert hist[-1]["outcome"] == "failed" and node.json("status")["current"]["number"] == 1
+    log = node.cli("logs", str(hist[-1]["number"]), check=True).stdout
+    assert "gptq_marlin_repack" in log
+    assert requests.get(f"http://127.0.0.1:{node.prod}/health", timeout=5).status_code == 200
+
+
+@pytest.mark.parametrize("stack,why", [("garbage", "expected 'Paris'"), ("fallback", "FLASH_ATTN")])
+def test_healthy_but_wrong_fails_the_check_and_rolls_back(node: SimNode, stack: str, why: str) -> None:
+    node.cli("switch", "alpha", "--yes", check=True)
+    r = node.cli("switch", stack, "--yes")
+    assert r.returncode == 1
+    assert "failed at check" in r.stderr and why in r.stderr, r.stderr
+    assert "node back on revision 1 (alpha)" in r.stdout
+    assert node.json("status")["current"]["stack"] == "alpha"
+
+
+def test_rollback_by_stack_restores_exact_bytes_pinned_to_the_image_that_ran(node: SimNode) -> None:
+    node.cli("switch", "alpha", "--yes", check=True)
+    ran = node.running_image()
+    node.cli("switch", "beta", "--yes", check=True)
+    # The tag moves to another image: a rollback must still run the image that ran alpha.
+    docker("tag", "b70sim/vllm:bash-c-drift", node.tags["bash-c"])
+    assert docker("image", "inspect", "-f", "{{.Id}}", node.tags["bash-c"]).stdout.strip() != ran
+    r = node.cli("rollback", "alpha", "--yes", check=True)
+    assert "node on revision 3 (alpha)" in r.stdout
+    one = node.state / "revisions" / "000001" / "files"
+    three = node.state / "revisions" / "000003" / "files"
+    for f in one.rglob("*"):
+        if f.is_file():
+            rel = f.relative_to(one)
+            assert (three / rel).read_bytes() == f.read_bytes()
+            assert (node.deploy / rel).read_bytes() == f.read_bytes()
+    assert node.running_image() == ran
+    hist = node.json("history")
+    assert hist[-1]["kind"] == "rollback" and hist[-1]["restored_from"] == 1 and hist[-1]["parent"] == 2
+    # No argument: back to the previous revision (beta).
+    r = node.cli("rollback", "--yes", check=True)
+    assert "node on revision 4 (beta)" in r.stdout
+
+
+def test_rollback_to_a_gone_image_is_a_clear_error(node: SimNode) -> None:
+    node.cli("switch", "alpha", "--yes", check=True)
+    node.cli("switch", "beta", "--yes", check=True)
+    meta = json.loads((node.state / "revisions" / "000001" / "meta.json").read_text())
+    meta["image_id"] = "sha256:" + "0" * 64
+    (node.state / "revisions" / "000001" / "meta.json").write_text(json.dumps(meta))
+    r = node.cli("rollback", "1", "--yes")
+    assert r.returncode == 2 and "is gone" in r.stderr and "0000000000" in r.stderr
+
+
+def test_concurrent_switch_is_refused_naming_the_holder(node: SimNode) -> None:
+    node.cli("switch", "alpha", "--yes", check=True)
+    env = {"PYTHONPATH": str(Path(__file__).resolve().parents[2]), "B70DEPLOY_CONFIG": str(node.config)}
+    import os
+    import sys
+
+    slow = subprocess.Popen([sys.executable, "-m", "b70deploy.cli", "switch", "slow", "--yes"],
+                            env={**os.environ, **env}, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.time() + 20
+        while time.time() < deadline:
+            holder = (node.state / "lock.json")
+            if holder.is_file() and json.loads(holder.read_text()).get("step") == "wait-healthy":
+                break
+            time.sleep(0.1)
+        before = tree_digest(node.state / "revisions", node.deploy)
+        r = node.cli("switch", "beta", "--yes")
+        assert r.returncode == 1
+        assert f"pid {slow.pid}" in r.stderr and "switch slow" in r.stderr and "wait-healthy" in r.stderr
+        assert tree_digest(node.state / "revisions", node.deploy) == before
+    finally:
+        out, err = slow.communicate(timeout=60)
+    assert slow.returncode == 0, out + err
+
+
+def test_dark_mode_never_touches_production(node: SimNode) -> None:
+    node.cli("switch", "alpha", "--yes", check=True)
+    before = tree_digest(node.state / "revisions", node.deploy)
+    node.cli("drain", check=True)
+    r = node.cli("up", "beta", "--dark", check=True)
+    assert f"127.0.0.1:{node.dark}" in r.stdout
+    assert requests.get(f"http://127.0.0.1:{node.dark}/health", timeout=5).status_code == 200
+    assert tree_digest(node.state / "revisions", node.deploy) == before
+    node.cli("down", "--dark", check=True)
+    r = node.cli("restore", check=True)
+    assert "node restored" in r.stdout
+    assert requests.get(f"http://127.0.0.1:{node.prod}/health", timeout=5).status_code == 200
+    assert node.json("status")["current"]["number"] == 1
+
+
+STEPS = ["preflight", "record", "snapshot", "drain", "verify", "activate", "wait-healthy", "check", "commit",
+         "restore"]
+
+
+def test_sigkill_at_every_step_boundary_then_resume_or_rollback(node: SimNode) -> None:
+    """The process is killed (SIGKILL) after each step in turn; `status` names the step, and
+    `resume` (even turns) or `rollback` (odd turns) brings a healthy stack back, with no
+    revision lost or altered."""
+    node.cli("switch", "alpha", "--yes", check=True)
+    target = "beta"
+    for i, step in enumerate(STEPS):
+        known = {p.name for p in (node.state / "revisions").glob("[0-9]*")}
+        killed = node.cli("switch", target, "--yes", env={"B70DEPLOY_FAULT": f"after:{step}"})
+        assert killed.returncode == -9, (step, killed.stdout, killed.stderr)
+        st = node.json("status")
+        assert st["interrupted"]["step"] == step, (step, st)
+        assert st["lock"]["alive"] is False
+        blocked = node.cli("switch", target, "--yes")
+        assert blocked.returncode == 1 and "stale lock" in blocked.stderr
+        verb = "resume" if i % 2 == 0 else "rollback"
+        fixed = node.cli(verb, *(["--yes"] if verb == "rollback" else []))
+        assert fixed.returncode == 0, (step, verb, fixed.stdout, fixed.stderr)
+        st = node.json("status")
+        assert "interrupted" not in st and st["lock"] is None and st["health"] == 200, (step, verb, st)
+        assert known <= {p.name for p in (node.state / "revisions").glob("[0-9]*")}, "a revision was lost"
+        assert_revisions_intact(node)
+        target = "alpha" if st["current"]["stack"] == "beta" else "beta"
