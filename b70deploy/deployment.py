@@ -73,6 +73,7 @@ class Deployment:
     checks_passed: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     findings: list[Any] = field(default_factory=list)  # lint findings (b70deploy.lint.Finding)
+    secret_keys: frozenset[str] = frozenset()            # runtime env keys never to print
 
     @property
     def store(self) -> RevisionStore:

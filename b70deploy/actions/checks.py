@@ -9,6 +9,9 @@ from ..bootlog import check_expectations, parse_boot_facts
 from ..deployment import Deployment
 from ..diagnosis import diagnose
 from ..errors import UserError
+from ..node import Node
+from ..progress import Reporter
+from ..schema import Stack
 
 
 def boot_checks(d: Deployment, lines: list[str]) -> tuple[dict[str, Any], list[str]]:
@@ -28,19 +31,19 @@ def lint_gate(d: Deployment) -> list[str]:
         lines = "\n  ".join(f.one_line() for f in errors)
         raise UserError(f"lint found {len(errors)} error(s) in {d.stack.name}:\n  {lines}",
                         fix=f"`b70deploy lint {d.stack.name}` explains each; nothing was changed")
-    _ensure_draft(d)
+    ensure_draft(d.node, d.stack, d.reporter)
     return [f.one_line() for f in d.findings]
 
 
-def _ensure_draft(d: Deployment) -> None:
+def ensure_draft(node: Node, stack: Stack, reporter: Reporter) -> None:
     """The post's EAGLE-3 fix: serve a copy of the draft whose max_position_embeddings is raised."""
-    spec = d.stack.speculative
+    spec = stack.speculative
     if spec is None or spec.model is None or spec.draft_max_position_embeddings is None:
         return
     from ..draft import ensure_draft_copy
 
-    rel = ensure_draft_copy(d.node.models_dir, spec.model, spec.draft_max_position_embeddings)
-    d.reporter.info(f"draft copy {rel}: max_position_embeddings {spec.draft_max_position_embeddings}")
+    rel = ensure_draft_copy(node.models_dir, spec.model, spec.draft_max_position_embeddings)
+    reporter.info(f"draft copy {rel}: max_position_embeddings {spec.draft_max_position_embeddings}")
 
 
 def wire(d: Deployment) -> None:

@@ -7,13 +7,14 @@ from pathlib import Path
 
 from .. import health, proc
 from ..commands.compose import Compose
-from ..deployment import VLLM, compose_check, write_deploy_files
+from ..deployment import VLLM, write_deploy_files
 from ..diagnosis import diagnose
-from ..errors import OperationError
+from ..errors import OperationError, UserError
 from ..node import Node
 from ..progress import Reporter
 from ..render import COMPOSE_FILE
-from .prepare import prepare
+from .checks import ensure_draft
+from .prepare import prepare_deploy
 
 
 def dark_dir(node: Node) -> Path:
@@ -22,10 +23,14 @@ def dark_dir(node: Node) -> Path:
 
 def up(node: Node, name: str, reporter: Reporter, *, timeout: float | None = None) -> str:
     port = node.config.ports.dark
-    prepared = prepare(node, name, port=port, project=node.dark_project, pin_image=True)
-    files = dict(prepared.rendered.files)
-    reporter.phase("preflight", "compose config")
-    compose_check(files, node.dark_project)
+    reporter.phase("preflight", "render with patches, lint")
+    ready = prepare_deploy(node, name, port=port, project=node.dark_project)
+    errors = [f for f in ready.findings if f.severity == "error"]
+    if errors:
+        raise UserError(f"lint found {len(errors)} error(s): " + "; ".join(f.one_line() for f in errors),
+                        fix=f"`b70deploy lint {name}` explains each")
+    ensure_draft(node, ready.stack, reporter)
+    files = ready.files
     where = dark_dir(node)
     write_deploy_files(where, files)
     compose = Compose(where, node.dark_project)

@@ -48,19 +48,11 @@ def switch_files(node: Node, name: str) -> tuple[dict[str, bytes], frozenset[str
     """The files `switch name` would write (pinned image, patched files) when the image is on
     the engine, else the plain render and a remark saying so; with the secret keys to mask."""
     from ..errors import B70Error
-    from .prepare import prepare
+    from .prepare import prepare, prepare_deploy
 
     try:
-        from ..lint.gather import preflight
-        from ..patches import deploy_files
-
-        stack = node.catalogue().load(name)
-        from ..engine import image_info
-
-        ctx = preflight(node, stack, pin_image=image_info(stack.image).id)
-        files = dict(ctx.rendered.files)
-        files.update(deploy_files(ctx.patched))
-        return files, ctx.rendered.secret_keys, None
+        d = prepare_deploy(node, name)
+        return d.files, d.secret_keys, None
     except B70Error as e:
         plain = prepare(node, name).rendered
         return dict(plain.files), plain.secret_keys, f"showing the plain render (no image pin, no patches): {e}"

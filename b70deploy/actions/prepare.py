@@ -1,8 +1,13 @@
-"""Load a stack for a node and render it: the first half of render, diff, lint and switch."""
+"""Load a stack for a node and render it: the first half of render, diff, lint and switch.
+
+`prepare` is the plain render (no Docker). `prepare_deploy` is what a deployment writes:
+patches applied from the image the tag names now, .env pinned to that image id, linted.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from .. import devices as devices_mod
 from ..node import Node
@@ -10,27 +15,47 @@ from ..render import Rendered, render
 from ..schema import Stack
 from ..secrets_file import load_secrets
 
+if TYPE_CHECKING:
+    from ..engine import ImageInfo
+    from ..lint.findings import Finding
+
 
 @dataclass(frozen=True)
 class Prepared:
     stack: Stack
     rendered: Rendered
     warnings: tuple[str, ...]
-    image_id: str | None = None
-    repo_digest: str | None = None
 
 
-def prepare(node: Node, name: str, *, port: int | None = None, project: str | None = None,
-            pin_image: bool = False) -> Prepared:
-    """Render `name`; with `pin_image`, .env names the image id the tag points at now."""
+def prepare(node: Node, name: str, *, port: int | None = None, project: str | None = None) -> Prepared:
+    """Render `name` as the templates say, without asking the engine anything."""
     stack = node.catalogue().load(name)
     access = devices_mod.scan(node.device_dir, node.config.gids)
     secrets, warnings = load_secrets(node.secrets_env_file)
-    image_id = digest = None
-    if pin_image:
-        from ..engine import image_info
+    rendered = render(stack, node, access, secrets=secrets, port=port, project=project)
+    return Prepared(stack=stack, rendered=rendered, warnings=tuple(warnings))
 
-        info = image_info(stack.image)
-        image_id, digest = info.id, info.repo_digest
-    rendered = render(stack, node, access, secrets=secrets, port=port, project=project, image=image_id)
-    return Prepared(stack=stack, rendered=rendered, warnings=tuple(warnings), image_id=image_id, repo_digest=digest)
+
+@dataclass(frozen=True)
+class Deployable:
+    stack: Stack
+    files: dict[str, bytes]
+    secret_keys: frozenset[str]
+    image: ImageInfo
+    findings: list[Finding]
+
+
+def prepare_deploy(node: Node, name: str, *, port: int | None = None, project: str | None = None) -> Deployable:
+    """The files a deployment of `name` writes, and lint's findings on them."""
+    from ..engine import image_info
+    from ..lint import lint_stack
+    from ..lint.gather import preflight
+    from ..patches import deploy_files
+
+    stack = node.catalogue().load(name)
+    info = image_info(stack.image)
+    ctx = preflight(node, stack, pin_image=info.id, port=port, project=project)
+    files = dict(ctx.rendered.files)
+    files.update(deploy_files(ctx.patched))
+    return Deployable(stack=stack, files=files, secret_keys=ctx.rendered.secret_keys, image=info,
+                      findings=lint_stack(ctx))

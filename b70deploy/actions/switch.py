@@ -6,7 +6,6 @@ import sys
 from dataclasses import dataclass
 from typing import Any
 
-from .. import engine
 from ..audit import AuditLog
 from ..deployment import Deployment, steps
 from ..errors import OperationError, UserError
@@ -17,6 +16,7 @@ from ..progress import Reporter
 from ..revisions import RevisionStore
 from ..runner import Runner, StepFailed
 from .diff import unified
+from .prepare import prepare_deploy
 
 
 @dataclass
@@ -52,21 +52,11 @@ def plan_lines(d: Deployment) -> list[str]:
 
 
 def build_switch(node: Node, name: str, reporter: Reporter, opts: Options) -> Deployment:
-    """Render `name` with its patches applied from the image the tag names now, .env pinned
-    to that image id, and lint it; nothing on the node changes here."""
-    from ..lint import lint_stack
-    from ..lint.gather import preflight
-    from ..patches import deploy_files
-
-    stack = node.catalogue().load(name)
-    info = engine.image_info(stack.image)
-    ctx = preflight(node, stack, pin_image=info.id)
-    findings = lint_stack(ctx)
-    files = dict(ctx.rendered.files)
-    files.update(deploy_files(ctx.patched))
-    d = Deployment(node=node, reporter=reporter, kind="switch", stack=stack, files=files, image=info,
-                   message=opts.message)
-    d.findings = findings
+    """Everything a switch to `name` will write, linted; nothing on the node changes here."""
+    ready = prepare_deploy(node, name)
+    d = Deployment(node=node, reporter=reporter, kind="switch", stack=ready.stack, files=ready.files,
+                   image=ready.image, message=opts.message, secret_keys=ready.secret_keys)
+    d.findings = ready.findings
     configure(d, opts)
     return d
 
@@ -89,7 +79,7 @@ def dry_run(node: Node, name: str, reporter: Reporter, opts: Options) -> list[st
     from ..fsio import read_tree
 
     live = read_tree(node.deploy_dir, sorted(set(d.files) | set(cur.meta.files if cur else [])))
-    text = unified(live, d.files, old_label="deployed", new_label=f"switch-{name}")
+    text = unified(live, d.files, old_label="deployed", new_label=f"switch-{name}", secret_keys=d.secret_keys)
     lines = [f"switch {name}: plan (dry run, nothing changed)",
              f"  image {d.image.ref} = {d.image.id}",
              f"  current: {f'revision {cur.number} ({cur.meta.stack})' if cur else 'nothing deployed'}", ""]

@@ -58,13 +58,14 @@ def _port_owner(node: Node, client: Any) -> str | None:
 
 
 def build_context(node: Node, stack: Stack, *, docker: bool = True, inspector: ImageInspector | None = None,
-                  check_port: bool = True, pin_image: str | None = None) -> LintContext:
+                  check_port: bool = True, pin_image: str | None = None, port: int | None = None,
+                  project: str | None = None) -> LintContext:
     """Gather the facts for `stack`. With docker and no `inspector`, one is made and closed here.
     `pin_image` (an image id) goes into .env as VLLM_IMAGE, as a switch records it."""
     if docker and inspector is None:
         with ImageInspector(node.state_dir) as own:
             return build_context(node, stack, docker=True, inspector=own, check_port=check_port,
-                                 pin_image=pin_image)
+                                 pin_image=pin_image, port=port, project=project)
     skipped: list[str] = []
     models_dir: Path | None = node.models_dir if node.models_dir.is_dir() else None
     if models_dir is None:
@@ -96,7 +97,7 @@ def build_context(node: Node, stack: Stack, *, docker: bool = True, inspector: I
     access = devices_mod.scan(node.device_dir, node.config.gids)
     secrets, _warnings = load_secrets(node.secrets_env_file)
     rendered = render(stack, node, access, secrets=secrets, mounts=mounts_for(patched),
-                      draft_path=draft_path_for(stack), image=pin_image)
+                      draft_path=draft_path_for(stack), image=pin_image, port=port, project=project)
     ctx = LintContext(node=node, stack=stack, rendered=rendered, models_dir=models_dir, image=ctx_image,
                       image_error=image_error, patch_errors=patch_errors, patched=patched, skipped=skipped)
     if docker:
@@ -151,9 +152,10 @@ def lint_stacks(node: Node, names: list[str], *, docker: bool = True,
 
 
 def preflight(node: Node, stack: Stack, *, inspector: ImageInspector | None = None,
-              pin_image: str | None = None) -> LintContext:
+              pin_image: str | None = None, port: int | None = None, project: str | None = None) -> LintContext:
     """For `switch`: the full context (with the materialized patches in `ctx.patched` and the
     rendered files in `ctx.rendered`, .env pinned to `pin_image`); run `lint_stack(ctx)` on it
     and stop on an error. Pass an inspector you close (`with ImageInspector(state_dir) as insp:`)
     to reuse it."""
-    return build_context(node, stack, docker=True, inspector=inspector, check_port=True, pin_image=pin_image)
+    return build_context(node, stack, docker=True, inspector=inspector, check_port=port is None,
+                         pin_image=pin_image, port=port, project=project)

@@ -88,7 +88,7 @@ def write_stacks(folder: Path, image: str) -> None:
         "crash": {"extends": "alpha", "env": {"B70SIM_FAIL": "marlin"}},
         "garbage": {"extends": "alpha", "env": {"B70SIM_FAIL": "garbage"}},
         "fallback": {"extends": "alpha", "env": {"B70SIM_FAIL": "attn-fallback"}},
-        "slow": {"extends": "alpha", "env": {"B70SIM_BOOT_SECONDS": "4"}},
+        "slow": {"extends": "alpha", "env": {"B70SIM_BOOT_SECONDS": "6"}},
     }
     for name, doc in docs.items():
         (folder / f"{name}.yaml").write_text(yaml.safe_dump(doc))
