@@ -1,49 +1,61 @@
 #!/usr/bin/env bash
-# The demo on the simulated node: build the sim images, render a shipped stack, bring it up,
-# wait for /health, show /health and /v1/models, tear down. Everything lives in one temp
-# folder (or $B70_DEMO_DIR) and under one compose project; both are removed at the end.
+# The demo on the simulated node: build the sim images, lay out the post's model folders,
+# lint the catalogue, then do what the post did by hand, with one command each:
+#   switch to w4a16 (Marlin carve-out patched in from the image), switch to eagle3 (draft
+#   copy with max_position_embeddings raised), try qwen36 (garbage output: the smoke test
+#   catches it and the node rolls back by itself), roll back to w4a16 by name, and show the
+#   history and the KV-pool diff. Everything lives in one temp folder (or $B70_DEMO_DIR)
+#   under one compose project; both are removed at the end.
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 py=${B70_PYTHON:-$here/.venv/bin/python}
-stack=${B70_DEMO_STACK:-tq-256k}
 work=${B70_DEMO_DIR:-$(mktemp -d -t b70demo.XXXXXX)}
 b70() { "$py" -m b70deploy.cli --config "$work/node.yaml" "$@"; }
 step() { printf '\n== %s\n' "$*"; }
 
-# -- node: the demo config in the work folder, with a free loopback port
-port=$("$py" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-mkdir -p "$work/models" "$work/deploy" "$work/state"
-sed "s/^  prod: 18000 .*/  prod: $port/" "$here/demo/node.yaml" > "$work/node.yaml"
+# -- node: the demo config in the work folder, with free loopback ports
+read -r port dark < <("$py" -c '
+import socket
+socks = [socket.socket() for _ in range(2)]
+for s in socks:
+    s.bind(("127.0.0.1", 0))
+print(*(s.getsockname()[1] for s in socks))')
+mkdir -p "$work"
+sed -e "s/^  prod: 18000 .*/  prod: $port/" -e "s/^  dark: 18001.*/  dark: $dark/" "$here/demo/node.yaml" > "$work/node.yaml"
 project=$("$py" -c 'import sys, yaml; print(yaml.safe_load(open(sys.argv[1]))["project"])' "$work/node.yaml")
-compose=(docker compose --project-directory "$work/deploy" -p "$project" --profile gpu)
 cleanup() {
   step "tear down"
-  "${compose[@]}" down --remove-orphans --timeout 5 >/dev/null 2>&1 || true
+  for p in "$project" "$project-dark"; do
+    ids=$(docker ps -aq --filter "label=com.docker.compose.project=$p")
+    [ -z "$ids" ] || docker rm -f $ids >/dev/null
+    nets=$(docker network ls -q --filter "label=com.docker.compose.project=$p")
+    [ -z "$nets" ] || docker network rm $nets >/dev/null
+  done
   [ -n "${B70_DEMO_DIR:-}" ] || rm -rf "$work"
 }
 trap cleanup EXIT
 
-step "build the sim images"
+step "build the sim images (docker import, no registry)"
 "$py" -m b70deploy.cli sim build
-
-step "render $stack into $work/deploy"
-b70 render "$stack" --out "$work/deploy"
-
-step "docker compose up -d"
-"${compose[@]}" up -d --pull never
-
-step "wait for /health on 127.0.0.1:$port"
-for _ in $(seq 1 120); do
-  code=$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$port/health" || true)
-  [ "$code" = 200 ] && break
-  sleep 0.5
-done
-[ "$code" = 200 ] || { "${compose[@]}" logs --no-color vllm | tail -20; echo "not healthy"; exit 1; }
-
-step "GET /health -> $code"
-step "GET /v1/models"
-curl -s "http://127.0.0.1:$port/v1/models" | "$py" -c 'import json, sys; [print(" ", m["id"], m["max_model_len"]) for m in json.load(sys.stdin)["data"]]'
-step "boot facts from the log"
-"${compose[@]}" logs --no-color --no-log-prefix vllm | grep -E 'KV cache size|Maximum concurrency|Using .*backend|Starting vLLM' || true
+step "the post's model folders, simulated"
+"$py" -m b70deploy.cli sim models "$work/models"
+step "b70deploy stacks"
+b70 stacks
+step "b70deploy lint --all"
+b70 lint --all
+step "b70deploy switch w4a16"
+b70 switch w4a16 --yes -m "first deploy: W4A16 + fp8 KV at 262K"
+step "b70deploy switch eagle3"
+b70 switch eagle3 --yes -m "EAGLE-3 with the draft's max_position_embeddings raised"
+step "b70deploy switch qwen36 (boots, but speaks word-salad: expect an automatic rollback)"
+if b70 switch qwen36 --yes; then echo "qwen36 should have failed its smoke test"; exit 1; fi
+step "b70deploy rollback w4a16"
+b70 rollback w4a16 --yes
+step "b70deploy history"
+b70 history
+step "b70deploy diff 1 2 (w4a16 -> eagle3: files and boot facts)"
+b70 diff 1 2 | tail -n 14
+step "b70deploy status"
+b70 status
 echo
-echo "demo ok: $stack served on 127.0.0.1:$port by the simulated node"
+echo "demo ok: switched, caught a bad stack, rolled back by name, on the simulated node"

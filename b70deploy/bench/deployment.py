@@ -21,15 +21,15 @@ def current_deployment_info(node: Node) -> dict[str, Any]:
 
     Keys: endpoint, stack, revision, image_id, vllm_version, kv_tokens (None when unknown).
     """
-    # TODO(lead): fill stack/revision/image_id/vllm_version/kv_tokens from the revision store.
-    return {
-        "endpoint": f"http://127.0.0.1:{node.config.ports.prod}",
-        "stack": None,
-        "revision": None,
-        "image_id": None,
-        "vllm_version": None,
-        "kv_tokens": None,
-    }
+    from ..revisions import RevisionStore
+
+    current = RevisionStore(node.state_dir).current()
+    info: dict[str, Any] = {"endpoint": f"http://127.0.0.1:{node.config.ports.prod}", "stack": None,
+                            "revision": None, "image_id": None, "vllm_version": None, "kv_tokens": None}
+    if current is not None:
+        info.update(stack=current.meta.stack, revision=current.number, image_id=current.meta.image_id,
+                    vllm_version=current.status.vllm_version, kv_tokens=current.status.facts.get("kv_cache_tokens"))
+    return info
 
 
 def server_facts(endpoint: Endpoint) -> dict[str, Any]:

@@ -30,8 +30,9 @@ def _finish(outcome: Outcome, as_json: bool) -> None:
     if as_json:
         emit_json(outcome.to_dict())
     else:
-        for line in outcome.details:
-            click.echo(line, err=not outcome.ok)
+        if not outcome.ok:  # a success's checks were shown as they passed
+            for line in outcome.details:
+                click.echo(line, err=True)
         click.echo(outcome.summary)
     if not outcome.ok:
         sys.exit(outcome.exit_code)

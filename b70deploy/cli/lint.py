@@ -46,12 +46,12 @@ def lint(ctx: Ctx, stacks: tuple[str, ...], all_stacks: bool, as_json: bool, no_
 
 
 def diagnose_revision(ctx: Ctx, rev: str) -> list[str]:
-    """HOOK for the revision store (the lead wires it): the boot log lines kept with revision REV.
+    """The container log kept with revision REV (a failed boot keeps its own)."""
+    from ..actions.inspect import logs
 
-    Until then `diagnose REV` says so and exits 2.
-    """
-    raise UserError(f"diagnose by revision ({rev}) needs the revision store",
-                    fix="use --log FILE or --container NAME for now")
+    if not rev.isdigit():
+        raise UserError(f"{rev!r} is not a revision number", fix="`b70deploy history` lists the revisions")
+    return logs(ctx.node, int(rev)).splitlines()
 
 
 def _container_lines(name: str) -> list[str]:

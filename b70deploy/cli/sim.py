@@ -29,3 +29,15 @@ def build(force: bool, as_json: bool) -> None:
         click.echo(f"{r.tag}: {r.status} ({r.size_bytes / 1e6:.1f} MB, {r.seconds:.1f} s)")
     built = sum(r.status == "built" for r in results)
     click.echo(f"sim images: {built} built, {len(results) - built} up to date")
+
+
+@sim.command(epilog="Example: b70deploy sim models /tmp/demo/models")
+@click.argument("folder", type=click.Path(file_okay=False))
+def models(folder: str) -> None:
+    """Write the post's model folders (config.json files, sparse weights) into FOLDER."""
+    from pathlib import Path
+
+    from ..sim.box import MODELS, write_models
+
+    write_models(Path(folder))
+    click.echo(f"wrote {len(MODELS)} simulated model folders into {folder}")

@@ -52,6 +52,8 @@ Natural failures (as the real server's arise)
     suffix speculative decoding without an importable `arctic_inference` -> Arctic ImportError;
     KV tokens < --max-model-len -> KV ValueError; a compressed-tensors MoE model whose image
     marlin_utils.check_moe_marlin_supports_layer returns True on XPU -> Marlin AttributeError.
+    Bad weights: a config.json key "b70sim_fail" (one of B70SIM_FAIL's modes) fails every container of
+    that model, the way the post's community Qwen3.6 CT-INT4 quant spoke word-salad.
     Quantization: /models/<path>/config.json quantization_config.quant_method, else the path name
     (W4A16, CT-INT4, compressed -> compressed-tensors; GPTQ -> gptq; AWQ -> awq).
 """
@@ -60,6 +62,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import importlib
 import importlib.util
 import json
@@ -1103,6 +1106,10 @@ def serve(argv: Sequence[str], env: Mapping[str, str] | None = None,
     start = time.monotonic()
     image = probe_image(knobs)
     model_config = read_model_config(cfg.model, knobs.models_dir)
+    broken = (model_config or {}).get("b70sim_fail")
+    if isinstance(broken, str) and broken in FAIL_MODES:
+        # The weights themselves are bad (the post's Qwen3.6 quant): every container of them fails.
+        knobs = dataclasses.replace(knobs, fail=knobs.fail | {broken})
     spec = cfg.speculative or {}
     draft_config = read_model_config(str(spec["model"]), knobs.models_dir) if spec.get("model") else None
     plan = plan_boot(cfg, knobs, image, model_config, draft_config)

@@ -2,26 +2,19 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from lint_helpers import MODELS, sim_images_present, write_node
+from lint_helpers import sim_images_present, write_node
 
 from b70deploy.node import Node, load_node
+from b70deploy.sim.box import write_models
 
 
 @pytest.fixture
 def models_dir(tmp_path: Path) -> Path:
-    root = tmp_path / "models"
-    for rel, cfg in MODELS.items():
-        d = root / rel
-        d.mkdir(parents=True)
-        (d / "config.json").write_text(json.dumps(cfg, indent=2) + "\n")
-        with open(d / "model.safetensors", "wb") as fh:  # sparse: the draft's 366 MB head costs no disk
-            fh.truncate(366_000_000 if "EAGLE" in rel else 1024)
-    return root
+    return write_models(tmp_path / "models")
 
 
 @pytest.fixture
