@@ -17,7 +17,7 @@ test: setup
 check: lint typecheck
 
 lint: setup
-	$(BIN)/ruff check b70deploy tests benchmarks
+	$(BIN)/ruff check b70deploy tests $(wildcard benchmarks)
 
 typecheck: setup
 	$(BIN)/mypy

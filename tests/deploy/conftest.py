@@ -5,16 +5,15 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
-import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pytest
+import simkit
 import yaml
 
 from b70deploy.sim.box import write_models
@@ -22,14 +21,11 @@ from b70deploy.sim.box import write_models
 REPO = Path(__file__).resolve().parents[2]
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def docker(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(["docker", *args], capture_output=True, text=True, check=check)
+    result = simkit.docker(*args)
+    if check and result.returncode != 0:
+        raise AssertionError(f"docker {' '.join(args)}: {result.stderr}")
+    return result
 
 
 @dataclass
@@ -94,20 +90,12 @@ def write_stacks(folder: Path, image: str) -> None:
         (folder / f"{name}.yaml").write_text(yaml.safe_dump(doc))
 
 
-@pytest.fixture(scope="session")
-def sim_built() -> None:
-    from b70deploy.sim.image import build
-
-    build()
-
-
 @pytest.fixture
-def node(tmp_path: Path, sim_built: None) -> Iterator[SimNode]:
-    suffix = uuid.uuid4().hex[:8]
-    project = f"b70t-{suffix}"
-    tags = {"bash-c": f"b70t-{suffix}/vllm:bash-c", "serve": f"b70t-{suffix}/vllm:serve"}
+def node(tmp_path: Path, sim_images: dict[str, str], free_port: Callable[[], int]) -> Iterator[SimNode]:
+    project = simkit.unique("d")  # named after the session: the end-of-suite leak check sees it
+    tags = {"bash-c": f"{project}/vllm:bash-c", "serve": f"{project}/vllm:serve"}
     for variant, tag in tags.items():
-        docker("tag", f"b70sim/vllm:{variant}", tag)
+        docker("tag", sim_images[variant], tag)
     root = tmp_path
     write_models(root / "models")
     write_stacks(root / "stacks", "intel/vllm:latest")
@@ -128,10 +116,5 @@ def node(tmp_path: Path, sim_built: None) -> Iterator[SimNode]:
         yield tn
     finally:
         for proj in (project, f"{project}-dark"):
-            ids = docker("ps", "-aq", "--filter", f"label=com.docker.compose.project={proj}").stdout.split()
-            if ids:
-                docker("rm", "-f", *ids, check=False)
-            nets = docker("network", "ls", "-q", "--filter", f"label=com.docker.compose.project={proj}").stdout.split()
-            if nets:
-                docker("network", "rm", *nets, check=False)
+            simkit.remove_by_project(proj)
         docker("rmi", *tags.values(), check=False)
