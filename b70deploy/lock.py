@@ -124,10 +124,7 @@ class DeployLock:
 def clear_stale(state_dir: Path) -> Holder | None:
     """`unlock`: remove a stale lock's details; refuses while the holder still runs."""
     lock = DeployLock(state_dir, "unlock", take_stale=True)
-    try:
-        lock.acquire()
-    except LockBusy:
-        raise
+    lock.acquire()  # LockBusy while the holder still runs
     lock.release()
     return lock.taken_over
 

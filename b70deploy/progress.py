@@ -75,8 +75,12 @@ class LiveReporter:
         self._phase = ""
         self._status = ""
         self._last_line = ""
-        self._live: Any = Live(self._render(), console=self.console, refresh_per_second=4, transient=True)
+        # Live redraws `self` 4 times a second, so the clock ticks even while the log is quiet.
+        self._live: Any = Live(self, console=self.console, refresh_per_second=4, transient=True)
         self._live.start()
+
+    def __rich__(self) -> Any:
+        return self._render()
 
     def _render(self) -> Any:
         from rich.text import Text
@@ -91,7 +95,7 @@ class LiveReporter:
         return text
 
     def _refresh(self) -> None:
-        self._live.update(self._render())
+        self._live.refresh()
 
     def phase(self, name: str, detail: str = "") -> None:
         self._phase = name

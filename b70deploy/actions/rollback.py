@@ -11,7 +11,7 @@ from ..node import Node
 from ..progress import Reporter
 from ..revisions import Revision, RevisionStore
 from ..schema import Smoke, Stack
-from .switch import Options, Outcome, configure, execute
+from .switch import Options, configure
 
 
 def interrupted_previous(node: Node) -> int | None:
@@ -78,8 +78,3 @@ def build_rollback(node: Node, spec: str | None, reporter: Reporter, opts: Optio
                    message=opts.message or f"rollback to revision {target.number}", restored_from=target.number)
     configure(d, opts)
     return d
-
-
-def rollback(node: Node, spec: str | None, reporter: Reporter, opts: Options, *, command: str) -> Outcome:
-    d = build_rollback(node, spec, reporter, opts)
-    return execute(d, command, opts, take_stale=True)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -88,15 +89,23 @@ def dry_run(node: Node, name: str, reporter: Reporter, opts: Options) -> list[st
     return lines
 
 
-def execute(d: Deployment, command: str, opts: Options, *, take_stale: bool = False) -> Outcome:
-    """Run the steps under the lock; on failure the runner has rolled back already."""
-    node = d.node
+def execute(node: Node, command: str, opts: Options, build: Callable[[], Deployment], *,
+            take_stale: bool = False, ask: Callable[[Deployment], str] | None = None,
+            assume_yes: bool = True) -> Outcome:
+    """Take the lock first (a second run fails at once), then plan the run with `build`,
+    ask before draining when `ask` gives a question, and run the steps; on failure the
+    runner has rolled back already."""
     audit = AuditLog(node.state_dir)
     lock = DeployLock(node.state_dir, command, wait=opts.lock_wait, take_stale=take_stale)
     lock.acquire()
     try:
+        lock.set_step("plan")
+        d = build()  # reads an interrupted run's journal, so before close_interrupted
         if lock.taken_over is not None:
             close_interrupted(node, d.reporter, by=command)
+        if ask is not None:
+            lock.set_step("confirm")
+            confirm(ask(d), assume_yes)
         runner: Runner[Deployment] = Runner(Journal(node.state_dir), d.reporter, command=command,
                                             on_step=lock.set_step)
         d.runner = runner
@@ -178,11 +187,6 @@ def _failed(d: Deployment, failure: StepFailed) -> Outcome:
     else:
         summary = f"switch to {d.stack.name} failed; no previous revision, node serves nothing"
     return Outcome(False, d.revision.number if d.revision else None, d.stack.name, summary, details, exit_code=1)
-
-
-def switch(node: Node, name: str, reporter: Reporter, opts: Options, *, command: str) -> Outcome:
-    d = build_switch(node, name, reporter, opts)
-    return execute(d, command, opts)
 
 
 def confirm(question: str, assume_yes: bool) -> None:

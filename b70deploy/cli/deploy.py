@@ -76,9 +76,10 @@ def switch(ctx: Ctx, stack: str, dry_run: bool, no_auto_rollback: bool, message:
             for line in act.dry_run(ctx.node, stack, reporter, opts):
                 click.echo(line)
             return
-        d = act.build_switch(ctx.node, stack, reporter, opts)
-        act.confirm(f"Drain production on :{ctx.node.config.ports.prod} and switch to {stack}?", yes)
-        outcome = act.execute(d, f"switch {stack}", opts)
+        outcome = act.execute(
+            ctx.node, f"switch {stack}", opts, lambda: act.build_switch(ctx.node, stack, reporter, opts),
+            ask=lambda d: f"Drain production on :{ctx.node.config.ports.prod} and switch to {stack}?",
+            assume_yes=yes)
     finally:
         reporter.close()
     _finish(outcome, as_json)
@@ -95,18 +96,18 @@ def rollback(ctx: Ctx, target: str | None, message: str, timeout: float | None, 
     No TARGET: the previous revision (or, after a killed run, the one before it).
     A stack name: the newest revision of that stack that ran healthy. A number: that revision.
     """
-    from ..actions import rollback as act
-    from ..actions.switch import confirm
+    from ..actions.rollback import build_rollback
+    from ..actions.switch import execute
     from ..progress import make_reporter
 
     opts = _options(message, timeout, rollback_timeout, True, lock_wait, verify_wait)
     reporter = make_reporter(quiet=as_json)
     try:
-        d = act.build_rollback(ctx.node, target, reporter, opts)
-        confirm(f"Drain production and roll back to revision {d.restored_from} ({d.stack.name})?", yes)
-        from ..actions.switch import execute
-
-        outcome = execute(d, f"rollback {target or ''}".strip(), opts, take_stale=True)
+        outcome = execute(
+            ctx.node, f"rollback {target or ''}".strip(), opts,
+            lambda: build_rollback(ctx.node, target, reporter, opts), take_stale=True,
+            ask=lambda d: f"Drain production and roll back to revision {d.restored_from} ({d.stack.name})?",
+            assume_yes=yes)
     finally:
         reporter.close()
     _finish(outcome, as_json)

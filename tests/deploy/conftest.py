@@ -105,7 +105,7 @@ def node(tmp_path: Path, sim_images: dict[str, str], free_port: Callable[[], int
         "stacks_dir": str(root / "stacks"), "models_dir": str(root / "models"), "device_dir": None,
         "bind_address": "127.0.0.1", "ports": {"prod": prod, "dark": dark}, "load_threshold": 1000,
         "image_map": {"intel/vllm:latest": tags["bash-c"], "vllm-xpu:0.19.0-tr5": tags["serve"]},
-        "stack_overlay": {"env": {"B70SIM_BOOT_SECONDS": "0.6"}},
+        "stack_overlay": {"env": {"B70SIM_BOOT_SECONDS": "0.6", "B70SIM_DECODE_TPS": "500"}},
         "timeouts": {"health": 40, "rollback": 40, "poll_interval": 0.5},
         "companions": [{"name": "webui", "image": tags["bash-c"], "command": ["sim-webui", "--port", "8080"]}],
     }

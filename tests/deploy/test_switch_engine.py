@@ -92,6 +92,8 @@ def test_crash_at_boot_rolls_back_with_diagnosis_within_two_seconds(node: SimNod
     assert hist[-1]["outcome"] == "failed" and node.json("status")["current"]["number"] == 1
     log = node.cli("logs", str(hist[-1]["number"]), check=True).stdout
     assert "gptq_marlin_repack" in log
+    again = node.cli("diagnose", str(hist[-1]["number"]))  # the kept log, diagnosed later
+    assert again.returncode == 1 and "marlin-on-xpu" in again.stdout
     assert requests.get(f"http://127.0.0.1:{node.prod}/health", timeout=5).status_code == 200
 
 

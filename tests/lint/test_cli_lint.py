@@ -38,7 +38,7 @@ def test_diagnose_needs_one_source() -> None:
     rc, _, err = _cli("diagnose")
     assert rc == 2 and "exactly one of REV" in err
     rc, _, err = _cli("diagnose", "rev-7")
-    assert rc == 2 and "revision store" in err
+    assert rc == 2 and "'rev-7' is not a revision number" in err
 
 
 def test_lint_errors_exit_2(node_path: Path, tmp_path: Path) -> None:
