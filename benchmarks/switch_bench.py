@@ -345,13 +345,13 @@ def measure_switch(b: Bench, stack: str) -> dict[str, Any]:
     if r.returncode != 0:
         raise RuntimeError(f"switch {stack} exited {r.returncode}:\n{r.stdout}\n{r.stderr}")
     events = journal_run(b.state)
-    status = json.loads((b.latest_revision() / "status.json").read_text())
     cid = container_id(b.project)
     logged, started = ready_instant(cid), started_instant(cid)
     ready = probed if probed is not None else logged
     noticed = event_ts(events, "step-done", "wait-healthy")
+    # every step as the journal timed it (the revision's "timings" are frozen at commit, before commit and restore)
     breakdown = {"before steps": event_ts(events, "run-start") - t_start,
-                 **{k: float(v) for k, v in status["timings"].items()},
+                 **{str(e["step"]): float(e["seconds"]) for e in events if e["event"] == "step-done"},
                  "after steps": t_start + wall - event_ts(events, "run-ok")}
     return {"stack": stack, "wall": wall, "overhead": wall - b.boot, "boot_measured": ready - started,
             "overhead_vs_measured_boot": wall - (ready - started), "ready_probed": probed is not None,
