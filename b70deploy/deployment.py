@@ -259,7 +259,8 @@ def _activate(d: Deployment) -> None:
 
 def _reactivate_previous(d: Deployment) -> None:
     """Compensation of activate: keep the failed boot's log, then bring back the previous revision."""
-    _save_log(d)
+    if d.wait is None or d.wait.healthy:
+        _save_log(d)  # it failed after booting (checks): the whole log, read from the engine
     if d.previous is None:
         proc.run(d.compose.stop([VLLM]), timeout=120, check=False)
         d.reporter.info("no previous revision to return to: vllm stopped")
@@ -277,14 +278,17 @@ def _reactivate_previous(d: Deployment) -> None:
     d.reporter.info(f"revision {d.previous.number} healthy again in {d.rollback_wait.elapsed:.1f} s")
 
 
-def _save_log(d: Deployment) -> None:
+def _save_log(d: Deployment, lines: list[str] | None = None) -> None:
+    """Keep the boot's log with the revision: the lines the follower read, or the engine's copy."""
     if d.revision is None:
         return
-    container = engine.find_container(d.node.project, VLLM)
-    if container is not None:
-        text = engine.container_log(container)
-        if text:
-            d.store.save_log(d.revision.number, text)
+    if lines is not None:
+        text = "\n".join(lines) + "\n" if lines else ""
+    else:
+        container = engine.find_container(d.node.project, VLLM)
+        text = engine.container_log(container) if container is not None else ""
+    if text:
+        d.store.save_log(d.revision.number, text)
 
 
 def _wait_healthy(d: Deployment) -> None:
@@ -292,7 +296,7 @@ def _wait_healthy(d: Deployment) -> None:
         project=d.node.project, service=VLLM, health_url=d.health_url, timeout=d.timeout,
         max_interval=d.node.config.timeouts.poll_interval, reporter=d.reporter, diagnose=d.diagnose,
         stall_after=d.node.config.timeouts.stall)
-    _save_log(d)
+    _save_log(d, d.wait.log_lines)  # already in memory: reporting a crash waits on no API call
     if not d.wait.healthy:
         raise OperationError(d.wait.reason)
     d.facts["time_to_healthy"] = round(d.wait.elapsed, 2)

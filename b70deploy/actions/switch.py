@@ -143,6 +143,7 @@ def _run(d: Deployment, runner: Runner[Deployment], *, skip: int = 0, done: list
         return _failed(d, failure)
     assert d.revision is not None
     store = RevisionStore(d.node.state_dir)
+    store.update_status(d.revision.number, timings=dict(runner.timings))  # now with commit and restore
     store.prune(d.node.config.keep_revisions)
     facts = d.facts or store.get(d.revision.number).status.facts  # a resumed run may have checked nothing
     kv = facts.get("kv_cache_tokens")
