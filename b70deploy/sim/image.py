@@ -358,6 +358,11 @@ def _inspect(tag: str) -> tuple[str, int, dict[str, str]] | None:
     return image_id, int(size), json.loads(labels) or {}
 
 
+def _has_tags(image_id: str) -> bool:
+    result = run(["docker", "image", "inspect", "-f", "{{len .RepoTags}}", image_id], timeout=60, check=False)
+    return result.returncode != 0 or result.stdout.strip() != "0"
+
+
 def _variants(names: Iterable[str] | None) -> Iterator[Variant]:
     wanted = set(names) if names else None
     for v in VARIANTS:
@@ -392,8 +397,9 @@ def build(*, force: bool = False, variants: Iterable[str] | None = None) -> list
             fresh = _inspect(tag)
             if fresh is None:
                 raise OperationError(f"docker import of {tag} left no image")
-            if current is not None and current[0] != fresh[0]:
-                # The replaced image is ours; a container still using it keeps it (no -f).
+            if current is not None and current[0] != fresh[0] and not _has_tags(current[0]):
+                # The replaced image is ours; a container still using it keeps it (no -f), and
+                # an image someone tagged (a test node, a pinned revision) is left alone.
                 run(["docker", "image", "rm", current[0]], timeout=60, check=False)
             results.append(Built(tag, "built", fresh[1], time.monotonic() - started, digest))
     return results

@@ -161,7 +161,8 @@ def test_concurrent_switch_is_refused_naming_the_holder(node: SimNode) -> None:
         assert time.monotonic() - t0 < 10  # refused at once (the CLI's own start-up is most of it)
         assert r.returncode == 1
         assert f"pid {slow.pid}" in r.stderr and "switch slow" in r.stderr
-        assert "step wait-healthy" in r.stderr or "step check" in r.stderr, r.stderr
+        # Which step the holder is in by then depends on the machine's load; that one is named does not.
+        assert any(f"step {step}," in r.stderr for step in STEPS), r.stderr
     finally:
         out, err = slow.communicate(timeout=60)
     assert slow.returncode == 0, out + err
