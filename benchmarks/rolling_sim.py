@@ -195,7 +195,8 @@ def main() -> None:
         print(f"  {'K':>4} {'strategy':<8} {'median':>10} {'p95':>10} {'min cap':>8} {'mean cap':>9}")
         for r in results[n]:
             print(f"  {r['k']:>4} {r['strategy']:<8} {r['total_median_s'] / 3600:>9.2f}h "
-                  f"{r['total_p95_s'] / 3600:>9.2f}h {100 * r['min_capacity']:>7.1f}% {100 * r['mean_capacity']:>8.1f}%")
+                  f"{r['total_p95_s'] / 3600:>9.2f}h {100 * r['min_capacity']:>7.1f}% "
+                  f"{100 * r['mean_capacity']:>8.1f}%")
     print(f"model: {results['model'][0]}; plot: {PLOT_FILE}")
 
 
