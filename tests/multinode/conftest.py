@@ -3,17 +3,20 @@
 Each is its own dockerd (and the containerd it starts) with its own socket, data root, exec
 root and pid file under one temp folder; vfs storage. What works here (dockerd 20.10):
 
+    ip link add b70mn<id>N type bridge; ip addr add 10.213.<200+N>.1/24 dev ...; ip link set ... up
     dockerd --host unix://<dir>/dN.sock --data-root <dir>/dataN --exec-root <dir>/execN
-            --pidfile <dir>/dN.pid --storage-driver vfs --bridge none --iptables=false
+            --pidfile <dir>/dN.pid --storage-driver vfs --bridge b70mn<id>N --iptables=false
             --ip-masq=false --default-address-pool base=10.213.<16N>.0/20,size=24
 
---bridge none: no default docker0 (the shared engine owns that name). Compose still makes its
-own project network (a user-defined bridge) from the engine's own address pool, kept apart
-from the other engines'. --iptables=false: these engines never touch the host's rules, which
-the shared engine manages; ports are still published on 127.0.0.1 by docker-proxy (the
-userland proxy), which is all /health, smoke and the probe need. Teardown removes every
-container, stops the daemon (TERM, then KILL), unmounts what is left under its dirs and
-deletes them.
+Each engine gets a default bridge of its own, made here. Never `--bridge none`: dockerd then
+DELETES the host's docker0 at start-up, which breaks the shared engine's default network
+(seen here: "could not find bridge docker0"). Never the default docker0/--bip either: that
+is the shared engine's. Compose makes its project network (a user-defined bridge) from the
+engine's own address pool, apart from the other engines'. --iptables=false: these engines
+never touch the host's rules, which the shared engine manages; ports are still published on
+127.0.0.1 by docker-proxy (the userland proxy), which is all /health, smoke and the probe
+need. Teardown removes every container, stops the daemon (TERM, then KILL), unmounts what is
+left under its dirs, deletes them and the bridge.
 """
 
 from __future__ import annotations
@@ -45,6 +48,7 @@ class Engine:
     index: int
     root: Path
     proc: subprocess.Popen[bytes]
+    bridge: str
 
     @property
     def sock(self) -> Path:
@@ -62,15 +66,22 @@ class Engine:
         return result
 
 
-def _start(index: int, root: Path) -> Engine:
+def _ip(*args: str) -> None:
+    subprocess.run(["ip", *args], check=True, capture_output=True)
+
+
+def _start(index: int, root: Path, bridge: str) -> Engine:
+    _ip("link", "add", bridge, "type", "bridge")
+    _ip("addr", "add", f"10.213.{200 + index}.1/24", "dev", bridge)
+    _ip("link", "set", bridge, "up")
     data, execroot = root / f"data{index}", root / f"exec{index}"
     log = (root / f"d{index}.log").open("wb")
     argv = ["dockerd", "--host", f"unix://{root}/d{index}.sock", "--data-root", str(data), "--exec-root",
-            str(execroot), "--pidfile", str(root / f"d{index}.pid"), "--storage-driver", "vfs", "--bridge", "none",
+            str(execroot), "--pidfile", str(root / f"d{index}.pid"), "--storage-driver", "vfs", "--bridge", bridge,
             "--iptables=false", "--ip-masq=false", "--default-address-pool",
             f"base=10.213.{16 * index}.0/20,size=24"]
     proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-    return Engine(index, root, proc)
+    return Engine(index, root, proc, bridge)
 
 
 def _stop(engine: Engine) -> None:
@@ -95,13 +106,17 @@ def _unmount_under(root: Path) -> None:
 
 @pytest.fixture(scope="session")
 def engines(sim_images: dict[str, str]) -> Iterator[list[Engine]]:
-    if os.geteuid() != 0 or shutil.which("dockerd") is None:
-        pytest.skip("three extra Docker Engines need root and dockerd")
+    if os.geteuid() != 0 or shutil.which("dockerd") is None or shutil.which("ip") is None:
+        pytest.skip("three extra Docker Engines need root, dockerd and ip")
+    had_docker0 = Path("/sys/class/net/docker0").exists()
     # A short path: a unix socket path is limited to 107 bytes.
     root = Path(tempfile.mkdtemp(prefix="b70mn-", dir="/tmp"))
+    tag = uuid.uuid4().hex[:6]
+    bridges = [f"b70mn{tag}{i}" for i in range(1, ENGINES + 1)]  # at most 15 characters
     started: list[Engine] = []
     try:
-        started = [_start(i, root) for i in range(1, ENGINES + 1)]
+        for i, bridge in enumerate(bridges, 1):
+            started.append(_start(i, root, bridge))
         deadline = time.monotonic() + 60
         for e in started:
             while e.docker("version", "--format", "{{.Server.Version}}", timeout=10).returncode != 0:
@@ -109,6 +124,8 @@ def engines(sim_images: dict[str, str]) -> Iterator[list[Engine]]:
                     log = (root / f"d{e.index}.log").read_text(errors="replace")[-2000:]
                     pytest.skip(f"dockerd {e.index} did not start: {log}")
                 time.sleep(0.3)
+        # The shared engine's default bridge must survive our engines (see the module docstring).
+        assert Path("/sys/class/net/docker0").exists() or not had_docker0, "an extra dockerd removed docker0"
         image = subprocess.run(["docker", "save", sim_images["bash-c"]], capture_output=True, check=True).stdout
         for e in started:
             subprocess.run(["docker", "-H", e.host, "load"], input=image, capture_output=True, check=True)
@@ -118,6 +135,8 @@ def engines(sim_images: dict[str, str]) -> Iterator[list[Engine]]:
             _stop(e)
         _unmount_under(root)
         shutil.rmtree(root, ignore_errors=True)
+        for bridge in bridges:
+            subprocess.run(["ip", "link", "del", bridge], capture_output=True, check=False)
 
 
 def free_port() -> int:
