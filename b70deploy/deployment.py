@@ -85,11 +85,11 @@ class Deployment:
 
     @property
     def health_url(self) -> str:
-        return f"http://127.0.0.1:{self.node.config.ports.prod}/health"
+        return f"http://{self.node.address}:{self.node.config.ports.prod}/health"
 
     @property
     def base_url(self) -> str:
-        return f"http://127.0.0.1:{self.node.config.ports.prod}"
+        return f"http://{self.node.address}:{self.node.config.ports.prod}"
 
     @property
     def companions(self) -> list[str]:
@@ -230,12 +230,15 @@ def _restore_previous(d: Deployment) -> None:
 
 
 def _verify(d: Deployment) -> None:
-    from .verify import readings
+    from .verify import readings, remote_readings
 
     cfg = d.node.config
     deadline = time.monotonic() + d.verify_wait
     while True:
-        got = readings(port=cfg.ports.prod, feeders=cfg.feeders, load_threshold=cfg.load_threshold)
+        if d.node.on_this_host:
+            got = readings(port=cfg.ports.prod, feeders=cfg.feeders, load_threshold=cfg.load_threshold)
+        else:
+            got = remote_readings(d.node.address, cfg.ports.prod)
         bad = [r for r in got if not r.ok]
         if not bad:
             for r in got:
@@ -371,7 +374,8 @@ def restore_services(node: Node, reporter: Reporter, *, timeout: float,
     compose = Compose(node.deploy_dir, node.project)
     proc.run(compose.up([VLLM], recreate=False), timeout=300)
     result = health.wait_healthy(project=node.project, service=VLLM,
-                                 health_url=f"http://127.0.0.1:{node.config.ports.prod}/health", timeout=timeout,
+                                 health_url=f"http://{node.address}:{node.config.ports.prod}/health",
+                                 timeout=timeout,
                                  max_interval=node.config.timeouts.poll_interval, reporter=reporter,
                                  diagnose=diagnose)
     if not result.healthy:

@@ -11,17 +11,42 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from . import endpoint
 from .errors import OperationError, UserError
 
 
 def client() -> Any:
+    """An SDK client for the engine of the current endpoint (see endpoint.py)."""
+    import os
+
     import docker
     from docker.errors import DockerException
 
+    target = endpoint.current()
     try:
+        if "DOCKER_CONTEXT" in target:
+            return _context_client(target["DOCKER_CONTEXT"])
+        if target:
+            # use_ssh_client: ssh:// goes through the system ssh (its config, keys, agent).
+            return docker.from_env(version="auto", timeout=60, environment={**os.environ, **target},
+                                   use_ssh_client=True)
         return docker.from_env(version="auto", timeout=60)
     except DockerException as e:
-        raise OperationError(f"cannot reach the Docker Engine: {e}; fix: start dockerd or set DOCKER_HOST") from None
+        where = target.get("DOCKER_HOST") or target.get("DOCKER_CONTEXT") or "the local engine"
+        raise OperationError(f"cannot reach the Docker Engine at {where}: {e}; "
+                             "fix: start dockerd or check the node's docker_host") from None
+
+
+def _context_client(name: str) -> Any:
+    import docker
+    from docker.context import ContextAPI
+
+    ctx = ContextAPI.get_context(name)
+    if ctx is None:
+        raise UserError(f"docker context {name!r} does not exist", fix="`docker context ls` lists them")
+    host = ctx.Host or "unix:///var/run/docker.sock"
+    return docker.DockerClient(base_url=host, tls=ctx.TLSConfig or False, version="auto", timeout=60,
+                               use_ssh_client=host.startswith("ssh://"))
 
 
 @dataclass(frozen=True)

@@ -136,8 +136,10 @@ class ImageInspector:
         if self._client is None:
             import docker
 
+            from .engine import client  # the current endpoint's engine (a remote node's, in an inventory)
+
             try:
-                self._client = docker.from_env()
+                self._client = client()
                 self._client.ping()
             except docker.errors.DockerException as e:
                 raise OperationError(f"cannot reach the Docker engine: {e}") from None

@@ -49,6 +49,50 @@ class Node:
     models_dir: Path
     device_dir: Path | None
     secrets_env_file: Path | None
+    name: str | None = None   # the inventory name; None for a config without `nodes:`
+
+    @property
+    def label(self) -> str:
+        return self.name or "node"
+
+    @property
+    def address(self) -> str:
+        return self.config.address
+
+    @property
+    def on_this_host(self) -> bool:
+        """Whether the node's ports are on this machine (its socket table is ours to read)."""
+        import ipaddress
+
+        try:
+            return ipaddress.ip_address(self.address).is_loopback
+        except ValueError:
+            return self.address == "localhost"
+
+    @property
+    def docker_env(self) -> dict[str, str]:
+        """What points Docker (SDK and CLI) at this node's engine; empty for the local default."""
+        cfg = self.config
+        if cfg.docker_context:
+            return {"DOCKER_CONTEXT": cfg.docker_context}
+        if not cfg.docker_host:
+            return {}
+        env = {"DOCKER_HOST": cfg.docker_host}
+        if cfg.tls_dir:
+            env |= {"DOCKER_TLS_VERIFY": "1", "DOCKER_CERT_PATH": str(self.tls_dir)}
+        return env
+
+    @property
+    def tls_dir(self) -> Path | None:
+        if not self.config.tls_dir:
+            return None
+        p = Path(os.path.expanduser(self.config.tls_dir))
+        return p if p.is_absolute() or self.source is None else self.source.parent / p
+
+    @property
+    def endpoint(self) -> str:
+        cfg = self.config
+        return cfg.docker_host or (f"context {cfg.docker_context}" if cfg.docker_context else "local engine")
 
     @property
     def project(self) -> str:
@@ -64,11 +108,94 @@ class Node:
                          image_map=self.config.image_map)
 
 
-def load_node(explicit: str | None = None, *, stacks_dir: str | None = None) -> Node:
+def load_node(explicit: str | None = None, *, stacks_dir: str | None = None, name: str | None = None) -> Node:
+    """The node of a config; with an inventory (`nodes:`), the entry `name`."""
     path = find_config(explicit)
     raw = read_yaml(path) if path is not None else {}
-    cfg = validate(NodeConfig, raw, where=str(path or "built-in node defaults"))
     where = str(path or "built-in node defaults")
+    cfg = validate(NodeConfig, raw, where=where)
+    if cfg.nodes is None:
+        if name is not None:
+            raise UserError(f"there is no inventory, so no node {name!r}", where=where,
+                            fix="add a `nodes:` mapping to the node config, or drop --node/--nodes")
+        return _build(cfg, path, stacks_dir, where)
+    if name is None:
+        raise UserError(f"the node config has an inventory ({', '.join(cfg.nodes)})", where=where,
+                        fix="say which node: --node NAME (or --nodes all for switch, rollback and status)")
+    return _member(cfg, raw, path, name, stacks_dir, where)
+
+
+def load_nodes(explicit: str | None = None, *, select: str = "all", stacks_dir: str | None = None) -> list[Node]:
+    """The inventory's nodes named by `select` ("all" or "a,b"), in the given order
+    (inventory order for "all")."""
+    path = find_config(explicit)
+    raw = read_yaml(path) if path is not None else {}
+    where = str(path or "built-in node defaults")
+    cfg = validate(NodeConfig, raw, where=where)
+    if cfg.nodes is None:
+        raise UserError("the node config has no inventory", where=where,
+                        fix="add `nodes: {name: {docker_host: ..., ports: ...}}`, or drop --nodes")
+    names = list(cfg.nodes) if select.strip() == "all" else [n.strip() for n in select.split(",") if n.strip()]
+    unknown = [n for n in names if n not in cfg.nodes]
+    if unknown or not names or len(set(names)) != len(names):
+        raise UserError(f"--nodes {select!r} names " + (f"unknown nodes {', '.join(unknown)}" if unknown
+                                                         else "no node, or one twice"),
+                        where=where, fix=f"use all or a comma list of: {', '.join(cfg.nodes)}")
+    members = {n: _member(cfg, raw, path, n, stacks_dir, where) for n in cfg.nodes}
+    _check_distinct(list(members.values()), where)
+    return [members[n] for n in names]
+
+
+def _check_distinct(nodes: list[Node], where: str) -> None:
+    """Two nodes must not share a state dir, a deploy dir, or a port on one address."""
+    seen: dict[object, str] = {}
+    for node in nodes:
+        assert node.name is not None
+        keys: list[tuple[object, str]] = [
+            (("state", node.state_dir.resolve()), "state_dir"), (("deploy", node.deploy_dir.resolve()), "deploy_dir"),
+            *((((node.address, port)), f"port {port} on {node.address}")
+              for port in (node.config.ports.prod, node.config.ports.dark))]
+        for key, what in keys:
+            other = seen.get(key)
+            if other is not None and other != node.name:
+                raise UserError(f"nodes {other} and {node.name} share {what}", where=where,
+                                fix=f"give nodes.{node.name} its own {what.split(' ')[0]}")
+            seen[key] = node.name
+
+
+def _member(cfg: NodeConfig, raw: dict[str, object], path: Path | None, name: str, stacks_dir: str | None,
+            where: str) -> Node:
+    """One inventory entry: the top-level keys with the entry's overrides, its own dirs."""
+    assert cfg.nodes is not None
+    entry = cfg.nodes[name]
+    merged = {k: v for k, v in raw.items() if k != "nodes"} | entry
+    # The state store of every node, remote or not, lives here on the operator's machine
+    # (we run nothing on the hosts): <state_dir>/nodes/<name>, and likewise the deploy dir.
+    base = path.parent if path is not None else Path.cwd()
+    for key, default in (("state_dir", _default_state()), ("deploy_dir", _default_deploy())):
+        if key not in entry:
+            top = raw.get(key)
+            root = default if not isinstance(top, str) else _absolute(top, base)
+            merged[key] = str(root / "nodes" / name)
+    node_cfg = validate(NodeConfig, merged, where=f"{where}: nodes.{name}")
+    return _build(node_cfg, path, stacks_dir, f"{where}: nodes.{name}", name=name)
+
+
+def _default_state() -> Path:
+    return Path(platformdirs.user_state_dir("b70deploy"))
+
+
+def _default_deploy() -> Path:
+    return Path(platformdirs.user_data_dir("b70deploy")) / "deploy"
+
+
+def _absolute(value: str, base: Path) -> Path:
+    p = Path(os.path.expanduser(value))
+    return p if p.is_absolute() else (base / p)
+
+
+def _build(cfg: NodeConfig, path: Path | None, stacks_dir: str | None, where: str, *,
+           name: str | None = None) -> Node:
     for src, dst in cfg.image_map.items():
         if not IMAGE_RE.match(src) or not IMAGE_RE.match(dst):
             raise UserError(f"image_map: {src!r} -> {dst!r} is not an image reference",
@@ -77,13 +204,10 @@ def load_node(explicit: str | None = None, *, stacks_dir: str | None = None) -> 
     base = path.parent if path is not None else Path.cwd()
 
     def absolute(value: str | None, default: Path) -> Path:
-        if value is None:
-            return default
-        p = Path(os.path.expanduser(value))
-        return p if p.is_absolute() else (base / p)
+        return default if value is None else _absolute(value, base)
 
-    state = absolute(cfg.state_dir, Path(platformdirs.user_state_dir("b70deploy")))
-    deploy = absolute(cfg.deploy_dir, Path(platformdirs.user_data_dir("b70deploy")) / "deploy")
+    state = absolute(cfg.state_dir, _default_state())
+    deploy = absolute(cfg.deploy_dir, _default_deploy())
     if deploy.resolve() == state.resolve():
         raise UserError("deploy_dir and state_dir are the same folder", where=where,
                         fix="give each its own folder")
@@ -99,4 +223,5 @@ def load_node(explicit: str | None = None, *, stacks_dir: str | None = None) -> 
         models_dir=absolute(cfg.models_dir, Path("/models")),
         device_dir=absolute(cfg.device_dir, Path("/dev/dri")) if cfg.device_dir else None,
         secrets_env_file=absolute(cfg.secrets_env_file, Path()) if cfg.secrets_env_file else None,
+        name=name,
     )

@@ -5,11 +5,17 @@ from __future__ import annotations
 import subprocess
 from collections.abc import Mapping, Sequence
 
+from . import endpoint
 from .errors import OperationError
 
 
 def run(argv: Sequence[str], *, timeout: float = 300, check: bool = True, env: Mapping[str, str] | None = None,
         input_bytes: bytes | None = None) -> subprocess.CompletedProcess[str]:
+    target = endpoint.current()  # a remote node's DOCKER_HOST/DOCKER_CONTEXT, else nothing
+    if target:
+        import os
+
+        env = {**(env if env is not None else os.environ), **target}
     try:
         result = subprocess.run(  # noqa: S603 - argv list from our builders
             list(argv), capture_output=True, text=True, timeout=timeout, check=False,

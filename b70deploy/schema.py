@@ -312,6 +312,63 @@ class NodeConfig(Strict):
     kv_memory_gib: float | None = Field(default=None, gt=0)
     shm_size: str = "16g"
     keep_revisions: int = Field(default=20, ge=1, le=100000)
+    # Where the node's Docker Engine is: none means the local default (DOCKER_HOST or the
+    # socket); Docker's own transport (ssh, tcp+TLS, unix) does the remote work.
+    docker_host: str | None = None
+    docker_context: str | None = None
+    tls_dir: str | None = None          # ca.pem, cert.pem, key.pem for a tcp:// endpoint
+    address: str = "127.0.0.1"          # host at which /health and smoke reach the node's ports
+    # The inventory: one entry per node, each a set of overrides of the keys above.
+    nodes: dict[str, dict[str, Any]] | None = None
+
+    @field_validator("docker_host")
+    @classmethod
+    def _docker_host(cls, v: str | None) -> str | None:
+        if v is None:
+            return v
+        if not re.match(r"^(unix:///\S+|ssh://[^\s/@]+@?[^\s/]*|tcp://[^\s/:]+:\d{1,5}|npipe://\S+)$", v):
+            raise _fail(f"docker_host {v!r} is not a Docker endpoint",
+                        "use ssh://user@host, tcp://host:2376 (with tls_dir) or unix:///path/docker.sock")
+        return v
+
+    @field_validator("docker_context")
+    @classmethod
+    def _docker_context(cls, v: str | None) -> str | None:
+        if v is not None and not re.match(r"^[a-zA-Z0-9][a-zA-Z0-9_.+-]*$", v):
+            raise _fail(f"docker_context {v!r} is not a context name", "give a name from `docker context ls`")
+        return v
+
+    @field_validator("address")
+    @classmethod
+    def _address(cls, v: str) -> str:
+        if not re.match(r"^[A-Za-z0-9][A-Za-z0-9.:-]*$", v) or v.startswith("-"):
+            raise _fail(f"address {v!r} is not a host name or IP address", "use e.g. 192.168.0.61 or gpu1.lan")
+        return v
+
+    @field_validator("nodes")
+    @classmethod
+    def _nodes(cls, v: dict[str, dict[str, Any]] | None) -> dict[str, dict[str, Any]] | None:
+        if v is None:
+            return v
+        if not v:
+            raise _fail("nodes is empty", "name at least one node, or remove the nodes key")
+        for name, entry in v.items():
+            if not NAME_RE.match(name) or len(name) > 63 or ".." in name:
+                raise _fail(f"node name {name!r} is not allowed", "use [a-z0-9][a-z0-9._-]*, at most 63 characters")
+            if "nodes" in entry:
+                raise _fail(f"node {name} has its own nodes key", "inventories do not nest; remove it")
+        return v
+
+    @model_validator(mode="after")
+    def _endpoint(self) -> NodeConfig:
+        if self.docker_host and self.docker_context:
+            raise _fail("both docker_host and docker_context are set", "give one of them")
+        if self.docker_host and self.docker_host.startswith("tcp://") and not self.tls_dir:
+            raise _fail(f"docker_host {self.docker_host} has no tls_dir",
+                        "give tls_dir with ca.pem, cert.pem and key.pem (a plain tcp:// engine is root for anyone)")
+        if self.tls_dir and not (self.docker_host or "").startswith("tcp://"):
+            raise _fail("tls_dir is set but docker_host is not tcp://", "remove tls_dir or use tcp://host:2376")
+        return self
 
     @field_validator("project")
     @classmethod

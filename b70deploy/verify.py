@@ -57,3 +57,18 @@ def readings(*, port: int, feeders: list[str], load_threshold: float, conns: lis
     load = os.getloadavg()[0] if load1 is None else load1
     out.append(Reading("load (1 min)", load < load_threshold, f"{load:.2f} (threshold {load_threshold:g})"))
     return out
+
+
+def remote_readings(address: str, port: int, *, timeout: float = 2.0) -> list[Reading]:
+    """For a node on another host: we run no agent there, so its socket table and load are
+    out of reach; what we can see is that nothing accepts connections on the prod port."""
+    import socket
+
+    try:
+        with socket.create_connection((address, port), timeout=timeout):
+            accepting = True
+    except OSError:
+        accepting = False
+    return [Reading(f"port {port} on {address}", not accepting,
+                    "still accepts connections" if accepting else "refuses connections (drained)"),
+            Reading("socket table, load", True, f"on {address}; not readable without an agent: not checked")]

@@ -37,7 +37,7 @@ def up(node: Node, name: str, reporter: Reporter, *, timeout: float | None = Non
     reporter.phase("up", f"{name} on port {port} as project {node.dark_project}")
     proc.run(compose.up([VLLM]), timeout=300)
     result = health.wait_healthy(project=node.dark_project, service=VLLM,
-                                 health_url=f"http://127.0.0.1:{port}/health",
+                                 health_url=f"http://{node.address}:{port}/health",
                                  timeout=timeout or node.config.timeouts.health,
                                  max_interval=node.config.timeouts.poll_interval, reporter=reporter,
                                  diagnose=diagnose)
@@ -45,7 +45,7 @@ def up(node: Node, name: str, reporter: Reporter, *, timeout: float | None = Non
         tail = "\n".join(f"  | {line}" for line in result.tail(10))
         raise OperationError(f"dark {name} did not become healthy: {result.reason}"
                              + (f"; {result.finding.one_line()}" if result.finding else "") + f"\n{tail}")
-    return f"http://127.0.0.1:{port}"
+    return f"http://{node.address}:{port}"
 
 
 def down(node: Node) -> bool:

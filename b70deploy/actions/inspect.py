@@ -41,7 +41,7 @@ def status(node: Node) -> dict[str, Any]:
         out["container"] = {"status": st.status, "exit_code": st.exit_code, "image_id": st.image_id}
     except Exception as e:  # the engine may be down; status must still answer
         out["container"] = {"status": f"unknown ({e})"}
-    code = probe_health(f"http://127.0.0.1:{node.config.ports.prod}/health")
+    code = probe_health(f"http://{node.address}:{node.config.ports.prod}/health")
     out["health"] = code if code is not None else "refused"
     out["lock"] = holder_info(node.state_dir)
     run = Journal(node.state_dir).last_run()

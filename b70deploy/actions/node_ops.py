@@ -14,7 +14,7 @@ from ..lock import DeployLock
 from ..node import Node
 from ..progress import Reporter
 from ..render import COMPOSE_FILE
-from ..verify import Reading, readings
+from ..verify import Reading, readings, remote_readings
 
 
 def drain(node: Node, reporter: Reporter, *, lock_wait: float = 0.0) -> list[str]:
@@ -33,7 +33,10 @@ def verify(node: Node, *, wait: float = 0.0) -> tuple[bool, list[Reading]]:
     cfg = node.config
     deadline = time.monotonic() + wait
     while True:
-        got = readings(port=cfg.ports.prod, feeders=cfg.feeders, load_threshold=cfg.load_threshold)
+        if node.on_this_host:
+            got = readings(port=cfg.ports.prod, feeders=cfg.feeders, load_threshold=cfg.load_threshold)
+        else:
+            got = remote_readings(node.address, cfg.ports.prod)
         if all(r.ok for r in got) or time.monotonic() >= deadline:
             return all(r.ok for r in got), got
         time.sleep(1.0)

@@ -38,6 +38,71 @@ def _finish(outcome: Outcome, as_json: bool) -> None:
         sys.exit(outcome.exit_code)
 
 
+def _rolling_options(fn: Any) -> Any:
+    for opt in reversed([
+        click.option("--nodes", "select", metavar="all|a,b",
+                     help="With an inventory: these nodes, in batches (see --max-unavailable)."),
+        click.option("--max-unavailable", type=click.IntRange(1), default=1, show_default=True,
+                     help="With --nodes: nodes out of the pool at once (the batch size)."),
+        click.option("--pause", type=click.FloatRange(0), default=0.0, show_default=True,
+                     help="With --nodes: seconds to wait between batches."),
+        click.option("--rollback-all-on-failure", is_flag=True,
+                     help="With --nodes: on a failure, roll back the nodes already switched too."),
+    ]):
+        fn = opt(fn)
+    return fn
+
+
+def _rolling(ctx: Ctx, select: str, action: str, build: Any, opts: Options, *, max_unavailable: int, pause: float,
+             rollback_all: bool, yes: bool, as_json: bool, dry_run: bool = False, take_stale: bool = False) -> None:
+    """switch/rollback over inventory nodes: prepare all, print the plan, then batch by batch."""
+    from ..actions import rolling
+    from ..actions.rollback import build_rollback
+    from ..actions.switch import confirm
+    from ..output import emit_json
+    from ..progress import PlainReporter
+
+    nodes = ctx.nodes(select)
+    reporter = PlainReporter()
+    deployments = rolling.prepare(nodes, build, reporter)
+    plan = rolling.make_plan(action, deployments, max_unavailable=max_unavailable, pause=pause,
+                             rollback_all_on_failure=rollback_all)
+    if dry_run:
+        if as_json:
+            emit_json(plan.to_dict())
+        else:
+            click.echo("\n".join([*plan.lines(), "(dry run, nothing changed)"]))
+        return
+    if not as_json:
+        click.echo("\n".join(plan.lines()))
+    confirm(f"Start: {action} on {len(nodes)} node(s), {max_unavailable} at a time?", yes)
+
+    def revert(node: Any, rep: Any) -> Any:
+        return build_rollback(node, None, rep, opts)
+
+    outcome = rolling.run(plan, deployments, action, opts, reporter, revert=revert if rollback_all else None,
+                          take_stale=take_stale)
+    if as_json:
+        emit_json(outcome.to_dict())
+    else:
+        from ..output import table
+
+        table(["node", "state", "revision", "seconds", "summary"],
+              [[r.name, r.state, r.revision or "", f"{r.seconds:.1f}", r.summary.split(": ", 1)[-1]]
+               for r in outcome.results])
+        click.echo(outcome.summary)
+    if not outcome.ok:
+        sys.exit(outcome.exit_code)
+
+
+def _no_rolling_flags(max_unavailable: int, pause: float, rollback_all: bool) -> None:
+    from ..errors import UserError
+
+    if max_unavailable != 1 or pause or rollback_all:
+        raise UserError("--max-unavailable, --pause and --rollback-all-on-failure need --nodes",
+                        fix="add --nodes all (or a,b) to act on inventory nodes")
+
+
 def _common(fn: Any) -> Any:
     for opt in reversed([
         click.option("--message", "-m", default="", help="A note kept with the revision."),
@@ -54,22 +119,36 @@ def _common(fn: Any) -> Any:
     return fn
 
 
-@cli.command(epilog="Example: b70deploy switch eagle3 -m 'EAGLE-3 with the fixed draft' --yes")
+@cli.command(epilog="Examples: b70deploy switch eagle3 -m 'EAGLE-3 with the fixed draft' --yes | "
+             "b70deploy switch eagle3 --nodes all --max-unavailable 2 --pause 30")
 @click.argument("stack")
 @click.option("--dry-run", is_flag=True, help="Print the plan and the diff; change nothing.")
 @click.option("--no-auto-rollback", is_flag=True, help="On failure, leave the failed stack for inspection.")
+@_rolling_options
 @_common
 @pass_ctx
-def switch(ctx: Ctx, stack: str, dry_run: bool, no_auto_rollback: bool, message: str, timeout: float | None,
+def switch(ctx: Ctx, stack: str, dry_run: bool, no_auto_rollback: bool, select: str | None, max_unavailable: int,
+           pause: float, rollback_all_on_failure: bool, message: str, timeout: float | None,
            rollback_timeout: float | None, lock_wait: float, verify_wait: float, yes: bool, as_json: bool) -> None:
     """Switch the node to STACK: preflight, drain, verify, activate, wait healthy, check, commit.
 
     A failure after activation rolls back to the previous revision automatically.
+
+    With --nodes (an inventory): every node is prepared and linted first, the plan is printed,
+    then batches of --max-unavailable nodes switch at once; the next batch starts when the
+    whole batch passed health and smoke. The first failure stops the rollout: that node rolls
+    back, later nodes stay untouched, earlier ones stay new unless --rollback-all-on-failure.
     """
     from ..actions import switch as act
     from ..progress import make_reporter
 
     opts = _options(message, timeout, rollback_timeout, not no_auto_rollback, lock_wait, verify_wait)
+    if select is not None:
+        _rolling(ctx, select, f"switch {stack}", lambda node, rep: act.build_switch(node, stack, rep, opts), opts,
+                 max_unavailable=max_unavailable, pause=pause, rollback_all=rollback_all_on_failure, yes=yes,
+                 as_json=as_json, dry_run=dry_run)
+        return
+    _no_rolling_flags(max_unavailable, pause, rollback_all_on_failure)
     reporter = make_reporter(quiet=as_json)
     try:
         if dry_run:
@@ -85,11 +164,14 @@ def switch(ctx: Ctx, stack: str, dry_run: bool, no_auto_rollback: bool, message:
     _finish(outcome, as_json)
 
 
-@cli.command(epilog="Examples: b70deploy rollback | b70deploy rollback tq-256k | b70deploy rollback 12")
+@cli.command(epilog="Examples: b70deploy rollback | b70deploy rollback tq-256k | b70deploy rollback 12 | "
+             "b70deploy rollback --nodes a,b --max-unavailable 1")
 @click.argument("target", required=False)
+@_rolling_options
 @_common
 @pass_ctx
-def rollback(ctx: Ctx, target: str | None, message: str, timeout: float | None, rollback_timeout: float | None,
+def rollback(ctx: Ctx, target: str | None, select: str | None, max_unavailable: int, pause: float,
+             rollback_all_on_failure: bool, message: str, timeout: float | None, rollback_timeout: float | None,
              lock_wait: float, verify_wait: float, yes: bool, as_json: bool) -> None:
     """Bring back an earlier revision's exact files, pinned to the image id that ran them.
 
@@ -101,6 +183,13 @@ def rollback(ctx: Ctx, target: str | None, message: str, timeout: float | None, 
     from ..progress import make_reporter
 
     opts = _options(message, timeout, rollback_timeout, True, lock_wait, verify_wait)
+    if select is not None:
+        _rolling(ctx, select, f"rollback {target or ''}".strip(),
+                 lambda node, rep: act.build_rollback(node, target, rep, opts), opts,
+                 max_unavailable=max_unavailable, pause=pause, rollback_all=rollback_all_on_failure, yes=yes,
+                 as_json=as_json, take_stale=True)
+        return
+    _no_rolling_flags(max_unavailable, pause, rollback_all_on_failure)
     reporter = make_reporter(quiet=as_json)
     try:
         outcome = execute(
@@ -179,14 +268,34 @@ def restore(ctx: Ctx, timeout: float | None, lock_wait: float) -> None:
     click.echo(f"node restored: healthy after {elapsed:.1f} s")
 
 
-@cli.command(epilog="Example: b70deploy status --json")
+@cli.command(epilog="Examples: b70deploy status --json | b70deploy status --nodes | b70deploy status --nodes a,b")
 @click.option("--json", "as_json", is_flag=True)
+@click.option("--nodes", "select", is_flag=False, flag_value="all", default=None, metavar="[all|a,b]",
+              help="With an inventory: one row per node (all when no list is given).")
+@click.option("--node", "node_name", metavar="NAME", help="With an inventory: this node's full status.")
 @pass_ctx
-def status(ctx: Ctx, as_json: bool) -> None:
+def status(ctx: Ctx, as_json: bool, select: str | None, node_name: str | None) -> None:
     """What runs now: revision, stack, health, boot facts, image, interrupted runs."""
     from ..actions.inspect import status as act
     from ..output import emit_json
 
+    if select is not None:
+        from ..actions.rolling import status_rows
+        from ..output import table
+
+        rows = status_rows(ctx.nodes(select))
+        if as_json:
+            emit_json(rows)
+            return
+        table(["node", "endpoint", "address", "rev", "stack", "outcome", "container", "/health", "healthy s", "lock"],
+              [[r["node"], r["endpoint"], r["address"], r["revision"] or "", r["stack"] or "", r["outcome"] or "",
+                r["container"], r["health"], r["time_to_healthy"] or "",
+                "INTERRUPTED" if r["interrupted"] else ("held" if r["lock"] else "")] for r in rows])
+        healthy = sum(1 for r in rows if r["health"] == 200)
+        click.echo(f"{healthy} of {len(rows)} node(s) healthy")
+        return
+    if node_name is not None:
+        ctx.node_name = node_name
     st = act(ctx.node)
     if as_json:
         emit_json(st)
@@ -212,15 +321,18 @@ def status(ctx: Ctx, as_json: bool) -> None:
                    f"fix: {run['fix']}")
 
 
-@cli.command(epilog="Example: b70deploy history --json")
+@cli.command(epilog="Examples: b70deploy history --json | b70deploy history --node gpu2")
 @click.option("--json", "as_json", is_flag=True)
 @click.option("-n", "last", type=int, default=0, help="Only the last N revisions.")
+@click.option("--node", "node_name", metavar="NAME", help="With an inventory: that node's revisions.")
 @pass_ctx
-def history(ctx: Ctx, as_json: bool, last: int) -> None:
+def history(ctx: Ctx, as_json: bool, last: int, node_name: str | None) -> None:
     """Every revision: stack, outcome, image, KV tokens, time to healthy."""
     from ..actions.inspect import history as act
     from ..output import emit_json, table
 
+    if node_name is not None:
+        ctx.node_name = node_name
     rows = act(ctx.node)
     rows = rows[-last:] if last else rows
     if as_json:

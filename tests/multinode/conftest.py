@@ -1,0 +1,228 @@
+"""Three real Docker Engines on this machine, one per inventory node.
+
+Each is its own dockerd (and the containerd it starts) with its own socket, data root, exec
+root and pid file under one temp folder; vfs storage. What works here (dockerd 20.10):
+
+    ip link add b70mn<id>N type bridge; ip addr add 10.213.<200+N>.1/24 dev ...; ip link set ... up
+    dockerd --host unix://<dir>/dN.sock --data-root <dir>/dataN --exec-root <dir>/execN
+            --pidfile <dir>/dN.pid --storage-driver vfs --bridge b70mn<id>N --iptables=false
+            --ip-masq=false --default-address-pool base=10.213.<16N>.0/20,size=24
+
+Each engine gets a default bridge of its own, made here. Never `--bridge none`: dockerd then
+DELETES the host's docker0 at start-up, which breaks the shared engine's default network
+(seen here: "could not find bridge docker0"). Never the default docker0/--bip either: that
+is the shared engine's. Compose makes its project network (a user-defined bridge) from the
+engine's own address pool, apart from the other engines'. --iptables=false: these engines
+never touch the host's rules, which the shared engine manages; ports are still published on
+127.0.0.1 by docker-proxy (the userland proxy), which is all /health, smoke and the probe
+need. Teardown removes every container, stops the daemon (TERM, then KILL), unmounts what is
+left under its dirs, deletes them and the bridge.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from b70deploy.sim.box import write_models
+
+REPO = Path(__file__).resolve().parents[2]
+ENGINES = 3
+
+
+@dataclass
+class Engine:
+    index: int
+    root: Path
+    proc: subprocess.Popen[bytes]
+    bridge: str
+
+    @property
+    def sock(self) -> Path:
+        return self.root / f"d{self.index}.sock"
+
+    @property
+    def host(self) -> str:
+        return f"unix://{self.sock}"
+
+    def docker(self, *args: str, check: bool = False, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+        result = subprocess.run(["docker", "-H", self.host, *args], capture_output=True, text=True, timeout=timeout,
+                                check=False)
+        if check and result.returncode != 0:
+            raise AssertionError(f"docker -H {self.host} {' '.join(args)}: {result.stderr}")
+        return result
+
+
+def _ip(*args: str) -> None:
+    subprocess.run(["ip", *args], check=True, capture_output=True)
+
+
+def _start(index: int, root: Path, bridge: str) -> Engine:
+    _ip("link", "add", bridge, "type", "bridge")
+    _ip("addr", "add", f"10.213.{200 + index}.1/24", "dev", bridge)
+    _ip("link", "set", bridge, "up")
+    data, execroot = root / f"data{index}", root / f"exec{index}"
+    log = (root / f"d{index}.log").open("wb")
+    argv = ["dockerd", "--host", f"unix://{root}/d{index}.sock", "--data-root", str(data), "--exec-root",
+            str(execroot), "--pidfile", str(root / f"d{index}.pid"), "--storage-driver", "vfs", "--bridge", bridge,
+            "--iptables=false", "--ip-masq=false", "--default-address-pool",
+            f"base=10.213.{16 * index}.0/20,size=24"]
+    proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    return Engine(index, root, proc, bridge)
+
+
+def _stop(engine: Engine) -> None:
+    if engine.proc.poll() is None:
+        ids = engine.docker("ps", "-aq").stdout.split()
+        if ids:
+            engine.docker("rm", "-f", *ids)
+        engine.proc.send_signal(signal.SIGTERM)
+        try:
+            engine.proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            os.killpg(engine.proc.pid, signal.SIGKILL)
+            engine.proc.wait(timeout=10)
+
+
+def _unmount_under(root: Path) -> None:
+    mounts = [line.split()[1] for line in Path("/proc/mounts").read_text().splitlines()
+              if line.split()[1].startswith(str(root))]
+    for m in sorted(mounts, key=len, reverse=True):
+        subprocess.run(["umount", "-l", m], capture_output=True, check=False)
+
+
+@pytest.fixture(scope="session")
+def engines(sim_images: dict[str, str]) -> Iterator[list[Engine]]:
+    if os.geteuid() != 0 or shutil.which("dockerd") is None or shutil.which("ip") is None:
+        pytest.skip("three extra Docker Engines need root, dockerd and ip")
+    had_docker0 = Path("/sys/class/net/docker0").exists()
+    # A short path: a unix socket path is limited to 107 bytes.
+    root = Path(tempfile.mkdtemp(prefix="b70mn-", dir="/tmp"))
+    tag = uuid.uuid4().hex[:6]
+    bridges = [f"b70mn{tag}{i}" for i in range(1, ENGINES + 1)]  # at most 15 characters
+    started: list[Engine] = []
+    try:
+        for i, bridge in enumerate(bridges, 1):
+            started.append(_start(i, root, bridge))
+        deadline = time.monotonic() + 60
+        for e in started:
+            while e.docker("version", "--format", "{{.Server.Version}}", timeout=10).returncode != 0:
+                if e.proc.poll() is not None or time.monotonic() > deadline:
+                    log = (root / f"d{e.index}.log").read_text(errors="replace")[-2000:]
+                    pytest.skip(f"dockerd {e.index} did not start: {log}")
+                time.sleep(0.3)
+        # The shared engine's default bridge must survive our engines (see the module docstring).
+        assert Path("/sys/class/net/docker0").exists() or not had_docker0, "an extra dockerd removed docker0"
+        image = subprocess.run(["docker", "save", sim_images["bash-c"]], capture_output=True, check=True).stdout
+        for e in started:
+            subprocess.run(["docker", "-H", e.host, "load"], input=image, capture_output=True, check=True)
+        yield started
+    finally:
+        for e in started:
+            _stop(e)
+        _unmount_under(root)
+        shutil.rmtree(root, ignore_errors=True)
+        for bridge in bridges:
+            subprocess.run(["ip", "link", "del", bridge], capture_output=True, check=False)
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def write_stacks(folder: Path, image: str, *, gamma_crashes: bool = False) -> None:
+    folder.mkdir(parents=True)
+    base: dict[str, Any] = {
+        "image": image, "entrypoint_style": "bash-c",
+        "model": {"path": "Qwen/Qwen3-30B-A3B-W4A16", "quantization": "compressed-tensors"},
+        "served_model_names": ["qwen3-30b-a3b-w4a16"], "dtype": "float16", "max_model_len": 131072,
+        "kv_cache_dtype": "fp8", "tool_calling": {"parser": "hermes", "auto_tool_choice": True},
+        "patches": ["marlin-xpu-carveout"],
+        "smoke": {"completion": {"prompt": "The capital of France is", "expect": "Paris", "max_tokens": 4},
+                  "tool_call": False, "aliases": True}}
+    gamma: dict[str, Any] = {"extends": "alpha", "max_model_len": 65536}
+    if gamma_crashes:
+        gamma["env"] = {"B70SIM_FAIL": "marlin"}
+    docs = {"alpha": base, "beta": {"extends": "alpha", "max_model_len": 262144}, "gamma": gamma}
+    for name, doc in docs.items():
+        (folder / f"{name}.yaml").write_text(yaml.safe_dump(doc))
+
+
+@dataclass
+class Fleet:
+    root: Path
+    config: Path
+    engines: list[Engine]
+    names: list[str]
+    ports: dict[str, int]
+    project: str
+    env: dict[str, str] = field(default_factory=dict)
+
+    def cli(self, *args: str, timeout: float = 300, check: bool = False) -> subprocess.CompletedProcess[str]:
+        env = {**os.environ, "PYTHONPATH": str(REPO), "B70DEPLOY_CONFIG": str(self.config), **self.env}
+        for key in ("DOCKER_HOST", "DOCKER_CONTEXT", "B70DEPLOY_NODE", "B70DEPLOY_STACKS"):
+            env.pop(key, None)
+        result = subprocess.run([sys.executable, "-m", "b70deploy.cli", *args], capture_output=True, text=True,
+                                env=env, timeout=timeout, check=False)
+        if check and result.returncode != 0:
+            raise AssertionError(f"b70deploy {' '.join(args)} exited {result.returncode}:\n{result.stdout}\n"
+                                 f"{result.stderr}")
+        return result
+
+    def url(self, name: str) -> str:
+        return f"http://127.0.0.1:{self.ports[name]}"
+
+
+@pytest.fixture
+def fleet(engines: list[Engine], tmp_path: Path) -> Iterator[Fleet]:
+    """An inventory of three nodes, one per engine; node b's catalogue has a gamma that crashes."""
+    project = f"b70mn-{uuid.uuid4().hex[:8]}"
+    write_models(tmp_path / "models")
+    write_stacks(tmp_path / "stacks", "intel/vllm:latest")
+    write_stacks(tmp_path / "stacks-b", "intel/vllm:latest", gamma_crashes=True)
+    names = ["a", "b", "c"]
+    ports = {n: free_port() for n in names}
+    nodes: dict[str, Any] = {}
+    for n, e in zip(names, engines, strict=True):
+        nodes[n] = {"docker_host": e.host, "ports": {"prod": ports[n], "dark": free_port()}}
+    nodes["b"]["stacks_dir"] = str(tmp_path / "stacks-b")
+    cfg = {
+        "project": project, "deploy_dir": str(tmp_path / "deploy"), "state_dir": str(tmp_path / "state"),
+        "stacks_dir": str(tmp_path / "stacks"), "models_dir": str(tmp_path / "models"), "device_dir": None,
+        "bind_address": "127.0.0.1", "load_threshold": 1000,
+        "image_map": {"intel/vllm:latest": "b70sim/vllm:bash-c"},
+        "stack_overlay": {"env": {"B70SIM_BOOT_SECONDS": "1.0"}},
+        "timeouts": {"health": 40, "rollback": 40, "poll_interval": 0.3},
+        "nodes": nodes,
+    }
+    config = tmp_path / "fleet.yaml"
+    config.write_text(yaml.safe_dump(cfg, sort_keys=False))
+    fl = Fleet(tmp_path, config, engines, names, ports, project)
+    try:
+        yield fl
+    finally:
+        for e in engines:
+            ids = e.docker("ps", "-aq", "--filter", f"label=com.docker.compose.project={project}").stdout.split()
+            if ids:
+                e.docker("rm", "-f", *ids)
+            nets = e.docker("network", "ls", "-q", "--filter",
+                            f"label=com.docker.compose.project={project}").stdout.split()
+            if nets:
+                e.docker("network", "rm", *nets)
