@@ -117,13 +117,14 @@ def _one(d: Deployment, command: str, opts: Options, take_stale: bool) -> NodeRe
     t0 = time.monotonic()
     with endpoint.use(d.node.docker_env):
         try:
-            outcome: Outcome = execute(d, command, opts, take_stale=take_stale)
+            # Built (rendered and linted) before any node was drained; run under this node's lock.
+            outcome: Outcome = execute(d.node, command, opts, lambda: d, take_stale=take_stale)
         except B70Error as e:  # the lock is held, the engine is unreachable: this node did not start
             return NodeResult(name, "failed", f"{name}: {e}", seconds=time.monotonic() - t0)
     if outcome.ok:
         return NodeResult(name, "switched", f"{name}: {outcome.summary}", outcome.revision,
                           time.monotonic() - t0, outcome.details)
-    state: State = "rolled-back" if "node back on revision" in outcome.summary else "failed"
+    state: State = "rolled-back" if outcome.rolled_back else "failed"
     return NodeResult(name, state, f"{name}: {outcome.summary}", outcome.revision, time.monotonic() - t0,
                       outcome.details)
 

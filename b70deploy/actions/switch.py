@@ -38,10 +38,11 @@ class Outcome:
     summary: str             # the one line that says what state the node is in
     details: list[str]
     exit_code: int = 0
+    rolled_back: bool = False  # failed, and the previous revision serves again
 
     def to_dict(self) -> dict[str, Any]:
         return {"ok": self.ok, "revision": self.revision, "stack": self.stack, "summary": self.summary,
-                "details": self.details, "exit_code": self.exit_code}
+                "details": self.details, "exit_code": self.exit_code, "rolled_back": self.rolled_back}
 
 
 def plan_lines(d: Deployment) -> list[str]:
@@ -176,18 +177,21 @@ def _failed(d: Deployment, failure: StepFailed) -> Outcome:
             details.append(f"revision {d.revision.number} kept with its log: b70deploy logs {d.revision.number}")
     details += failure.undo_errors
     prev = d.previous
+    rolled_back = False
     if not d.auto_rollback and d.activated:
         summary = (f"node left on failed revision {d.revision.number if d.revision else '?'} (--no-auto-rollback); "
                    "fix: b70deploy rollback")
     elif failure.undo_errors:
         summary = "rollback FAILED: the node may be serving nothing; see above, then b70deploy status"
     elif prev is not None:
+        rolled_back = True
         back = f" in {d.rollback_wait.elapsed:.1f} s" if d.rollback_wait else ""
         summary = (f"switch to {d.stack.name} failed; node back on revision {prev.number} ({prev.meta.stack}), "
                    f"healthy{back}")
     else:
         summary = f"switch to {d.stack.name} failed; no previous revision, node serves nothing"
-    return Outcome(False, d.revision.number if d.revision else None, d.stack.name, summary, details, exit_code=1)
+    return Outcome(False, d.revision.number if d.revision else None, d.stack.name, summary, details, exit_code=1,
+                   rolled_back=rolled_back)
 
 
 def confirm(question: str, assume_yes: bool) -> None:

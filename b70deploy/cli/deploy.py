@@ -185,7 +185,7 @@ def rollback(ctx: Ctx, target: str | None, select: str | None, max_unavailable: 
     opts = _options(message, timeout, rollback_timeout, True, lock_wait, verify_wait)
     if select is not None:
         _rolling(ctx, select, f"rollback {target or ''}".strip(),
-                 lambda node, rep: act.build_rollback(node, target, rep, opts), opts,
+                 lambda node, rep: build_rollback(node, target, rep, opts), opts,
                  max_unavailable=max_unavailable, pause=pause, rollback_all=rollback_all_on_failure, yes=yes,
                  as_json=as_json, take_stale=True)
         return
