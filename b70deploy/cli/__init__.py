@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from typing import Any
 
@@ -26,6 +27,15 @@ def main(argv: list[str] | None = None) -> None:
     except click.ClickException as e:
         e.show()
         sys.exit(EXIT_BAD_INPUT if e.exit_code == 2 else e.exit_code)
+    except OSError as e:  # a state, deploy or models dir that cannot be made or written
+        if os.environ.get("B70DEPLOY_DEBUG"):
+            raise
+        where = e.filename or "a file"
+        click.echo(f"error: {where}: {e.strerror or e}; fix: check the folders in the node config (state_dir, "
+                   "deploy_dir, models_dir) exist or can be made, and that this user may write them "
+                   "(B70DEPLOY_DEBUG=1 shows the traceback)", err=True)
+        sys.exit(EXIT_BAD_INPUT if isinstance(e, PermissionError | FileNotFoundError | NotADirectoryError)
+                 else EXIT_FAILED)
     except KeyboardInterrupt:
         click.echo("interrupted", err=True)
         sys.exit(130)
