@@ -33,6 +33,7 @@ from simkit import (
     demo_node_config,
     docker,
     leftovers,
+    unavailable,
     unique,
 )
 
@@ -42,9 +43,9 @@ _state = {"docker_used": False}
 @pytest.fixture(scope="session")
 def docker_engine() -> None:
     if shutil.which("docker") is None or docker("info", timeout=30).returncode != 0:
-        pytest.skip("no Docker Engine answers (scripts/setup.sh starts one)")
+        unavailable("no Docker Engine answers (scripts/setup.sh starts one)")
     if docker("compose", "version", timeout=30).returncode != 0:
-        pytest.skip("docker compose (v2) is missing (scripts/setup.sh links it)")
+        unavailable("docker compose (v2) is missing (scripts/setup.sh links it)")
     _state["docker_used"] = True
 
 

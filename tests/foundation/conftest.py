@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 import yaml
+from simkit import unavailable
 
 from b70deploy.resources import data_dir
 
@@ -118,7 +119,7 @@ def compose() -> Iterator[Callable[[Path], dict[str, Any]]]:
     Config only parses and interpolates: no container, network or volume is created.
     """
     if not compose_available():
-        pytest.skip("no Docker Engine with Compose v2")
+        unavailable("no Docker Engine with Compose v2")
     import json
 
     from b70deploy.commands.compose import Compose
@@ -159,4 +160,4 @@ def dri(tmp_path: Path) -> Path:
     try:
         return make_dri(tmp_path)
     except PermissionError as e:
-        pytest.skip(str(e))
+        unavailable(str(e))

@@ -36,6 +36,7 @@ from typing import Any
 
 import pytest
 import yaml
+from simkit import unavailable
 
 from b70deploy.sim.box import write_models
 
@@ -107,7 +108,7 @@ def _unmount_under(root: Path) -> None:
 @pytest.fixture(scope="session")
 def engines(sim_images: dict[str, str]) -> Iterator[list[Engine]]:
     if os.geteuid() != 0 or shutil.which("dockerd") is None or shutil.which("ip") is None:
-        pytest.skip("three extra Docker Engines need root, dockerd and ip")
+        unavailable("three extra Docker Engines need root, dockerd and ip")
     had_docker0 = Path("/sys/class/net/docker0").exists()
     # A short path: a unix socket path is limited to 107 bytes.
     root = Path(tempfile.mkdtemp(prefix="b70mn-", dir="/tmp"))
@@ -122,7 +123,7 @@ def engines(sim_images: dict[str, str]) -> Iterator[list[Engine]]:
             while e.docker("version", "--format", "{{.Server.Version}}", timeout=10).returncode != 0:
                 if e.proc.poll() is not None or time.monotonic() > deadline:
                     log = (root / f"d{e.index}.log").read_text(errors="replace")[-2000:]
-                    pytest.skip(f"dockerd {e.index} did not start: {log}")
+                    unavailable(f"dockerd {e.index} did not start: {log}")
                 time.sleep(0.3)
         # The shared engine's default bridge must survive our engines (see the module docstring).
         assert Path("/sys/class/net/docker0").exists() or not had_docker0, "an extra dockerd removed docker0"
