@@ -12,9 +12,7 @@ to bring the old one back: the two waits have their own timeouts.
 from __future__ import annotations
 
 import getpass
-import shutil
 import socket
-import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -120,26 +118,19 @@ def write_deploy_files(deploy_dir: Path, files: dict[str, bytes]) -> None:
 
 
 def compose_check(files: dict[str, bytes], project: str) -> None:
-    """`docker compose config` on the files in a scratch dir: unresolved or empty
-    interpolation (the post's env_file pitfall) fails here, before anything stops."""
-    import yaml
+    """`docker compose config` on the files: unresolved or empty interpolation (the post's
+    env_file pitfall) fails here, before anything stops."""
+    from .lint.gather import compose_config
 
-    scratch = Path(tempfile.mkdtemp(prefix="b70-preflight-"))
-    try:
-        for name, data in files.items():
-            write_atomic(scratch / name, data, mode=file_mode(name))
-        result = proc.run(Compose(scratch, project).config(), check=False, timeout=60)
-        if result.returncode != 0:
-            raise UserError(f"docker compose config rejects the rendered files: {proc.last_line(result.stderr)}",
-                            fix="see `b70deploy render`; every ${VAR} must be set in .env")
-        doc = yaml.safe_load(result.stdout)
-        command = doc["services"][VLLM].get("command") or []
-        model_at = 2 if command[:2] == ["vllm", "serve"] else 0
-        if len(command) <= model_at or not str(command[model_at]).strip() or str(command[model_at]).startswith("-"):
-            raise UserError("the model argument is empty after interpolation",
-                            fix="set VLLM_MODEL in the .env beside the compose file (env_file: does not feed ${VAR})")
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)
+    doc, error = compose_config(files, project)
+    if doc is None:
+        raise UserError(f"docker compose config rejects the files: {error}",
+                        fix="see `b70deploy render`; every ${VAR} must be set in .env")
+    command = doc["services"][VLLM].get("command") or []
+    model_at = 2 if command[:2] == ["vllm", "serve"] else 0
+    if len(command) <= model_at or not str(command[model_at]).strip() or str(command[model_at]).startswith("-"):
+        raise UserError("the model argument is empty after interpolation",
+                        fix="set VLLM_MODEL in the .env beside the compose file (env_file: does not feed ${VAR})")
 
 
 # ---------------------------------------------------------------- steps

@@ -108,25 +108,30 @@ def build_context(node: Node, stack: Stack, *, docker: bool = True, inspector: I
     return ctx
 
 
-def _compose_config(ctx: LintContext) -> None:
+def compose_config(files: dict[str, bytes], project: str) -> tuple[dict[str, Any] | None, str | None]:
+    """`docker compose config` of `files` in a scratch folder: (the resolved config, None) or
+    (None, why Compose refused them)."""
     from ..commands.compose import Compose
+    from ..revisions import file_mode
 
+    with tempfile.TemporaryDirectory(prefix="b70deploy-config-") as tmp:
+        write_tree(Path(tmp), files, {n: file_mode(n) for n in files})
+        try:
+            result = run(Compose(Path(tmp), project).config(fmt="json"), timeout=60, check=False)
+        except B70Error as e:
+            return None, str(e)
+    if result.returncode != 0:
+        return None, last_line(result.stderr)
+    try:
+        return json.loads(result.stdout), None
+    except ValueError:
+        return None, "output is not JSON"
+
+
+def _compose_config(ctx: LintContext) -> None:
     files = dict(ctx.rendered.files)
     files.update(deploy_files(ctx.patched))
-    with tempfile.TemporaryDirectory(prefix="b70deploy-lint-") as tmp:
-        write_tree(Path(tmp), files, {n: ctx.rendered.mode(n) for n in files})
-        try:
-            result = run(Compose(Path(tmp), ctx.node.project).config(fmt="json"), timeout=60, check=False)
-        except B70Error as e:
-            ctx.compose_error = str(e)
-            return
-    if result.returncode != 0:
-        ctx.compose_error = last_line(result.stderr)
-        return
-    try:
-        ctx.compose_config = json.loads(result.stdout)
-    except ValueError:
-        ctx.compose_error = "output is not JSON"
+    ctx.compose_config, ctx.compose_error = compose_config(files, ctx.node.project)
 
 
 def lint_stacks(node: Node, names: list[str], *, docker: bool = True,
