@@ -13,6 +13,7 @@ import json
 import os
 import secrets
 import subprocess
+import sys
 import tarfile
 import time
 from collections.abc import Mapping
@@ -24,6 +25,24 @@ import pytest
 import yaml
 
 REPO = Path(__file__).resolve().parent.parent
+# Variables from the developer's shell that would steer a CLI run elsewhere (another engine,
+# node, catalogue) or kill it (fault injection): a test passes its own when it wants them.
+AMBIENT = ("DOCKER_HOST", "DOCKER_CONTEXT", "B70DEPLOY_NODE", "B70DEPLOY_STACKS", "B70DEPLOY_FAULT")
+
+
+def run_cli(config: Path, *args: str, env: Mapping[str, str] | None = None, timeout: float = 120,
+            check: bool = False) -> subprocess.CompletedProcess[str]:
+    """`python -m b70deploy.cli ARGS` against the node config `config`, as an operator would."""
+    full = {k: v for k, v in os.environ.items() if k not in AMBIENT}
+    full.update({"PYTHONPATH": str(REPO), "B70DEPLOY_CONFIG": str(config), **(env or {})})
+    result = subprocess.run([sys.executable, "-m", "b70deploy.cli", *args], capture_output=True, text=True,
+                            env=full, timeout=timeout, check=False)
+    if check and result.returncode != 0:
+        raise AssertionError(f"b70deploy {' '.join(args)} exited {result.returncode}:\n{result.stdout}\n"
+                             f"{result.stderr}")
+    return result
+
+
 def unavailable(reason: str) -> NoReturn:
     """A test that needs something this machine lacks: skipped on a developer's machine, failed
     in CI (CI=true), where set-up must have provided it; a skip there would hide a broken set-up."""

@@ -4,9 +4,7 @@ a unique compose project, test-only image tags, and a teardown that removes all 
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,8 +15,6 @@ import simkit
 import yaml
 
 from b70deploy.sim.box import write_models
-
-REPO = Path(__file__).resolve().parents[2]
 
 
 def docker(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
@@ -40,15 +36,8 @@ class SimNode:
 
     def cli(self, *args: str, env: dict[str, str] | None = None, timeout: float = 120,
             check: bool = False) -> subprocess.CompletedProcess[str]:
-        full_env = {**os.environ, "PYTHONPATH": str(REPO), "B70DEPLOY_CONFIG": str(self.config),
-                    **self.extra_env, **(env or {})}
-        full_env.pop("B70DEPLOY_FAULT", None) if env is None or "B70DEPLOY_FAULT" not in env else None
-        result = subprocess.run([sys.executable, "-m", "b70deploy.cli", *args], capture_output=True, text=True,
-                                env=full_env, timeout=timeout, check=False)
-        if check and result.returncode != 0:
-            raise AssertionError(f"b70deploy {' '.join(args)} exited {result.returncode}:\n{result.stdout}\n"
-                                 f"{result.stderr}")
-        return result
+        return simkit.run_cli(self.config, *args, env={**self.extra_env, **(env or {})}, timeout=timeout,
+                              check=check)
 
     def json(self, *args: str) -> Any:
         return json.loads(self.cli(*args, "--json", check=True).stdout)

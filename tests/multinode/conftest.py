@@ -25,7 +25,6 @@ import os
 import shutil
 import signal
 import subprocess
-import sys
 import tempfile
 import time
 import uuid
@@ -36,11 +35,10 @@ from typing import Any
 
 import pytest
 import yaml
-from simkit import unavailable
+from simkit import run_cli, unavailable
 
 from b70deploy.sim.box import write_models
 
-REPO = Path(__file__).resolve().parents[2]
 ENGINES = 3
 
 
@@ -177,15 +175,7 @@ class Fleet:
     env: dict[str, str] = field(default_factory=dict)
 
     def cli(self, *args: str, timeout: float = 300, check: bool = False) -> subprocess.CompletedProcess[str]:
-        env = {**os.environ, "PYTHONPATH": str(REPO), "B70DEPLOY_CONFIG": str(self.config), **self.env}
-        for key in ("DOCKER_HOST", "DOCKER_CONTEXT", "B70DEPLOY_NODE", "B70DEPLOY_STACKS"):
-            env.pop(key, None)
-        result = subprocess.run([sys.executable, "-m", "b70deploy.cli", *args], capture_output=True, text=True,
-                                env=env, timeout=timeout, check=False)
-        if check and result.returncode != 0:
-            raise AssertionError(f"b70deploy {' '.join(args)} exited {result.returncode}:\n{result.stdout}\n"
-                                 f"{result.stderr}")
-        return result
+        return run_cli(self.config, *args, env=self.env, timeout=timeout, check=check)
 
     def url(self, name: str) -> str:
         return f"http://127.0.0.1:{self.ports[name]}"
