@@ -117,10 +117,10 @@ def sim_node(sim_images: dict[str, str], compose_project: ComposeProject, free_p
         mounts: {absolute path in the container: bytes}, bind-mounted read-only (e.g. a patched file).
         model_configs: {model path below models_dir: config.json content}.
         """
-        from b70deploy import devices
-        from b70deploy.fsio import write_atomic, write_tree
-        from b70deploy.node import load_node
-        from b70deploy.render import Mount, render
+        from b70deploy.config.node import load_node
+        from b70deploy.render import devices
+        from b70deploy.render.files import Mount, render
+        from b70deploy.state.fsio import write_atomic, write_tree
 
         port = free_port()
         node_file = demo_node_config(tmp_path / "node", project=compose_project.name, port=port, env=env,

@@ -107,8 +107,8 @@ class SimDeployment:
 
     project: ComposeProject
     port: int
-    stack: Any          # b70deploy.schema.Stack
-    rendered: Any       # b70deploy.render.Rendered
+    stack: Any          # b70deploy.config.schema.Stack
+    rendered: Any       # b70deploy.render.files.Rendered
     node_file: Path
 
     @property

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..bootlog import check_expectations, parse_boot_facts
-from ..deployment import Deployment
-from ..diagnosis import diagnose
+from ..config.node import Node
+from ..config.schema import Stack
+from ..deploy.steps import Deployment
 from ..errors import UserError
-from ..node import Node
-from ..progress import Reporter
-from ..schema import Stack
+from ..ui.progress import Reporter
+from ..vllmlog.bootlog import check_expectations, parse_boot_facts
+from ..vllmlog.diagnosis import diagnose
 
 
 def boot_checks(d: Deployment, lines: list[str]) -> tuple[dict[str, Any], list[str]]:
@@ -40,7 +40,7 @@ def ensure_draft(node: Node, stack: Stack, reporter: Reporter) -> None:
     spec = stack.speculative
     if spec is None or spec.model is None or spec.draft_max_position_embeddings is None:
         return
-    from ..draft import ensure_draft_copy
+    from ..render.draft import ensure_draft_copy
 
     rel = ensure_draft_copy(node.models_dir, spec.model, spec.draft_max_position_embeddings)
     reporter.info(f"draft copy {rel}: max_position_embeddings {spec.draft_max_position_embeddings}")

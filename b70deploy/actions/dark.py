@@ -5,14 +5,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .. import health, proc
-from ..commands.compose import Compose
-from ..deployment import VLLM, write_deploy_files
-from ..diagnosis import diagnose
+from ..config.node import Node
+from ..deploy import health
+from ..deploy.steps import VLLM, write_deploy_files
+from ..docker import proc
+from ..docker.compose import Compose
 from ..errors import OperationError, UserError
-from ..node import Node
-from ..progress import Reporter
-from ..render import COMPOSE_FILE
+from ..render.files import COMPOSE_FILE
+from ..ui.progress import Reporter
+from ..vllmlog.diagnosis import diagnose
 from .checks import ensure_draft
 from .prepare import prepare_deploy
 

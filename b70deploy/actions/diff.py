@@ -6,8 +6,8 @@ import difflib
 from collections.abc import Collection, Mapping
 from pathlib import Path
 
-from ..node import Node
-from ..secrets import mask_env_text
+from ..config.node import Node
+from ..render.masking import mask_env_text
 
 
 def _text(name: str, data: bytes | None, secret_keys: Collection[str]) -> list[str]:
@@ -38,7 +38,7 @@ def unified(old: Mapping[str, bytes], new: Mapping[str, bytes], *, old_label: st
 
 
 def diff_against_dir(deploy_dir: Path, new: Mapping[str, bytes], *, secret_keys: Collection[str] = ()) -> str:
-    from ..fsio import read_tree
+    from ..state.fsio import read_tree
 
     old = read_tree(deploy_dir, sorted(new))
     return unified(old, new, old_label=str(deploy_dir), new_label="rendered", secret_keys=secret_keys)

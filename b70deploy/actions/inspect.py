@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..config.node import Node
 from ..errors import UserError
-from ..journal import Journal
-from ..lock import holder_info
-from ..node import Node
-from ..render import RUNTIME_ENV_FILE
-from ..revisions import RevisionStore
+from ..render.files import RUNTIME_ENV_FILE
+from ..state.journal import Journal
+from ..state.lock import holder_info
+from ..state.revisions import RevisionStore
 from .diff import unified
 
 FACT_ROWS = [
@@ -26,9 +26,9 @@ FACT_ROWS = [
 
 
 def status(node: Node) -> dict[str, Any]:
-    from ..deployment import VLLM
-    from ..engine import find_container, state_of
-    from ..health import probe_health
+    from ..deploy.health import probe_health
+    from ..deploy.steps import VLLM
+    from ..docker.engine import find_container, state_of
 
     store = RevisionStore(node.state_dir)
     cur = store.current()

@@ -4,17 +4,17 @@ from __future__ import annotations
 
 import time
 
-from .. import proc
-from ..audit import AuditLog
-from ..commands.compose import Compose
-from ..deployment import VLLM, restore_services
-from ..diagnosis import diagnose
+from ..config.node import Node
+from ..deploy.steps import VLLM, restore_services
+from ..deploy.verify import Reading, readings, remote_readings
+from ..docker import proc
+from ..docker.compose import Compose
 from ..errors import OperationError
-from ..lock import DeployLock
-from ..node import Node
-from ..progress import Reporter
-from ..render import COMPOSE_FILE
-from ..verify import Reading, readings, remote_readings
+from ..render.files import COMPOSE_FILE
+from ..state.audit import AuditLog
+from ..state.lock import DeployLock
+from ..ui.progress import Reporter
+from ..vllmlog.diagnosis import diagnose
 
 
 def drain(node: Node, reporter: Reporter, *, lock_wait: float = 0.0) -> list[str]:

@@ -9,14 +9,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from .. import devices as devices_mod
-from ..node import Node
-from ..render import Rendered, render
-from ..schema import Stack
-from ..secrets_file import load_secrets
+from ..config.node import Node
+from ..config.schema import Stack
+from ..config.secrets_file import load_secrets
+from ..render import devices as devices_mod
+from ..render.files import Rendered, render
 
 if TYPE_CHECKING:
-    from ..engine import ImageInfo
+    from ..docker.engine import ImageInfo
     from ..lint.findings import Finding
 
 
@@ -47,10 +47,10 @@ class Deployable:
 
 def prepare_deploy(node: Node, name: str, *, port: int | None = None, project: str | None = None) -> Deployable:
     """The files a deployment of `name` writes, and lint's findings on them."""
-    from ..engine import image_info
+    from ..docker.engine import image_info
     from ..lint import lint_stack
     from ..lint.gather import preflight
-    from ..patches import deploy_files
+    from ..render.patches import deploy_files
 
     stack = node.catalogue().load(name)
     info = image_info(stack.image)

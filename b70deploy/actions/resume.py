@@ -9,15 +9,15 @@ from __future__ import annotations
 
 from typing import Literal
 
-from .. import engine
-from ..audit import AuditLog
-from ..deployment import Deployment, steps
-from ..journal import Journal
-from ..lock import DeployLock
-from ..node import Node
-from ..progress import Reporter
-from ..revisions import RevisionStore
-from ..runner import Runner
+from ..config.node import Node
+from ..deploy.runner import Runner
+from ..deploy.steps import Deployment, steps
+from ..docker import engine
+from ..state.audit import AuditLog
+from ..state.journal import Journal
+from ..state.lock import DeployLock
+from ..state.revisions import RevisionStore
+from ..ui.progress import Reporter
 from .rollback import stack_of
 from .switch import Options, Outcome, _failed, _run, configure
 
@@ -40,7 +40,7 @@ def resume(node: Node, reporter: Reporter, opts: Options, *, command: str) -> Ou
 
 
 def _resume(node: Node, reporter: Reporter, opts: Options, run: object, lock: DeployLock, journal: Journal) -> Outcome:
-    from ..journal import RunRecord
+    from ..state.journal import RunRecord
 
     assert isinstance(run, RunRecord)
     store = RevisionStore(node.state_dir)
@@ -79,7 +79,7 @@ def _resume(node: Node, reporter: Reporter, opts: Options, run: object, lock: De
     reporter.phase("resume", f"`{run.command}` stopped at {run.last_step}; "
                    + ("undoing it" if undoing else "finishing it"))
     if undoing:
-        from ..runner import StepFailed
+        from ..deploy.runner import StepFailed
 
         errors = runner.compensate(done, d)
         journal.append(runner.run_id, "run-failed", step=run.last_step, error="interrupted while undoing")

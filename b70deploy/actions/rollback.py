@@ -3,14 +3,14 @@ image id that ran them, as a new revision whose parent is the current one."""
 
 from __future__ import annotations
 
-from .. import engine
-from ..deployment import Deployment
+from ..config.node import Node
+from ..config.schema import Smoke, Stack
+from ..deploy.steps import Deployment
+from ..docker import engine
 from ..errors import UserError
-from ..journal import Journal
-from ..node import Node
-from ..progress import Reporter
-from ..revisions import Revision, RevisionStore
-from ..schema import Smoke, Stack
+from ..state.journal import Journal
+from ..state.revisions import Revision, RevisionStore
+from ..ui.progress import Reporter
 from .switch import Options, configure
 
 

@@ -16,13 +16,13 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from .. import endpoint
-from ..deployment import Deployment
+from ..config.node import Node
+from ..deploy.rollout import NodePlan, Plan, expected_from
+from ..deploy.steps import Deployment
+from ..docker import endpoint
 from ..errors import B70Error, UserError
-from ..node import Node
-from ..progress import Reporter
-from ..revisions import RevisionStore
-from ..rolling import NodePlan, Plan, expected_from
+from ..state.revisions import RevisionStore
+from ..ui.progress import Reporter
 from .switch import Options, Outcome, execute
 
 State = Literal["switched", "rolled-back", "failed", "untouched", "reverted", "revert-failed"]
@@ -164,7 +164,7 @@ def run(plan: Plan, deployments: list[Deployment], command: str, opts: Options, 
 
 def _revert(done: list[Deployment], plan: Plan, revert: Callable[[Node, Reporter], Deployment], opts: Options,
             reporter: Reporter, results: dict[str, NodeResult]) -> None:
-    from ..rolling import batches
+    from ..deploy.rollout import batches
 
     reporter.phase("rollback-all", f"{len(done)} switched node(s) back to their previous revision")
     for batch in batches(list(reversed(done)), plan.max_unavailable):

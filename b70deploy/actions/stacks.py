@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..node import Node
+from ..config.node import Node
 
 
 def summaries(node: Node) -> list[dict[str, Any]]:

@@ -7,15 +7,15 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from ..audit import AuditLog
-from ..deployment import Deployment, steps
+from ..config.node import Node
+from ..deploy.runner import Runner, StepFailed
+from ..deploy.steps import Deployment, steps
 from ..errors import OperationError, UserError
-from ..journal import Journal
-from ..lock import DeployLock
-from ..node import Node
-from ..progress import Reporter
-from ..revisions import RevisionStore
-from ..runner import Runner, StepFailed
+from ..state.audit import AuditLog
+from ..state.journal import Journal
+from ..state.lock import DeployLock
+from ..state.revisions import RevisionStore
+from ..ui.progress import Reporter
 from .diff import unified
 from .prepare import prepare_deploy
 
@@ -78,7 +78,7 @@ def dry_run(node: Node, name: str, reporter: Reporter, opts: Options) -> list[st
     d = build_switch(node, name, reporter, opts)
     store = RevisionStore(node.state_dir)
     cur = store.current()
-    from ..fsio import read_tree
+    from ..state.fsio import read_tree
 
     live = read_tree(node.deploy_dir, sorted(set(d.files) | set(cur.meta.files if cur else [])))
     text = unified(live, d.files, old_label="deployed", new_label=f"switch-{name}", secret_keys=d.secret_keys)

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import UserError
-from ..output import warn
+from ..ui.output import warn
 from . import results, stats
 
 

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 from .client import Endpoint, get_json
 
 if TYPE_CHECKING:
-    from ..node import Node
+    from ..config.node import Node
 
 INFO_KEYS = ("endpoint", "stack", "revision", "image_id", "vllm_version", "kv_tokens")
 
@@ -21,7 +21,7 @@ def current_deployment_info(node: Node) -> dict[str, Any]:
 
     Keys: endpoint, stack, revision, image_id, vllm_version, kv_tokens (None when unknown).
     """
-    from ..revisions import RevisionStore
+    from ..state.revisions import RevisionStore
 
     current = RevisionStore(node.state_dir).current()
     info: dict[str, Any] = {"endpoint": f"http://127.0.0.1:{node.config.ports.prod}", "stack": None,

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import UserError
-from ..fsio import write_atomic
+from ..state.fsio import write_atomic
 
 SCHEMA = "b70deploy.bench/1"
 KINDS = ("bench", "sweep", "replay")

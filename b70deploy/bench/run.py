@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import OperationError, UserError
-from ..output import note
+from ..ui.output import note
 from . import metrics, prompts, stats
 from .client import Cancel, Endpoint, Timing, post_json, stream
 from .progress import Progress

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 import click
 
 if TYPE_CHECKING:
-    from ..node import Node
+    from ..config.node import Node
 
 EPILOG_EXIT = "Exit codes: 0 ok, 1 operation failed, 2 bad input (nothing changed)."
 
@@ -26,15 +26,15 @@ class Ctx:
     @property
     def node(self) -> Node:
         if self._node is None:
-            from ..endpoint import activate
-            from ..node import load_node
+            from ..config.node import load_node
+            from ..docker.endpoint import activate
 
             self._node = load_node(self.config_path, stacks_dir=self.stacks_dir, name=self.node_name)
             activate(self._node.docker_env)  # this process now talks to that node's engine
         return self._node
 
     def nodes(self, select: str) -> list[Node]:
-        from ..node import load_nodes
+        from ..config.node import load_nodes
 
         return load_nodes(self.config_path, select=select, stacks_dir=self.stacks_dir)
 

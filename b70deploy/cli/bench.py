@@ -88,7 +88,7 @@ def _output_path(ctx: Ctx, output: str | None, doc: dict[str, Any]) -> Path:
 
 def _finish(ctx: Ctx, doc: dict[str, Any], output: str | None, as_json: bool) -> Path:
     from ..bench.results import write
-    from ..output import emit_json
+    from ..ui.output import emit_json
 
     path = write(_output_path(ctx, output, doc), doc)
     if as_json:
@@ -98,7 +98,7 @@ def _finish(ctx: Ctx, doc: dict[str, Any], output: str | None, as_json: bool) ->
 
 def _token_report(check: dict[str, Any] | None, strict: bool) -> bool:
     """Warn (or fail with --strict) when prompts missed the target context by more than 1%."""
-    from ..output import warn
+    from ..ui.output import warn
 
     if not check or check.get("worst_off") is None:
         warn("the server reported no usage.prompt_tokens: the context could not be checked")
@@ -196,7 +196,7 @@ def sweep(ctx: Ctx, levels: str, waves: int, endpoint: str | None, model: str | 
     from ..bench.deployment import server_facts
     from ..bench.run import BenchConfig, resolve_model
     from ..errors import UserError
-    from ..output import table
+    from ..ui.output import table
 
     lv = sweep_mod.parse_levels(levels)
     if waves < 1:
@@ -238,7 +238,7 @@ Files of one stack (same stack and note) fill one column; ratios are against the
 def compare(files: tuple[Path, ...], plot_out: Path | None, title: str | None, as_json: bool) -> None:
     """Compare results files: a table of tok/s per stack and the ratios new/old."""
     from ..bench import compare as cmp
-    from ..output import emit_json, table
+    from ..ui.output import emit_json, table
 
     m = cmp.build(cmp.load_all(list(files)))
     if as_json:
@@ -274,7 +274,7 @@ def capture(ctx: Ctx, listen: str, upstream: str | None, folder: Path, segment_m
     from ..bench.client import Endpoint
     from ..bench.deployment import current_deployment_info
     from ..errors import UserError
-    from ..output import warn
+    from ..ui.output import warn
 
     host, port = parse_listen(listen)
     if segment_mb <= 0 or max_mb < segment_mb:
@@ -334,7 +334,7 @@ def replay(ctx: Ctx, folder: Path, endpoint: str | None, concurrency: int, sampl
     """Send captured requests verbatim; report outcome, tok/s and acceptance per request."""
     from ..bench import replay as rp
     from ..bench import stats
-    from ..output import table
+    from ..ui.output import table
 
     records = rp.select(rp.load_captures(folder), sample, seed)
     ep, env = _target(ctx, endpoint, stack, note, model)

@@ -13,7 +13,7 @@ from .base import Ctx, cli, pass_ctx
 def stacks(ctx: Ctx, as_json: bool) -> None:
     """List the stack catalogue."""
     from ..actions.stacks import summaries
-    from ..output import emit_json, table
+    from ..ui.output import emit_json, table
 
     rows = summaries(ctx.node)
     if as_json:
@@ -31,7 +31,7 @@ def stacks(ctx: Ctx, as_json: bool) -> None:
 def show(ctx: Ctx, stack: str, as_json: bool) -> None:
     """Show STACK after `extends:` and the node's overlay are merged."""
     from ..actions.stacks import merged_document
-    from ..output import emit_json
+    from ..ui.output import emit_json
 
     doc = merged_document(ctx.node, stack)
     if as_json:
@@ -52,14 +52,14 @@ def render(ctx: Ctx, stack: str, out: str | None, as_json: bool) -> None:
     from pathlib import Path
 
     from ..actions.prepare import prepare
-    from ..output import emit_json, note, warn
+    from ..ui.output import emit_json, note, warn
 
     prepared = prepare(ctx.node, stack)
     rendered = prepared.rendered
     for w in prepared.warnings:
         warn(w)
     if out:
-        from ..fsio import write_tree
+        from ..state.fsio import write_tree
 
         dest = Path(out)
         write_tree(dest, rendered.files, {n: rendered.mode(n) for n in rendered.files})
@@ -86,11 +86,11 @@ def diff(ctx: Ctx, what: tuple[str, ...], as_json: bool) -> None:
     """What `switch STACK` would change in the deploy dir, or how two revisions differ
     (files and boot facts, e.g. KV tokens 453,184 -> 270,592, -40%). Secrets masked."""
     from ..errors import UserError
-    from ..output import emit_json
+    from ..ui.output import emit_json
 
     if len(what) == 2 and all(w.isdigit() for w in what):
         from ..actions.inspect import diff_revisions
-        from ..output import table
+        from ..ui.output import table
 
         text, rows = diff_revisions(ctx.node, int(what[0]), int(what[1]))
         if as_json:
@@ -105,8 +105,8 @@ def diff(ctx: Ctx, what: tuple[str, ...], as_json: bool) -> None:
         raise UserError(f"diff takes a stack or two revision numbers, got {' '.join(what)!r}",
                         fix="b70deploy diff eagle3, or b70deploy diff 3 7")
     from ..actions.diff import diff_against_dir, switch_files
-    from ..fsio import read_tree
-    from ..output import note
+    from ..state.fsio import read_tree
+    from ..ui.output import note
 
     stack = what[0]
     files, secret_keys, remark = switch_files(ctx.node, stack)

@@ -25,7 +25,7 @@ def _options(message: str, timeout: float | None, rollback_timeout: float | None
 
 
 def _finish(outcome: Outcome, as_json: bool) -> None:
-    from ..output import emit_json
+    from ..ui.output import emit_json
 
     if as_json:
         emit_json(outcome.to_dict())
@@ -59,8 +59,8 @@ def _rolling(ctx: Ctx, select: str, action: str, build: Any, opts: Options, *, m
     from ..actions import rolling
     from ..actions.rollback import build_rollback
     from ..actions.switch import confirm
-    from ..output import emit_json
-    from ..progress import PlainReporter
+    from ..ui.output import emit_json
+    from ..ui.progress import PlainReporter
 
     nodes = ctx.nodes(select)
     reporter = PlainReporter()
@@ -85,7 +85,7 @@ def _rolling(ctx: Ctx, select: str, action: str, build: Any, opts: Options, *, m
     if as_json:
         emit_json(outcome.to_dict())
     else:
-        from ..output import table
+        from ..ui.output import table
 
         table(["node", "state", "revision", "seconds", "summary"],
               [[r.name, r.state, r.revision or "", f"{r.seconds:.1f}", r.summary.split(": ", 1)[-1]]
@@ -140,7 +140,7 @@ def switch(ctx: Ctx, stack: str, dry_run: bool, no_auto_rollback: bool, select: 
     back, later nodes stay untouched, earlier ones stay new unless --rollback-all-on-failure.
     """
     from ..actions import switch as act
-    from ..progress import make_reporter
+    from ..ui.progress import make_reporter
 
     opts = _options(message, timeout, rollback_timeout, not no_auto_rollback, lock_wait, verify_wait)
     if select is not None:
@@ -180,7 +180,7 @@ def rollback(ctx: Ctx, target: str | None, select: str | None, max_unavailable: 
     """
     from ..actions.rollback import build_rollback
     from ..actions.switch import execute
-    from ..progress import make_reporter
+    from ..ui.progress import make_reporter
 
     opts = _options(message, timeout, rollback_timeout, True, lock_wait, verify_wait)
     if select is not None:
@@ -209,7 +209,7 @@ def rollback(ctx: Ctx, target: str | None, select: str | None, max_unavailable: 
 def resume(ctx: Ctx, lock_wait: float, as_json: bool) -> None:
     """Finish (or, if it was undoing, undo) a run that was killed; see `status`."""
     from ..actions.resume import resume as act
-    from ..progress import make_reporter
+    from ..ui.progress import make_reporter
 
     reporter = make_reporter(quiet=as_json)
     try:
@@ -225,7 +225,7 @@ def resume(ctx: Ctx, lock_wait: float, as_json: bool) -> None:
 def drain(ctx: Ctx, lock_wait: float) -> None:
     """Stop vllm and its companions (compose stop; never firewall rules) so the router drains."""
     from ..actions.node_ops import drain as act
-    from ..progress import PlainReporter
+    from ..ui.progress import PlainReporter
 
     services = act(ctx.node, PlainReporter(), lock_wait=lock_wait)
     click.echo(f"node drained: {', '.join(services)} stopped; `b70deploy restore` brings them back")
@@ -238,7 +238,7 @@ def drain(ctx: Ctx, lock_wait: float) -> None:
 def verify(ctx: Ctx, wait: float, as_json: bool) -> None:
     """Check the node is idle: prod port, feeder connections, load average. Exit 1 if not."""
     from ..actions.node_ops import verify as act
-    from ..output import emit_json
+    from ..ui.output import emit_json
 
     idle, got = act(ctx.node, wait=wait)
     if as_json:
@@ -258,7 +258,7 @@ def verify(ctx: Ctx, wait: float, as_json: bool) -> None:
 def restore(ctx: Ctx, timeout: float | None, lock_wait: float) -> None:
     """Start the current revision again after a drain and wait for /health (not a rollback)."""
     from ..actions.node_ops import restore as act
-    from ..progress import make_reporter
+    from ..ui.progress import make_reporter
 
     reporter = make_reporter()
     try:
@@ -277,11 +277,11 @@ def restore(ctx: Ctx, timeout: float | None, lock_wait: float) -> None:
 def status(ctx: Ctx, as_json: bool, select: str | None, node_name: str | None) -> None:
     """What runs now: revision, stack, health, boot facts, image, interrupted runs."""
     from ..actions.inspect import status as act
-    from ..output import emit_json
+    from ..ui.output import emit_json
 
     if select is not None:
         from ..actions.rolling import status_rows
-        from ..output import table
+        from ..ui.output import table
 
         rows = status_rows(ctx.nodes(select))
         if as_json:
@@ -329,7 +329,7 @@ def status(ctx: Ctx, as_json: bool, select: str | None, node_name: str | None) -
 def history(ctx: Ctx, as_json: bool, last: int, node_name: str | None) -> None:
     """Every revision: stack, outcome, image, KV tokens, time to healthy."""
     from ..actions.inspect import history as act
-    from ..output import emit_json, table
+    from ..ui.output import emit_json, table
 
     if node_name is not None:
         ctx.node_name = node_name
@@ -356,7 +356,7 @@ def logs(ctx: Ctx, revision: int) -> None:
 
 def _pin(ctx: Ctx, revision: int, pinned: bool) -> None:
     from ..actions.inspect import set_pin
-    from ..lock import DeployLock
+    from ..state.lock import DeployLock
 
     with DeployLock(ctx.node.state_dir, "pin" if pinned else "unpin", wait=10.0):
         set_pin(ctx.node, revision, pinned)
@@ -384,8 +384,8 @@ def unpin(ctx: Ctx, revision: int) -> None:
 @pass_ctx
 def prune(ctx: Ctx, keep: int | None) -> None:
     """Delete old revisions, keeping the newest N, every pinned one and the current one."""
-    from ..lock import DeployLock
-    from ..revisions import RevisionStore
+    from ..state.lock import DeployLock
+    from ..state.revisions import RevisionStore
 
     with DeployLock(ctx.node.state_dir, "prune", wait=10.0):
         gone = RevisionStore(ctx.node.state_dir).prune(keep or ctx.node.config.keep_revisions)
@@ -398,8 +398,8 @@ def prune(ctx: Ctx, keep: int | None) -> None:
 @pass_ctx
 def audit(ctx: Ctx, last: int, as_json: bool) -> None:
     """The audit log: who ran which mutating command, when, and how it ended."""
-    from ..audit import AuditLog
-    from ..output import emit_json, table
+    from ..state.audit import AuditLog
+    from ..ui.output import emit_json, table
 
     rows = AuditLog(ctx.node.state_dir).entries(last)
     if as_json:
@@ -414,7 +414,7 @@ def audit(ctx: Ctx, last: int, as_json: bool) -> None:
 @pass_ctx
 def unlock(ctx: Ctx) -> None:
     """Clear a stale lock left by a killed run (refused while its process runs)."""
-    from ..lock import clear_stale
+    from ..state.lock import clear_stale
 
     holder = clear_stale(ctx.node.state_dir)
     click.echo(f"cleared the stale lock of {holder.describe()}" if holder else "no stale lock")
@@ -428,7 +428,7 @@ def unlock(ctx: Ctx) -> None:
 def up(ctx: Ctx, stack: str, dark: bool, timeout: float | None) -> None:
     """Run STACK on the dark port for benchmarking; production files are never touched."""
     from ..actions.dark import up as act
-    from ..progress import make_reporter
+    from ..ui.progress import make_reporter
 
     reporter = make_reporter()
     try:

@@ -21,7 +21,7 @@ from .base import Ctx, cli, pass_ctx
 def lint(ctx: Ctx, stacks: tuple[str, ...], all_stacks: bool, as_json: bool, no_docker: bool) -> int:
     """Preflight STACK(s): every failure the post hit, caught before a boot."""
     from ..lint.gather import lint_stacks
-    from ..output import emit_json
+    from ..ui.output import emit_json
 
     node = ctx.node
     if all_stacks == bool(stacks):
@@ -80,9 +80,9 @@ def _container_lines(name: str) -> list[str]:
 @pass_ctx
 def diagnose(ctx: Ctx, rev: str | None, log_file: str | None, container: str | None, as_json: bool) -> int:
     """Name the fatal signature in a vLLM boot log, with the fix, and the boot facts it states."""
-    from ..bootlog import parse_boot_facts
-    from ..diagnosis import diagnose as run_diagnosis
-    from ..output import emit_json
+    from ..ui.output import emit_json
+    from ..vllmlog.bootlog import parse_boot_facts
+    from ..vllmlog.diagnosis import diagnose as run_diagnosis
 
     if sum(x is not None for x in (rev, log_file, container)) != 1:
         raise UserError("give exactly one of REV, --log FILE or --container NAME",
@@ -128,8 +128,8 @@ def draft_fix(path: Path, n: int, as_json: bool) -> None:
 
     Weights are hard-linked (no extra space); the copy is PATH.b70-mpeN beside it.
     """
-    from ..draft import copy_name, make_draft_copy
-    from ..output import emit_json
+    from ..render.draft import copy_name, make_draft_copy
+    from ..ui.output import emit_json
 
     src = path.absolute()
     dest = src.parent / Path(copy_name(src.name, n)).name

@@ -17,8 +17,8 @@ def sim() -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of lines.")
 def build(force: bool, as_json: bool) -> None:
     """Build b70sim/vllm:bash-c, :serve and :bash-c-drift with `docker import` (skipped when up to date)."""
-    from ..output import emit_json
     from ..sim.image import build as build_images
+    from ..ui.output import emit_json
 
     results = build_images(force=force)
     if as_json:

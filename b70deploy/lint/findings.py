@@ -6,11 +6,11 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from ..image_inspect import ImageFacts
-from ..node import Node
-from ..patches import PatchedFile
-from ..render import Rendered
-from ..schema import Stack
+from ..config.node import Node
+from ..config.schema import Stack
+from ..docker.image_inspect import ImageFacts
+from ..render.files import Rendered
+from ..render.patches import PatchedFile
 
 Severity = Literal["error", "warning"]
 

@@ -14,18 +14,18 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from .. import devices as devices_mod
-from ..draft import copy_name
+from ..config.node import Node
+from ..config.schema import Stack
+from ..config.secrets_file import load_secrets
+from ..docker.image_inspect import ImageInspector
+from ..docker.proc import last_line, run
 from ..errors import B70Error, UserError
-from ..fsio import write_tree
-from ..image_inspect import ImageInspector
-from ..node import Node
-from ..patches import PatchSpec, deploy_files, find_patch, materialize, mounts_for
-from ..proc import last_line, run
-from ..render import render
-from ..schema import Stack
-from ..secrets_file import load_secrets
-from ..vllm_args import container_model_path
+from ..render import devices as devices_mod
+from ..render.draft import copy_name
+from ..render.files import render
+from ..render.patches import PatchSpec, deploy_files, find_patch, materialize, mounts_for
+from ..render.vllm_args import container_model_path
+from ..state.fsio import write_tree
 from . import Finding, LintContext, lint_stack
 
 
@@ -111,8 +111,8 @@ def build_context(node: Node, stack: Stack, *, docker: bool = True, inspector: I
 def compose_config(files: dict[str, bytes], project: str) -> tuple[dict[str, Any] | None, str | None]:
     """`docker compose config` of `files` in a scratch folder: (the resolved config, None) or
     (None, why Compose refused them)."""
-    from ..commands.compose import Compose
-    from ..revisions import file_mode
+    from ..docker.compose import Compose
+    from ..state.revisions import file_mode
 
     with tempfile.TemporaryDirectory(prefix="b70deploy-config-") as tmp:
         write_tree(Path(tmp), files, {n: file_mode(n) for n in files})

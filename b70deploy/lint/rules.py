@@ -11,9 +11,9 @@ from typing import Any
 
 import yaml
 
-from .. import draft as draft_mod
-from ..render import COMPOSE_FILE, DOTENV_FILE
-from ..vllm_args import CONTAINER_MODELS
+from ..render import draft as draft_mod
+from ..render.files import COMPOSE_FILE, DOTENV_FILE
+from ..render.vllm_args import CONTAINER_MODELS
 from . import kv
 from .findings import Finding, LintContext, Severity
 

@@ -31,8 +31,8 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..docker.proc import run
 from ..errors import OperationError
-from ..proc import run
 from . import server as server_mod
 from .vllm_tree import VARIANTS, Variant, vllm_files
 

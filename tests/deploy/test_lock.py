@@ -11,12 +11,12 @@ from pathlib import Path
 
 import pytest
 
-from b70deploy.lock import DeployLock, LockBusy, StaleLock, clear_stale, holder_info
+from b70deploy.state.lock import DeployLock, LockBusy, StaleLock, clear_stale, holder_info
 
 HOLD = """
 import sys, time
 from pathlib import Path
-from b70deploy.lock import DeployLock
+from b70deploy.state.lock import DeployLock
 lock = DeployLock(Path(sys.argv[1]), "switch eagle3").acquire()
 lock.set_step("wait-healthy")
 print("held", flush=True)

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from b70deploy.errors import UserError
-from b70deploy.revisions import RevisionStore, sha256
+from b70deploy.state.revisions import RevisionStore, sha256
 
 FILES = {"docker-compose.yml": b"services: {}\n", ".env": b"VLLM_IMAGE='x'\n", "vllm.env": b"HF_TOKEN='s'\n",
          "patches/marlin/marlin_utils.py": b"print(1)\n"}

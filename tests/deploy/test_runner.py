@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from b70deploy.journal import Journal
-from b70deploy.progress import PlainReporter
-from b70deploy.runner import Runner, Step, StepFailed
+from b70deploy.deploy.runner import Runner, Step, StepFailed
+from b70deploy.state.journal import Journal
+from b70deploy.ui.progress import PlainReporter
 
 
 def steps(log: list[str], fail_at: str | None = None) -> list[Step[list[str]]]:
@@ -64,9 +64,9 @@ def test_no_compensation_when_asked(tmp_path: Path) -> None:
 SCRIPT = """
 import sys
 from pathlib import Path
-from b70deploy.journal import Journal
-from b70deploy.progress import PlainReporter
-from b70deploy.runner import Runner, Step
+from b70deploy.state.journal import Journal
+from b70deploy.ui.progress import PlainReporter
+from b70deploy.deploy.runner import Runner, Step
 r = Runner(Journal(Path(sys.argv[1])), PlainReporter(), command="t")
 r.start({})
 r.run([Step(n, "", lambda s: None) for n in ("a", "b", "c")], None)

@@ -16,7 +16,7 @@ import pytest
 import yaml
 from simkit import unavailable
 
-from b70deploy.resources import data_dir
+from b70deploy.config.resources import data_dir
 
 SHIPPED_STACKS = sorted(p.stem for p in data_dir("stacks").glob("*.yaml"))
 
@@ -122,8 +122,8 @@ def compose() -> Iterator[Callable[[Path], dict[str, Any]]]:
         unavailable("no Docker Engine with Compose v2")
     import json
 
-    from b70deploy.commands.compose import Compose
-    from b70deploy.proc import run
+    from b70deploy.docker.compose import Compose
+    from b70deploy.docker.proc import run
 
     def config(folder: Path) -> dict[str, Any]:
         project = f"b70t-{uuid.uuid4().hex[:10]}"

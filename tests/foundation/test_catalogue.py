@@ -9,11 +9,11 @@ from typing import Any
 
 import pytest
 
-from b70deploy.catalogue import Catalogue, deep_merge
+from b70deploy.config.catalogue import Catalogue, deep_merge
+from b70deploy.config.node import load_node
+from b70deploy.config.resources import data_dir
 from b70deploy.errors import UserError
-from b70deploy.node import load_node
-from b70deploy.resources import data_dir
-from b70deploy.vllm_args import container_command, speculative_json
+from b70deploy.render.vllm_args import container_command, speculative_json
 
 from .conftest import MINIMAL_STACK, SHIPPED_STACKS, Scratch
 

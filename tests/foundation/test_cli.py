@@ -11,9 +11,9 @@ from pathlib import Path
 import click
 import pytest
 
-from b70deploy import node as node_mod
 from b70deploy.cli import cli
-from b70deploy.node import find_config, load_node
+from b70deploy.config import node as node_mod
+from b70deploy.config.node import find_config, load_node
 
 from .conftest import SHIPPED_STACKS, CliResult, Scratch
 

@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 
 from b70deploy.actions.prepare import prepare
-from b70deploy.fsio import write_tree
-from b70deploy.node import load_node
-from b70deploy.render import Rendered, _env_q
+from b70deploy.config.node import load_node
+from b70deploy.render.files import Rendered, _env_q
+from b70deploy.state.fsio import write_tree
 
 from .conftest import MINIMAL_STACK, SHIPPED_STACKS, Scratch, make_dri
 
@@ -143,9 +143,9 @@ ODD_ARGS = ["\ufffe", "\uffff", "a\x7fb", "\x85", "\x9f", "\u2028", "\u2029", "\
 def test_odd_characters_render_to_a_file_compose_parses(scratch: Scratch, compose: Config) -> None:
     """render() is total for any string the schema accepts, even ones the YAML loader would
     refuse: such characters are written as escapes and read back exactly."""
-    from b70deploy.devices import DeviceAccess
-    from b70deploy.render import render
-    from b70deploy.schema import Stack
+    from b70deploy.config.schema import Stack
+    from b70deploy.render.devices import DeviceAccess
+    from b70deploy.render.files import render
 
     stack = Stack.model_validate({**MINIMAL_STACK, "name": "odd", "extra_args": ODD_ARGS})
     r = render(stack, load_node(str(scratch.config)), DeviceAccess(device_dir=None))

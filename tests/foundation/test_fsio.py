@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from b70deploy import fsio
+from b70deploy.state import fsio
 
 
 def test_write_atomic_sets_mode_and_content(tmp_path: Path) -> None:

@@ -14,13 +14,13 @@ import yaml
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from b70deploy.catalogue import Catalogue
-from b70deploy.devices import DeviceAccess
+from b70deploy.config.catalogue import Catalogue
+from b70deploy.config.node import Node, load_node
+from b70deploy.config.resources import data_dir
+from b70deploy.config.schema import Companion, Expect, ModelSpec, NodeConfig, Smoke, Speculative, Stack, ToolCalling
 from b70deploy.errors import UserError
-from b70deploy.node import Node, load_node
-from b70deploy.render import COMPOSE_FILE, render
-from b70deploy.resources import data_dir
-from b70deploy.schema import Companion, Expect, ModelSpec, NodeConfig, Smoke, Speculative, Stack, ToolCalling
+from b70deploy.render.devices import DeviceAccess
+from b70deploy.render.files import COMPOSE_FILE, render
 
 from .conftest import SHIPPED_STACKS
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from b70deploy.schema import Companion, NodeConfig, Ports, Timeouts
+from b70deploy.config.schema import Companion, NodeConfig, Ports, Timeouts
 
 from .conftest import SHIPPED_STACKS
 

@@ -11,14 +11,14 @@ from typing import Any
 import pytest
 import yaml
 
-from b70deploy import devices
 from b70deploy.actions.diff import diff_against_dir
 from b70deploy.actions.prepare import prepare
-from b70deploy.catalogue import Catalogue
-from b70deploy.node import Node, load_node
-from b70deploy.render import COMPOSE_FILE, DOTENV_FILE, RUNTIME_ENV_FILE, Rendered, render
-from b70deploy.resources import data_dir
-from b70deploy.schema import Stack
+from b70deploy.config.catalogue import Catalogue
+from b70deploy.config.node import Node, load_node
+from b70deploy.config.resources import data_dir
+from b70deploy.config.schema import Stack
+from b70deploy.render import devices
+from b70deploy.render.files import COMPOSE_FILE, DOTENV_FILE, RUNTIME_ENV_FILE, Rendered, render
 
 from .conftest import MINIMAL_STACK, SHIPPED_STACKS, CliResult, Scratch
 
@@ -142,7 +142,7 @@ def test_hostile_values_cannot_inject_keys(scratch: Scratch) -> None:
 def test_env_quoting_round_trips_through_dotenv_parser() -> None:
     """python-dotenv reads our quoting like Compose does, except `\\$` inside double quotes (a
     Compose escape, used only for values holding both `'` and `$`): the docker test covers those."""
-    from b70deploy.render import _env_q
+    from b70deploy.render.files import _env_q
 
     tricky = ["plain", "with space", " lead and trail ", "dollar $HOME ${X} $$", "single ' quote",
               'double " quote', "both ' and \"", "hash # not a comment", "back\\slash", "back\\slash'",
@@ -275,7 +275,7 @@ def test_diff_of_identical_tree_is_empty(scratch: Scratch) -> None:
     scratch.copy_shipped()
     node = load_node(str(scratch.config))
     r = prepare(node, "w4a16").rendered
-    from b70deploy.fsio import write_tree
+    from b70deploy.state.fsio import write_tree
 
     write_tree(node.deploy_dir, r.files, {n: r.mode(n) for n in r.files})
     assert diff_against_dir(node.deploy_dir, r.files) == ""
@@ -291,8 +291,8 @@ def test_stack_env_secret_names_masked_too(scratch: Scratch) -> None:
 
 
 def test_multiline_secret_is_refused(scratch: Scratch) -> None:
+    from b70deploy.config.secrets_file import load_secrets
     from b70deploy.errors import UserError
-    from b70deploy.secrets_file import load_secrets
 
     env = scratch.root / "s.env"
     env.write_text('HF_TOKEN="line1\nline2"\n')
@@ -301,7 +301,7 @@ def test_multiline_secret_is_refused(scratch: Scratch) -> None:
 
 
 def test_lax_secrets_mode_warns(scratch: Scratch) -> None:
-    from b70deploy.secrets_file import load_secrets
+    from b70deploy.config.secrets_file import load_secrets
 
     env = scratch.root / "s.env"
     env.write_text("HF_TOKEN=x\n")

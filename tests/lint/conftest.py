@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from lint_helpers import sim_images_present, write_node
 
-from b70deploy.node import Node, load_node
+from b70deploy.config.node import Node, load_node
 from b70deploy.sim.box import write_models
 
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from b70deploy.bootlog import BootFacts, check_expectations, parse_boot_facts
-from b70deploy.schema import Expect
+from b70deploy.config.schema import Expect
+from b70deploy.vllmlog.bootlog import BootFacts, check_expectations, parse_boot_facts
 
 FIX = Path(__file__).parent / "fixtures"
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import yaml
 
-from b70deploy.proc import run
+from b70deploy.docker.proc import run
 
 ROOT = Path(__file__).resolve().parents[2]
 FIX = Path(__file__).parent / "fixtures"

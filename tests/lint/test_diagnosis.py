@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from b70deploy.diagnosis import (
+from b70deploy.vllmlog.diagnosis import (
     CATALOGUE,
     COMPILE_STALL,
     LOG_STALL,

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from b70deploy.draft import ensure_draft_copy, length_limit, make_draft_copy
 from b70deploy.errors import UserError
+from b70deploy.render.draft import ensure_draft_copy, length_limit, make_draft_copy
 
 CONFIG = '{\n  "architectures": ["LlamaForCausalLMEagle3"],\n  "hidden_size": 2048,\n' \
          '  "max_position_embeddings": 2048,\n  "num_hidden_layers": 1\n}\n'

@@ -15,16 +15,16 @@ import pytest
 import requests
 from lint_helpers import SIM_BASH_C, SIM_DRIFT, write_node
 
-from b70deploy.bootlog import check_expectations, parse_boot_facts
-from b70deploy.commands.compose import Compose
-from b70deploy.diagnosis import LOG_STALL, StallWatch, diagnose
-from b70deploy.fsio import write_tree
+from b70deploy.config.node import load_node
+from b70deploy.docker.compose import Compose
+from b70deploy.docker.proc import run
 from b70deploy.lint import lint_stack
 from b70deploy.lint.gather import build_context
-from b70deploy.node import load_node
-from b70deploy.patches import deploy_files
-from b70deploy.proc import run
-from b70deploy.vllm_args import container_command
+from b70deploy.render.patches import deploy_files
+from b70deploy.render.vllm_args import container_command
+from b70deploy.state.fsio import write_tree
+from b70deploy.vllmlog.bootlog import check_expectations, parse_boot_facts
+from b70deploy.vllmlog.diagnosis import LOG_STALL, StallWatch, diagnose
 
 pytestmark = [pytest.mark.docker, pytest.mark.usefixtures("sim_images")]
 ROOT = Path(__file__).resolve().parents[2]
@@ -183,7 +183,7 @@ def test_hang_is_a_log_stall(docker_client: Any) -> None:
 
 
 def test_image_facts_cached_per_image_id(tmp_path: Path, docker_client: Any) -> None:
-    from b70deploy.image_inspect import ImageInspector
+    from b70deploy.docker.image_inspect import ImageInspector
 
     with ImageInspector(tmp_path) as insp:
         facts = insp.facts(SIM_BASH_C)

@@ -13,13 +13,13 @@ from typing import Any
 
 import pytest
 
-from b70deploy.image_inspect import ImageFacts
+from b70deploy.config.node import Node
+from b70deploy.config.schema import ModelSpec, Speculative, ToolCalling
+from b70deploy.docker.image_inspect import ImageFacts
 from b70deploy.lint import LintContext, lint_stack
 from b70deploy.lint.gather import _port_owner, build_context
 from b70deploy.lint.rules import RULES
-from b70deploy.node import Node
-from b70deploy.render import COMPOSE_FILE, DOTENV_FILE
-from b70deploy.schema import ModelSpec, Speculative, ToolCalling
+from b70deploy.render.files import COMPOSE_FILE, DOTENV_FILE
 
 BASH_C = ImageFacts(ref="b70sim/vllm:bash-c", id="sha256:" + "1" * 64,
                     entrypoint=["/bin/bash", "-c", 'source x && exec "$@"', "--"], cmd=None,

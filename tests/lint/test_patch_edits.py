@@ -6,8 +6,9 @@ from pathlib import Path
 
 import pytest
 
+from b70deploy.config.resources import data_dir
 from b70deploy.errors import UserError
-from b70deploy.patches import (
+from b70deploy.render.patches import (
     EditError,
     FindReplace,
     PatchSpec,
@@ -19,7 +20,6 @@ from b70deploy.patches import (
     mounts_for,
     sha256,
 )
-from b70deploy.resources import data_dir
 
 STANDIN = """\
 from platform_stub import current_platform

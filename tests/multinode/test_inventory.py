@@ -14,11 +14,11 @@ from typing import Any
 import pytest
 import yaml
 
-from b70deploy import endpoint, proc
 from b70deploy.actions import rolling as act
+from b70deploy.config.node import load_node, load_nodes
+from b70deploy.deploy.rollout import ASSUMED_BOOT, NodePlan, Plan, batches, expected_from
+from b70deploy.docker import endpoint, proc
 from b70deploy.errors import OperationError, UserError
-from b70deploy.node import load_node, load_nodes
-from b70deploy.rolling import ASSUMED_BOOT, NodePlan, Plan, batches, expected_from
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -120,7 +120,7 @@ def test_cli_exit_2_and_one_line(tmp_path: Path) -> None:
 
 
 def test_endpoint_reaches_subprocesses_and_sdk_clients_per_thread() -> None:
-    from b70deploy.engine import client
+    from b70deploy.docker.engine import client
 
     assert "DOCKER_HOST=unix:///tmp/x.sock" not in proc.run(["env"]).stdout
     with endpoint.use({"DOCKER_HOST": "unix:///tmp/x.sock"}):

@@ -18,11 +18,11 @@ from simkit import (
     wait_status,
 )
 
-from b70deploy.catalogue import Catalogue
-from b70deploy.resources import data_dir
+from b70deploy.config.catalogue import Catalogue
+from b70deploy.config.resources import data_dir
+from b70deploy.render.vllm_args import container_command
 from b70deploy.sim.server import ARCTIC_ERROR, MARLIN_ERROR
 from b70deploy.sim.vllm_tree import MARLIN_REL
-from b70deploy.vllm_args import container_command
 
 pytestmark = pytest.mark.docker
 

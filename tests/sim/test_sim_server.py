@@ -14,10 +14,10 @@ from typing import Any
 import pytest
 import requests
 
-from b70deploy.catalogue import Catalogue
-from b70deploy.resources import data_dir
+from b70deploy.config.catalogue import Catalogue
+from b70deploy.config.resources import data_dir
+from b70deploy.render.vllm_args import container_command
 from b70deploy.sim import server as sim
-from b70deploy.vllm_args import container_command
 
 PREFIX_RE = re.compile(r"^(INFO|WARNING|ERROR) \d\d-\d\d \d\d:\d\d:\d\d \[[\w.]+:\d+\] ")
 

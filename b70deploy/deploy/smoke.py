@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from .schema import Stack
+from ..config.schema import Stack
 
 WEATHER_TOOL = {
     "type": "function",

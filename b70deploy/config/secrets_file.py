@@ -8,7 +8,7 @@ from pathlib import Path
 
 from dotenv import dotenv_values
 
-from .errors import UserError
+from ..errors import UserError
 from .schema import ENV_KEY_RE
 
 

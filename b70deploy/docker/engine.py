@@ -11,8 +11,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..errors import OperationError, UserError
 from . import endpoint
-from .errors import OperationError, UserError
 
 
 def client() -> Any:

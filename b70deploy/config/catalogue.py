@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .errors import UserError
+from ..errors import UserError
 from .names import is_valid_name
 from .schema import Stack
 from .validation import read_yaml, validate

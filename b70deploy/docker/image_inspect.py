@@ -21,8 +21,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .errors import OperationError, UserError
-from .fsio import write_atomic
+from ..errors import OperationError, UserError
+from ..state.fsio import write_atomic
 
 LABEL = "b70deploy.role"
 LABEL_VALUE = "image-probe"

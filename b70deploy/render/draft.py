@@ -17,8 +17,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from .errors import OperationError, UserError
-from .fsio import fsync_dir
+from ..errors import OperationError, UserError
+from ..state.fsio import fsync_dir
 
 FIELD = "max_position_embeddings"
 # Keys vLLM reads for a model's length (smallest wins); rope scaling aside.

@@ -25,7 +25,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from .errors import UserError
+from ..errors import UserError
 from .fsio import fsync_dir, write_atomic
 
 Outcome = Literal["pending", "deployed", "superseded", "failed", "aborted", "interrupted"]

@@ -12,9 +12,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from .diagnosis import Diagnosis
-from .engine import LogFollower, find_container, state_of
-from .progress import Reporter
+from ..docker.engine import LogFollower, find_container, state_of
+from ..ui.progress import Reporter
+from ..vllmlog.diagnosis import Diagnosis
 
 Diagnose = Callable[[Sequence[str]], Diagnosis | None]
 SETTLE_SECONDS = 1.0

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from .schema import Stack
+from ..config.schema import Stack
 
 CONTAINER_PORT = 8000
 CONTAINER_MODELS = "/models"

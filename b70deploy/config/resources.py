@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-_PKG = Path(__file__).resolve().parent
+_PKG = Path(__file__).resolve().parent.parent  # b70deploy/
 
 
 def data_dir(kind: str) -> Path:

@@ -11,7 +11,7 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from .schema import Expect
+from ..config.schema import Expect
 
 
 @dataclass

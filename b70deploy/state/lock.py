@@ -22,7 +22,7 @@ from typing import Any
 import filelock
 import psutil
 
-from .errors import OperationError
+from ..errors import OperationError
 from .fsio import write_atomic
 
 

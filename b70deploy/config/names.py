@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from .errors import UserError
+from ..errors import UserError
 
 NAME_RE = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
 MAX_NAME = 63

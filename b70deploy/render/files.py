@@ -11,12 +11,12 @@ from dataclasses import dataclass, field
 
 import jinja2
 
+from ..config.node import Node
+from ..config.resources import data_dir
+from ..config.schema import Stack
+from ..errors import UserError
 from .devices import DeviceAccess
-from .errors import UserError
-from .node import Node
-from .resources import data_dir
-from .schema import Stack
-from .secrets import mask_env_text
+from .masking import mask_env_text
 from .vllm_args import (
     CONTAINER_MODELS,
     CONTAINER_PORT,

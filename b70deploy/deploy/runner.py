@@ -16,8 +16,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
-from .journal import Journal
-from .progress import Reporter
+from ..state.journal import Journal
+from ..ui.progress import Reporter
 
 S = TypeVar("S")
 FAULT_ENV = "B70DEPLOY_FAULT"

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..render import COMPOSE_FILE
+from ..render.files import COMPOSE_FILE
 
 PROFILE = "gpu"
 

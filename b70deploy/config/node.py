@@ -9,8 +9,8 @@ from pathlib import Path
 
 import platformdirs
 
+from ..errors import UserError
 from .catalogue import Catalogue
-from .errors import UserError
 from .resources import data_dir
 from .schema import IMAGE_RE, NodeConfig
 from .validation import read_yaml, validate

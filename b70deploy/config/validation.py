@@ -12,7 +12,7 @@ from typing import Any, TypeVar
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from .errors import UserError
+from ..errors import UserError
 
 M = TypeVar("M", bound=BaseModel)
 _PLAIN_KEY = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.:/@+-]*$")

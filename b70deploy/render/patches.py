@@ -23,10 +23,10 @@ from typing import Protocol
 
 from pydantic import Field, field_validator, model_validator
 
-from .errors import UserError
-from .render import Mount
-from .schema import Strict, _fail
-from .validation import read_yaml, validate
+from ..config.schema import Strict, _fail
+from ..config.validation import read_yaml, validate
+from ..errors import UserError
+from .files import Mount
 
 PATCH_DIR_IN_DEPLOY = "patches"
 _REL_TARGET = re.compile(r"^(?!/)(?!.*(^|/)\.\.(/|$))[A-Za-z0-9._/-]+$")

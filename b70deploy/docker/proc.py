@@ -5,8 +5,8 @@ from __future__ import annotations
 import subprocess
 from collections.abc import Mapping, Sequence
 
+from ..errors import OperationError
 from . import endpoint
-from .errors import OperationError
 
 
 def run(argv: Sequence[str], *, timeout: float = 300, check: bool = True, env: Mapping[str, str] | None = None,

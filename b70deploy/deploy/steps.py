@@ -19,17 +19,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from . import engine, health, proc
-from .commands.compose import Compose
-from .errors import OperationError, UserError
-from .fsio import fsync_dir, write_atomic
+from ..config.node import Node
+from ..config.schema import Stack
+from ..docker import engine, proc
+from ..docker.compose import Compose
+from ..errors import OperationError, UserError
+from ..render.files import COMPOSE_FILE
+from ..state.fsio import fsync_dir, write_atomic
+from ..state.revisions import Revision, RevisionStore, file_mode
+from ..ui.progress import Reporter
+from . import health
 from .health import WaitResult
-from .node import Node
-from .progress import Reporter
-from .render import COMPOSE_FILE
-from .revisions import Revision, RevisionStore, file_mode
 from .runner import Runner, Step
-from .schema import Stack
 
 VLLM = "vllm"
 
@@ -120,7 +121,7 @@ def write_deploy_files(deploy_dir: Path, files: dict[str, bytes]) -> None:
 def compose_check(files: dict[str, bytes], project: str) -> None:
     """`docker compose config` on the files: unresolved or empty interpolation (the post's
     env_file pitfall) fails here, before anything stops."""
-    from .lint.gather import compose_config
+    from ..lint.gather import compose_config
 
     doc, error = compose_config(files, project)
     if doc is None:

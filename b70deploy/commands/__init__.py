@@ -1,1 +1,0 @@
-"""Builders of argv lists (pure). Execution lives in `b70deploy.proc`."""
