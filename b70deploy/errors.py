@@ -35,3 +35,7 @@ class OperationError(B70Error):
     """The node did not do what was asked; the command failed (exit 1)."""
 
     exit_code = EXIT_FAILED
+
+    def __init__(self, message: str, *, fix: str = "") -> None:
+        self.fix = fix
+        super().__init__(f"{message}; fix: {fix}" if fix else message)

@@ -2,14 +2,21 @@
 
 from __future__ import annotations
 
+import io
 from typing import Any
 
+from dotenv import dotenv_values
+
 from ..config.node import Node
+from ..deploy.health import probe_health
+from ..deploy.nodeio import VLLM
+from ..docker.engine import find_container, state_of
 from ..errors import UserError
 from ..render.files import RUNTIME_ENV_FILE
 from ..state.journal import Journal
-from ..state.lock import holder_info
+from ..state.lock import Holder, clear_stale, holder_info
 from ..state.revisions import RevisionStore
+from ..state.statedir import StateDir
 from .diff import unified
 
 FACT_ROWS = [
@@ -26,10 +33,6 @@ FACT_ROWS = [
 
 
 def status(node: Node) -> dict[str, Any]:
-    from ..deploy.health import probe_health
-    from ..deploy.steps import VLLM
-    from ..docker.engine import find_container, state_of
-
     store = RevisionStore(node.state_dir)
     cur = store.current()
     out: dict[str, Any] = {"node": node.project, "deploy_dir": str(node.deploy_dir),
@@ -90,10 +93,6 @@ def diff_revisions(node: Node, a: int, b: int) -> tuple[str, list[list[str]]]:
 
 
 def _env_keys(data: bytes) -> set[str]:
-    import io
-
-    from dotenv import dotenv_values
-
     return set(dotenv_values(stream=io.StringIO(data.decode(errors="replace"))))
 
 
@@ -107,5 +106,27 @@ def logs(node: Node, number: int) -> str:
     return path.read_text(errors="replace")
 
 
+# ---------------------------------------------------------------- small changes to the state dir
+
+
 def set_pin(node: Node, number: int, pinned: bool) -> None:
-    RevisionStore(node.state_dir).update_status(number, pinned=pinned)
+    """`pin` / `unpin`: a pinned revision is never pruned."""
+    state = StateDir(node.state_dir)
+    with state.lock("pin" if pinned else "unpin", wait=10.0):
+        state.revisions.update_status(number, pinned=pinned)
+
+
+def prune(node: Node, keep: int | None) -> list[int]:
+    """Delete old revisions, keeping the newest `keep`, every pinned one and the current one."""
+    state = StateDir(node.state_dir)
+    with state.lock("prune", wait=10.0):
+        return state.revisions.prune(keep or node.config.keep_revisions)
+
+
+def audit(node: Node, last: int) -> list[dict[str, Any]]:
+    return StateDir(node.state_dir).audit.entries(last)
+
+
+def unlock(node: Node) -> Holder | None:
+    """Clear a stale lock left by a killed run (refused while its process runs)."""
+    return clear_stale(node.state_dir)

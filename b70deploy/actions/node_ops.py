@@ -2,50 +2,74 @@
 
 from __future__ import annotations
 
-import time
+from dataclasses import dataclass
 
 from ..config.node import Node
-from ..deploy.steps import VLLM, restore_services
-from ..deploy.verify import Reading, readings, remote_readings
-from ..docker import proc
-from ..docker.compose import Compose
+from ..deploy.nodeio import VLLM
+from ..deploy.steps import restore
+from ..deploy.verify import Reading
+from ..docker.node import DockerNode
 from ..errors import OperationError
-from ..render.files import COMPOSE_FILE
-from ..state.audit import AuditLog
-from ..state.lock import DeployLock
+from ..state.statedir import StateDir
 from ..ui.progress import Reporter
-from ..vllmlog.diagnosis import diagnose
 
 
-def drain(node: Node, reporter: Reporter, *, lock_wait: float = 0.0) -> list[str]:
-    if not (node.deploy_dir / COMPOSE_FILE).is_file():
-        raise OperationError(f"nothing deployed in {node.deploy_dir}; nothing to drain")
-    services = [VLLM, *(c.name for c in node.config.companions)]
-    with DeployLock(node.state_dir, "drain", wait=lock_wait):
-        reporter.phase("drain", f"compose stop {' '.join(services)}")
-        proc.run(Compose(node.deploy_dir, node.project).stop(services), timeout=120)
-    AuditLog(node.state_dir).record("drain", "ok", services=services)
-    return services
+@dataclass
+class Drain:
+    node: Node
+    lock_wait: float = 0.0
+
+    def plan(self) -> list[str]:
+        """The services the drain stops."""
+        return [VLLM, *self.node.companions]
+
+    def run(self, reporter: Reporter) -> list[str]:
+        io, state = DockerNode.production(self.node), StateDir(self.node.state_dir)
+        if not io.has_compose_file():
+            raise OperationError(f"nothing deployed in {self.node.deploy_dir}; nothing to drain")
+        services = self.plan()
+        with state.lock("drain", wait=self.lock_wait):
+            reporter.phase("drain", f"compose stop {' '.join(services)}")
+            io.stop(services)
+        state.audit.record("drain", "ok", services=services)
+        return services
 
 
-def verify(node: Node, *, wait: float = 0.0) -> tuple[bool, list[Reading]]:
-    """Readings until the node is idle or `wait` seconds pass; (idle, last readings)."""
-    cfg = node.config
-    deadline = time.monotonic() + wait
-    while True:
-        if node.on_this_host:
-            got = readings(port=cfg.ports.prod, feeders=cfg.feeders, load_threshold=cfg.load_threshold)
-        else:
-            got = remote_readings(node.address, cfg.ports.prod)
-        if all(r.ok for r in got) or time.monotonic() >= deadline:
-            return all(r.ok for r in got), got
-        time.sleep(1.0)
+@dataclass
+class Verify:
+    node: Node
+    wait: float = 0.0
+
+    def plan(self) -> str:
+        cfg = self.node.config
+        return (f"read the socket table for :{cfg.ports.prod}, {len(cfg.feeders)} feeder(s) and the load "
+                f"(threshold {cfg.load_threshold}) for up to {self.wait:g} s")
+
+    def run(self) -> tuple[bool, list[Reading]]:
+        """Readings until the node is idle or `wait` seconds pass; (idle, last readings)."""
+        io = DockerNode.production(self.node)
+        deadline = io.monotonic() + self.wait
+        while True:
+            got = io.idle_readings()
+            if all(r.ok for r in got) or io.monotonic() >= deadline:
+                return all(r.ok for r in got), got
+            io.sleep(1.0)
 
 
-def restore(node: Node, reporter: Reporter, *, timeout: float | None = None, lock_wait: float = 0.0) -> float:
-    with DeployLock(node.state_dir, "restore", wait=lock_wait):
-        reporter.phase("restore", "start the current revision and wait for /health")
-        result = restore_services(node, reporter, timeout=timeout or node.config.timeouts.restore,
-                                  diagnose=diagnose)
-    AuditLog(node.state_dir).record("restore", "ok", seconds=round(result.elapsed, 2))
-    return result.elapsed
+@dataclass
+class Restore:
+    node: Node
+    timeout: float | None = None
+    lock_wait: float = 0.0
+
+    def plan(self) -> str:
+        return f"start the current revision's {VLLM}, wait for /health, then {', '.join(self.node.companions) or '-'}"
+
+    def run(self, reporter: Reporter) -> float:
+        state = StateDir(self.node.state_dir)
+        with state.lock("restore", wait=self.lock_wait):
+            reporter.phase("restore", "start the current revision and wait for /health")
+            result = restore(DockerNode.production(self.node), reporter, companions=self.node.companions,
+                             timeout=self.timeout or self.node.config.timeouts.restore)
+        state.audit.record("restore", "ok", seconds=round(result.elapsed, 2))
+        return result.elapsed

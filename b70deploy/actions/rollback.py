@@ -3,31 +3,29 @@ image id that ran them, as a new revision whose parent is the current one."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from ..config.node import Node
 from ..config.schema import Smoke, Stack
-from ..deploy.steps import Deployment
+from ..deploy.driver import Outcome
+from ..deploy.plan import DeployPlan, Kind
 from ..docker import engine
 from ..errors import UserError
-from ..state.journal import Journal
-from ..state.revisions import Revision, RevisionStore
+from ..state.revisions import Revision
+from ..state.statedir import StateDir
 from ..ui.progress import Reporter
-from .switch import Options, configure
-
-
-def interrupted_previous(node: Node) -> int | None:
-    """For a run that was killed: the revision the node was on before it started."""
-    run = Journal(node.state_dir).last_run()
-    if run is None or run.finished:
-        return None
-    prev = run.context.get("previous")
-    return int(prev) if isinstance(prev, int) else None
+from .switch import Confirm, DeployOptions, driver
 
 
 def resolve_target(node: Node, spec: str | None) -> Revision:
-    store = RevisionStore(node.state_dir)
+    """No spec: the revision before the current one (after a killed run: the one the node was
+    on when it started). A number: that revision. A stack name: its newest healthy revision."""
+    state = StateDir(node.state_dir)
+    store = state.revisions
     if spec is None:
-        before = interrupted_previous(node)
-        if before is not None and store.exists(before):
+        run = state.interrupted_run()
+        before = run.context.get("previous") if run is not None else None
+        if isinstance(before, int) and store.exists(before):
             return store.get(before)
         cur = store.current()
         if cur is None:
@@ -62,19 +60,39 @@ def stack_of(node: Node, rev: Revision) -> Stack:
                      smoke=Smoke(completion=None, tool_call=False, aliases=False))
 
 
-def build_rollback(node: Node, spec: str | None, reporter: Reporter, opts: Options) -> Deployment:
-    target = resolve_target(node, spec)
-    if target.status.outcome == "failed":
-        reporter.info(f"warning: revision {target.number} failed when it was deployed")
-    image_id = target.meta.image_id
-    if image_id and not engine.image_present(image_id):
-        raise UserError(f"the image that ran revision {target.number} is gone: {image_id} "
-                        f"(was {target.meta.image_ref})",
-                        fix=f"docker load or pull that exact image (tag {target.meta.image_ref} may have moved)")
-    image = engine.ImageInfo(ref=target.meta.image_ref, id=image_id or target.meta.image_ref,
-                             repo_digest=target.meta.repo_digest, tags=())
-    d = Deployment(node=node, reporter=reporter, kind="rollback", stack=stack_of(node, target),
-                   files=target.read_files(), image=image,
-                   message=opts.message or f"rollback to revision {target.number}", restored_from=target.number)
-    configure(d, opts)
-    return d
+def revision_plan(node: Node, rev: Revision, opts: DeployOptions, *, kind: Kind, message: str,
+                  restored_from: int | None) -> DeployPlan:
+    """A revision's own bytes and image, as a plan (a rollback, or a resumed run's)."""
+    image = engine.ImageInfo(ref=rev.meta.image_ref, id=rev.meta.image_id or rev.meta.image_ref,
+                             repo_digest=rev.meta.repo_digest, tags=())
+    return DeployPlan(kind=kind, stack=stack_of(node, rev), files=rev.read_files(), image=image, message=message,
+                      companions=node.companions, timeouts=opts.timeouts(node), auto_rollback=opts.auto_rollback,
+                      restored_from=restored_from)
+
+
+@dataclass
+class Rollback:
+    node: Node
+    target: str | None
+    opts: DeployOptions
+
+    @property
+    def command(self) -> str:
+        return f"rollback {self.target or ''}".strip()
+
+    def plan(self, reporter: Reporter | None = None) -> DeployPlan:
+        """The target's files and image; refused when that exact image is gone."""
+        target = resolve_target(self.node, self.target)
+        if target.status.outcome == "failed" and reporter is not None:
+            reporter.info(f"warning: revision {target.number} failed when it was deployed")
+        image_id = target.meta.image_id
+        if image_id and not engine.image_present(image_id):
+            raise UserError(f"the image that ran revision {target.number} is gone: {image_id} "
+                            f"(was {target.meta.image_ref})",
+                            fix=f"docker load or pull that exact image (tag {target.meta.image_ref} may have moved)")
+        return revision_plan(self.node, target, self.opts, kind="rollback", restored_from=target.number,
+                             message=self.opts.message or f"rollback to revision {target.number}")
+
+    def run(self, reporter: Reporter, *, confirm: Confirm | None = None) -> Outcome:
+        return driver(self.node, reporter, self.opts).execute(
+            self.command, lambda: self.plan(reporter), take_stale=True, confirm=confirm)

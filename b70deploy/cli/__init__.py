@@ -9,7 +9,6 @@ from typing import Any
 import click
 
 from ..errors import EXIT_BAD_INPUT, EXIT_FAILED, B70Error
-from . import bench, catalogue, deploy, lint, sim  # noqa: F401  (register commands)
 from .base import cli
 
 __all__ = ["cli", "main"]

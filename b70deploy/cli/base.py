@@ -1,11 +1,15 @@
-"""The root command group and shared context: a thin layer that parses flags and calls b70deploy.actions.
+"""The root command group and shared context: a thin layer that parses flags, builds an
+action from b70deploy.actions and prints what it returns.
 
-Heavy imports (pydantic, docker, requests) happen inside commands, so `--help` is fast.
-Exit codes: 0 ok, 1 the operation failed, 2 bad input (nothing changed).
+The root group is lazy: a command's module (and the libraries it needs) is imported only
+when that command runs, so `b70deploy --help` stays fast. `COMMANDS` names each command's
+module and the one-line help the root `--help` shows (a test keeps it equal to the
+command's own). Exit codes: 0 ok, 1 the operation failed, 2 bad input (nothing changed).
 """
 
 from __future__ import annotations
 
+import importlib
 from typing import TYPE_CHECKING
 
 import click
@@ -41,8 +45,58 @@ class Ctx:
 
 pass_ctx = click.make_pass_decorator(Ctx)
 
+# command -> (module in b70deploy.cli, short help for the root --help)
+COMMANDS: dict[str, tuple[str, str]] = {
+    "stacks": ("catalogue", "List the stack catalogue."),
+    "show": ("catalogue", "Show STACK after `extends:` and the node's overlay are merged."),
+    "render": ("catalogue", "Render STACK into compose, .env and runtime env files;..."),
+    "diff": ("catalogue", "What `switch STACK` would change in the deploy dir, or how..."),
+    "lint": ("lint", "Preflight STACK(s): every failure the post hit, caught before..."),
+    "diagnose": ("lint", "Name the fatal signature in a vLLM boot log, with the fix,..."),
+    "draft": ("lint", "EAGLE draft tools."),
+    "switch": ("deploy", "Switch the node to STACK: preflight, drain, verify, activate,..."),
+    "rollback": ("deploy", "Bring back an earlier revision's exact files, pinned to the..."),
+    "resume": ("deploy", "Finish (or, if it was undoing, undo) a run that was killed;..."),
+    "drain": ("deploy", "Stop vllm and its companions (compose stop; never firewall..."),
+    "verify": ("deploy", "Check the node is idle: prod port, feeder connections, load..."),
+    "restore": ("deploy", "Start the current revision again after a drain and wait for..."),
+    "status": ("deploy", "What runs now: revision, stack, health, boot facts, image,..."),
+    "history": ("deploy", "Every revision: stack, outcome, image, KV tokens, time to..."),
+    "logs": ("deploy", "Print the container log kept with REVISION (failed boots keep..."),
+    "pin": ("deploy", "Keep REVISION forever (prune skips it)."),
+    "unpin": ("deploy", "Let prune remove REVISION again."),
+    "prune": ("deploy", "Delete old revisions, keeping the newest N, every pinned one..."),
+    "audit": ("deploy", "The audit log: who ran which mutating command, when, and how..."),
+    "unlock": ("deploy", "Clear a stale lock left by a killed run (refused while its..."),
+    "up": ("deploy", "Run STACK on the dark port for benchmarking; production files..."),
+    "down": ("deploy", "Stop and remove the dark stack."),
+    "bench": ("bench", "Measure prefill, decode or aggregate tok/s of a server (one..."),
+    "capture": ("bench", "Fail-open proxy: tee /v1 request bodies (and response..."),
+    "replay": ("bench", "Send captured requests verbatim; report outcome, tok/s and..."),
+    "sim": ("sim", "The simulated vLLM node (no GPU, no registry)."),
+}
 
-@click.group(epilog=EPILOG_EXIT, context_settings={"help_option_names": ["-h", "--help"]})
+
+class LazyGroup(click.Group):
+    """Imports a command's module when the command is looked up, not before."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(COMMANDS)
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name not in COMMANDS:
+            return None
+        module = importlib.import_module(f"{__package__}.{COMMANDS[cmd_name][0]}")
+        command = getattr(module, cmd_name)
+        assert isinstance(command, click.Command)
+        return command
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        with formatter.section("Commands"):
+            formatter.write_dl([(name, COMMANDS[name][1]) for name in self.list_commands(ctx)])
+
+
+@click.group(cls=LazyGroup, epilog=EPILOG_EXIT, context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("--config", "config", metavar="FILE", envvar="B70DEPLOY_CONFIG",
               help="Node config (default: $B70DEPLOY_CONFIG, ./b70deploy.yaml, /etc/b70deploy/node.yaml).")
 @click.option("--stacks-dir", metavar="DIR", envvar="B70DEPLOY_STACKS",

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from .base import Ctx, cli, pass_ctx
+from .base import Ctx, pass_ctx
 
 if TYPE_CHECKING:
     from ..bench.client import Endpoint
@@ -135,7 +135,7 @@ def _warmup_line(doc: dict[str, Any]) -> str | None:
             f"for {w.get('prompt_tokens') or '?'} prompt tokens")
 
 
-@cli.group(invoke_without_command=True, epilog=BENCH_EPILOG)
+@click.group(invoke_without_command=True, epilog=BENCH_EPILOG)
 @click.option("--metric", type=click.Choice(["prefill", "decode", "aggregate"]), help="What to measure.")
 @click.option("--concurrency", "-c", type=int, default=1, show_default=True, help="Requests in flight.")
 @_common
@@ -252,7 +252,7 @@ def compare(files: tuple[Path, ...], plot_out: Path | None, title: str | None, a
         click.echo(f"chart: {plot_out}", err=as_json)
 
 
-@cli.command(epilog="""\b
+@click.command(epilog="""\b
 Example:
   b70deploy capture --listen 127.0.0.1:8010 --upstream http://127.0.0.1:8000 --dir /var/lib/b70deploy/capture
 Point clients at the listen address. Every request is forwarded, whatever happens to the
@@ -307,7 +307,7 @@ def capture(ctx: Ctx, listen: str, upstream: str | None, folder: Path, segment_m
                    f"{writer.dropped} dropped", err=True)
 
 
-@cli.command(epilog="""\b
+@click.command(epilog="""\b
 Examples:
   b70deploy replay /var/lib/b70deploy/capture --endpoint http://127.0.0.1:8001 --stack eagle3 --sample 200
   b70deploy replay ./cap --endpoint http://127.0.0.1:8001 --stack ngram --concurrency 4

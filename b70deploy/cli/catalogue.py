@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import click
 
-from .base import Ctx, cli, pass_ctx
+from .base import Ctx, pass_ctx
 
 
-@cli.command(epilog="Example: b70deploy stacks --json")
+@click.command(epilog="Example: b70deploy stacks --json")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
 @pass_ctx
 def stacks(ctx: Ctx, as_json: bool) -> None:
@@ -24,7 +24,7 @@ def stacks(ctx: Ctx, as_json: bool) -> None:
             r["speculative"] or "none", ", ".join(r["served_model_names"])] for r in rows])
 
 
-@cli.command(epilog="Example: b70deploy show eagle3 --json")
+@click.command(epilog="Example: b70deploy show eagle3 --json")
 @click.argument("stack")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of YAML.")
 @pass_ctx
@@ -42,7 +42,7 @@ def show(ctx: Ctx, stack: str, as_json: bool) -> None:
         click.echo(yaml.safe_dump(doc, sort_keys=False), nl=False)
 
 
-@cli.command(epilog="Example: b70deploy render eagle3 --out /tmp/eagle3")
+@click.command(epilog="Example: b70deploy render eagle3 --out /tmp/eagle3")
 @click.argument("stack")
 @click.option("--out", metavar="DIR", help="Write the files into DIR instead of printing them.")
 @click.option("--json", "as_json", is_flag=True, help="Print the files as JSON (secrets masked).")
@@ -78,7 +78,7 @@ def render(ctx: Ctx, stack: str, out: str | None, as_json: bool) -> None:
         note(n)
 
 
-@cli.command(epilog="Examples: b70deploy diff eagle3 | b70deploy diff 3 7")
+@click.command(epilog="Examples: b70deploy diff eagle3 | b70deploy diff 3 7")
 @click.argument("what", nargs=-1, required=True, metavar="STACK | REV_A REV_B")
 @click.option("--json", "as_json", is_flag=True, help="Print the changed files and the diff as JSON.")
 @pass_ctx

@@ -1,32 +1,41 @@
 """Deploy commands: switch, rollback, resume, drain, verify, restore, status, history,
-logs, pin, unpin, prune, audit, unlock, up/down --dark."""
+logs, pin, unpin, prune, audit, unlock, up/down --dark. Each builds its action from the
+flags and prints what it returns."""
 
 from __future__ import annotations
 
 import sys
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import click
 
-from .base import Ctx, cli, pass_ctx
-
-if TYPE_CHECKING:
-    from ..actions.switch import Options, Outcome
+from ..actions import inspect
+from ..actions.dark import DarkDown, DarkUp
+from ..actions.node_ops import Drain, Restore, Verify
+from ..actions.resume import Resume
+from ..actions.rollback import Rollback
+from ..actions.rollout import Rollout, Verb, status_rows
+from ..actions.switch import DeployOptions, Switch
+from ..deploy.driver import Outcome
+from ..deploy.plan import DeployPlan
+from ..deploy.rollout import Plan
+from ..errors import OperationError, UserError
+from ..ui.output import emit_json, table
+from ..ui.progress import PlainReporter, make_reporter
+from .base import Ctx, pass_ctx
 
 _TIMEOUT_HELP = "Seconds to wait for /health of the new stack (default: node timeouts.health, 720)."
 
 
-def _options(message: str, timeout: float | None, rollback_timeout: float | None, auto_rollback: bool,
-             lock_wait: float, verify_wait: float) -> Options:
-    from ..actions.switch import Options
-
-    return Options(message=message, timeout=timeout, rollback_timeout=rollback_timeout,
-                   auto_rollback=auto_rollback, lock_wait=lock_wait, verify_wait=verify_wait)
+def confirm(question: str, assume_yes: bool) -> None:
+    """Ask on a terminal before stopping production; never blocks a pipe or CI."""
+    if assume_yes or not sys.stdin.isatty():
+        return
+    if not click.confirm(question, default=False, err=True):
+        raise OperationError("cancelled; nothing changed")
 
 
 def _finish(outcome: Outcome, as_json: bool) -> None:
-    from ..ui.output import emit_json
-
     if as_json:
         emit_json(outcome.to_dict())
     else:
@@ -53,40 +62,31 @@ def _rolling_options(fn: Any) -> Any:
     return fn
 
 
-def _rolling(ctx: Ctx, select: str, action: str, build: Any, opts: Options, *, max_unavailable: int, pause: float,
-             rollback_all: bool, yes: bool, as_json: bool, dry_run: bool = False, take_stale: bool = False) -> None:
+def _rollout(ctx: Ctx, select: str, action: str, verb: Verb, opts: DeployOptions, *, max_unavailable: int,
+             pause: float, rollback_all: bool, yes: bool, as_json: bool, dry_run: bool = False,
+             take_stale: bool = False) -> None:
     """switch/rollback over inventory nodes: prepare all, print the plan, then batch by batch."""
-    from ..actions import rolling
-    from ..actions.rollback import build_rollback
-    from ..actions.switch import confirm
-    from ..ui.output import emit_json
-    from ..ui.progress import PlainReporter
-
     nodes = ctx.nodes(select)
     reporter = PlainReporter()
-    deployments = rolling.prepare(nodes, build, reporter)
-    plan = rolling.make_plan(action, deployments, max_unavailable=max_unavailable, pause=pause,
-                             rollback_all_on_failure=rollback_all)
+    rollout = Rollout(nodes, action, verb, opts, max_unavailable=max_unavailable, pause=pause,
+                      rollback_all_on_failure=rollback_all, take_stale=take_stale)
     if dry_run:
+        plan, _ = rollout.plan(reporter)
         if as_json:
             emit_json(plan.to_dict())
         else:
             click.echo("\n".join([*plan.lines(), "(dry run, nothing changed)"]))
         return
-    if not as_json:
-        click.echo("\n".join(plan.lines()))
-    confirm(f"Start: {action} on {len(nodes)} node(s), {max_unavailable} at a time?", yes)
 
-    def revert(node: Any, rep: Any) -> Any:
-        return build_rollback(node, None, rep, opts)
+    def ask(plan: Plan) -> None:
+        if not as_json:
+            click.echo("\n".join(plan.lines()))
+        confirm(f"Start: {action} on {len(nodes)} node(s), {max_unavailable} at a time?", yes)
 
-    outcome = rolling.run(plan, deployments, action, opts, reporter, revert=revert if rollback_all else None,
-                          take_stale=take_stale)
+    outcome = rollout.run(reporter, confirm=ask)
     if as_json:
         emit_json(outcome.to_dict())
     else:
-        from ..ui.output import table
-
         table(["node", "state", "revision", "seconds", "summary"],
               [[r.name, r.state, r.revision or "", f"{r.seconds:.1f}", r.summary.split(": ", 1)[-1]]
                for r in outcome.results])
@@ -96,8 +96,6 @@ def _rolling(ctx: Ctx, select: str, action: str, build: Any, opts: Options, *, m
 
 
 def _no_rolling_flags(max_unavailable: int, pause: float, rollback_all: bool) -> None:
-    from ..errors import UserError
-
     if max_unavailable != 1 or pause or rollback_all:
         raise UserError("--max-unavailable, --pause and --rollback-all-on-failure need --nodes",
                         fix="add --nodes all (or a,b) to act on inventory nodes")
@@ -119,7 +117,7 @@ def _common(fn: Any) -> Any:
     return fn
 
 
-@cli.command(epilog="Examples: b70deploy switch eagle3 -m 'EAGLE-3 with the fixed draft' --yes | "
+@click.command(epilog="Examples: b70deploy switch eagle3 -m 'EAGLE-3 with the fixed draft' --yes | "
              "b70deploy switch eagle3 --nodes all --max-unavailable 2 --pause 30")
 @click.argument("stack")
 @click.option("--dry-run", is_flag=True, help="Print the plan and the diff; change nothing.")
@@ -139,32 +137,32 @@ def switch(ctx: Ctx, stack: str, dry_run: bool, no_auto_rollback: bool, select: 
     whole batch passed health and smoke. The first failure stops the rollout: that node rolls
     back, later nodes stay untouched, earlier ones stay new unless --rollback-all-on-failure.
     """
-    from ..actions import switch as act
-    from ..ui.progress import make_reporter
-
-    opts = _options(message, timeout, rollback_timeout, not no_auto_rollback, lock_wait, verify_wait)
+    opts = DeployOptions(message=message, timeout=timeout, rollback_timeout=rollback_timeout,
+                         auto_rollback=not no_auto_rollback, lock_wait=lock_wait, verify_wait=verify_wait)
     if select is not None:
-        _rolling(ctx, select, f"switch {stack}", lambda node, rep: act.build_switch(node, stack, rep, opts), opts,
+        _rollout(ctx, select, f"switch {stack}", lambda node: Switch(node, stack, opts), opts,
                  max_unavailable=max_unavailable, pause=pause, rollback_all=rollback_all_on_failure, yes=yes,
                  as_json=as_json, dry_run=dry_run)
         return
     _no_rolling_flags(max_unavailable, pause, rollback_all_on_failure)
+    action = Switch(ctx.node, stack, opts)
+    if dry_run:
+        click.echo("\n".join(action.preview()))
+        return
+    prod = ctx.node.config.ports.prod
+
+    def ask(plan: DeployPlan) -> None:
+        confirm(f"Drain production on :{prod} and switch to {stack}?", yes)
+
     reporter = make_reporter(quiet=as_json)
     try:
-        if dry_run:
-            for line in act.dry_run(ctx.node, stack, reporter, opts):
-                click.echo(line)
-            return
-        outcome = act.execute(
-            ctx.node, f"switch {stack}", opts, lambda: act.build_switch(ctx.node, stack, reporter, opts),
-            ask=lambda d: f"Drain production on :{ctx.node.config.ports.prod} and switch to {stack}?",
-            assume_yes=yes)
+        outcome = action.run(reporter, confirm=ask)
     finally:
         reporter.close()
     _finish(outcome, as_json)
 
 
-@cli.command(epilog="Examples: b70deploy rollback | b70deploy rollback tq-256k | b70deploy rollback 12 | "
+@click.command(epilog="Examples: b70deploy rollback | b70deploy rollback tq-256k | b70deploy rollback 12 | "
              "b70deploy rollback --nodes a,b --max-unavailable 1")
 @click.argument("target", required=False)
 @_rolling_options
@@ -178,69 +176,56 @@ def rollback(ctx: Ctx, target: str | None, select: str | None, max_unavailable: 
     No TARGET: the previous revision (or, after a killed run, the one before it).
     A stack name: the newest revision of that stack that ran healthy. A number: that revision.
     """
-    from ..actions.rollback import build_rollback
-    from ..actions.switch import execute
-    from ..ui.progress import make_reporter
-
-    opts = _options(message, timeout, rollback_timeout, True, lock_wait, verify_wait)
+    opts = DeployOptions(message=message, timeout=timeout, rollback_timeout=rollback_timeout, lock_wait=lock_wait,
+                         verify_wait=verify_wait)
     if select is not None:
-        _rolling(ctx, select, f"rollback {target or ''}".strip(),
-                 lambda node, rep: build_rollback(node, target, rep, opts), opts,
+        _rollout(ctx, select, f"rollback {target or ''}".strip(), lambda node: Rollback(node, target, opts), opts,
                  max_unavailable=max_unavailable, pause=pause, rollback_all=rollback_all_on_failure, yes=yes,
                  as_json=as_json, take_stale=True)
         return
     _no_rolling_flags(max_unavailable, pause, rollback_all_on_failure)
+
+    def ask(plan: DeployPlan) -> None:
+        confirm(f"Drain production and roll back to revision {plan.restored_from} ({plan.stack.name})?", yes)
+
     reporter = make_reporter(quiet=as_json)
     try:
-        outcome = execute(
-            ctx.node, f"rollback {target or ''}".strip(), opts,
-            lambda: build_rollback(ctx.node, target, reporter, opts), take_stale=True,
-            ask=lambda d: f"Drain production and roll back to revision {d.restored_from} ({d.stack.name})?",
-            assume_yes=yes)
+        outcome = Rollback(ctx.node, target, opts).run(reporter, confirm=ask)
     finally:
         reporter.close()
     _finish(outcome, as_json)
 
 
-@cli.command(epilog="Example: b70deploy resume")
+@click.command(epilog="Example: b70deploy resume")
 @click.option("--lock-wait", type=float, default=0.0)
 @click.option("--json", "as_json", is_flag=True)
 @pass_ctx
 def resume(ctx: Ctx, lock_wait: float, as_json: bool) -> None:
     """Finish (or, if it was undoing, undo) a run that was killed; see `status`."""
-    from ..actions.resume import resume as act
-    from ..ui.progress import make_reporter
-
     reporter = make_reporter(quiet=as_json)
     try:
-        outcome = act(ctx.node, reporter, _options("", None, None, True, lock_wait, 30.0), command="resume")
+        outcome = Resume(ctx.node, lock_wait=lock_wait).run(reporter)
     finally:
         reporter.close()
     _finish(outcome, as_json)
 
 
-@cli.command(epilog="Example: b70deploy drain && b70deploy verify --wait 60")
+@click.command(epilog="Example: b70deploy drain && b70deploy verify --wait 60")
 @click.option("--lock-wait", type=float, default=0.0)
 @pass_ctx
 def drain(ctx: Ctx, lock_wait: float) -> None:
     """Stop vllm and its companions (compose stop; never firewall rules) so the router drains."""
-    from ..actions.node_ops import drain as act
-    from ..ui.progress import PlainReporter
-
-    services = act(ctx.node, PlainReporter(), lock_wait=lock_wait)
+    services = Drain(ctx.node, lock_wait=lock_wait).run(PlainReporter())
     click.echo(f"node drained: {', '.join(services)} stopped; `b70deploy restore` brings them back")
 
 
-@cli.command(epilog="Example: b70deploy verify --wait 60 --json")
+@click.command(epilog="Example: b70deploy verify --wait 60 --json")
 @click.option("--wait", type=float, default=0.0, help="Keep reading until idle or this many seconds pass.")
 @click.option("--json", "as_json", is_flag=True)
 @pass_ctx
 def verify(ctx: Ctx, wait: float, as_json: bool) -> None:
     """Check the node is idle: prod port, feeder connections, load average. Exit 1 if not."""
-    from ..actions.node_ops import verify as act
-    from ..ui.output import emit_json
-
-    idle, got = act(ctx.node, wait=wait)
+    idle, got = Verify(ctx.node, wait=wait).run()
     if as_json:
         emit_json({"idle": idle, "readings": [{"name": r.name, "ok": r.ok, "detail": r.detail} for r in got]})
     else:
@@ -251,24 +236,21 @@ def verify(ctx: Ctx, wait: float, as_json: bool) -> None:
         sys.exit(1)
 
 
-@cli.command(epilog="Example: b70deploy restore --timeout 720")
+@click.command(epilog="Example: b70deploy restore --timeout 720")
 @click.option("--timeout", type=float, help="Seconds to wait for /health (default: node timeouts.restore, 720).")
 @click.option("--lock-wait", type=float, default=0.0)
 @pass_ctx
 def restore(ctx: Ctx, timeout: float | None, lock_wait: float) -> None:
     """Start the current revision again after a drain and wait for /health (not a rollback)."""
-    from ..actions.node_ops import restore as act
-    from ..ui.progress import make_reporter
-
     reporter = make_reporter()
     try:
-        elapsed = act(ctx.node, reporter, timeout=timeout, lock_wait=lock_wait)
+        elapsed = Restore(ctx.node, timeout=timeout, lock_wait=lock_wait).run(reporter)
     finally:
         reporter.close()
     click.echo(f"node restored: healthy after {elapsed:.1f} s")
 
 
-@cli.command(epilog="Examples: b70deploy status --json | b70deploy status --nodes | b70deploy status --nodes a,b")
+@click.command(epilog="Examples: b70deploy status --json | b70deploy status --nodes | b70deploy status --nodes a,b")
 @click.option("--json", "as_json", is_flag=True)
 @click.option("--nodes", "select", is_flag=False, flag_value="all", default=None, metavar="[all|a,b]",
               help="With an inventory: one row per node (all when no list is given).")
@@ -276,13 +258,7 @@ def restore(ctx: Ctx, timeout: float | None, lock_wait: float) -> None:
 @pass_ctx
 def status(ctx: Ctx, as_json: bool, select: str | None, node_name: str | None) -> None:
     """What runs now: revision, stack, health, boot facts, image, interrupted runs."""
-    from ..actions.inspect import status as act
-    from ..ui.output import emit_json
-
     if select is not None:
-        from ..actions.rolling import status_rows
-        from ..ui.output import table
-
         rows = status_rows(ctx.nodes(select))
         if as_json:
             emit_json(rows)
@@ -296,7 +272,7 @@ def status(ctx: Ctx, as_json: bool, select: str | None, node_name: str | None) -
         return
     if node_name is not None:
         ctx.node_name = node_name
-    st = act(ctx.node)
+    st = inspect.status(ctx.node)
     if as_json:
         emit_json(st)
         return
@@ -321,19 +297,16 @@ def status(ctx: Ctx, as_json: bool, select: str | None, node_name: str | None) -
                    f"fix: {run['fix']}")
 
 
-@cli.command(epilog="Examples: b70deploy history --json | b70deploy history --node gpu2")
+@click.command(epilog="Examples: b70deploy history --json | b70deploy history --node gpu2")
 @click.option("--json", "as_json", is_flag=True)
 @click.option("-n", "last", type=int, default=0, help="Only the last N revisions.")
 @click.option("--node", "node_name", metavar="NAME", help="With an inventory: that node's revisions.")
 @pass_ctx
 def history(ctx: Ctx, as_json: bool, last: int, node_name: str | None) -> None:
     """Every revision: stack, outcome, image, KV tokens, time to healthy."""
-    from ..actions.inspect import history as act
-    from ..ui.output import emit_json, table
-
     if node_name is not None:
         ctx.node_name = node_name
-    rows = act(ctx.node)
+    rows = inspect.history(ctx.node)
     rows = rows[-last:] if last else rows
     if as_json:
         emit_json(rows)
@@ -344,26 +317,20 @@ def history(ctx: Ctx, as_json: bool, last: int, node_name: str | None) -> None:
             r.get("time_to_healthy") or "", r["message"]] for r in rows])
 
 
-@cli.command(epilog="Example: b70deploy logs 12")
+@click.command(epilog="Example: b70deploy logs 12")
 @click.argument("revision", type=int)
 @pass_ctx
 def logs(ctx: Ctx, revision: int) -> None:
     """Print the container log kept with REVISION (failed boots keep theirs)."""
-    from ..actions.inspect import logs as act
-
-    click.echo(act(ctx.node, revision), nl=False)
+    click.echo(inspect.logs(ctx.node, revision), nl=False)
 
 
 def _pin(ctx: Ctx, revision: int, pinned: bool) -> None:
-    from ..actions.inspect import set_pin
-    from ..state.lock import DeployLock
-
-    with DeployLock(ctx.node.state_dir, "pin" if pinned else "unpin", wait=10.0):
-        set_pin(ctx.node, revision, pinned)
+    inspect.set_pin(ctx.node, revision, pinned)
     click.echo(f"revision {revision} {'pinned: never pruned' if pinned else 'unpinned'}")
 
 
-@cli.command(epilog="Example: b70deploy pin 7")
+@click.command(epilog="Example: b70deploy pin 7")
 @click.argument("revision", type=int)
 @pass_ctx
 def pin(ctx: Ctx, revision: int) -> None:
@@ -371,7 +338,7 @@ def pin(ctx: Ctx, revision: int) -> None:
     _pin(ctx, revision, True)
 
 
-@cli.command(epilog="Example: b70deploy unpin 7")
+@click.command(epilog="Example: b70deploy unpin 7")
 @click.argument("revision", type=int)
 @pass_ctx
 def unpin(ctx: Ctx, revision: int) -> None:
@@ -379,29 +346,22 @@ def unpin(ctx: Ctx, revision: int) -> None:
     _pin(ctx, revision, False)
 
 
-@cli.command(epilog="Example: b70deploy prune --keep 20")
+@click.command(epilog="Example: b70deploy prune --keep 20")
 @click.option("--keep", type=click.IntRange(1), help="Revisions to keep (default: node keep_revisions, 20).")
 @pass_ctx
 def prune(ctx: Ctx, keep: int | None) -> None:
     """Delete old revisions, keeping the newest N, every pinned one and the current one."""
-    from ..state.lock import DeployLock
-    from ..state.revisions import RevisionStore
-
-    with DeployLock(ctx.node.state_dir, "prune", wait=10.0):
-        gone = RevisionStore(ctx.node.state_dir).prune(keep or ctx.node.config.keep_revisions)
+    gone = inspect.prune(ctx.node, keep)
     click.echo(f"pruned {len(gone)} revisions" + (f": {', '.join(map(str, gone))}" if gone else ""))
 
 
-@cli.command(epilog="Example: b70deploy audit -n 20")
+@click.command(epilog="Example: b70deploy audit -n 20")
 @click.option("-n", "last", type=int, default=50, show_default=True)
 @click.option("--json", "as_json", is_flag=True)
 @pass_ctx
 def audit(ctx: Ctx, last: int, as_json: bool) -> None:
     """The audit log: who ran which mutating command, when, and how it ended."""
-    from ..state.audit import AuditLog
-    from ..ui.output import emit_json, table
-
-    rows = AuditLog(ctx.node.state_dir).entries(last)
+    rows = inspect.audit(ctx.node, last)
     if as_json:
         emit_json(rows)
         return
@@ -410,39 +370,32 @@ def audit(ctx: Ctx, last: int, as_json: bool) -> None:
            for r in rows])
 
 
-@cli.command(epilog="Example: b70deploy unlock")
+@click.command(epilog="Example: b70deploy unlock")
 @pass_ctx
 def unlock(ctx: Ctx) -> None:
     """Clear a stale lock left by a killed run (refused while its process runs)."""
-    from ..state.lock import clear_stale
-
-    holder = clear_stale(ctx.node.state_dir)
+    holder = inspect.unlock(ctx.node)
     click.echo(f"cleared the stale lock of {holder.describe()}" if holder else "no stale lock")
 
 
-@cli.command(epilog="Example: b70deploy up ngram --dark")
+@click.command(epilog="Example: b70deploy up ngram --dark")
 @click.argument("stack")
 @click.option("--dark", is_flag=True, required=True, help="Required: run on the dark port, own project.")
 @click.option("--timeout", type=float)
 @pass_ctx
 def up(ctx: Ctx, stack: str, dark: bool, timeout: float | None) -> None:
     """Run STACK on the dark port for benchmarking; production files are never touched."""
-    from ..actions.dark import up as act
-    from ..ui.progress import make_reporter
-
     reporter = make_reporter()
     try:
-        url = act(ctx.node, stack, reporter, timeout=timeout)
+        url = DarkUp(ctx.node, stack, timeout=timeout).run(reporter)
     finally:
         reporter.close()
     click.echo(f"dark {stack} healthy at {url} (project {ctx.node.dark_project}); `b70deploy down --dark` stops it")
 
 
-@cli.command(epilog="Example: b70deploy down --dark")
+@click.command(epilog="Example: b70deploy down --dark")
 @click.option("--dark", is_flag=True, required=True, help="Required: stop the dark stack.")
 @pass_ctx
 def down(ctx: Ctx, dark: bool) -> None:
     """Stop and remove the dark stack."""
-    from ..actions.dark import down as act
-
-    click.echo("dark stack removed" if act(ctx.node) else "no dark stack")
+    click.echo("dark stack removed" if DarkDown(ctx.node).run() else "no dark stack")

@@ -8,10 +8,10 @@ from pathlib import Path
 import click
 
 from ..errors import EXIT_BAD_INPUT, EXIT_FAILED, UserError
-from .base import Ctx, cli, pass_ctx
+from .base import Ctx, pass_ctx
 
 
-@cli.command(epilog="Examples:\n\n  b70deploy lint eagle3\n\n  b70deploy lint --all --json\n\n"
+@click.command(epilog="Examples:\n\n  b70deploy lint eagle3\n\n  b70deploy lint --all --json\n\n"
                     "Exit codes: 0 no errors (warnings allowed), 2 errors found.")
 @click.argument("stacks", nargs=-1)
 @click.option("--all", "all_stacks", is_flag=True, help="Lint every stack in the catalogue.")
@@ -70,7 +70,7 @@ def _container_lines(name: str) -> list[str]:
     return [str(ln) for ln in data.decode("utf-8", "replace").splitlines()]
 
 
-@cli.command(epilog="Examples:\n\n  b70deploy diagnose --log /tmp/vllm.log\n\n"
+@click.command(epilog="Examples:\n\n  b70deploy diagnose --log /tmp/vllm.log\n\n"
                     "  b70deploy diagnose --container b70-vllm-1 --json\n\n"
                     "Exit codes: 0 no fatal signature, 1 a fatal signature found, 2 bad input.")
 @click.argument("rev", required=False)
@@ -112,7 +112,7 @@ def diagnose(ctx: Ctx, rev: str | None, log_file: str | None, container: str | N
     return EXIT_FAILED if found else 0
 
 
-@cli.group(epilog="Example: b70deploy draft fix /models/Qwen/Qwen3-30B-A3B-EAGLE3 --max-position-embeddings 262144")
+@click.group(epilog="Example: b70deploy draft fix /models/Qwen/Qwen3-30B-A3B-EAGLE3 --max-position-embeddings 262144")
 def draft() -> None:
     """EAGLE draft tools."""
 

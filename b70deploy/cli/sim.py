@@ -4,10 +4,8 @@ from __future__ import annotations
 
 import click
 
-from .base import cli
 
-
-@cli.group(epilog="Example: b70deploy sim build --json")
+@click.group(epilog="Example: b70deploy sim build --json")
 def sim() -> None:
     """The simulated vLLM node (no GPU, no registry)."""
 

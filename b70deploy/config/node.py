@@ -102,6 +102,11 @@ class Node:
     def dark_project(self) -> str:
         return f"{self.config.project}-dark"
 
+    @property
+    def companions(self) -> tuple[str, ...]:
+        """Services sharing the project: stopped with vllm by a drain, started after it."""
+        return tuple(c.name for c in self.config.companions)
+
     def catalogue(self) -> Catalogue:
         return Catalogue(self.stacks_dir, overlay=self.config.stack_overlay,
                          overlay_source=f"{self.source or 'node config'}: stack_overlay",

@@ -2,8 +2,11 @@
 
 A step is a name, an action and an optional compensation. When a step fails, the
 compensations of the steps already done run in reverse order (the last first), each
-journaled, and the failure is re-raised. A fault-injection hook lets tests kill the
-process at any step boundary (B70DEPLOY_FAULT=before:STEP or after:STEP).
+journaled, and the failure is re-raised (Ctrl-C and SIGTERM included: they are failures
+that undo). A fault hook runs at three points of every step: `before` it is journaled as
+started, `during` (its effects done, not yet journaled as done) and `after`. By default it
+kills this process with SIGKILL when B70DEPLOY_FAULT=POINT:STEP asks for it; tests that
+drive the runner in-process pass a hook that raises `Killed` instead.
 """
 
 from __future__ import annotations
@@ -43,16 +46,26 @@ class StepFailed(Exception):
         return f"step {self.step} failed: {self.error}"
 
 
-def inject_fault(when: str, step: str) -> None:
-    """Kill this process with SIGKILL at a step boundary when the environment asks for it."""
-    if os.environ.get(FAULT_ENV) == f"{when}:{step}":
+class Killed(BaseException):
+    """Stands in for SIGKILL where a test drives the runner in-process: nothing runs after
+    it, no compensation and no journal line, as when the kernel ends the process."""
+
+
+Fault = Callable[[str, str], None]  # (point, step name); may kill or raise
+
+
+def fault_from_env(point: str, step: str) -> None:
+    """Kill this process with SIGKILL at `point` of `step` when the environment asks for it."""
+    if os.environ.get(FAULT_ENV) == f"{point}:{step}":
         os.kill(os.getpid(), signal.SIGKILL)
 
 
 class Runner(Generic[S]):
     def __init__(self, journal: Journal, reporter: Reporter, *, command: str,
-                 on_step: Callable[[str], None] | None = None, run_id: str | None = None) -> None:
+                 on_step: Callable[[str], None] | None = None, run_id: str | None = None,
+                 fault: Fault = fault_from_env) -> None:
         self.journal = journal
+        self.fault = fault
         self.reporter = reporter
         self.command = command
         self.on_step = on_step
@@ -71,7 +84,7 @@ class Runner(Generic[S]):
         """Run `steps`; `done` are steps an interrupted run had completed (for compensation)."""
         completed: list[Step[S]] = list(done)
         for step in steps:
-            inject_fault("before", step.name)
+            self.fault("before", step.name)
             if self.on_step is not None:
                 self.on_step(step.name)
             self.journal.append(self.run_id, "step-start", step=step.name)
@@ -79,6 +92,9 @@ class Runner(Generic[S]):
             t0 = time.monotonic()
             try:
                 step.action(state)
+                self.fault("during", step.name)
+            except Killed:
+                raise
             except BaseException as exc:
                 self.timings[step.name] = round(time.monotonic() - t0, 3)
                 self.journal.append(self.run_id, "step-failed", step=step.name, error=str(exc)[:2000])
@@ -92,7 +108,7 @@ class Runner(Generic[S]):
             self.timings[step.name] = round(time.monotonic() - t0, 3)
             self.journal.append(self.run_id, "step-done", step=step.name, seconds=self.timings[step.name])
             completed.append(step)
-            inject_fault("after", step.name)
+            self.fault("after", step.name)
         self.journal.append(self.run_id, "run-ok")
 
     def compensate(self, completed: Sequence[Step[S]], state: S) -> list[str]:
@@ -109,6 +125,3 @@ class Runner(Generic[S]):
                 errors.append(f"undo {step.name}: {exc}")
                 self.journal.append(self.run_id, "undo-failed", step=step.name, error=str(exc)[:2000])
         return errors
-
-    def abort(self, reason: str) -> None:
-        self.journal.append(self.run_id, "run-aborted", reason=reason)

@@ -8,9 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import json
 import socket
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -18,14 +16,13 @@ from ..config.node import Node
 from ..config.schema import Stack
 from ..config.secrets_file import load_secrets
 from ..docker.image_inspect import ImageInspector
-from ..docker.proc import last_line, run
+from ..docker.node import compose_config
 from ..errors import B70Error, UserError
 from ..render import devices as devices_mod
 from ..render.draft import copy_name
 from ..render.files import render
 from ..render.patches import PatchSpec, deploy_files, find_patch, materialize, mounts_for
 from ..render.vllm_args import container_model_path
-from ..state.fsio import write_tree
 from . import Finding, LintContext, lint_stack
 
 
@@ -106,26 +103,6 @@ def build_context(node: Node, stack: Stack, *, docker: bool = True, inspector: I
             with contextlib.suppress(B70Error):
                 ctx.port_owner = _port_owner(node, inspector.client)
     return ctx
-
-
-def compose_config(files: dict[str, bytes], project: str) -> tuple[dict[str, Any] | None, str | None]:
-    """`docker compose config` of `files` in a scratch folder: (the resolved config, None) or
-    (None, why Compose refused them)."""
-    from ..docker.compose import Compose
-    from ..state.revisions import file_mode
-
-    with tempfile.TemporaryDirectory(prefix="b70deploy-config-") as tmp:
-        write_tree(Path(tmp), files, {n: file_mode(n) for n in files})
-        try:
-            result = run(Compose(Path(tmp), project).config(fmt="json"), timeout=60, check=False)
-        except B70Error as e:
-            return None, str(e)
-    if result.returncode != 0:
-        return None, last_line(result.stderr)
-    try:
-        return json.loads(result.stdout), None
-    except ValueError:
-        return None, "output is not JSON"
 
 
 def _compose_config(ctx: LintContext) -> None:

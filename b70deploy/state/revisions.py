@@ -213,6 +213,10 @@ class RevisionStore:
     def set_current(self, number: int) -> None:
         write_atomic(self.current_path, f"{number}\n".encode(), mode=0o644)
 
+    def clear_current(self) -> None:
+        """Nothing is current (a first deployment that was undone)."""
+        self.current_path.unlink(missing_ok=True)
+
     def save_log(self, number: int, text: str) -> Path:
         path = self._dir(number) / "container.log"
         write_atomic(path, text.encode(errors="replace"), mode=0o600)

@@ -189,7 +189,7 @@ def test_dark_mode_never_touches_production(node: SimNode) -> None:
 
 
 STEPS = ["preflight", "record", "snapshot", "drain", "verify", "activate", "wait-healthy", "check", "commit",
-         "restore"]
+         "companions"]
 
 
 def test_sigkill_at_every_step_boundary_then_resume_or_rollback(node: SimNode) -> None:

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 import yaml
 
-from b70deploy.actions import rolling as act
+from b70deploy.actions import rollout as act
 from b70deploy.config.node import load_node, load_nodes
 from b70deploy.deploy.rollout import ASSUMED_BOOT, NodePlan, Plan, batches, expected_from
 from b70deploy.docker import endpoint, proc

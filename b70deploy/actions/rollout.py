@@ -17,13 +17,16 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from ..config.node import Node
-from ..deploy.rollout import NodePlan, Plan, expected_from
-from ..deploy.steps import Deployment
+from ..deploy.driver import Outcome
+from ..deploy.plan import DeployPlan
+from ..deploy.rollout import NodePlan, Plan, batches, expected_from
 from ..docker import endpoint
 from ..errors import B70Error, UserError
-from ..state.revisions import RevisionStore
+from ..state.statedir import StateDir
 from ..ui.progress import Reporter
-from .switch import Options, Outcome, execute
+from .inspect import status
+from .rollback import Rollback
+from .switch import DeployOptions, Switch, driver
 
 State = Literal["switched", "rolled-back", "failed", "untouched", "reverted", "revert-failed"]
 
@@ -79,46 +82,58 @@ class RollingOutcome:
                 "nodes": [r.to_dict() for r in self.results]}
 
 
-Build = Callable[[Node, Reporter], Deployment]
+@dataclass(frozen=True)
+class Prepared:
+    """One node's plan, built against its own engine before any node is drained."""
+
+    node: Node
+    plan: DeployPlan
+    reporter: Reporter
 
 
-def prepare(nodes: list[Node], build: Build, reporter: Reporter) -> list[Deployment]:
-    """Each node's deployment, built against its own engine; nothing on any node changes."""
+Verb = Callable[[Node], Switch | Rollback]
+
+
+def prepare(nodes: list[Node], verb: Verb, reporter: Reporter) -> list[Prepared]:
+    """Each node's plan, built against its own engine; nothing on any node changes."""
     out = []
     for node in nodes:
+        rep = NodeReporter(reporter, node.label)
         with endpoint.use(node.docker_env):
             try:
-                out.append(build(node, NodeReporter(reporter, node.label)))
+                out.append(Prepared(node, verb(node).plan(), rep))
             except UserError as e:
                 raise UserError(f"node {node.label}: {e}") from None
     return out
 
 
-def node_plan(d: Deployment) -> NodePlan:
-    node = d.node
-    cur = RevisionStore(node.state_dir).current()
+def node_plan(p: Prepared) -> NodePlan:
+    node = p.node
+    cur = StateDir(node.state_dir).revisions.current()
     last = None
     if cur is not None:
         last = {"number": cur.number, "timings": cur.status.timings, "facts": cur.status.facts}
     expected, basis = expected_from(last)
     return NodePlan(name=node.label, endpoint=node.endpoint, address=node.address, port=node.config.ports.prod,
                     current=f"rev {cur.number} ({cur.meta.stack})" if cur else "nothing deployed",
-                    expected=expected, basis=basis, health_timeout=d.timeout, rollback_timeout=d.rollback_timeout)
+                    expected=expected, basis=basis, health_timeout=p.plan.timeouts.health,
+                    rollback_timeout=p.plan.timeouts.rollback)
 
 
-def make_plan(action: str, deployments: list[Deployment], *, max_unavailable: int, pause: float,
+def make_plan(action: str, prepared: list[Prepared], *, max_unavailable: int, pause: float,
               rollback_all_on_failure: bool) -> Plan:
-    return Plan(action=action, nodes=[node_plan(d) for d in deployments], max_unavailable=max_unavailable,
+    return Plan(action=action, nodes=[node_plan(p) for p in prepared], max_unavailable=max_unavailable,
                 pause=pause, rollback_all_on_failure=rollback_all_on_failure)
 
 
-def _one(d: Deployment, command: str, opts: Options, take_stale: bool) -> NodeResult:
-    name = d.node.label
+def _one(p: Prepared, command: str, opts: DeployOptions, take_stale: bool) -> NodeResult:
+    name = p.node.label
     t0 = time.monotonic()
-    with endpoint.use(d.node.docker_env):
+    with endpoint.use(p.node.docker_env):
         try:
             # Built (rendered and linted) before any node was drained; run under this node's lock.
-            outcome: Outcome = execute(d.node, command, opts, lambda: d, take_stale=take_stale)
+            outcome: Outcome = driver(p.node, p.reporter, opts).execute(command, lambda: p.plan,
+                                                                         take_stale=take_stale)
         except B70Error as e:  # the lock is held, the engine is unreachable: this node did not start
             return NodeResult(name, "failed", f"{name}: {e}", seconds=time.monotonic() - t0)
     if outcome.ok:
@@ -129,11 +144,11 @@ def _one(d: Deployment, command: str, opts: Options, take_stale: bool) -> NodeRe
                       outcome.details)
 
 
-def run(plan: Plan, deployments: list[Deployment], command: str, opts: Options, reporter: Reporter, *,
-        revert: Callable[[Node, Reporter], Deployment] | None = None, take_stale: bool = False) -> RollingOutcome:
+def run(plan: Plan, prepared: list[Prepared], command: str, opts: DeployOptions, reporter: Reporter, *,
+        revert: Verb | None = None, take_stale: bool = False) -> RollingOutcome:
     """Batch by batch; stop at the first failure. With `revert` (--rollback-all-on-failure),
     every node already switched is rolled back too, in batches of the same size."""
-    by_name = {d.node.label: d for d in deployments}
+    by_name = {p.node.label: p for p in prepared}
     results: dict[str, NodeResult] = {}
     failed = False
     lock = threading.Lock()
@@ -143,7 +158,7 @@ def run(plan: Plan, deployments: list[Deployment], command: str, opts: Options, 
         if i > 1 and plan.pause > 0:
             reporter.info(f"pause {plan.pause:g} s before batch {i}")
             time.sleep(plan.pause)
-        names = [p.name for p in batch]
+        names = [n.name for n in batch]
         reporter.phase(f"batch {i}/{len(plan.batches)}", ", ".join(names))
         with ThreadPoolExecutor(max_workers=len(batch), thread_name_prefix="rolling") as pool:
             futures = {n: pool.submit(_one, by_name[n], command, opts, take_stale) for n in names}
@@ -154,27 +169,25 @@ def run(plan: Plan, deployments: list[Deployment], command: str, opts: Options, 
                 reporter.info(res.summary)
         failed = any(results[n].state != "switched" for n in names)
     if failed and revert is not None:
-        done = [d for d in deployments if results.get(d.node.label) is not None
-                and results[d.node.label].state == "switched"]
+        done = [p for p in prepared if results.get(p.node.label) is not None
+                and results[p.node.label].state == "switched"]
         _revert(done, plan, revert, opts, reporter, results)
-    ordered = [results.get(p.name) or NodeResult(p.name, "untouched", f"{p.name}: untouched (the rollout stopped)")
-               for p in plan.nodes]
+    ordered = [results.get(n.name) or NodeResult(n.name, "untouched", f"{n.name}: untouched (the rollout stopped)")
+               for n in plan.nodes]
     return _summarize(plan, ordered, failed)
 
 
-def _revert(done: list[Deployment], plan: Plan, revert: Callable[[Node, Reporter], Deployment], opts: Options,
-            reporter: Reporter, results: dict[str, NodeResult]) -> None:
-    from ..deploy.rollout import batches
-
+def _revert(done: list[Prepared], plan: Plan, revert: Verb, opts: DeployOptions, reporter: Reporter,
+            results: dict[str, NodeResult]) -> None:
     reporter.phase("rollback-all", f"{len(done)} switched node(s) back to their previous revision")
     for batch in batches(list(reversed(done)), plan.max_unavailable):
-        built = []
-        for d in batch:
-            with endpoint.use(d.node.docker_env):
+        built: list[Prepared] = []
+        for p in batch:
+            with endpoint.use(p.node.docker_env):
                 try:
-                    built.append(revert(d.node, NodeReporter(reporter, d.node.label)))
+                    built.append(Prepared(p.node, revert(p.node).plan(), p.reporter))
                 except B70Error as e:
-                    results[d.node.label] = NodeResult(d.node.label, "revert-failed", f"{d.node.label}: {e}")
+                    results[p.node.label] = NodeResult(p.node.label, "revert-failed", f"{p.node.label}: {e}")
         with ThreadPoolExecutor(max_workers=max(len(built), 1), thread_name_prefix="revert") as pool:
             futures = {r.node.label: pool.submit(_one, r, "rollback (rolling)", opts, True) for r in built}
             for n, fut in futures.items():
@@ -197,8 +210,6 @@ def _summarize(plan: Plan, results: list[NodeResult], failed: bool) -> RollingOu
 
 def status_rows(nodes: list[Node]) -> list[dict[str, Any]]:
     """Each node's status (read-only), asked of its own engine."""
-    from .inspect import status
-
     rows = []
     for node in nodes:
         with endpoint.use(node.docker_env):
@@ -212,3 +223,35 @@ def status_rows(nodes: list[Node]) -> list[dict[str, Any]]:
                      "lock": bool(st.get("lock")), "interrupted": bool(st.get("interrupted")),
                      "state_dir": st["state_dir"]})
     return rows
+
+
+@dataclass
+class Rollout:
+    """`switch|rollback --nodes`: a single-node verb on every selected node, in batches."""
+
+    nodes: list[Node]
+    action: str                 # "switch eagle3": the plan's title and each node's journal command
+    verb: Verb                  # the single-node action for one node
+    opts: DeployOptions
+    max_unavailable: int = 1
+    pause: float = 0.0
+    rollback_all_on_failure: bool = False
+    take_stale: bool = False
+
+    def plan(self, reporter: Reporter) -> tuple[Plan, list[Prepared]]:
+        """Every node prepared (rendered, linted, images checked on its own engine), and the batches."""
+        prepared = prepare(self.nodes, self.verb, reporter)
+        return make_plan(self.action, prepared, max_unavailable=self.max_unavailable, pause=self.pause,
+                         rollback_all_on_failure=self.rollback_all_on_failure), prepared
+
+    def run(self, reporter: Reporter, *, confirm: Callable[[Plan], None] | None = None) -> RollingOutcome:
+        plan, prepared = self.plan(reporter)
+        if confirm is not None:
+            confirm(plan)
+        opts = self.opts
+
+        def revert(node: Node) -> Rollback:
+            return Rollback(node, None, opts)
+
+        return run(plan, prepared, self.action, opts, reporter,
+                   revert=revert if self.rollback_all_on_failure else None, take_stale=self.take_stale)

@@ -1,0 +1,207 @@
+"""Drives a plan through the steps under the deploy lock, and says where the node ended.
+
+    execute   lock -> build the plan -> (take over a killed run) -> confirm -> run the steps
+    resume    lock -> finish, or undo, the steps of a killed run from its journal
+    Outcome   the one result of a switch, rollback or resume: ok, revision, the summary line
+
+On a failure the runner has already undone the completed steps (the previous revision
+serves again); the outcome says so, or says what could not be undone and the fix.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from ..errors import UserError
+from ..state.journal import RunRecord
+from ..state.statedir import StateDir
+from .nodeio import NodeIO
+from .plan import DeployPlan
+from .runner import Fault, Runner, Step, StepFailed, fault_from_env
+from .steps import Run, steps
+
+if TYPE_CHECKING:
+    from ..state.revisions import Revision
+    from ..ui.progress import Reporter
+
+
+@dataclass
+class Outcome:
+    ok: bool
+    revision: int | None
+    stack: str
+    summary: str             # the one line that says what state the node is in
+    details: list[str] = field(default_factory=list)
+    exit_code: int = 0
+    rolled_back: bool = False  # failed, and the previous revision serves again
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"ok": self.ok, "revision": self.revision, "stack": self.stack, "summary": self.summary,
+                "details": self.details, "exit_code": self.exit_code, "rolled_back": self.rolled_back}
+
+
+@dataclass
+class Driver:
+    """One node's state dir and effects, and how a run reports and may be interrupted."""
+
+    state: StateDir
+    io: NodeIO
+    reporter: Reporter
+    keep_revisions: int = 20
+    lock_wait: float = 0.0
+    fault: Fault = fault_from_env
+
+    def execute(self, command: str, build: Callable[[], DeployPlan], *, take_stale: bool = False,
+                confirm: Callable[[DeployPlan], None] | None = None) -> Outcome:
+        """Take the lock first (a second run fails at once), then build the plan, let
+        `confirm` refuse it, and run the steps; a failure has been undone when this returns."""
+        lock = self.state.lock(command, wait=self.lock_wait, take_stale=take_stale)
+        lock.acquire()
+        try:
+            lock.set_step("plan")
+            plan = build()  # a rollback reads the killed run's journal: before close_interrupted
+            if lock.taken_over is not None:
+                self.close_interrupted(by=command)
+            if confirm is not None:
+                lock.set_step("confirm")
+                confirm(plan)
+            runner = self._runner(command, lock.set_step)
+            runner.start({"kind": plan.kind, "stack": plan.stack.name, "restored_from": plan.restored_from,
+                          "auto_rollback": plan.auto_rollback, "previous": self.state.revisions.current_number()})
+            outcome = self._run(Run(plan, self.io, self.state.revisions, self.reporter, runner), runner)
+            self.state.audit.record(command, "ok" if outcome.ok else "failed", revision=outcome.revision,
+                                    summary=outcome.summary)
+            return outcome
+        except BaseException as exc:
+            self.state.audit.record(command, "error", error=str(exc)[:500])
+            raise
+        finally:
+            lock.release()
+
+    def resume(self, command: str, plan_of: Callable[[RunRecord, Revision], DeployPlan]) -> Outcome:
+        """Finish the killed run from the step where it stopped, or undo it if it was undoing.
+        Steps are idempotent (files rewritten whole, containers recreated, waits re-waited),
+        so the interrupted step runs again."""
+        store = self.state.revisions
+        run = self.state.interrupted_run()
+        if run is None:
+            return Outcome(True, store.current_number(), "-", "nothing to resume: the last run finished")
+        lock = self.state.lock(command, wait=self.lock_wait, take_stale=True)
+        lock.acquire()
+        try:
+            outcome = self._resume(command, run, plan_of, lock.set_step)
+            self.state.audit.record(command, "ok" if outcome.ok else "failed", revision=outcome.revision,
+                                    summary=outcome.summary)
+            return outcome
+        finally:
+            lock.release()
+
+    def close_interrupted(self, *, by: str) -> None:
+        """Mark a killed run as ended, and its uncommitted revision as interrupted."""
+        run = self.state.interrupted_run()
+        if run is None:
+            return
+        self.state.journal.append(run.run_id, "run-aborted", reason=f"interrupted; taken over by `{by}`")
+        store = self.state.revisions
+        rev = run.context.get("revision")
+        if isinstance(rev, int) and store.exists(rev) and store.get(rev).status.outcome == "pending":
+            store.update_status(rev, outcome="interrupted")
+        self.reporter.info(f"took over from the interrupted `{run.command}` (stopped at {run.last_step or 'start'})")
+
+    # ------------------------------------------------------------------ internals
+
+    def _runner(self, command: str, on_step: Callable[[str], None]) -> Runner[Run]:
+        return Runner(self.state.journal, self.reporter, command=command, on_step=on_step, fault=self.fault)
+
+    def _resume(self, command: str, run: RunRecord, plan_of: Callable[[RunRecord, Revision], DeployPlan],
+                on_step: Callable[[str], None]) -> Outcome:
+        store, journal, ctx = self.state.revisions, self.state.journal, run.context
+        rev_no = ctx.get("revision")
+        if not isinstance(rev_no, int) or not store.exists(rev_no):
+            journal.append(run.run_id, "run-aborted", reason="resumed: stopped before anything changed")
+            for entry in store.index():  # a revision stored just before the kill, never noted
+                if entry["outcome"] == "pending":
+                    store.update_status(entry["number"], outcome="aborted")
+            cur = store.current_number()
+            return Outcome(True, cur, str(ctx.get("stack", "-")),
+                           f"the interrupted `{run.command}` stopped before changing the node; still on revision "
+                           f"{cur}")
+        rev = store.get(rev_no)
+        plan = plan_of(run, rev)
+        runner = self._runner(f"{command} {run.command}", on_step)
+        r = Run(plan, self.io, store, self.reporter, runner)
+        prev_no = ctx.get("previous")
+        r.revision = rev
+        r.previous = store.get(prev_no) if isinstance(prev_no, int) and store.exists(prev_no) else None
+        started = {str(e.get("step")) for e in run.events if e["event"] == "step-start"}
+        r.activated = "activate" in started
+        journal.append(run.run_id, "run-aborted", reason="resumed by a new run")
+        runner.start({**ctx, "resumed_from": run.run_id})
+        all_steps = steps(plan)
+        done_names = run.steps_done()
+        done = [s for s in all_steps if s.name in done_names]
+        undoing = any(e["event"].startswith("undo") or e["event"] == "step-failed" for e in run.events)
+        self.reporter.phase("resume", f"`{run.command}` stopped at {run.last_step}; "
+                            + ("undoing it" if undoing else "finishing it"))
+        if undoing:
+            errors = runner.compensate(done, r)
+            journal.append(runner.run_id, "run-failed", step=run.last_step, error="interrupted while undoing")
+            return self._failed(r, StepFailed(str(run.last_step), RuntimeError("the run was killed while undoing"),
+                                              errors, True))
+        skip = next((i for i, s in enumerate(all_steps) if s.name not in done_names), len(all_steps))
+        return self._run(r, runner, skip=skip, done=done)
+
+    def _run(self, r: Run, runner: Runner[Run], *, skip: int = 0, done: Sequence[Step[Run]] = ()) -> Outcome:
+        try:
+            runner.run(steps(r.plan)[skip:], r, done=done, compensate=r.plan.auto_rollback)
+        except StepFailed as failure:
+            return self._failed(r, failure)
+        assert r.revision is not None  # record ran, in this run or the killed one
+        store = self.state.revisions
+        store.update_status(r.revision.number, timings=dict(runner.timings))  # now with commit and companions
+        store.prune(self.keep_revisions)
+        facts = r.facts or store.get(r.revision.number).status.facts  # a resumed run may have checked nothing
+        kv = facts.get("kv_cache_tokens")
+        extra = f", KV {kv:,} tokens" if isinstance(kv, int) else ""
+        return Outcome(True, r.revision.number, r.plan.stack.name,
+                       f"node on revision {r.revision.number} ({r.plan.stack.name}), healthy in "
+                       f"{facts.get('time_to_healthy', 0):.1f} s{extra}", r.checks_passed)
+
+    def _failed(self, r: Run, failure: StepFailed) -> Outcome:
+        store = self.state.revisions
+        err = failure.error
+        if isinstance(err, UserError) and not r.activated:
+            raise err  # bad input found in preflight: exit 2, nothing changed
+        details = [f"failed at {failure.step}: {err}"]
+        finding = r.wait.finding if r.wait is not None else None
+        if finding is not None:
+            details.append(f"diagnosis: {finding.one_line()}")
+            details.append(f"  log line: {finding.line}")
+        if r.wait is not None and not r.wait.healthy:
+            details.append("last log lines:")
+            details += [f"  | {line}" for line in r.wait.tail(12)]
+        if r.revision is not None:
+            store.update_status(r.revision.number, outcome="failed" if r.activated else "aborted",
+                                failure=f"{failure.step}: {err}"[:2000],
+                                diagnosis=finding.one_line() if finding else None, facts=r.facts,
+                                timings=dict(r.runner.timings))
+            if r.activated:
+                details.append(f"revision {r.revision.number} kept with its log: b70deploy logs {r.revision.number}")
+        details += failure.undo_errors
+        prev, name = r.previous, r.plan.stack.name
+        rolled_back = False
+        if not r.plan.auto_rollback and r.activated:
+            summary = (f"node left on failed revision {r.revision.number if r.revision else '?'} "
+                       "(--no-auto-rollback); fix: b70deploy rollback")
+        elif failure.undo_errors:
+            summary = "rollback FAILED: the node may be serving nothing; see above, then b70deploy status"
+        elif prev is not None:
+            rolled_back = True
+            back = f" in {r.rollback_wait.elapsed:.1f} s" if r.rollback_wait else ""
+            summary = f"switch to {name} failed; node back on revision {prev.number} ({prev.meta.stack}), healthy{back}"
+        else:
+            summary = f"switch to {name} failed; no previous revision, node serves nothing"
+        return Outcome(False, r.revision.number if r.revision else None, name, summary, details, exit_code=1,
+                       rolled_back=rolled_back)

@@ -1,0 +1,77 @@
+"""The seam: every effect a deployment has on the node, as one interface.
+
+The switch's steps (deploy/steps.py) touch the node only through a `NodeIO`: the deploy
+dir's files, compose up/stop, image lookups, the health wait with its log watch, the smoke
+probes, the idle readings and the clock. `docker.node.DockerNode` is the real one (Compose
+v2, the engine API, HTTP); tests drive the same steps against an in-memory fake, so the
+state machine's decision table runs in milliseconds and the real engine is kept for the
+end-to-end paths. The state dir (revisions, journal, lock) is not behind the seam: it is
+plain files the tool owns, the same under both.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from ..config.schema import Stack
+    from ..ui.progress import Reporter
+    from .health import WaitResult
+    from .verify import Reading
+
+VLLM = "vllm"
+
+
+class NodeIO(Protocol):
+    """One node as a deployment sees it: a deploy dir, a compose project, a port."""
+
+    # ---- the deploy dir (the files compose reads)
+    def read_deployed(self) -> dict[str, bytes]:
+        """Every file of ours in the deploy dir (compose, env files, patched files)."""
+
+    def write_deployed(self, files: Mapping[str, bytes]) -> None:
+        """Make the deploy dir hold exactly `files`: each written atomically, strays removed."""
+
+    def has_compose_file(self) -> bool: ...
+
+    # ---- compose
+    def compose_config(self, files: Mapping[str, bytes]) -> tuple[dict[str, Any] | None, str | None]:
+        """`docker compose config` of `files` in a scratch dir: (document, None) or (None, error)."""
+
+    def up(self, services: Sequence[str], *, recreate: bool = True) -> None: ...
+
+    def stop(self, services: Sequence[str]) -> None: ...
+
+    # ---- images
+    def image_present(self, ref: str) -> bool: ...
+
+    def image_id(self, ref: str) -> str | None:
+        """The id `ref` names on this engine now, None when absent."""
+
+    # ---- the serving container
+    def wait_healthy(self, *, timeout: float, reporter: Reporter) -> WaitResult:
+        """Poll /health while watching the vllm container and its log; ends at once on a
+        fatal line, an exit or a stall."""
+
+    def container_log(self) -> list[str]:
+        """The vllm container's whole log (a resumed run's check reads the boot it missed)."""
+
+    def probe_health(self) -> int | None: ...
+
+    def smoke(self, stack: Stack) -> tuple[list[str], list[str]]:
+        """(passed, failed) of the stack's smoke tests."""
+
+    def served_version(self) -> str | None: ...
+
+    def idle_readings(self) -> list[Reading]:
+        """Connections on the prod port, feeders, load: is the node idle?"""
+
+    def ensure_draft(self, stack: Stack) -> str | None:
+        """The EAGLE draft copy with max_position_embeddings raised, when the stack asks for
+        one; returns what was done, for the progress line."""
+
+    # ---- time
+    def monotonic(self) -> float: ...
+
+    def sleep(self, seconds: float) -> None: ...

@@ -1,0 +1,168 @@
+"""The real NodeIO: a deploy dir on disk, Compose v2 for the project, the engine API for
+images and the container's log, HTTP for /health and the smoke tests."""
+
+from __future__ import annotations
+
+import json
+import tempfile
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ..deploy.health import probe_health, wait_healthy
+from ..deploy.smoke import run_smoke, served_version
+from ..deploy.verify import readings, remote_readings
+from ..errors import B70Error
+from ..render.draft import ensure_draft_copy
+from ..render.files import COMPOSE_FILE
+from ..state.fsio import fsync_dir, write_atomic, write_tree
+from ..state.revisions import file_mode
+from ..vllmlog.diagnosis import diagnose
+from . import engine
+from .compose import Compose
+from .proc import last_line, run
+
+if TYPE_CHECKING:
+    from ..config.node import Node
+    from ..config.schema import Stack
+    from ..deploy.health import WaitResult
+    from ..deploy.verify import Reading
+    from ..ui.progress import Reporter
+
+VLLM = "vllm"
+OURS = (COMPOSE_FILE, ".env", "vllm.env")
+
+
+def compose_config(files: Mapping[str, bytes], project: str) -> tuple[dict[str, Any] | None, str | None]:
+    """`docker compose config` of `files` in a scratch folder: (the resolved config, None) or
+    (None, why Compose refused them)."""
+    with tempfile.TemporaryDirectory(prefix="b70deploy-config-") as tmp:
+        write_tree(Path(tmp), files, {n: file_mode(n) for n in files})
+        try:
+            result = run(Compose(Path(tmp), project).config(fmt="json"), timeout=60, check=False)
+        except B70Error as e:
+            return None, str(e)
+    if result.returncode != 0:
+        return None, last_line(result.stderr)
+    try:
+        return json.loads(result.stdout), None
+    except ValueError:
+        return None, "output is not JSON"
+
+
+def deployed_names(deploy_dir: Path) -> list[str]:
+    """Files of ours in a deploy dir: compose, env files and patched files."""
+    names = [n for n in OURS if (deploy_dir / n).is_file()]
+    patches = deploy_dir / "patches"
+    if patches.is_dir():
+        names += sorted(p.relative_to(deploy_dir).as_posix() for p in patches.rglob("*") if p.is_file())
+    return names
+
+
+def write_deploy_files(deploy_dir: Path, files: Mapping[str, bytes]) -> None:
+    """Make `deploy_dir` hold exactly `files`: each written atomically, strays removed."""
+    deploy_dir.mkdir(parents=True, exist_ok=True)
+    for name, data in files.items():
+        write_atomic(deploy_dir / name, data, mode=file_mode(name))
+    for name in deployed_names(deploy_dir):
+        if name not in files:
+            (deploy_dir / name).unlink()
+    fsync_dir(deploy_dir)
+
+
+@dataclass(frozen=True)
+class DockerNode:
+    """One compose project in one folder, served on one port (production, or the dark stack)."""
+
+    node: Node
+    deploy_dir: Path
+    project: str
+    port: int
+
+    @classmethod
+    def production(cls, node: Node) -> DockerNode:
+        return cls(node, node.deploy_dir, node.project, node.config.ports.prod)
+
+    @classmethod
+    def dark(cls, node: Node, where: Path) -> DockerNode:
+        return cls(node, where, node.dark_project, node.config.ports.dark)
+
+    @property
+    def base_url(self) -> str:
+        return f"http://{self.node.address}:{self.port}"
+
+    @property
+    def compose(self) -> Compose:
+        return Compose(self.deploy_dir, self.project)
+
+    # ---- the deploy dir
+    def read_deployed(self) -> dict[str, bytes]:
+        return {n: (self.deploy_dir / n).read_bytes() for n in deployed_names(self.deploy_dir)}
+
+    def write_deployed(self, files: Mapping[str, bytes]) -> None:
+        write_deploy_files(self.deploy_dir, files)
+
+    def has_compose_file(self) -> bool:
+        return (self.deploy_dir / COMPOSE_FILE).is_file()
+
+    # ---- compose
+    def compose_config(self, files: Mapping[str, bytes]) -> tuple[dict[str, Any] | None, str | None]:
+        return compose_config(files, self.project)
+
+    def up(self, services: Sequence[str], *, recreate: bool = True) -> None:
+        run(self.compose.up(services, recreate=recreate), timeout=300)
+
+    def stop(self, services: Sequence[str]) -> None:
+        run(self.compose.stop(services), timeout=120)
+
+    def down(self) -> None:
+        run(self.compose.down(), timeout=120)
+
+    # ---- images
+    def image_present(self, ref: str) -> bool:
+        return engine.image_present(ref)
+
+    def image_id(self, ref: str) -> str | None:
+        return engine.image_info(ref).id if engine.image_present(ref) else None
+
+    # ---- the serving container
+    def wait_healthy(self, *, timeout: float, reporter: Reporter) -> WaitResult:
+        t = self.node.config.timeouts
+        return wait_healthy(project=self.project, service=VLLM, health_url=f"{self.base_url}/health",
+                            timeout=timeout, max_interval=t.poll_interval, reporter=reporter, diagnose=diagnose,
+                            stall_after=t.stall)
+
+    def container_log(self) -> list[str]:
+        container = engine.find_container(self.project, VLLM)
+        return engine.container_log(container).splitlines() if container is not None else []
+
+    def probe_health(self) -> int | None:
+        return probe_health(f"{self.base_url}/health")
+
+    def smoke(self, stack: Stack) -> tuple[list[str], list[str]]:
+        return run_smoke(self.base_url, stack, timeout=self.node.config.timeouts.smoke)
+
+    def served_version(self) -> str | None:
+        return served_version(self.base_url)
+
+    def idle_readings(self) -> list[Reading]:
+        cfg = self.node.config
+        if self.node.on_this_host:
+            return readings(port=self.port, feeders=cfg.feeders, load_threshold=cfg.load_threshold)
+        return remote_readings(self.node.address, self.port)
+
+    def ensure_draft(self, stack: Stack) -> str | None:
+        spec = stack.speculative
+        if spec is None or spec.model is None or spec.draft_max_position_embeddings is None:
+            return None
+        rel = ensure_draft_copy(self.node.models_dir, spec.model, spec.draft_max_position_embeddings)
+        return f"draft copy {rel}: max_position_embeddings {spec.draft_max_position_embeddings}"
+
+    # ---- time
+    def monotonic(self) -> float:
+        return time.monotonic()
+
+    def sleep(self, seconds: float) -> None:
+        time.sleep(seconds)
