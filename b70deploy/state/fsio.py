@@ -1,15 +1,19 @@
-"""Atomic file writes: temp file in the same folder, fsync, rename, fsync the folder.
+"""Durable state files: atomic replaces and whole-line appends.
 
-A reader (or a crash) sees the old bytes or the new bytes, never a torn file.
+`write_atomic`: temp file in the same folder, fsync, rename, fsync the folder; a reader (or
+a crash) sees the old bytes or the new bytes, never a torn file. `append_jsonl`: one JSON
+line per call to an append-only log (the journal, the audit log), whole and fsynced.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import tempfile
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 
 def fsync_dir(path: Path) -> None:
@@ -51,3 +55,19 @@ def read_tree(root: Path, names: list[str]) -> dict[str, bytes]:
         if p.is_file():
             out[name] = p.read_bytes()
     return out
+
+
+def append_jsonl(path: Path, entry: Mapping[str, Any]) -> None:
+    """Append `entry` as one JSON line to `path` (created 0600: logs name users and commands).
+
+    O_APPEND plus a single write keeps concurrent writers' lines whole; the fsync makes the
+    line outlive a crash, so `status` and `resume` can trust what they read back.
+    """
+    line = json.dumps(entry, sort_keys=True, default=str) + "\n"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+    try:
+        os.write(fd, line.encode())
+        os.fsync(fd)
+    finally:
+        os.close(fd)
