@@ -112,10 +112,9 @@ def compose_config(files: dict[str, bytes], project: str) -> tuple[dict[str, Any
     """`docker compose config` of `files` in a scratch folder: (the resolved config, None) or
     (None, why Compose refused them)."""
     from ..docker.compose import Compose
-    from ..state.revisions import file_mode
 
     with tempfile.TemporaryDirectory(prefix="b70deploy-config-") as tmp:
-        write_tree(Path(tmp), files, {n: file_mode(n) for n in files})
+        write_tree(Path(tmp), files)
         try:
             result = run(Compose(Path(tmp), project).config(fmt="json"), timeout=60, check=False)
         except B70Error as e:

@@ -24,6 +24,12 @@ def fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
+def file_mode(name: str) -> int:
+    """The one mode rule for deployed and stored files: env files (`.env`, `vllm.env`, any
+    `*.env`) carry secrets such as HF_TOKEN and are 0600; everything else is 0644."""
+    return 0o600 if name.endswith(".env") else 0o644
+
+
 def write_atomic(path: Path, data: bytes, *, mode: int = 0o644) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
@@ -41,10 +47,11 @@ def write_atomic(path: Path, data: bytes, *, mode: int = 0o644) -> None:
     fsync_dir(path.parent)
 
 
-def write_tree(root: Path, files: Mapping[str, bytes], modes: Mapping[str, int]) -> None:
-    """Write each file of `files` (relative names) under `root`, each atomically."""
+def write_tree(root: Path, files: Mapping[str, bytes], modes: Mapping[str, int] | None = None) -> None:
+    """Write each file of `files` (relative names) under `root`, each atomically, with the mode
+    `modes` gives it, else `file_mode`'s."""
     for name, data in files.items():
-        write_atomic(root / name, data, mode=modes.get(name, 0o644))
+        write_atomic(root / name, data, mode=(modes or {}).get(name, file_mode(name)))
 
 
 def read_tree(root: Path, names: list[str]) -> dict[str, bytes]:

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from ..errors import UserError
+from .fsio import file_mode as file_mode  # re-exported: deploy/steps.py imports it from here
 from .fsio import fsync_dir, write_atomic
 
 Outcome = Literal["pending", "deployed", "superseded", "failed", "aborted", "interrupted"]
@@ -35,10 +36,6 @@ HEALTHY_OUTCOMES = ("deployed", "superseded")
 
 def sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
-
-
-def file_mode(name: str) -> int:
-    return 0o600 if name.endswith(".env") else 0o644
 
 
 @dataclass(frozen=True)
