@@ -57,9 +57,9 @@ class StaleLock(OperationError):
     def __init__(self, holder: Holder) -> None:
         self.holder = holder
         super().__init__(
-            f"stale lock: {holder.describe()} is no longer running (the run was interrupted); "
-            "fix: `b70deploy status` shows where it stopped; `b70deploy resume` finishes or undoes it, "
-            "`b70deploy rollback` restores the previous revision, `b70deploy unlock` clears the lock")
+            f"stale lock: {holder.describe()} is no longer running (the run was interrupted)",
+            fix="`b70deploy status` shows where it stopped; `b70deploy resume` finishes or undoes it, "
+                "`b70deploy rollback` restores the previous revision, `b70deploy unlock` clears the lock")
 
 
 class DeployLock:
@@ -89,7 +89,7 @@ class DeployLock:
                 if time.monotonic() >= deadline:
                     holder = self.read_holder()
                     who = holder.describe() if holder else "another b70deploy process"
-                    raise LockBusy(f"the node is locked by {who}; fix: wait for it, or pass --lock-wait SECONDS") \
+                    raise LockBusy(f"the node is locked by {who}", fix="wait for it, or pass --lock-wait SECONDS") \
                         from None
                 time.sleep(0.2)
         stale = self.read_holder()
