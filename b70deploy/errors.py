@@ -36,11 +36,9 @@ class B70Error(Exception):
 
     def __init__(self, message: str, *, where: str = "", fix: str = "") -> None:
         self.where = where
+        self.what = self._text(f"{where}: {message}" if where else message)  # the line without its fix
         self.fix = fix
-        parts = [f"{where}: {message}" if where else message]
-        if fix:
-            parts.append(f"fix: {fix}")
-        super().__init__(self._text("; ".join(parts)))
+        super().__init__(f"{self.what}; fix: {self._text(fix)}" if fix else self.what)
 
     def _text(self, text: str) -> str:
         return text

@@ -27,6 +27,7 @@ from ..render.patches import PatchSpec, deploy_files, find_patch, materialize, m
 from ..render.vllm_args import container_model_path
 from ..state.fsio import write_tree
 from . import Finding, LintContext, lint_stack
+from .findings import STACK_INVALID
 
 
 def draft_path_for(stack: Stack) -> str | None:
@@ -144,7 +145,7 @@ def lint_stacks(node: Node, names: list[str], *, docker: bool = True,
             try:
                 stack = catalogue.load(name)
             except UserError as e:
-                out[name] = ([Finding(id="stack-invalid", severity="error", message=str(e),
+                out[name] = ([Finding(id=STACK_INVALID, severity="error", message=e.what,
                                       fix=e.fix or "correct the stack file", stack=name)], [])
                 continue
             ctx = build_context(node, stack, docker=docker, inspector=inspector, check_port=check_port)

@@ -15,7 +15,7 @@ from b70deploy.state.lock import DeployLock, LockBusy, StaleLock
 def test_where_what_fix(cls: type[B70Error]) -> None:
     e = cls("the engine refused", where="node.yaml", fix="start dockerd")
     assert str(e) == "node.yaml: the engine refused; fix: start dockerd"
-    assert (e.where, e.fix) == ("node.yaml", "start dockerd")
+    assert (e.where, e.what, e.fix) == ("node.yaml", "node.yaml: the engine refused", "start dockerd")
     assert str(cls("plain")) == "plain" and cls("plain").fix == ""
     assert str(cls("what", fix="how")) == "what; fix: how"
 
