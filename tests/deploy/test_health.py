@@ -3,8 +3,13 @@ diagnosis at `stall_after`, not at the health timeout, and no test waits for it.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import os
+import socket
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -121,3 +126,46 @@ def test_without_stall_after_only_the_timeout_ends_a_quiet_boot(boot: Callable[.
     r = boot([(0, LOAD), (30, COMPILE)], stall_after=None, timeout=1200)
     assert not r.healthy and r.reason == "not healthy after 1200 s" and r.finding is None
     assert 1200 <= r.elapsed < 1210
+
+
+# ---------------------------------------------------------------- on the simulator, real time
+
+
+class ProcContainer:
+    """The simulator run on the host, shown to wait_healthy as a container: its stdout is the log."""
+
+    def __init__(self, proc: subprocess.Popen[bytes]) -> None:
+        self.proc = proc
+
+    def logs(self, **_: Any) -> Iterator[bytes]:
+        out = self.proc.stdout
+        assert out is not None
+        yield from iter(out.readline, b"")
+
+    def state(self) -> ContainerState:
+        code = self.proc.poll()
+        return ContainerState("running" if code is None else "exited", code, 0, "", None)
+
+
+def test_the_simulator_hanging_in_torch_compile_ends_the_wait_as_a_compile_stall(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = int(s.getsockname()[1])
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2]), "B70SIM_FAIL": "compile-hang",
+           "B70SIM_BOOT_SECONDS": "0.5"}
+    proc = subprocess.Popen([sys.executable, "-m", "b70deploy.sim.server", "serve", "/models/Qwen3-30B-A3B-W4A16",
+                             "--host", "127.0.0.1", "--port", str(port), "--kv-cache-dtype", "fp8"],
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    box = ProcContainer(proc)
+    monkeypatch.setattr(health, "find_container", lambda project, service: box)
+    monkeypatch.setattr(health, "state_of", lambda c: c.state())
+    try:
+        r = health.wait_healthy(project="p", service="vllm", health_url=f"http://127.0.0.1:{port}/health",
+                                timeout=60, max_interval=0.5, reporter=PlainReporter(heartbeat=1e9),
+                                diagnose=diagnose, stall_after=1.5)
+    finally:
+        proc.kill()
+        proc.wait()
+    assert not r.healthy and r.finding is not None and r.finding.id == COMPILE_STALL, r
+    assert "Dynamo bytecode transform time" in r.finding.line and r.elapsed < 10
