@@ -1,8 +1,25 @@
-"""The two ways a command fails, and their exit codes.
+"""The ways a command fails, and their exit codes.
 
 UserError is a mistake in input (a stack file, the node config, an argument): exit 2,
 one line, and nothing has been changed. OperationError is the node misbehaving (an
-engine error, a stack that never became healthy): exit 1.
+engine error, a stack that never became healthy): exit 1. Both read
+"where: what; fix: how", and the CLI prints that one line (cli/__init__.py `main`).
+
+The exception tree (where each class lives; the ones not under B70Error never reach the
+CLI, their catcher turns them into a result or into a B70Error):
+
+    Exception
+    +-- B70Error                   errors.py: exit_code 1; `where=`, `fix=`
+    |   +-- UserError              errors.py: bad input, exit 2, newlines escaped
+    |   +-- OperationError         errors.py: the node failed, exit 1
+    |       +-- LockBusy           state/lock.py: another command holds the node
+    |       +-- StaleLock          state/lock.py: the holder died mid-run (resume/rollback/unlock)
+    +-- StepFailed                 deploy/runner.py: a step raised; carries the cause and the
+    |                              undo errors; deploy/driver.py turns it into the Outcome
+    +-- BootFailed                 deploy/health.py: inside wait_healthy only (fatal line, exit,
+    |                              stall); returned as WaitResult(healthy=False, finding)
+    +-- EditError                  render/patches.py: an edit no longer applies; becomes a UserError
+    +-- ApiError                   sim/server.py: the simulator's HTTP error reply (not the package's)
 """
 
 from __future__ import annotations
@@ -13,7 +30,18 @@ EXIT_BAD_INPUT = 2
 
 
 class B70Error(Exception):
+    """A failure the CLI reports as one line and an exit code: "where: what; fix: how"."""
+
     exit_code = EXIT_FAILED
+
+    def __init__(self, message: str, *, where: str = "", fix: str = "") -> None:
+        self.where = where
+        self.what = self._text(f"{where}: {message}" if where else message)  # the line without its fix
+        self.fix = fix
+        super().__init__(f"{self.what}; fix: {self._text(fix)}" if fix else self.what)
+
+    def _text(self, text: str) -> str:
+        return text
 
 
 class UserError(B70Error):
@@ -21,21 +49,13 @@ class UserError(B70Error):
 
     exit_code = EXIT_BAD_INPUT
 
-    def __init__(self, message: str, *, where: str = "", fix: str = "") -> None:
-        self.where = where
-        self.fix = fix
-        parts = [f"{where}: {message}" if where else message]
-        if fix:
-            parts.append(f"fix: {fix}")
+    def _text(self, text: str) -> str:
         # One line, whatever the input held (a key or file name with a newline in it).
-        super().__init__("; ".join(parts).replace("\r", "\\r").replace("\n", "\\n"))
+        return text.replace("\r", "\\r").replace("\n", "\\n")
 
 
 class OperationError(B70Error):
-    """The node did not do what was asked; the command failed (exit 1)."""
+    """The node did not do what was asked; the command failed (exit 1). A caller may append
+    the container's last log lines after a newline (the dark boot does): they are kept."""
 
     exit_code = EXIT_FAILED
-
-    def __init__(self, message: str, *, fix: str = "") -> None:
-        self.fix = fix
-        super().__init__(f"{message}; fix: {fix}" if fix else message)

@@ -60,7 +60,12 @@ def is_loopback(host: str) -> bool:
 
 
 class CaptureWriter:
-    """Appends records as JSON lines to rotating segments. `record` never raises."""
+    """Appends records as JSON lines to rotating segments. `record` never raises.
+
+    Not state/fsio.append_jsonl: that opens, fsyncs and closes per line to make a state log
+    crash-proof; a capture keeps one segment open and leaves flushing to the OS, so a busy
+    proxy's writer keeps up (a capture lost to a power cut costs a few samples, not state).
+    """
 
     def __init__(self, folder: Path, *, segment_bytes: int = 64 << 20, max_bytes: int = 1 << 30,
                  queue_size: int = 1000) -> None:
@@ -314,6 +319,7 @@ class ProxyHandler(BaseHTTPRequestHandler):
         try:
             with contextlib.suppress(Exception):
                 meta["usage"] = _usage_from(meta.get("content_type") or "", tail, whole)
+            # UTC to the millisecond, not state/stamps.now_iso (seconds): many requests share a second.
             rec: dict[str, Any] = {
                 "v": 1, "id": uuid.uuid4().hex, "ts": datetime.now(UTC).isoformat(timespec="milliseconds"),
                 "method": self.command, "path": self.path,

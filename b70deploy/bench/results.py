@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -24,14 +24,11 @@ SCHEMA = "b70deploy.bench/1"
 KINDS = ("bench", "sweep", "replay")
 
 
-def now_iso() -> str:
-    return datetime.now(UTC).astimezone().isoformat(timespec="seconds")
-
-
 def default_path(folder: Path, doc: dict[str, Any]) -> Path:
     """<folder>/<date>-<kind/metric>-<stack>-ctx<N>-c<C>.json, unique within the folder."""
     env = doc.get("environment") or {}
     cfg = doc.get("config") or {}
+    # A file-name stamp, not now_iso(): sortable, and free of ':' and '+' in a path.
     stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
     what = cfg.get("metric") or doc.get("kind", "bench")
     parts = [stamp, str(what), str(env.get("stack") or "unknown")]

@@ -84,8 +84,8 @@ def resolve_model(endpoint: Endpoint, model: str | None, served: list[str]) -> s
     if model:
         return model
     if not served:
-        raise OperationError(f"{endpoint.url}/v1/models lists no model (is the server up?); "
-                             "give --model ALIAS or check the endpoint")
+        raise OperationError(f"{endpoint.url}/v1/models lists no model (is the server up?)",
+                             fix="give --model ALIAS or check the endpoint")
     return served[0]
 
 

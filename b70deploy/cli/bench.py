@@ -65,7 +65,7 @@ def _target(ctx: Ctx, endpoint: str | None, stack: str | None, note: str | None,
             model: str | None) -> tuple[Endpoint, dict[str, Any]]:
     from ..bench.client import Endpoint
     from ..bench.deployment import current_deployment_info, environment
-    from ..bench.results import now_iso
+    from ..state.stamps import now_iso
 
     known = None
     if endpoint is None:

@@ -62,7 +62,7 @@ def render(ctx: Ctx, stack: str, out: str | None, as_json: bool) -> None:
         from ..state.fsio import write_tree
 
         dest = Path(out)
-        write_tree(dest, rendered.files, {n: rendered.mode(n) for n in rendered.files})
+        write_tree(dest, rendered.files)
         for n in rendered.notes:
             note(n)
         click.echo(f"wrote {len(rendered.files)} files for {stack} to {dest}")

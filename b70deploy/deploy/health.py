@@ -2,7 +2,10 @@
 
 Two things run at once: a poller asks GET /health (tenacity, capped back-off), and a log
 follower reads the container's log. A fatal log line or the container exiting wakes the
-poller at once, so a crash is reported in about a second, not after the timeout.
+poller at once, so a crash is reported in about a second, not after the timeout. Each line
+also goes, with the time it arrived, to a StallWatch: a log that goes quiet for the node's
+`timeouts.stall` ends the wait with the compile-stall (quiet inside torch.compile) or the
+log-stall diagnosis, long before the health timeout.
 """
 
 from __future__ import annotations
@@ -10,11 +13,10 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 from ..docker.engine import LogFollower, find_container, state_of
 from ..ui.progress import Reporter
-from ..vllmlog.diagnosis import Diagnosis
+from ..vllmlog.diagnosis import Diagnosis, StallWatch
 
 Diagnose = Callable[[Sequence[str]], Diagnosis | None]
 SETTLE_SECONDS = 1.0
@@ -53,11 +55,13 @@ def probe_health(url: str, *, timeout: float = 2.0) -> int | None:
 
 def wait_healthy(*, project: str, service: str, health_url: str, timeout: float, max_interval: float,
                  reporter: Reporter, diagnose: Diagnose | None = None, stall_after: float | None = None,
-                 grace_503: float = 0.0) -> WaitResult:
-    """Wait until `health_url` answers 200, the container fails, or `timeout` passes."""
-    from tenacity import RetryError, Retrying, retry_if_result, stop_after_delay, wait_exponential
+                 clock: Callable[[], float] = time.monotonic) -> WaitResult:
+    """Wait until `health_url` answers 200, the container fails, the log stalls for
+    `stall_after` seconds (None: never), or `timeout` passes. `clock` is monotonic seconds
+    (a test passes a fake one; the poller's waits go through the log follower)."""
+    from tenacity import RetryCallState, RetryError, Retrying, retry_if_result, wait_exponential
 
-    start = time.monotonic()
+    start = clock()
     container = None
     for _ in range(50):  # compose has just created it; give the API a moment
         container = find_container(project, service)
@@ -65,11 +69,17 @@ def wait_healthy(*, project: str, service: str, health_url: str, timeout: float,
             break
         time.sleep(0.1)
     if container is None:
-        return WaitResult(False, time.monotonic() - start, f"no {service} container in project {project}")
+        return WaitResult(False, clock() - start, f"no {service} container in project {project}")
     first = state_of(container)
-    follower = LogFollower(container, on_line=reporter.log_line).start()
-    last_change = [time.monotonic(), 0]
+    # One threshold for both stalls: timeouts.stall is "seconds without boot progress".
+    watch = StallWatch(stall_after, quiet_seconds=stall_after, start=clock()) if stall_after is not None else None
 
+    def on_line(line: str) -> None:
+        if watch is not None:
+            watch.feed(line, clock())  # stamped on arrival, not when the poller next looks
+        reporter.log_line(line)
+
+    follower = LogFollower(container, on_line=on_line).start()
     first_fatal: list[float] = []
 
     def attempt() -> bool | None:
@@ -78,8 +88,8 @@ def wait_healthy(*, project: str, service: str, health_url: str, timeout: float,
             # The first fatal line is often the generic one ("EngineCore failed to start");
             # the specific cause follows within moments, so settle briefly, then diagnose.
             if not first_fatal:
-                first_fatal.append(time.monotonic())
-            if follower.ended.is_set() or time.monotonic() - first_fatal[0] >= SETTLE_SECONDS:
+                first_fatal.append(clock())
+            if follower.ended.is_set() or clock() - first_fatal[0] >= SETTLE_SECONDS:
                 found = diagnose(follower.lines)
                 assert found is not None
                 raise BootFailed(f"fatal line in the log: {found.title}", found)
@@ -89,12 +99,9 @@ def wait_healthy(*, project: str, service: str, health_url: str, timeout: float,
             follower.ended.wait(1.0)  # let the last lines in
             found = diagnose(follower.lines) if diagnose is not None else None
             raise BootFailed(f"the {service} container exited (code {st.exit_code})", found, st.exit_code)
-        if stall_after is not None:
-            if len(lines) != last_change[1]:
-                last_change[:] = [time.monotonic(), len(lines)]
-            elif time.monotonic() - last_change[0] > stall_after:
-                raise BootFailed(f"no new log line for {stall_after:.0f} s: the boot looks stalled "
-                                 "(the post saw torch.compile hang on hybrid GDN layers; try enforce_eager: true)")
+        stalled = watch.check(clock()) if watch is not None else None
+        if stalled is not None:
+            raise BootFailed(f"the boot stalled: {stalled.title}", stalled)
         code = probe_health(health_url)
         reporter.tick(f"/health: {code or 'refused'}")
         return True if code == 200 else None
@@ -103,20 +110,17 @@ def wait_healthy(*, project: str, service: str, health_url: str, timeout: float,
         follower.changed.clear()
         follower.changed.wait(seconds)  # a new log line or the end of the log wakes us early
 
-    retrying = Retrying(stop=stop_after_delay(timeout), wait=wait_exponential(multiplier=0.1, max=max_interval),
+    def out_of_time(_: RetryCallState) -> bool:
+        return clock() - start >= timeout  # on `clock`, not tenacity's own, so a fake clock drives it
+
+    retrying = Retrying(stop=out_of_time, wait=wait_exponential(multiplier=0.1, max=max_interval),
                         retry=retry_if_result(lambda ok: ok is None), sleep=sleep, reraise=True)
     try:
         retrying(attempt)
-        return WaitResult(True, time.monotonic() - start, "healthy", log_lines=list(follower.lines))
+        return WaitResult(True, clock() - start, "healthy", log_lines=list(follower.lines))
     except BootFailed as e:
-        return WaitResult(False, time.monotonic() - start, e.reason, e.finding, e.exit_code, list(follower.lines))
+        return WaitResult(False, clock() - start, e.reason, e.finding, e.exit_code, list(follower.lines))
     except RetryError:
         found = diagnose(follower.lines) if diagnose is not None else None
-        return WaitResult(False, time.monotonic() - start, f"not healthy after {timeout:.0f} s", found,
+        return WaitResult(False, clock() - start, f"not healthy after {timeout:.0f} s", found,
                           log_lines=list(follower.lines))
-
-
-def container_facts(project: str, service: str) -> dict[str, Any]:
-    container = find_container(project, service)
-    st = state_of(container)
-    return {"status": st.status, "exit_code": st.exit_code, "image_id": st.image_id}

@@ -29,17 +29,11 @@ class Compose:
             argv.append("--force-recreate")
         return [*argv, *services]
 
-    def start(self, services: Sequence[str]) -> list[str]:
-        return [*self.base(), "start", *services]
-
     def stop(self, services: Sequence[str], *, timeout: int = 30) -> list[str]:
         return [*self.base(), "stop", "--timeout", str(timeout), *services]
 
     def down(self) -> list[str]:
         return [*self.base(), "down", "--remove-orphans", "--timeout", "10"]
-
-    def ps(self) -> list[str]:
-        return [*self.base(), "ps", "--all", "--format", "json"]
 
     def logs(self, service: str, *, tail: int | None = None) -> list[str]:
         argv = [*self.base(), "logs", "--no-color", "--no-log-prefix"]

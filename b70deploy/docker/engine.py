@@ -33,8 +33,8 @@ def client() -> Any:
         return docker.from_env(version="auto", timeout=60)
     except DockerException as e:
         where = target.get("DOCKER_HOST") or target.get("DOCKER_CONTEXT") or "the local engine"
-        raise OperationError(f"cannot reach the Docker Engine at {where}: {e}; "
-                             "fix: start dockerd or check the node's docker_host") from None
+        raise OperationError(f"cannot reach the Docker Engine at {where}: {e}",
+                             fix="start dockerd or check the node's docker_host") from None
 
 
 def _context_client(name: str) -> Any:

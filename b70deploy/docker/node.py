@@ -17,8 +17,7 @@ from ..deploy.verify import readings, remote_readings
 from ..errors import B70Error
 from ..render.draft import ensure_draft_copy
 from ..render.files import COMPOSE_FILE
-from ..state.fsio import fsync_dir, write_atomic, write_tree
-from ..state.revisions import file_mode
+from ..state.fsio import file_mode, fsync_dir, write_atomic, write_tree
 from ..vllmlog.diagnosis import diagnose
 from . import engine
 from .compose import Compose
@@ -39,7 +38,7 @@ def compose_config(files: Mapping[str, bytes], project: str) -> tuple[dict[str, 
     """`docker compose config` of `files` in a scratch folder: (the resolved config, None) or
     (None, why Compose refused them)."""
     with tempfile.TemporaryDirectory(prefix="b70deploy-config-") as tmp:
-        write_tree(Path(tmp), files, {n: file_mode(n) for n in files})
+        write_tree(Path(tmp), files)
         try:
             result = run(Compose(Path(tmp), project).config(fmt="json"), timeout=60, check=False)
         except B70Error as e:

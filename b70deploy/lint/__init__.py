@@ -16,7 +16,7 @@ __all__ = ["RULES", "Finding", "LintContext", "Severity", "has_errors", "lint_st
 def lint_stack(ctx: LintContext) -> list[Finding]:
     """Every finding for one stack, errors first, in rule order."""
     out: list[Finding] = []
-    for _rule_id, fn in RULES:
+    for _ids, fn in RULES:
         out.extend(fn(ctx))
     return sorted(out, key=lambda f: 0 if f.severity == "error" else 1)
 

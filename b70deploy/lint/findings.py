@@ -13,6 +13,7 @@ from ..render.files import Rendered
 from ..render.patches import PatchedFile
 
 Severity = Literal["error", "warning"]
+STACK_INVALID = "stack-invalid"  # the one finding no rule emits: the stack file does not load
 
 
 @dataclass(frozen=True)

@@ -24,6 +24,7 @@ from ..render.files import render
 from ..render.patches import PatchSpec, deploy_files, find_patch, materialize, mounts_for
 from ..render.vllm_args import container_model_path
 from . import Finding, LintContext, lint_stack
+from .findings import STACK_INVALID
 
 
 def draft_path_for(stack: Stack) -> str | None:
@@ -122,7 +123,7 @@ def lint_stacks(node: Node, names: list[str], *, docker: bool = True,
             try:
                 stack = catalogue.load(name)
             except UserError as e:
-                out[name] = ([Finding(id="stack-invalid", severity="error", message=str(e),
+                out[name] = ([Finding(id=STACK_INVALID, severity="error", message=e.what,
                                       fix=e.fix or "correct the stack file", stack=name)], [])
                 continue
             ctx = build_context(node, stack, docker=docker, inspector=inspector, check_port=check_port)

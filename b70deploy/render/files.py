@@ -15,6 +15,7 @@ from ..config.node import Node
 from ..config.resources import data_dir
 from ..config.schema import Stack
 from ..errors import UserError
+from ..state.fsio import file_mode
 from .devices import DeviceAccess
 from .masking import mask_env_text
 from .vllm_args import (
@@ -27,8 +28,7 @@ from .vllm_args import (
 
 COMPOSE_FILE = "docker-compose.yml"
 DOTENV_FILE = ".env"
-RUNTIME_ENV_FILE = "vllm.env"
-PRIVATE_FILES = frozenset({DOTENV_FILE, RUNTIME_ENV_FILE})  # written 0600
+RUNTIME_ENV_FILE = "vllm.env"  # like DOTENV_FILE, an env file: written 0600 (state/fsio.file_mode)
 
 
 @dataclass(frozen=True)
@@ -49,7 +49,7 @@ class Rendered:
     secret_keys: frozenset[str] = frozenset()  # keys from the node's secrets file: never printed
 
     def mode(self, name: str) -> int:
-        return 0o600 if name in PRIVATE_FILES or name.endswith(".env") else 0o644
+        return file_mode(name)
 
     def masked(self, name: str) -> str:
         """A file's text fit to print: secret values replaced."""

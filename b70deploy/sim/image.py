@@ -104,8 +104,8 @@ def find_host_python() -> HostPython:
         stdlib = Path("/usr/lib") / f"python{version}"
         if (stdlib / "os.py").is_file() and (stdlib / "lib-dynload").is_dir():
             return HostPython(binary=binary, version=version, stdlib=stdlib)
-    raise OperationError("no Debian python3.X with its stdlib under /usr/lib found; "
-                         "install python3 from apt (the sim image copies it)")
+    raise OperationError("no Debian python3.X with its stdlib under /usr/lib found",
+                         fix="install python3 from apt (the sim image copies it)")
 
 
 def parse_ldd(text: str) -> list[str]:
@@ -376,7 +376,7 @@ def build(*, force: bool = False, variants: Iterable[str] | None = None) -> list
 
     py = find_host_python()
     if not BUSYBOX.is_file():
-        raise OperationError(f"{BUSYBOX} not found: install Debian's busybox-static (scripts/setup.sh does)")
+        raise OperationError(f"{BUSYBOX} not found", fix="install Debian's busybox-static (scripts/setup.sh does)")
     lock = FileLock(os.path.join(tempfile.gettempdir(), "b70sim-build.lock"))
     results: list[Built] = []
     with lock.acquire(timeout=300):

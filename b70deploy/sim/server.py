@@ -16,6 +16,8 @@ Knobs (environment variables, all optional)
                              arctic          crash at config validation with the Arctic Inference ImportError
                              kv-too-small    crash with the KV ValueError ("estimated maximum model length is N")
                              hang            log up to loading weights, then never listen
+                             compile-hang    log up to the start of torch.compile, then never listen (the
+                                             post's GDN hybrids); --enforce-eager skips compile and boots
                              unhealthy       listen, but /health answers 503
                              die-after-ready healthy, then the engine dies: /health 503, exit 1 after the watchdog
                              garbage         healthy, but every completion is word-salad (no tool calls)
@@ -83,8 +85,8 @@ from typing import Any
 DEFAULT_VERSION = "0.21.1.dev17+g0a4756bb5"
 DEFAULT_MODEL = "Qwen/Qwen3-0.6B"
 DEFAULT_MAX_MODEL_LEN = 262144
-FAIL_MODES = ("marlin", "arctic", "kv-too-small", "hang", "unhealthy", "die-after-ready", "garbage",
-              "attn-fallback")
+FAIL_MODES = ("marlin", "arctic", "kv-too-small", "hang", "compile-hang", "unhealthy", "die-after-ready",
+              "garbage", "attn-fallback")
 KV_DEFAULTS = {"fp8": 270592, "k3v4_nc": 453184}
 KV_DEFAULT_OTHER = 135296
 EAGLE_TRIM = 265664 / 270592
@@ -546,6 +548,9 @@ def plan_boot(cfg: ServeConfig, knobs: Knobs, image: ImageFacts, model_config: d
     if not cfg.enforce_eager:
         plan.add("INFO", "backends.py:548", f"Dynamo bytecode transform time: {knobs.compile_seconds * 0.1:.2f} s",
                  0.6)
+        if "compile-hang" in knobs.fail:
+            plan.outcome = "hang"
+            return plan
         plan.add("INFO", "monitor.py:34", f"torch.compile takes {knobs.compile_seconds:.2f} s in total", 0.75)
     kv = knobs.kv_tokens if knobs.kv_tokens is not None else default_kv_tokens(cfg.kv_cache_dtype, spec)
     if "kv-too-small" in knobs.fail and kv >= max_len:

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import getpass
 import json
-import os
-import socket
-import time
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
+
+from .fsio import append_jsonl
+from .stamps import now_iso, whoami
 
 
 class AuditLog:
@@ -16,15 +16,8 @@ class AuditLog:
         self.path = state_dir / "audit.log"
 
     def record(self, command: str, outcome: str, **fields: Any) -> None:
-        entry = {"time": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "user": getpass.getuser(),
-                 "host": socket.gethostname(), "pid": os.getpid(), "command": command, "outcome": outcome, **fields}
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
-        try:
-            os.write(fd, (json.dumps(entry, sort_keys=True, default=str) + "\n").encode())
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        append_jsonl(self.path, {"time": now_iso(), **asdict(whoami()), "command": command, "outcome": outcome,
+                                 **fields})
 
     def entries(self, last: int | None = None) -> list[dict[str, Any]]:
         try:

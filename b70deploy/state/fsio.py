@@ -1,15 +1,19 @@
-"""Atomic file writes: temp file in the same folder, fsync, rename, fsync the folder.
+"""Durable state files: atomic replaces and whole-line appends.
 
-A reader (or a crash) sees the old bytes or the new bytes, never a torn file.
+`write_atomic`: temp file in the same folder, fsync, rename, fsync the folder; a reader (or
+a crash) sees the old bytes or the new bytes, never a torn file. `append_jsonl`: one JSON
+line per call to an append-only log (the journal, the audit log), whole and fsynced.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import tempfile
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 
 def fsync_dir(path: Path) -> None:
@@ -18,6 +22,12 @@ def fsync_dir(path: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def file_mode(name: str) -> int:
+    """The one mode rule for deployed and stored files: env files (`.env`, `vllm.env`, any
+    `*.env`) carry secrets such as HF_TOKEN and are 0600; everything else is 0644."""
+    return 0o600 if name.endswith(".env") else 0o644
 
 
 def write_atomic(path: Path, data: bytes, *, mode: int = 0o644) -> None:
@@ -37,10 +47,11 @@ def write_atomic(path: Path, data: bytes, *, mode: int = 0o644) -> None:
     fsync_dir(path.parent)
 
 
-def write_tree(root: Path, files: Mapping[str, bytes], modes: Mapping[str, int]) -> None:
-    """Write each file of `files` (relative names) under `root`, each atomically."""
+def write_tree(root: Path, files: Mapping[str, bytes], modes: Mapping[str, int] | None = None) -> None:
+    """Write each file of `files` (relative names) under `root`, each atomically, with the mode
+    `modes` gives it, else `file_mode`'s."""
     for name, data in files.items():
-        write_atomic(root / name, data, mode=modes.get(name, 0o644))
+        write_atomic(root / name, data, mode=(modes or {}).get(name, file_mode(name)))
 
 
 def read_tree(root: Path, names: list[str]) -> dict[str, bytes]:
@@ -51,3 +62,19 @@ def read_tree(root: Path, names: list[str]) -> dict[str, bytes]:
         if p.is_file():
             out[name] = p.read_bytes()
     return out
+
+
+def append_jsonl(path: Path, entry: Mapping[str, Any]) -> None:
+    """Append `entry` as one JSON line to `path` (created 0600: logs name users and commands).
+
+    O_APPEND plus a single write keeps concurrent writers' lines whole; the fsync makes the
+    line outlive a crash, so `status` and `resume` can trust what they read back.
+    """
+    line = json.dumps(entry, sort_keys=True, default=str) + "\n"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+    try:
+        os.write(fd, line.encode())
+        os.fsync(fd)
+    finally:
+        os.close(fd)

@@ -7,12 +7,13 @@
 from __future__ import annotations
 
 import json
-import os
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from .fsio import append_jsonl
 
 RUN_END_EVENTS = ("run-ok", "run-failed", "run-aborted")
 
@@ -48,16 +49,7 @@ class Journal:
         self.path = state_dir / "journal.jsonl"
 
     def append(self, run_id: str, event: str, **fields: Any) -> None:
-        """Append one line; O_APPEND plus a single write keeps lines whole, fsync makes them last."""
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        entry = {"run": run_id, "event": event, "ts": round(time.time(), 3), **fields}
-        line = json.dumps(entry, sort_keys=True, default=str) + "\n"
-        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
-        try:
-            os.write(fd, line.encode())
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        append_jsonl(self.path, {"run": run_id, "event": event, "ts": round(time.time(), 3), **fields})
 
     def lines(self) -> Iterator[dict[str, Any]]:
         try:

@@ -9,10 +9,8 @@ run that held it was killed. That is reported, never silently taken over; `resum
 from __future__ import annotations
 
 import contextlib
-import getpass
 import json
 import os
-import socket
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -24,6 +22,7 @@ import psutil
 
 from ..errors import OperationError
 from .fsio import write_atomic
+from .stamps import now_iso, whoami
 
 
 @dataclass(frozen=True)
@@ -37,7 +36,7 @@ class Holder:
     started_at: float  # the process's create time, so a reused pid is not mistaken for the holder
 
     def alive(self) -> bool:
-        if self.host != socket.gethostname():
+        if self.host != whoami().host:
             return True  # cannot tell from here: assume it runs
         try:
             proc = psutil.Process(self.pid)
@@ -58,9 +57,9 @@ class StaleLock(OperationError):
     def __init__(self, holder: Holder) -> None:
         self.holder = holder
         super().__init__(
-            f"stale lock: {holder.describe()} is no longer running (the run was interrupted); "
-            "fix: `b70deploy status` shows where it stopped; `b70deploy resume` finishes or undoes it, "
-            "`b70deploy rollback` restores the previous revision, `b70deploy unlock` clears the lock")
+            f"stale lock: {holder.describe()} is no longer running (the run was interrupted)",
+            fix="`b70deploy status` shows where it stopped; `b70deploy resume` finishes or undoes it, "
+                "`b70deploy rollback` restores the previous revision, `b70deploy unlock` clears the lock")
 
 
 class DeployLock:
@@ -90,7 +89,7 @@ class DeployLock:
                 if time.monotonic() >= deadline:
                     holder = self.read_holder()
                     who = holder.describe() if holder else "another b70deploy process"
-                    raise LockBusy(f"the node is locked by {who}; fix: wait for it, or pass --lock-wait SECONDS") \
+                    raise LockBusy(f"the node is locked by {who}", fix="wait for it, or pass --lock-wait SECONDS") \
                         from None
                 time.sleep(0.2)
         stale = self.read_holder()
@@ -104,9 +103,9 @@ class DeployLock:
         return self
 
     def set_step(self, step: str) -> None:
-        me = psutil.Process(os.getpid())
-        holder = Holder(pid=os.getpid(), host=socket.gethostname(), user=getpass.getuser(), command=self.command,
-                        step=step, since=time.strftime("%Y-%m-%dT%H:%M:%S%z"), started_at=me.create_time())
+        me = whoami()
+        holder = Holder(pid=me.pid, host=me.host, user=me.user, command=self.command, step=step, since=now_iso(),
+                        started_at=psutil.Process(me.pid).create_time())
         write_atomic(self.details, (json.dumps(asdict(holder)) + "\n").encode(), mode=0o644)
 
     def release(self) -> None:

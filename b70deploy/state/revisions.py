@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from ..errors import UserError
-from .fsio import fsync_dir, write_atomic
+from .fsio import file_mode, fsync_dir, write_atomic
 
 Outcome = Literal["pending", "deployed", "superseded", "failed", "aborted", "interrupted"]
 Kind = Literal["switch", "rollback", "adopt"]
@@ -35,10 +35,6 @@ HEALTHY_OUTCOMES = ("deployed", "superseded")
 
 def sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
-
-
-def file_mode(name: str) -> int:
-    return 0o600 if name.endswith(".env") else 0o644
 
 
 @dataclass(frozen=True)

@@ -84,3 +84,11 @@ def test_write_tree_and_read_tree(tmp_path: Path) -> None:
     assert fsio.read_tree(tmp_path, [*files, "absent"]) == files
     assert stat.S_IMODE((tmp_path / "vllm.env").stat().st_mode) == 0o600
     assert stat.S_IMODE((tmp_path / "docker-compose.yml").stat().st_mode) == 0o644
+
+
+def test_append_jsonl_appends_whole_private_lines(tmp_path: Path) -> None:
+    log = tmp_path / "state" / "journal.jsonl"
+    fsio.append_jsonl(log, {"b": 1, "a": "x\ny"})
+    fsio.append_jsonl(log, {"path": tmp_path})  # not JSON-native: written as its str()
+    assert log.read_text().splitlines() == ['{"a": "x\\ny", "b": 1}', f'{{"path": "{tmp_path}"}}']
+    assert stat.S_IMODE(log.stat().st_mode) == 0o600

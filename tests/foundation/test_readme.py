@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -31,3 +32,13 @@ def test_placeholder_sections_present() -> None:
     for title in ("## Switch and rollback", "## Lint and patches", "## Bench", "## Quick start", "make demo",
                   "make test"):
         assert title in README
+
+
+def test_lint_table_lists_exactly_the_finding_ids() -> None:
+    from b70deploy.lint.findings import STACK_INVALID
+    from b70deploy.lint.rules import RULES
+
+    section = README.split("## Lint and patches", 1)[1].split("\n\n**", 1)[0]
+    documented = {cell for row in section.splitlines() if row.startswith("| `")
+                  for cell in re.findall(r"`([a-z0-9-]+)`", row.split("|")[1])}
+    assert documented == {rid for rids, _ in RULES for rid in rids} | {STACK_INVALID}

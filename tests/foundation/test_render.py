@@ -316,3 +316,23 @@ def test_stack_model_is_pure(node: Node) -> None:
     assert isinstance(stack, Stack)
     with pytest.raises(Exception):  # noqa: B017 - frozen pydantic model
         stack.max_model_len = 1  # type: ignore[misc]
+
+
+@pytest.mark.parametrize("name", SHIPPED_STACKS)
+def test_every_rendered_and_stored_file_gets_the_one_mode_rule(node: Node, name: str, tmp_path: Path) -> None:
+    """`render --out`, lint's scratch copy and the revision store all write with state/fsio.file_mode:
+    env files 0600 (they carry secrets), the rest 0644."""
+    from b70deploy.state.fsio import file_mode, write_tree
+    from b70deploy.state.revisions import RevisionStore
+
+    r = _render(node, name)
+    write_tree(tmp_path / "out", r.files)
+    rev = RevisionStore(tmp_path / "state").create(
+        stack=name, kind="switch", files=r.files, image_ref="img:1", image_id=None, repo_digest=None,
+        operator="me@host", message="m", created="2026-11-29T00:00:00+0000")
+    assert {DOTENV_FILE, RUNTIME_ENV_FILE} <= set(r.files)
+    for n in r.files:
+        want = 0o600 if n.endswith(".env") else 0o644
+        assert file_mode(n) == r.mode(n) == want, n
+        assert stat.S_IMODE((tmp_path / "out" / n).stat().st_mode) == want, n
+        assert stat.S_IMODE((rev.files_dir / n).stat().st_mode) == want, n

@@ -318,3 +318,9 @@ def test_host_server_timing_and_overlap(host_server: tuple[str, dict[str, Any]])
     with ThreadPoolExecutor(4) as pool:
         list(pool.map(lambda _: one(), range(4)))
     assert time.monotonic() - started < 0.8  # four 0.4 s requests overlap (serial would be 1.6 s)
+
+
+def test_compile_hang_goes_quiet_once_torch_compile_starts_unless_eager() -> None:
+    p = plan(stack_argv("w4a16-131k"), fail="compile-hang")
+    assert p.outcome == "hang" and messages(p)[-1].startswith("Dynamo bytecode transform time")
+    assert plan(stack_argv("eagle3"), fail="compile-hang").outcome == "serve"  # enforce_eager: no compile
