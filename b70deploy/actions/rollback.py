@@ -10,6 +10,7 @@ from ..config.schema import Smoke, Stack
 from ..deploy.driver import Outcome
 from ..deploy.plan import DeployPlan, Kind
 from ..docker import engine
+from ..docker.node import DockerNode
 from ..errors import UserError
 from ..state.revisions import Revision
 from ..state.statedir import StateDir
@@ -17,10 +18,9 @@ from ..ui.progress import Reporter
 from .switch import Confirm, DeployOptions, driver
 
 
-def resolve_target(node: Node, spec: str | None) -> Revision:
+def resolve_target(state: StateDir, spec: str | None) -> Revision:
     """No spec: the revision before the current one (after a killed run: the one the node was
     on when it started). A number: that revision. A stack name: its newest healthy revision."""
-    state = StateDir(node.state_dir)
     store = state.revisions
     if spec is None:
         run = state.interrupted_run()
@@ -82,11 +82,11 @@ class Rollback:
 
     def plan(self, reporter: Reporter | None = None) -> DeployPlan:
         """The target's files and image; refused when that exact image is gone."""
-        target = resolve_target(self.node, self.target)
+        target = resolve_target(StateDir(self.node.state_dir), self.target)
         if target.status.outcome == "failed" and reporter is not None:
             reporter.info(f"warning: revision {target.number} failed when it was deployed")
         image_id = target.meta.image_id
-        if image_id and not engine.image_present(image_id):
+        if image_id and not DockerNode.production(self.node).image_present(image_id):
             raise UserError(f"the image that ran revision {target.number} is gone: {image_id} "
                             f"(was {target.meta.image_ref})",
                             fix=f"docker load or pull that exact image (tag {target.meta.image_ref} may have moved)")

@@ -62,8 +62,7 @@ class Driver:
         try:
             lock.set_step("plan")
             plan = build()  # a rollback reads the killed run's journal: before close_interrupted
-            if lock.taken_over is not None:
-                self.close_interrupted(by=command)
+            self.close_interrupted(by=command)  # we hold the lock: an unfinished run was killed
             if confirm is not None:
                 lock.set_step("confirm")
                 confirm(plan)
@@ -145,8 +144,10 @@ class Driver:
         undoing = any(e["event"].startswith("undo") or e["event"] == "step-failed" for e in run.events)
         self.reporter.phase("resume", f"`{run.command}` stopped at {run.last_step}; "
                             + ("undoing it" if undoing else "finishing it"))
-        if undoing:
-            errors = runner.compensate(done, r)
+        if undoing:  # the step that failed was being undone with the others
+            failed_name = next((e.get("step") for e in run.events if e["event"] == "step-failed"), None)
+            failed = next((s for s in all_steps if s.name == failed_name and s not in done), None)
+            errors = runner.compensate([*done, *([failed] if failed else [])], r)
             journal.append(runner.run_id, "run-failed", step=run.last_step, error="interrupted while undoing")
             return self._failed(r, StepFailed(str(run.last_step), RuntimeError("the run was killed while undoing"),
                                               errors, True))

@@ -1,8 +1,9 @@
 """Runs a list of steps, journals every transition, and undoes completed steps on failure.
 
-A step is a name, an action and an optional compensation. When a step fails, the
-compensations of the steps already done run in reverse order (the last first), each
-journaled, and the failure is re-raised (Ctrl-C and SIGTERM included: they are failures
+A step is a name, an action and an optional compensation. When a step fails, its own
+compensation (it may have done half its work: files written, then compose up failed) and
+those of the steps already done run in reverse order (the last first), each journaled,
+and the failure is re-raised (Ctrl-C and SIGTERM included: they are failures
 that undo). A fault hook runs at three points of every step: `before` it is journaled as
 started, `during` (its effects done, not yet journaled as done) and `after`. By default it
 kills this process with SIGKILL when B70DEPLOY_FAULT=POINT:STEP asks for it; tests that
@@ -100,7 +101,7 @@ class Runner(Generic[S]):
                 self.journal.append(self.run_id, "step-failed", step=step.name, error=str(exc)[:2000])
                 failure = StepFailed(step.name, exc)
                 if compensate:
-                    failure.undo_errors = self.compensate(completed, state)
+                    failure.undo_errors = self.compensate([*completed, step], state)
                     failure.compensated = True
                 self.journal.append(self.run_id, "run-failed", step=step.name, error=str(exc)[:2000],
                                     compensated=compensate)

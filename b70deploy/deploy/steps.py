@@ -91,6 +91,8 @@ def _preflight(r: Run) -> None:
 
 
 def _record(r: Run) -> None:
+    if r.revision is not None:  # a resumed run: the killed one stored (and noted) it already
+        return
     p = r.plan
     r.previous = r.store.current()
     r.revision = r.store.create(
@@ -114,9 +116,10 @@ def _snapshot(r: Run) -> None:
     if not live:
         r.info("deploy dir is empty: first deployment on this node")
         return
-    if r.previous is not None and r.previous.read_files() == live:
-        r.info(f"deploy dir matches revision {r.previous.number}")
-        return
+    for number in _recent(r.store, r.previous):
+        if r.store.get(number).read_files() == live:  # e.g. a killed run's files, being rolled back
+            r.info(f"deploy dir matches revision {number}")
+            return
     image_ref = _dotenv_value(live.get(".env", b""), "VLLM_IMAGE") or "unknown"
     image_id = r.io.image_id(image_ref) if image_ref != "unknown" else None
     adopted = r.store.create(stack=_label_stack(live) or "adopted", kind="adopt", files=live, image_ref=image_ref,
@@ -127,6 +130,13 @@ def _snapshot(r: Run) -> None:
     r.previous = r.store.get(adopted.number)
     r.runner.note(previous=adopted.number, adopted=adopted.number)
     r.info(f"live files differed from every revision: kept them as revision {adopted.number}")
+
+
+def _recent(store: RevisionStore, previous: Revision | None, n: int = 5) -> list[int]:
+    """The previous revision first, then the newest few: where live files most likely come from."""
+    newest = sorted(store.numbers(), reverse=True)[:n]
+    first = [previous.number] if previous is not None else []
+    return first + [x for x in newest if x not in first]
 
 
 def _dotenv_value(data: bytes, key: str) -> str | None:
@@ -256,8 +266,11 @@ def _commit(r: Run) -> None:
     assert r.revision is not None  # record ran before
     r.store.update_status(r.revision.number, outcome="deployed", facts=r.facts, timings=dict(r.runner.timings),
                           vllm_version=r.facts.get("vllm_version"), updated=now_iso())
-    if r.previous is not None and r.previous.status.outcome == "deployed":
-        r.store.update_status(r.previous.number, outcome="superseded", updated=now_iso())
+    # One revision is deployed: the previous one, and the current one (they differ when the
+    # live files were snapshotted first), are superseded.
+    for number in {r.previous.number if r.previous else None, r.store.current_number()} - {None, r.revision.number}:
+        if number is not None and r.store.get(number).status.outcome == "deployed":
+            r.store.update_status(number, outcome="superseded", updated=now_iso())
     r.store.set_current(r.revision.number)
 
 

@@ -1,0 +1,204 @@
+"""The switch's decision table on the in-memory node, no Docker: every step x {fails,
+killed before, killed during, killed after} x {resume, rollback}.
+
+The node serves `alpha` (revision 2, whose parent is `gamma`, revision 1) and is switched
+to `beta`. After the failure or the kill, and then the recovery, the test asks the node
+itself which stack it serves and compares the deploy dir's bytes with the current
+revision's: the files, the records and the containers must agree.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fakenode import FakeNode, stack_files
+
+from b70deploy.actions.rollback import resolve_target
+from b70deploy.config.schema import Smoke, Stack
+from b70deploy.deploy.driver import Driver, Outcome
+from b70deploy.deploy.plan import DeployPlan, Kind, Timeouts
+from b70deploy.deploy.runner import Killed
+from b70deploy.deploy.steps import steps
+from b70deploy.docker.engine import ImageInfo
+from b70deploy.state.journal import RunRecord
+from b70deploy.state.revisions import Revision
+from b70deploy.state.statedir import StateDir
+
+COMPANIONS = ("webui",)
+SHM = Path("/dev/shm")
+
+
+@pytest.fixture
+def root(tmp_path: Path) -> Iterator[Path]:
+    """The state dir on tmpfs where there is one: fsync is what costs on a disk, and the
+    decision table, not the disk, is under test here (the engine tests keep real disks)."""
+    if not (SHM.is_dir() and os.access(SHM, os.W_OK)):
+        yield tmp_path
+        return
+    with tempfile.TemporaryDirectory(prefix="b70-state-machine-", dir=SHM) as d:
+        yield Path(d)
+
+
+class Quiet:
+    def phase(self, name: str, detail: str = "") -> None: ...
+    def info(self, message: str) -> None: ...
+    def log_line(self, line: str) -> None: ...
+    def tick(self, status: str) -> None: ...
+    def close(self) -> None: ...
+
+
+def stack(name: str) -> Stack:
+    return Stack(name=name, image=f"img-{name}", model={"path": name},  # type: ignore[arg-type]
+                 served_model_names=[name], max_model_len=256,
+                 smoke=Smoke(completion=None, tool_call=False, aliases=False))
+
+
+def plan_for(name: str, *, kind: Kind = "switch", files: dict[str, bytes] | None = None,
+             restored_from: int | None = None) -> DeployPlan:
+    return DeployPlan(kind=kind, stack=stack(name), files=files or stack_files(name),
+                      image=ImageInfo(f"img-{name}", f"img-{name}", None, ()), message="", companions=COMPANIONS,
+                      timeouts=Timeouts(health=5, rollback=5, verify=0), restored_from=restored_from)
+
+
+def plan_of_revision(rev: Revision, *, kind: Kind, restored_from: int | None) -> DeployPlan:
+    name = str(rev.meta.stack_doc["name"])
+    return plan_for(name, kind=kind, files=rev.read_files(), restored_from=restored_from)
+
+
+STEP_NAMES = [s.name for s in steps(plan_for("beta"))]
+MODES = ["fails", "killed-before", "killed-during", "killed-after"]
+
+
+class Bench:
+    """A node on alpha with gamma before it, and a fault hook that tracks the runner's step."""
+
+    def __init__(self, tmp: Path) -> None:
+        self.state = StateDir(tmp / "state")
+        self.node = FakeNode(images={"img-alpha", "img-beta", "img-gamma"})
+        self.point: tuple[str, str] | None = None  # ("before"|"after", step): SIGKILL there
+        store = self.state.revisions
+        for name in ("gamma", "alpha"):
+            rev = store.create(stack=name, kind="switch", files=stack_files(name), image_ref=f"img-{name}",
+                               image_id=f"img-{name}", repo_digest=None, operator="t@h", message="",
+                               created="2026-11-30T00:00:00+0000", stack_doc=stack(name).model_dump(mode="json"))
+            if store.current() is not None:
+                store.update_status(store.current_number() or 0, outcome="superseded")
+            store.update_status(rev.number, outcome="deployed")
+            store.set_current(rev.number)
+        self.node.deployed = stack_files("alpha")
+        for service in ("vllm", *COMPANIONS):
+            self.node.running[service] = stack_files("alpha")
+
+    def fault(self, point: str, step: str) -> None:
+        if point == "before":
+            self.node.step = step
+        if self.point == (point, step):
+            self.point = None
+            raise Killed(f"killed {point} {step}")
+        trap = self.node.trap
+        if point == "during" and trap is not None and trap[1] == step:  # the step made no effect to trap
+            self.node.trap = None
+            if trap[0] == "kill":
+                raise Killed(f"killed during {step}")
+            raise RuntimeError(f"injected failure in {step}")
+
+    def driver(self) -> Driver:
+        return Driver(self.state, self.node, Quiet(), fault=self.fault)
+
+    def switch(self) -> Outcome:
+        return self.driver().execute("switch beta", lambda: plan_for("beta"))
+
+    def resume(self) -> Outcome:
+        def plan_of(run: RunRecord, rev: Revision) -> DeployPlan:
+            kind: Kind = "rollback" if run.context.get("kind") == "rollback" else "switch"
+            return plan_of_revision(rev, kind=kind, restored_from=rev.meta.restored_from)
+
+        return self.driver().resume("resume", plan_of)
+
+    def rollback(self) -> Outcome:
+        def build() -> DeployPlan:
+            target = resolve_target(self.state, None)
+            return plan_of_revision(target, kind="rollback", restored_from=target.number)
+
+        return self.driver().execute("rollback", build, take_stale=True)
+
+    def agreed(self) -> str | None:
+        """The stack the node serves, once files, records and containers are checked to agree."""
+        store = self.state.revisions
+        current = store.current()
+        assert current is not None
+        served = self.node.serves()
+        assert served == current.meta.stack, f"node serves {served}, records say {current.meta.stack}"
+        assert self.node.deployed == current.read_files(), "deploy dir differs from the current revision"
+        assert self.node.running.get("webui") is not None, "companions not started again"
+        assert [e["number"] for e in store.index() if e["outcome"] in ("pending", "deployed")
+                and e["number"] != current.number] == [], store.index()
+        assert self.state.interrupted_run() is None
+        return served
+
+
+def expected(mode: str, step: str, recovery: str) -> str:
+    if mode == "fails":  # undone at once; then resume has nothing to do, rollback goes to alpha's parent
+        return "alpha" if recovery == "resume" else "gamma"
+    if recovery == "rollback":  # back to where the killed run started
+        return "alpha"
+    recorded = step not in ("preflight",) and (step, mode) != ("record", "killed-before")
+    return "beta" if recorded else "alpha"
+
+
+@pytest.mark.parametrize("recovery", ["resume", "rollback"])
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("step", STEP_NAMES)
+def test_every_step_every_fault_then_recovery(root: Path, step: str, mode: str, recovery: str) -> None:
+    b = Bench(root)
+    if mode == "fails":
+        b.node.trap = ("fail", step)
+        outcome = b.switch()
+        assert not outcome.ok and outcome.exit_code == 1
+        assert b.agreed() == "alpha"  # undone at once: alpha serves, records say so
+    else:
+        if mode == "killed-during":
+            b.node.trap = ("kill", step)
+        else:
+            b.point = (mode.removeprefix("killed-"), step)
+        with pytest.raises(Killed):
+            b.switch()
+        run = b.state.interrupted_run()
+        at = STEP_NAMES.index(step)
+        assert run is not None
+        assert run.last_step == (step if mode != "killed-before" else (STEP_NAMES[at - 1] if at else None))
+    after = b.resume() if recovery == "resume" else b.rollback()
+    assert after.ok, after.details
+    assert b.agreed() == expected(mode, step, recovery)
+
+
+def test_the_matrix_covers_every_step_and_runs_without_docker() -> None:
+    assert STEP_NAMES == ["preflight", "record", "snapshot", "drain", "verify", "activate", "wait-healthy",
+                          "check", "commit", "companions"]
+
+
+def test_a_killed_activate_leaves_half_written_files_that_resume_completes(root: Path) -> None:
+    b = Bench(root)
+    b.node.trap = ("kill", "activate")
+    with pytest.raises(Killed):
+        b.switch()
+    mixed: dict[str, Any] = {n: d for n, d in b.node.deployed.items()}
+    assert mixed["docker-compose.yml"] == stack_files("beta")["docker-compose.yml"]
+    assert mixed[".env"] == stack_files("alpha")[".env"]  # torn, as a kill between two renames leaves it
+    assert b.resume().ok
+    assert b.agreed() == "beta"
+
+
+def test_a_failed_boot_after_activate_writes_the_previous_files_back(root: Path) -> None:
+    b = Bench(root)
+    b.node.broken.add("beta")
+    outcome = b.switch()
+    assert not outcome.ok and outcome.rolled_back
+    assert b.agreed() == "alpha"
+    assert b.state.revisions.get(3).status.outcome == "failed"
+

@@ -1,0 +1,145 @@
+"""An in-memory node behind the NodeIO seam: a deploy dir, containers started from it, a
+clock. It serves the stack named in the compose file its vllm container was started from.
+
+`trap` makes it misbehave at the first effect made inside one step: "fail" raises an
+OperationError (the effect did not happen), "kill" raises Killed (SIGKILL in-process).
+Writing the deploy dir is itself two effects (the first file, then the rest), so a trap
+there leaves it half written, as a real kill between two renames would.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from b70deploy.config.schema import Stack
+from b70deploy.deploy.health import WaitResult
+from b70deploy.deploy.runner import Killed
+from b70deploy.deploy.verify import Reading
+from b70deploy.errors import OperationError
+from b70deploy.ui.progress import Reporter
+
+VLLM = "vllm"
+
+
+def stack_files(name: str) -> dict[str, bytes]:
+    """The deploy files of a stack, as the fake reads them back."""
+    return {"docker-compose.yml": f'services:\n  vllm:\n    labels:\n      b70deploy.stack: "{name}"\n'.encode(),
+            ".env": f"VLLM_IMAGE=img-{name}\nVLLM_MODEL=/models/{name}\n".encode(),
+            "vllm.env": b"HF_HUB_OFFLINE=1\n"}
+
+
+def stack_of_files(files: Mapping[str, bytes]) -> str | None:
+    text = files.get("docker-compose.yml", b"").decode()
+    marker = 'b70deploy.stack: "'
+    return text.split(marker, 1)[1].split('"', 1)[0] if marker in text else None
+
+
+@dataclass
+class FakeNode:
+    deployed: dict[str, bytes] = field(default_factory=dict)
+    running: dict[str, dict[str, bytes]] = field(default_factory=dict)  # service -> files it started from
+    images: set[str] = field(default_factory=set)
+    broken: set[str] = field(default_factory=set)   # stacks whose boot never becomes healthy
+    clock: float = 0.0
+    step: str = ""                                  # the step the runner is in (set by the test's fault hook)
+    trap: tuple[str, str] | None = None             # ("fail" | "kill", step)
+    effects: list[str] = field(default_factory=list)
+
+    # ---- misbehaving on cue
+    def _effect(self, what: str) -> None:
+        self.effects.append(f"{self.step}:{what}")
+        if self.trap is not None and self.trap[1] == self.step:
+            mode, self.trap = self.trap[0], None
+            if mode == "kill":
+                raise Killed(f"killed during {self.step} ({what})")
+            raise OperationError(f"injected failure in {self.step} ({what})")
+
+    # ---- what a test asks from outside
+    def serves(self) -> str | None:
+        """The stack the node answers with: vllm running and healthy."""
+        files = self.running.get(VLLM)
+        if files is None:
+            return None
+        name = stack_of_files(files)
+        return None if name in self.broken else name
+
+    # ---- NodeIO
+    def read_deployed(self) -> dict[str, bytes]:
+        self._effect("read")
+        return dict(self.deployed)
+
+    def write_deployed(self, files: Mapping[str, bytes]) -> None:
+        items = list(files.items())
+        self.deployed[items[0][0]] = items[0][1]
+        self._effect("write")
+        for name, data in items[1:]:
+            self.deployed[name] = data
+        for name in list(self.deployed):
+            if name not in files:
+                del self.deployed[name]
+
+    def has_compose_file(self) -> bool:
+        return "docker-compose.yml" in self.deployed
+
+    def compose_config(self, files: Mapping[str, bytes]) -> tuple[dict[str, Any] | None, str | None]:
+        self._effect("config")
+        name = stack_of_files(files)
+        if name is None:
+            return None, "no services"
+        return {"services": {VLLM: {"command": ["vllm", "serve", f"/models/{name}"]}}}, None
+
+    def up(self, services: Sequence[str], *, recreate: bool = True) -> None:
+        self._effect(f"up {','.join(services)}")
+        for s in services:
+            self.running[s] = dict(self.deployed)
+
+    def stop(self, services: Sequence[str]) -> None:
+        self._effect(f"stop {','.join(services)}")
+        for s in services:
+            self.running.pop(s, None)
+
+    def image_present(self, ref: str) -> bool:
+        return ref in self.images
+
+    def image_id(self, ref: str) -> str | None:
+        return ref if ref in self.images else None
+
+    def wait_healthy(self, *, timeout: float, reporter: Reporter) -> WaitResult:
+        self._effect("wait")
+        self.clock += 2.0
+        lines = ["INFO 01-01 00:00:00 [api_server.py:1] vLLM API server version 0.0.fake",
+                 "INFO 01-01 00:00:01 [kv_cache_utils.py:1] GPU KV cache size: 65,536 tokens"]
+        if self.running.get(VLLM) is not None and self.serves() is not None:
+            return WaitResult(True, 2.0, "healthy", log_lines=lines)
+        return WaitResult(False, 2.0, "the vllm container exited (code 1)", exit_code=1, log_lines=lines)
+
+    def container_log(self) -> list[str]:
+        return ["INFO 01-01 00:00:00 [api_server.py:1] vLLM API server version 0.0.fake"]
+
+    def probe_health(self) -> int | None:
+        return 200 if self.serves() is not None else None
+
+    def smoke(self, stack: Stack) -> tuple[list[str], list[str]]:
+        self._effect("smoke")
+        served = self.serves()
+        if served != stack.name:
+            return [], [f"the node serves {served}, not {stack.name}"]
+        return [f"completion on {served}"], []
+
+    def served_version(self) -> str | None:
+        return "0.0.fake"
+
+    def idle_readings(self) -> list[Reading]:
+        self._effect("readings")
+        return [Reading("port 8000", True, "no client connections")]
+
+    def ensure_draft(self, stack: Stack) -> str | None:
+        return None
+
+    def monotonic(self) -> float:
+        return self.clock
+
+    def sleep(self, seconds: float) -> None:
+        self.clock += seconds
