@@ -1,3 +1,36 @@
-"""b70deploy: health-gated switch and one-command rollback for vLLM Compose stacks."""
+"""b70deploy: health-gated switch and one-command rollback for vLLM Compose stacks.
+
+Module map: each room is one concern; a change goes to the room its concern names.
+
+    errors.py    the exception tree and exit codes (0 ok, 1 failed, 2 bad input)
+
+    config/      what the operator writes: stack and node schema (schema), the catalogue with
+                 `extends:` (catalogue), node config loading (node), one-line validation errors
+                 (validation), safe names (names), the secrets env file (secrets_file),
+                 shipped data folders (resources)
+    render/      stack + node -> deploy files: templates to compose/.env/vllm.env (files), the
+                 vLLM argv (vllm_args), /dev/dri gids (devices), secret masking (masking),
+                 edits of files inside images (patches), the EAGLE draft copy (draft)
+    docker/      the engine: SDK client and containers (engine), which engine (endpoint),
+                 `docker compose` argv (compose), subprocesses (proc), image probing
+                 (image_inspect), and DockerNode (node): the real side of the deploy seam
+    state/       the state dir behind one object (statedir): immutable revisions (revisions),
+                 the step journal (journal), the deploy lock (lock), the audit log (audit),
+                 atomic files and the one file-mode rule (fsio), who and when (stamps)
+    deploy/      the switch: the immutable plan (plan), the seam every effect goes through
+                 (nodeio), the steps and their compensations (steps), the journaling runner
+                 (runner), lock + run + resume + Outcome (driver), the health wait (health),
+                 smoke tests (smoke), idle readings (verify), the multi-node rollout plan (rollout)
+    vllmlog/     what vLLM's log says: boot facts and expectations (bootlog), fatal signatures
+                 and stalls (diagnosis)
+    ui/          terminal output: live progress (progress), tables and JSON (output)
+    actions/     one verb, one object: its fields are the options, plan() says what it will do,
+                 run() does it (switch, rollback, resume, node_ops, dark, rollout, inspect, diff,
+                 stacks, prepare)
+    lint/        preflight rules over a LintContext, and gathering that context
+    bench/       prefill/decode/aggregate benchmarks, compare, capture proxy, replay
+    sim/         the simulated vLLM: HTTP server, image builder, model folders
+    cli/         click commands only: parse flags, build an action, print its result
+"""
 
 __version__ = "0.1.0"
