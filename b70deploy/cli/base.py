@@ -45,35 +45,36 @@ class Ctx:
 
 pass_ctx = click.make_pass_decorator(Ctx)
 
-# command -> (module in b70deploy.cli, short help for the root --help)
+# command -> (module in b70deploy.cli, its short help: the root --help shows it unimported)
 COMMANDS: dict[str, tuple[str, str]] = {
-    "stacks": ("catalogue", "List the stack catalogue."),
+    "stacks": ("catalogue", 'List the stack catalogue.'),
     "show": ("catalogue", "Show STACK after `extends:` and the node's overlay are merged."),
-    "render": ("catalogue", "Render STACK into compose, .env and runtime env files;..."),
-    "diff": ("catalogue", "What `switch STACK` would change in the deploy dir, or how..."),
-    "lint": ("lint", "Preflight STACK(s): every failure the post hit, caught before..."),
-    "diagnose": ("lint", "Name the fatal signature in a vLLM boot log, with the fix,..."),
-    "draft": ("lint", "EAGLE draft tools."),
-    "switch": ("deploy", "Switch the node to STACK: preflight, drain, verify, activate,..."),
-    "rollback": ("deploy", "Bring back an earlier revision's exact files, pinned to the..."),
-    "resume": ("deploy", "Finish (or, if it was undoing, undo) a run that was killed;..."),
-    "drain": ("deploy", "Stop vllm and its companions (compose stop; never firewall..."),
-    "verify": ("deploy", "Check the node is idle: prod port, feeder connections, load..."),
-    "restore": ("deploy", "Start the current revision again after a drain and wait for..."),
-    "status": ("deploy", "What runs now: revision, stack, health, boot facts, image,..."),
-    "history": ("deploy", "Every revision: stack, outcome, image, KV tokens, time to..."),
-    "logs": ("deploy", "Print the container log kept with REVISION (failed boots keep..."),
-    "pin": ("deploy", "Keep REVISION forever (prune skips it)."),
-    "unpin": ("deploy", "Let prune remove REVISION again."),
-    "prune": ("deploy", "Delete old revisions, keeping the newest N, every pinned one..."),
-    "audit": ("deploy", "The audit log: who ran which mutating command, when, and how..."),
-    "unlock": ("deploy", "Clear a stale lock left by a killed run (refused while its..."),
-    "up": ("deploy", "Run STACK on the dark port for benchmarking; production files..."),
-    "down": ("deploy", "Stop and remove the dark stack."),
-    "bench": ("bench", "Measure prefill, decode or aggregate tok/s of a server (one..."),
-    "capture": ("bench", "Fail-open proxy: tee /v1 request bodies (and response..."),
-    "replay": ("bench", "Send captured requests verbatim; report outcome, tok/s and..."),
-    "sim": ("sim", "The simulated vLLM node (no GPU, no registry)."),
+    "render": ("catalogue", 'Render STACK into compose, .env and runtime env files; nothing on the node is touched.'),
+    "diff": ("catalogue", "What `switch STACK` would change in the deploy dir, or how two revisions differ "
+                          "(files and boot facts, e.g."),
+    "lint": ("lint", 'Preflight STACK(s): every failure the post hit, caught before a boot.'),
+    "diagnose": ("lint", 'Name the fatal signature in a vLLM boot log, with the fix, and the boot facts it states.'),
+    "draft": ("lint", 'EAGLE draft tools.'),
+    "switch": ("deploy", 'Switch the node to STACK: preflight, drain, verify, activate, wait healthy, check, commit.'),
+    "rollback": ("deploy", "Bring back an earlier revision's exact files, pinned to the image id that ran them."),
+    "resume": ("deploy", 'Finish (or, if it was undoing, undo) a run that was killed; see `status`.'),
+    "drain": ("deploy", 'Stop vllm and its companions (compose stop; never firewall rules) so the router drains.'),
+    "verify": ("deploy", 'Check the node is idle: prod port, feeder connections, load average.'),
+    "restore": ("deploy", 'Start the current revision again after a drain and wait for /health (not a rollback).'),
+    "status": ("deploy", 'What runs now: revision, stack, health, boot facts, image, interrupted runs.'),
+    "history": ("deploy", 'Every revision: stack, outcome, image, KV tokens, time to healthy.'),
+    "logs": ("deploy", 'Print the container log kept with REVISION (failed boots keep theirs).'),
+    "pin": ("deploy", 'Keep REVISION forever (prune skips it).'),
+    "unpin": ("deploy", 'Let prune remove REVISION again.'),
+    "prune": ("deploy", 'Delete old revisions, keeping the newest N, every pinned one and the current one.'),
+    "audit": ("deploy", 'The audit log: who ran which mutating command, when, and how it ended.'),
+    "unlock": ("deploy", 'Clear a stale lock left by a killed run (refused while its process runs).'),
+    "up": ("deploy", 'Run STACK on the dark port for benchmarking; production files are never touched.'),
+    "down": ("deploy", 'Stop and remove the dark stack.'),
+    "bench": ("bench", 'Measure prefill, decode or aggregate tok/s of a server (one results file per run).'),
+    "capture": ("bench", 'Fail-open proxy: tee /v1 request bodies (and response metadata) to disk, always forward.'),
+    "replay": ("bench", 'Send captured requests verbatim; report outcome, tok/s and acceptance per request.'),
+    "sim": ("sim", 'The simulated vLLM node (no GPU, no registry).'),
 }
 
 
@@ -93,7 +94,10 @@ class LazyGroup(click.Group):
 
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         with formatter.section("Commands"):
-            formatter.write_dl([(name, COMMANDS[name][1]) for name in self.list_commands(ctx)])
+            names = self.list_commands(ctx)
+            limit = formatter.width - 6 - max(len(n) for n in names)  # as click.Group does
+            # A bare Command cuts the text as the real one would, without importing it.
+            formatter.write_dl([(n, click.Command(n, help=COMMANDS[n][1]).get_short_help_str(limit)) for n in names])
 
 
 @click.group(cls=LazyGroup, epilog=EPILOG_EXIT, context_settings={"help_option_names": ["-h", "--help"]})
