@@ -19,7 +19,7 @@ from ..errors import UserError
 from . import metrics, stats
 from .capture import segments
 from .client import Cancel, Endpoint, Timing, stream
-from .run import Item, Outcome, fire
+from .run import Item, Volley, fire
 
 REPLAYABLE = ("/v1/chat/completions", "/v1/completions")
 
@@ -110,29 +110,29 @@ def run_replay(endpoint: Endpoint, records: list[dict[str, Any]], env: dict[str,
         items.append((i, kind, None, str(rec["path"]).split("?")[0], body))
     sender = _make_sender(endpoint, concurrency == 1)
     before = metrics.snapshot(endpoint)
-    outcome: Outcome = fire(endpoint, items, concurrency=concurrency, label=f"replay C={concurrency}",
+    volley: Volley = fire(endpoint, items, concurrency=concurrency, label=f"replay C={concurrency}",
                             show_progress=show_progress, timeout=timeout, sender=sender)
-    after = metrics.snapshot(endpoint) if not outcome.interrupted else None
+    after = metrics.snapshot(endpoint) if not volley.interrupted else None
     acc = metrics.acceptance(before, after)
-    for s in outcome.samples:
+    for s in volley.samples:
         s["capture_id"] = records[s["index"]].get("id")
-    ok = [s for s in outcome.samples if s["ok"]]
+    ok = [s for s in volley.samples if s["ok"]]
     toks = sum(s["completion_tokens"] or 0 for s in ok)
     outcomes: dict[str, int] = {}
-    for s in outcome.samples:
+    for s in volley.samples:
         outcomes[s["outcome"]] = outcomes.get(s["outcome"], 0) + 1
     return {
         "kind": "replay", "environment": env,
         "config": {"source": source, "requests": len(records), "concurrency": concurrency, "model": model},
-        "result": {"metric": "replay", "value": toks / outcome.wall_s if outcome.wall_s > 0 else None,
+        "result": {"metric": "replay", "value": toks / volley.wall_s if volley.wall_s > 0 else None,
                    "unit": "tok/s"},
         "summary": stats.summary(s["decode_tps"] for s in ok),
         "outcomes": outcomes,
-        "wall_s": outcome.wall_s,
+        "wall_s": volley.wall_s,
         "completion_tokens": toks,
         "acceptance": acc.as_dict() if acc else None,
-        "samples": outcome.samples,
-        "interrupted": outcome.interrupted,
+        "samples": volley.samples,
+        "interrupted": volley.interrupted,
     }
 
 

@@ -119,7 +119,9 @@ def sample_dict(index: int, kind: str | None, target: int | None, t: Timing) -> 
 
 
 @dataclass
-class Outcome:
+class Volley:
+    """What one `fire` sent and got back: each request's sample, the wall time, Ctrl-C or not."""
+
     samples: list[dict[str, Any]] = field(default_factory=list)
     wall_s: float = 0.0
     interrupted: bool = False
@@ -130,10 +132,10 @@ Item = tuple[int, str | None, int | None, str, dict[str, Any]]
 
 
 def fire(endpoint: Endpoint, items: list[Item], *, concurrency: int, label: str, show_progress: bool,
-         timeout: float, sender: Callable[..., Timing] = stream) -> Outcome:
+         timeout: float, sender: Callable[..., Timing] = stream) -> Volley:
     """Send items with `concurrency` in flight; Ctrl-C keeps what finished, cuts what is in
     flight, and marks the outcome interrupted."""
-    out = Outcome()
+    out = Volley()
     cancel = Cancel()
     progress = Progress(label, len(items), enabled=show_progress)
     zero = time.perf_counter()

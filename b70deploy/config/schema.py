@@ -23,7 +23,8 @@ REL_PATH_RE = re.compile(r"^(?!/)(?!.*(^|/)\.\.(/|$))[A-Za-z0-9._@+=,/-]+$")
 IMAGE_RE = re.compile(r"^[a-z0-9][a-z0-9._/:@-]*$")
 
 
-def _fail(what: str, fix: str) -> ValueError:
+def invalid(what: str, fix: str) -> ValueError:
+    """A validator's error: pydantic keeps the message, validation.py makes it one line."""
     return ValueError(f"{what}; fix: {fix}")
 
 
@@ -33,7 +34,7 @@ class Strict(BaseModel):
 
 def _rel_path(v: str, key: str) -> str:
     if not REL_PATH_RE.match(v):
-        raise _fail(
+        raise invalid(
             f"{key} {v!r} is not a plain relative path",
             "give a path below the node's models_dir, without '..', spaces or a leading '/'",
         )
@@ -71,19 +72,19 @@ class Speculative(Strict):
     def _consistent(self) -> Speculative:
         lo, hi = self.prompt_lookup_min, self.prompt_lookup_max
         if lo is not None and hi is not None and lo > hi:
-            raise _fail(
+            raise invalid(
                 f"prompt_lookup_min ({lo}) is greater than prompt_lookup_max ({hi})",
                 "make prompt_lookup_min <= prompt_lookup_max",
             )
         if self.method == "ngram":
             if self.num_speculative_tokens is None:
-                raise _fail("ngram needs num_speculative_tokens", "add e.g. num_speculative_tokens: 5")
+                raise invalid("ngram needs num_speculative_tokens", "add e.g. num_speculative_tokens: 5")
             if self.model is not None:
-                raise _fail("ngram takes no draft model", "remove speculative.model")
+                raise invalid("ngram takes no draft model", "remove speculative.model")
         if self.method in ("eagle", "eagle3") and self.model is None:
-            raise _fail(f"{self.method} needs a draft model", "add speculative.model: <draft folder>")
+            raise invalid(f"{self.method} needs a draft model", "add speculative.model: <draft folder>")
         if self.method != "ngram" and (lo is not None or hi is not None):
-            raise _fail(
+            raise invalid(
                 f"prompt_lookup_min/max only apply to ngram, not {self.method}",
                 "remove them or set method: ngram",
             )
@@ -97,7 +98,7 @@ class ToolCalling(Strict):
     @model_validator(mode="after")
     def _parser_needed(self) -> ToolCalling:
         if self.auto_tool_choice and not self.parser:
-            raise _fail(
+            raise invalid(
                 "auto_tool_choice is on but no parser is set (vLLM refuses to start)",
                 "add tool_calling.parser: hermes, or set auto_tool_choice: false",
             )
@@ -156,14 +157,14 @@ class Stack(Strict):
     @classmethod
     def _name(cls, v: str | None) -> str | None:
         if v is not None and not NAME_RE.match(v):
-            raise _fail(f"{v!r} is not a valid stack name", "use [a-z0-9][a-z0-9._-]*")
+            raise invalid(f"{v!r} is not a valid stack name", "use [a-z0-9][a-z0-9._-]*")
         return v
 
     @field_validator("image")
     @classmethod
     def _image(cls, v: str) -> str:
         if not IMAGE_RE.match(v):
-            raise _fail(f"{v!r} is not an image reference", "use e.g. intel/vllm:latest")
+            raise invalid(f"{v!r} is not an image reference", "use e.g. intel/vllm:latest")
         return v
 
     @field_validator("served_model_names")
@@ -171,17 +172,17 @@ class Stack(Strict):
     def _aliases(cls, v: list[str]) -> list[str]:
         for alias in v:
             if not ALIAS_RE.match(alias):
-                raise _fail(f"alias {alias!r} has characters vLLM clients choke on",
+                raise invalid(f"alias {alias!r} has characters vLLM clients choke on",
                             "use letters, digits and . _ : / -")
         if len(set(v)) != len(v):
-            raise _fail("an alias is listed twice", "list each served model name once")
+            raise invalid("an alias is listed twice", "list each served model name once")
         return v
 
     @field_validator("kv_cache_dtype", "attention_backend")
     @classmethod
     def _token(cls, v: str | None) -> str | None:
         if v is not None and not re.match(r"^[A-Za-z0-9_]+$", v):
-            raise _fail(f"{v!r} is not a single word", "use e.g. fp8 or FLASH_ATTN")
+            raise invalid(f"{v!r} is not a single word", "use e.g. fp8 or FLASH_ATTN")
         return v
 
     @field_validator("extra_args")
@@ -189,7 +190,7 @@ class Stack(Strict):
     def _extra(cls, v: list[str]) -> list[str]:
         for arg in v:
             if any(c in arg for c in "\n\r\x00"):
-                raise _fail("an extra_args entry has a newline", "one flag or value per entry")
+                raise invalid("an extra_args entry has a newline", "one flag or value per entry")
         return v
 
     @field_validator("env")
@@ -197,9 +198,9 @@ class Stack(Strict):
     def _env(cls, v: dict[str, str]) -> dict[str, str]:
         for key, value in v.items():
             if not ENV_KEY_RE.match(key):
-                raise _fail(f"env key {key!r} is not a variable name", "use [A-Za-z_][A-Za-z0-9_]*")
+                raise invalid(f"env key {key!r} is not a variable name", "use [A-Za-z_][A-Za-z0-9_]*")
             if any(c in value for c in "\n\r\x00"):
-                raise _fail(f"env {key} has a newline", "env values are single lines")
+                raise invalid(f"env {key} has a newline", "env values are single lines")
         return v
 
     @field_validator("patches")
@@ -207,7 +208,7 @@ class Stack(Strict):
     def _patches(cls, v: list[str]) -> list[str]:
         for p in v:
             if not NAME_RE.match(p):
-                raise _fail(f"patch name {p!r} is not valid", "name a file in patches/ without .yaml")
+                raise invalid(f"patch name {p!r} is not valid", "name a file in patches/ without .yaml")
         return v
 
     @field_validator("speculative", mode="before")
@@ -218,17 +219,17 @@ class Stack(Strict):
             try:
                 v = json.loads(v)
             except json.JSONDecodeError as e:
-                raise _fail(f"speculative is not valid JSON ({e.msg} at column {e.colno})",
+                raise invalid(f"speculative is not valid JSON ({e.msg} at column {e.colno})",
                             "write it as a YAML mapping or valid JSON") from None
             if not isinstance(v, dict):
-                raise _fail("speculative JSON is not an object", 'write {"method": ...}')
+                raise invalid("speculative JSON is not an object", 'write {"method": ...}')
         return v
 
     @model_validator(mode="after")
     def _whole(self) -> Stack:
         if self.max_num_batched_tokens is not None and self.max_num_seqs is not None \
                 and self.max_num_batched_tokens < self.max_num_seqs:
-            raise _fail("max_num_batched_tokens is below max_num_seqs",
+            raise invalid("max_num_batched_tokens is below max_num_seqs",
                         "raise max_num_batched_tokens")
         return self
 
@@ -247,7 +248,7 @@ class Ports(Strict):
     @model_validator(mode="after")
     def _distinct(self) -> Ports:
         if self.prod == self.dark:
-            raise _fail("prod and dark ports are the same", "give the dark port its own number")
+            raise invalid("prod and dark ports are the same", "give the dark port its own number")
         return self
 
 
@@ -274,7 +275,7 @@ class Companion(Strict):
     @classmethod
     def _name(cls, v: str) -> str:
         if not NAME_RE.match(v) or v == "vllm":
-            raise _fail(f"companion name {v!r} is not allowed",
+            raise invalid(f"companion name {v!r} is not allowed",
                         "use [a-z0-9][a-z0-9._-]* and not 'vllm'")
         return v
 
@@ -327,7 +328,7 @@ class NodeConfig(Strict):
         if v is None:
             return v
         if not re.match(r"^(unix:///\S+|ssh://[^\s/@]+@?[^\s/]*|tcp://[^\s/:]+:\d{1,5}|npipe://\S+)$", v):
-            raise _fail(f"docker_host {v!r} is not a Docker endpoint",
+            raise invalid(f"docker_host {v!r} is not a Docker endpoint",
                         "use ssh://user@host, tcp://host:2376 (with tls_dir) or unix:///path/docker.sock")
         return v
 
@@ -335,14 +336,14 @@ class NodeConfig(Strict):
     @classmethod
     def _docker_context(cls, v: str | None) -> str | None:
         if v is not None and not re.match(r"^[a-zA-Z0-9][a-zA-Z0-9_.+-]*$", v):
-            raise _fail(f"docker_context {v!r} is not a context name", "give a name from `docker context ls`")
+            raise invalid(f"docker_context {v!r} is not a context name", "give a name from `docker context ls`")
         return v
 
     @field_validator("address")
     @classmethod
     def _address(cls, v: str) -> str:
         if not re.match(r"^[A-Za-z0-9][A-Za-z0-9.:-]*$", v) or v.startswith("-"):
-            raise _fail(f"address {v!r} is not a host name or IP address", "use e.g. 192.168.0.61 or gpu1.lan")
+            raise invalid(f"address {v!r} is not a host name or IP address", "use e.g. 192.168.0.61 or gpu1.lan")
         return v
 
     @field_validator("nodes")
@@ -351,30 +352,30 @@ class NodeConfig(Strict):
         if v is None:
             return v
         if not v:
-            raise _fail("nodes is empty", "name at least one node, or remove the nodes key")
+            raise invalid("nodes is empty", "name at least one node, or remove the nodes key")
         for name, entry in v.items():
             if not NAME_RE.match(name) or len(name) > 63 or ".." in name:
-                raise _fail(f"node name {name!r} is not allowed", "use [a-z0-9][a-z0-9._-]*, at most 63 characters")
+                raise invalid(f"node name {name!r} is not allowed", "use [a-z0-9][a-z0-9._-]*, at most 63 characters")
             if "nodes" in entry:
-                raise _fail(f"node {name} has its own nodes key", "inventories do not nest; remove it")
+                raise invalid(f"node {name} has its own nodes key", "inventories do not nest; remove it")
         return v
 
     @model_validator(mode="after")
     def _endpoint(self) -> NodeConfig:
         if self.docker_host and self.docker_context:
-            raise _fail("both docker_host and docker_context are set", "give one of them")
+            raise invalid("both docker_host and docker_context are set", "give one of them")
         if self.docker_host and self.docker_host.startswith("tcp://") and not self.tls_dir:
-            raise _fail(f"docker_host {self.docker_host} has no tls_dir",
+            raise invalid(f"docker_host {self.docker_host} has no tls_dir",
                         "give tls_dir with ca.pem, cert.pem and key.pem (a plain tcp:// engine is root for anyone)")
         if self.tls_dir and not (self.docker_host or "").startswith("tcp://"):
-            raise _fail("tls_dir is set but docker_host is not tcp://", "remove tls_dir or use tcp://host:2376")
+            raise invalid("tls_dir is set but docker_host is not tcp://", "remove tls_dir or use tcp://host:2376")
         return self
 
     @field_validator("project")
     @classmethod
     def _project(cls, v: str) -> str:
         if not re.match(r"^[a-z0-9][a-z0-9_-]*$", v):
-            raise _fail(f"project {v!r} is not a compose project name",
+            raise invalid(f"project {v!r} is not a compose project name",
                         "use lowercase letters, digits, '_' and '-'")
         return v
 
@@ -383,7 +384,7 @@ class NodeConfig(Strict):
     def _gids(cls, v: dict[str, int] | None) -> dict[str, int] | None:
         for name, gid in (v or {}).items():
             if not 0 <= gid < 2**31:
-                raise _fail(f"gid for {name} is out of range", "give the numeric gid, e.g. 992")
+                raise invalid(f"gid for {name} is out of range", "give the numeric gid, e.g. 992")
         return v
 
     @field_validator("bind_address")
@@ -394,7 +395,7 @@ class NodeConfig(Strict):
         try:
             ipaddress.ip_address(v)
         except ValueError:
-            raise _fail(f"bind_address {v!r} is not an IP address",
+            raise invalid(f"bind_address {v!r} is not an IP address",
                         "use 0.0.0.0 or 127.0.0.1") from None
         return v
 
@@ -407,7 +408,7 @@ class NodeConfig(Strict):
             try:
                 ipaddress.ip_address(addr)
             except ValueError:
-                raise _fail(f"feeder {addr!r} is not an IP address",
+                raise invalid(f"feeder {addr!r} is not an IP address",
                             "list the addresses that send traffic, e.g. 192.168.0.62") from None
         return v
 
@@ -415,12 +416,12 @@ class NodeConfig(Strict):
     @classmethod
     def _shm(cls, v: str) -> str:
         if not re.match(r"^\d+[bkmg]?$", v):
-            raise _fail(f"shm_size {v!r} is not a size", "use e.g. 16g")
+            raise invalid(f"shm_size {v!r} is not a size", "use e.g. 16g")
         return v
 
     @model_validator(mode="after")
     def _companions_unique(self) -> NodeConfig:
         names = [c.name for c in self.companions]
         if len(set(names)) != len(names):
-            raise _fail("two companions share a name", "give each companion its own name")
+            raise invalid("two companions share a name", "give each companion its own name")
         return self

@@ -23,7 +23,7 @@ from typing import Protocol
 
 from pydantic import Field, field_validator, model_validator
 
-from ..config.schema import Strict, _fail
+from ..config.schema import Strict, invalid
 from ..config.validation import read_yaml, validate
 from ..errors import UserError
 from .files import Mount
@@ -57,14 +57,14 @@ class PatchSpec(Strict):
     @classmethod
     def _target(cls, v: str) -> str:
         if not _REL_TARGET.match(v):
-            raise _fail(f"target {v!r} is not a relative path inside the vllm package",
+            raise invalid(f"target {v!r} is not a relative path inside the vllm package",
                         "write e.g. model_executor/layers/quantization/gptq.py")
         return v
 
     @model_validator(mode="after")
     def _one_kind(self) -> PatchSpec:
         if bool(self.edits) == bool(self.diff):
-            raise _fail("a patch needs exactly one of edits: or diff:", "keep one of them")
+            raise invalid("a patch needs exactly one of edits: or diff:", "keep one of them")
         return self
 
     def applies(self, vllm_version: str | None, image_ref: str) -> bool:

@@ -28,7 +28,7 @@ from typing import Any, Literal
 from ..errors import UserError
 from .fsio import file_mode, fsync_dir, write_atomic
 
-Outcome = Literal["pending", "deployed", "superseded", "failed", "aborted", "interrupted"]
+Verdict = Literal["pending", "deployed", "superseded", "failed", "aborted", "interrupted"]
 Kind = Literal["switch", "rollback", "adopt"]
 HEALTHY_OUTCOMES = ("deployed", "superseded")
 
@@ -60,7 +60,7 @@ class Meta:
 
 @dataclass
 class Status:
-    outcome: Outcome = "pending"
+    outcome: Verdict = "pending"
     pinned: bool = False
     vllm_version: str | None = None
     facts: dict[str, Any] = field(default_factory=dict)
