@@ -11,8 +11,9 @@ setup:
 demo: setup
 	bash scripts/demo.sh
 
+# 4 workers on 2 cores: the Docker tests mostly wait on container boots.
 test: setup
-	$(BIN)/pytest -q
+	$(BIN)/pytest -q -n 4
 
 check: lint typecheck
 

@@ -1,4 +1,4 @@
-"""Shared fixtures for tests on the real Docker Engine (the sim helper owns this file).
+"""Shared fixtures: a scratch node for tests without an engine, and tests on the real Docker Engine.
 
 The engine is shared with other test sessions: everything made here is named after the
 session (simkit.SESSION) and removed at teardown even when a test fails; the session ends by
@@ -6,30 +6,40 @@ asserting nothing it created is left (containers and networks, scoped to this se
 
 Fixtures
     docker_engine   (session) skip when no engine or Compose v2 answers
-    sim_images      (session) build the sim images once: {"bash-c": tag, "serve": tag, "bash-c-drift": tag}
+    sim_images      (session) build the sim images once (a file lock: once for all xdist workers):
+                    {"bash-c": tag, "serve": tag, "bash-c-drift": tag}
     free_port       () -> an unused 127.0.0.1 TCP port
     compose_project a unique simkit.ComposeProject (name, folder): `down` + removal by label at teardown
     docker_run      (image, *args, env=, ports=, volumes=, entrypoint=) -> name of a detached container
     sim_node        (stack, env=, mounts=, companions=, up=, model_configs=) -> simkit.SimDeployment:
                     a shipped stack rendered with b70deploy for a demo-style node and `compose up`-ed
-Helpers (import from simkit): wait_status, wait_log, wait_exit, container_logs, http_status, image_file.
+Fixtures without an engine (helpers in kit/scratch.py)
+    scratch         a kit.scratch.Scratch node in tmp_path (cwd there, no b70deploy env vars)
+    compose         (session) folder -> `docker compose config` of it as data (nothing created)
+    dri             a fake /dev/dri (root only)
+Helpers (import from simkit): run_cli (the one CLI runner), wait_status, wait_log, wait_exit,
+container_logs, http_status, image_file.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import socket
+import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import pytest
+from kit.scratch import Scratch, compose_available, make_dri
 from simkit import (
     LABEL,
     SESSION,
     ComposeProject,
     SimDeployment,
+    build_sim_images,
     demo_node_config,
     docker,
     leftovers,
@@ -38,6 +48,50 @@ from simkit import (
 )
 
 _state = {"docker_used": False}
+
+
+@pytest.fixture
+def scratch(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Scratch:
+    """A node config in a temp dir; the process runs there with no b70deploy env vars."""
+    for var in ("B70DEPLOY_CONFIG", "B70DEPLOY_STACKS"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.chdir(tmp_path)
+    stacks = tmp_path / "stacks"
+    stacks.mkdir()
+    s = Scratch(root=tmp_path, config=tmp_path / "node.yaml", stacks=stacks)
+    s.write_config({})
+    return s
+
+
+@pytest.fixture(scope="session")
+def compose() -> Iterator[Callable[[Path], dict[str, Any]]]:
+    """`docker compose config` of a rendered folder under a unique project name, as data.
+
+    Config only parses and interpolates: no container, network or volume is created.
+    """
+    if not compose_available():
+        unavailable("no Docker Engine with Compose v2")
+    import json
+
+    from b70deploy.docker.compose import Compose
+    from b70deploy.docker.proc import run
+
+    def config(folder: Path) -> dict[str, Any]:
+        project = f"b70t-{uuid.uuid4().hex[:10]}"
+        result = run(Compose(folder, project).config(fmt="json"), timeout=60,
+                     env={k: v for k, v in os.environ.items() if not k.startswith("VLLM_") and k != "MODELS_DIR"})
+        data: dict[str, Any] = json.loads(result.stdout)
+        return data
+
+    yield config
+
+
+@pytest.fixture
+def dri(tmp_path: Path) -> Path:
+    try:
+        return make_dri(tmp_path)
+    except PermissionError as e:
+        unavailable(str(e))
 
 
 @pytest.fixture(scope="session")
@@ -51,10 +105,7 @@ def docker_engine() -> None:
 
 @pytest.fixture(scope="session")
 def sim_images(docker_engine: None) -> dict[str, str]:
-    from b70deploy.sim.image import TAGS, build
-
-    build()
-    return dict(TAGS)
+    return build_sim_images()
 
 
 @pytest.fixture
@@ -155,3 +206,24 @@ def no_leaks_at_end() -> Iterator[None]:
     for kind, name in left:  # remove anyway, so one failure does not spill into other sessions
         docker("rm", "-f", name) if kind == "container" else docker("network", "rm", name)
     assert not left, f"test session {SESSION} left these on the engine: {left}"
+
+
+# Modules whose tests must share one pytest-xdist worker: the three-engine fixture uses fixed
+# 10.213.x subnets and is session-scoped (started once, on that worker).
+ONE_WORKER = ("tests/actions/test_rolling_engines.py",)
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """Like `--dist load` (one test per work unit), except that ONE_WORKER modules and tests
+    marked xdist_group(NAME) go to one worker each. `--dist loadgroup` alone would do the latter,
+    but pytest 9.2 silently broke it (pytest-xdist issue 1386)."""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class Scheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            if nodeid.rfind("@") > nodeid.rfind("]"):
+                return nodeid.rsplit("@", 1)[-1]
+            module = nodeid.split("::", 1)[0]
+            return module if module in ONE_WORKER else nodeid
+
+    return Scheduling(config, log)

@@ -15,6 +15,7 @@ import secrets
 import subprocess
 import sys
 import tarfile
+import tempfile
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -26,21 +27,81 @@ import yaml
 
 REPO = Path(__file__).resolve().parent.parent
 # Variables from the developer's shell that would steer a CLI run elsewhere (another engine,
-# node, catalogue) or kill it (fault injection): a test passes its own when it wants them.
-AMBIENT = ("DOCKER_HOST", "DOCKER_CONTEXT", "B70DEPLOY_NODE", "B70DEPLOY_STACKS", "B70DEPLOY_FAULT")
+# node, config, catalogue), make it print tracebacks or kill it (fault injection): a test
+# passes its own when it wants them.
+AMBIENT = ("DOCKER_HOST", "DOCKER_CONTEXT", "B70DEPLOY_CONFIG", "B70DEPLOY_NODE", "B70DEPLOY_STACKS",
+           "B70DEPLOY_FAULT", "B70DEPLOY_DEBUG")
 
 
-def run_cli(config: Path, *args: str, env: Mapping[str, str] | None = None, timeout: float = 120,
-            check: bool = False) -> subprocess.CompletedProcess[str]:
-    """`python -m b70deploy.cli ARGS` against the node config `config`, as an operator would."""
-    full = {k: v for k, v in os.environ.items() if k not in AMBIENT}
-    full.update({"PYTHONPATH": str(REPO), "B70DEPLOY_CONFIG": str(config), **(env or {})})
-    result = subprocess.run([sys.executable, "-m", "b70deploy.cli", *args], capture_output=True, text=True,
-                            env=full, timeout=timeout, check=False)
+def run_cli(config: Path | None, *args: str, env: Mapping[str, str] | None = None, timeout: float = 120,
+            check: bool = False, in_process: bool = False, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    """The one way tests run the CLI: `b70deploy ARGS` as an operator would, with B70DEPLOY_CONFIG
+    set to `config` (None: unset; pass `--config` in args to test the flag) and none of AMBIENT
+    from the developer's shell. Returns returncode, stdout and stderr apart.
+
+    Default: `python -m b70deploy.cli` in a subprocess in `cwd` (a SIGKILL shows as returncode -9).
+    in_process=True: `b70deploy.cli.main` in this process (milliseconds instead of a
+    start-up; `timeout` does not apply), for the many tests of plain input/output.
+    check: raise AssertionError with both streams unless it exits 0.
+    """
+    if in_process:
+        result = _run_in_process(list(args), _wanted(config, env))
+    else:
+        result = subprocess.run(CLI + list(args), capture_output=True, text=True, env=cli_env(config, env),
+                                timeout=timeout, check=False, cwd=cwd)
     if check and result.returncode != 0:
         raise AssertionError(f"b70deploy {' '.join(args)} exited {result.returncode}:\n{result.stdout}\n"
                              f"{result.stderr}")
     return result
+
+
+CLI = [sys.executable, "-m", "b70deploy.cli"]
+
+
+def _wanted(config: Path | None, env: Mapping[str, str] | None) -> dict[str, str]:
+    return {**({"B70DEPLOY_CONFIG": str(config)} if config is not None else {}), **(env or {})}
+
+
+def cli_env(config: Path | None, env: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The environment run_cli gives a CLI subprocess (for the few tests that need a Popen of
+    `CLI + args` running alongside, e.g. a lock holder)."""
+    full = {k: v for k, v in os.environ.items() if k not in AMBIENT}
+    full.update({"PYTHONPATH": str(REPO), **_wanted(config, env)})
+    return full
+
+
+def _run_in_process(argv: list[str], env: Mapping[str, str]) -> subprocess.CompletedProcess[str]:
+    from click.testing import CliRunner
+
+    from b70deploy.cli import main
+
+    runner = CliRunner()
+    overrides: dict[str, str | None] = {**dict.fromkeys(AMBIENT), **env}
+    with runner.isolation(env=overrides) as streams:
+        try:
+            main(argv)
+            code = 0
+        except SystemExit as e:
+            code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+        finally:
+            sys.stdout.flush()
+            sys.stderr.flush()
+        out, err = streams[0].getvalue(), streams[1].getvalue()
+    return subprocess.CompletedProcess(["b70deploy", *argv], code, out.decode(errors="replace"),
+                                       err.decode(errors="replace"))
+
+
+def build_sim_images() -> dict[str, str]:
+    """Build the sim images (skipped per image when its inputs are unchanged) and return
+    {variant: tag}. Under a file lock: pytest-xdist workers, and other test sessions on this
+    engine, each call this, and only the first one builds."""
+    from filelock import FileLock
+
+    from b70deploy.sim.image import TAGS, build
+
+    with FileLock(os.path.join(tempfile.gettempdir(), "b70test-sim-images.lock"), timeout=900):
+        build()
+    return dict(TAGS)
 
 
 def unavailable(reason: str) -> NoReturn:

@@ -12,12 +12,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from click.testing import CliRunner
+from simkit import run_cli
 
 from b70deploy.bench.client import Endpoint
 from b70deploy.bench.run import APIS, BenchConfig, fire, request_body, run_bench
 from b70deploy.bench.sweep import run_sweep
-from b70deploy.cli import cli
 from b70deploy.sim.server import aggregate_tps
 
 SimFactory = Callable[..., Any]  # the sim_factory fixture (tests/bench/conftest.py)
@@ -98,15 +97,13 @@ def test_ctrl_c_keeps_the_samples_gathered_so_far(sim_factory: SimFactory) -> No
 def test_cli_bench_writes_a_results_file_and_compare_plots(sim_factory: SimFactory, tmp_path: Path) -> None:
     a = sim_factory("sim-a", prefill_tps=5000, decode_tps=300)
     b = sim_factory("sim-b", prefill_tps=10000, decode_tps=450)
-    runner = CliRunner()
     files = []
     for sim, stack in ((a, "old-stack"), (b, "new-stack")):
         for metric, extra in (("prefill", ["--ctx", "512"]), ("decode", ["--ctx", "256", "--max-tokens", "32"])):
             out = tmp_path / f"{stack}-{metric}.json"
-            r = runner.invoke(cli, ["bench", "--metric", metric, "--endpoint", sim.url, "--stack", stack,
-                                    "--n-prompts", "2", "--note", "test", "--output", str(out), "-q", *extra],
-                              catch_exceptions=False)
-            assert r.exit_code == 0, r.output
+            r = run_cli(None, "bench", "--metric", metric, "--endpoint", sim.url, "--stack", stack,
+                        "--n-prompts", "2", "--note", "test", "--output", str(out), "-q", *extra, in_process=True)
+            assert r.returncode == 0, (r.stdout + r.stderr)
             files.append(out)
     doc = json.loads(files[0].read_text())
     env = doc["environment"]
@@ -114,11 +111,11 @@ def test_cli_bench_writes_a_results_file_and_compare_plots(sim_factory: SimFacto
     assert env["vllm_version"] and env["model"] == "sim-a" and env["date"]
     assert {"n", "min", "median", "mean", "max"} <= set(doc["summary"])
     png = tmp_path / "compare.png"
-    r = runner.invoke(cli, ["bench", "compare", *map(str, files), "--plot", str(png)], catch_exceptions=False)
-    assert r.exit_code == 0, r.output
-    assert "new-stack (test)/old-stack (test)" in r.output
+    r = run_cli(None, "bench", "compare", *map(str, files), "--plot", str(png), in_process=True)
+    assert r.returncode == 0, (r.stdout + r.stderr)
+    assert "new-stack (test)/old-stack (test)" in (r.stdout + r.stderr)
     assert png.stat().st_size > 10_000
-    r = runner.invoke(cli, ["bench", "compare", *map(str, files), "--json"], catch_exceptions=False)
-    rows: list[dict[str, Any]] = json.loads(r.output)
+    r = run_cli(None, "bench", "compare", *map(str, files), "--json", in_process=True)
+    rows: list[dict[str, Any]] = json.loads(r.stdout)
     dec = next(x for x in rows if x["metric"] == "decode")
     assert within(dec["ratios"]["new-stack (test)"], 1.5)

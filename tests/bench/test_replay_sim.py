@@ -10,12 +10,11 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from click.testing import CliRunner
+from simkit import run_cli
 
 from b70deploy.bench.capture import CaptureWriter, make_server, segments
 from b70deploy.bench.client import Endpoint, post_json, stream
 from b70deploy.bench.replay import load_captures, run_replay, select
-from b70deploy.cli import cli
 
 SimFactory = Callable[..., Any]
 
@@ -99,20 +98,19 @@ def test_replay_cli_reports_per_request_rows_and_compares(sim_factory: SimFactor
     with capture_proxy(prod.url, cap) as proxy_url:
         send_traffic(proxy_url)
         send_traffic(proxy_url)
-    runner = CliRunner()
     outs = []
     for sim, stack in ((prod, "nosd"), (b, "ngram")):
         out = tmp_path / f"replay-{stack}.json"
-        r = runner.invoke(cli, ["replay", str(cap), "--endpoint", sim.url, "--stack", stack, "--sample", "5",
-                                "--concurrency", "2", "--output", str(out), "-q"], catch_exceptions=False)
-        assert r.exit_code == 0, r.output
-        assert "decode tok/s" in r.output and "replay of 5 request(s) at C=2" in r.output
+        r = run_cli(None, "replay", str(cap), "--endpoint", sim.url, "--stack", stack, "--sample", "5",
+                    "--concurrency", "2", "--output", str(out), "-q", in_process=True)
+        assert r.returncode == 0, (r.stdout + r.stderr)
+        assert "decode tok/s" in (r.stdout + r.stderr) and "replay of 5 request(s) at C=2" in (r.stdout + r.stderr)
         outs.append(out)
     doc = json.loads(outs[1].read_text())
     assert doc["acceptance"]["drafts"] > 0 and len(doc["samples"]) == 5
     assert all(s["acceptance"] is None for s in doc["samples"]), "per-request acceptance only at C=1"
-    r = runner.invoke(cli, ["bench", "compare", *map(str, outs)], catch_exceptions=False)
-    assert r.exit_code == 0 and "ngram/nosd" in r.output and "replay" in r.output
+    r = run_cli(None, "bench", "compare", *map(str, outs), in_process=True)
+    assert r.returncode == 0 and "ngram/nosd" in (r.stdout + r.stderr) and "replay" in (r.stdout + r.stderr)
 
 
 def test_sample_is_deterministic_and_keeps_order(tmp_path: Path) -> None:

@@ -39,7 +39,9 @@ def test_success_journals_each_transition(tmp_path: Path) -> None:
     assert run is not None and run.finished and run.steps_done() == ["a", "b", "c", "d"]
 
 
-def test_failure_compensates_completed_steps_in_reverse(tmp_path: Path) -> None:
+def test_failure_compensates_the_failing_step_then_completed_steps_in_reverse(tmp_path: Path) -> None:
+    """The failing step may have done half its work (files written, compose up failed): its
+    own compensation runs first."""
     journal = Journal(tmp_path)
     state: list[str] = []
     runner: Runner[list[str]] = Runner(journal, PlainReporter(), command="t")
@@ -47,7 +49,7 @@ def test_failure_compensates_completed_steps_in_reverse(tmp_path: Path) -> None:
     with pytest.raises(StepFailed) as info:
         runner.run(steps(state, fail_at="d"), state)
     assert info.value.step == "d"
-    assert state == ["a", "b", "c", "undo-c", "undo-a"]
+    assert state == ["a", "b", "c", "undo-d", "undo-c", "undo-a"]
     events = [e["event"] for e in journal.lines()]
     assert events[-1] == "run-failed" and "undo-done" in events
 

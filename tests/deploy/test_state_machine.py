@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fakenode import FakeNode, stack_files
+from kit.fakenode import FakeNode, stack_files
 
 from b70deploy.actions.rollback import resolve_target
 from b70deploy.config.schema import Smoke, Stack

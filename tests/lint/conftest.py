@@ -6,7 +6,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from lint_helpers import sim_images_present, write_node
+from kit.lintnode import sim_images_present, write_node
+from simkit import build_sim_images
 
 from b70deploy.config.node import Node, load_node
 from b70deploy.sim.box import write_models
@@ -31,6 +32,4 @@ def node(node_path: Path) -> Iterator[Node]:
 def sim_images() -> None:
     """The three sim images, built if missing (a few seconds, skipped when inputs match)."""
     if not sim_images_present():
-        from b70deploy.sim.image import build
-
-        build()
+        build_sim_images()

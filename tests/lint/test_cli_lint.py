@@ -3,21 +3,16 @@
 from __future__ import annotations
 
 import json
-import os
-import sys
 from pathlib import Path
 
 import yaml
+from simkit import run_cli
 
-from b70deploy.docker.proc import run
-
-ROOT = Path(__file__).resolve().parents[2]
-FIX = Path(__file__).parent / "fixtures"
-ENV = {**os.environ, "PYTHONPATH": str(ROOT)}
+FIX = Path(__file__).parents[1] / "vllmlog" / "fixtures"
 
 
 def _cli(*args: str) -> tuple[int, str, str]:
-    res = run([sys.executable, "-m", "b70deploy.cli", *args], env=ENV, timeout=60, check=False)
+    res = run_cli(None, *args, timeout=60)
     return res.returncode, res.stdout, res.stderr
 
 

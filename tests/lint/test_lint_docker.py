@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
-import sys
 import time
 import uuid
 from collections.abc import Iterator
@@ -13,7 +11,8 @@ from typing import Any
 
 import pytest
 import requests
-from lint_helpers import SIM_BASH_C, SIM_DRIFT, write_node
+from kit.lintnode import SIM_BASH_C, SIM_DRIFT, write_node
+from simkit import run_cli
 
 from b70deploy.config.node import load_node
 from b70deploy.docker.compose import Compose
@@ -39,9 +38,7 @@ def docker_client() -> Any:
 
 
 def test_lint_all_on_the_shipped_catalogue(node_path: Path) -> None:
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    res = run([sys.executable, "-m", "b70deploy.cli", "--config", str(node_path), "lint", "--all", "--json"],
-              env=env, timeout=240, check=False)
+    res = run_cli(None, "--config", str(node_path), "lint", "--all", "--json", timeout=240)
     assert res.returncode == 0, res.stdout + res.stderr
     out = json.loads(res.stdout)
     assert out["errors"] == 0
@@ -210,8 +207,7 @@ def test_diagnose_container_cli(docker_client: Any) -> None:
     try:
         c.start()
         c.wait(timeout=30)
-        res = run([sys.executable, "-m", "b70deploy.cli", "diagnose", "--container", name],
-                  env={**os.environ, "PYTHONPATH": str(ROOT)}, check=False)
+        res = run_cli(None, "diagnose", "--container", name)
     finally:
         c.remove(force=True)
     assert res.returncode == 1 and "[marlin-on-xpu]" in res.stdout and "marlin-xpu-carveout" in res.stdout

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from simkit import http_status
+from simkit import http_status, run_cli
 
 from b70deploy.sim import image
 from b70deploy.sim.vllm_tree import MARLIN_REL, VARIANTS, vllm_files
@@ -90,6 +90,5 @@ def test_build_is_skipped_when_unchanged(sim_images: dict[str, str]) -> None:
     again = image.build()
     assert [b.status for b in again] == ["up-to-date"] * len(VARIANTS)
     assert all(b.size_bytes < 60_000_000 for b in again)
-    out = subprocess.run([sys.executable, "-m", "b70deploy.cli", "sim", "build", "--json"],
-                         capture_output=True, text=True, check=True, env={**os.environ, "PYTHONPATH": str(REPO)})
+    out = run_cli(None, "sim", "build", "--json", check=True)
     assert {r["tag"]: r["status"] for r in json.loads(out.stdout)} == dict.fromkeys(sim_images.values(), "up-to-date")

@@ -9,9 +9,10 @@ from dataclasses import dataclass, field
 
 import pytest
 import requests
+from kit.engines import Fleet
 
-from .conftest import Fleet
-
+# The three engines use fixed 10.213.x subnets: one xdist worker runs all of this module
+# (tests/conftest.py ONE_WORKER).
 pytestmark = pytest.mark.docker
 
 

@@ -1,4 +1,5 @@
-"""Three real Docker Engines on this machine, one per inventory node.
+"""Three real Docker Engines on this machine, one per inventory node (the `engines` and `fleet`
+fixtures are in tests/actions/conftest.py).
 
 Each is its own dockerd (and the containerd it starts) with its own socket, data root, exec
 root and pid file under one temp folder; vfs storage. What works here (dockerd 20.10):
@@ -22,22 +23,14 @@ left under its dirs, deletes them and the bridge.
 from __future__ import annotations
 
 import os
-import shutil
 import signal
 import subprocess
-import tempfile
-import time
-import uuid
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import pytest
 import yaml
-from simkit import run_cli, unavailable
-
-from b70deploy.sim.box import write_models
+from simkit import run_cli
 
 ENGINES = 3
 
@@ -103,41 +96,6 @@ def _unmount_under(root: Path) -> None:
         subprocess.run(["umount", "-l", m], capture_output=True, check=False)
 
 
-@pytest.fixture(scope="session")
-def engines(sim_images: dict[str, str]) -> Iterator[list[Engine]]:
-    if os.geteuid() != 0 or shutil.which("dockerd") is None or shutil.which("ip") is None:
-        unavailable("three extra Docker Engines need root, dockerd and ip")
-    had_docker0 = Path("/sys/class/net/docker0").exists()
-    # A short path: a unix socket path is limited to 107 bytes.
-    root = Path(tempfile.mkdtemp(prefix="b70mn-", dir="/tmp"))
-    tag = uuid.uuid4().hex[:6]
-    bridges = [f"b70mn{tag}{i}" for i in range(1, ENGINES + 1)]  # at most 15 characters
-    started: list[Engine] = []
-    try:
-        for i, bridge in enumerate(bridges, 1):
-            started.append(_start(i, root, bridge))
-        deadline = time.monotonic() + 60
-        for e in started:
-            while e.docker("version", "--format", "{{.Server.Version}}", timeout=10).returncode != 0:
-                if e.proc.poll() is not None or time.monotonic() > deadline:
-                    log = (root / f"d{e.index}.log").read_text(errors="replace")[-2000:]
-                    unavailable(f"dockerd {e.index} did not start: {log}")
-                time.sleep(0.3)
-        # The shared engine's default bridge must survive our engines (see the module docstring).
-        assert Path("/sys/class/net/docker0").exists() or not had_docker0, "an extra dockerd removed docker0"
-        image = subprocess.run(["docker", "save", sim_images["bash-c"]], capture_output=True, check=True).stdout
-        for e in started:
-            subprocess.run(["docker", "-H", e.host, "load"], input=image, capture_output=True, check=True)
-        yield started
-    finally:
-        for e in started:
-            _stop(e)
-        _unmount_under(root)
-        shutil.rmtree(root, ignore_errors=True)
-        for bridge in bridges:
-            subprocess.run(["ip", "link", "del", bridge], capture_output=True, check=False)
-
-
 def free_port() -> int:
     import socket
 
@@ -179,41 +137,3 @@ class Fleet:
 
     def url(self, name: str) -> str:
         return f"http://127.0.0.1:{self.ports[name]}"
-
-
-@pytest.fixture
-def fleet(engines: list[Engine], tmp_path: Path) -> Iterator[Fleet]:
-    """An inventory of three nodes, one per engine; node b's catalogue has a gamma that crashes."""
-    project = f"b70mn-{uuid.uuid4().hex[:8]}"
-    write_models(tmp_path / "models")
-    write_stacks(tmp_path / "stacks", "intel/vllm:latest")
-    write_stacks(tmp_path / "stacks-b", "intel/vllm:latest", gamma_crashes=True)
-    names = ["a", "b", "c"]
-    ports = {n: free_port() for n in names}
-    nodes: dict[str, Any] = {}
-    for n, e in zip(names, engines, strict=True):
-        nodes[n] = {"docker_host": e.host, "ports": {"prod": ports[n], "dark": free_port()}}
-    nodes["b"]["stacks_dir"] = str(tmp_path / "stacks-b")
-    cfg = {
-        "project": project, "deploy_dir": str(tmp_path / "deploy"), "state_dir": str(tmp_path / "state"),
-        "stacks_dir": str(tmp_path / "stacks"), "models_dir": str(tmp_path / "models"), "device_dir": None,
-        "bind_address": "127.0.0.1", "load_threshold": 1000,
-        "image_map": {"intel/vllm:latest": "b70sim/vllm:bash-c"},
-        "stack_overlay": {"env": {"B70SIM_BOOT_SECONDS": "1.0"}},
-        "timeouts": {"health": 40, "rollback": 40, "poll_interval": 0.3},
-        "nodes": nodes,
-    }
-    config = tmp_path / "fleet.yaml"
-    config.write_text(yaml.safe_dump(cfg, sort_keys=False))
-    fl = Fleet(tmp_path, config, engines, names, ports, project)
-    try:
-        yield fl
-    finally:
-        for e in engines:
-            ids = e.docker("ps", "-aq", "--filter", f"label=com.docker.compose.project={project}").stdout.split()
-            if ids:
-                e.docker("rm", "-f", *ids)
-            nets = e.docker("network", "ls", "-q", "--filter",
-                            f"label=com.docker.compose.project={project}").stdout.split()
-            if nets:
-                e.docker("network", "rm", *nets)

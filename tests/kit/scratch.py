@@ -1,4 +1,6 @@
-"""Fixtures for the foundation tests: a scratch node, stack folders, and the real CLI entry point."""
+"""A scratch node for tests without an engine: config file, stacks folder, the shipped stack names,
+the smallest stack that loads, a fake /dev/dri. Its fixtures (scratch, compose, dri) are in
+tests/conftest.py."""
 
 from __future__ import annotations
 
@@ -6,15 +8,11 @@ import os
 import shutil
 import stat
 import subprocess
-import uuid
-from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import pytest
 import yaml
-from simkit import unavailable
 
 from b70deploy.config.resources import data_dir
 
@@ -27,13 +25,6 @@ MINIMAL_STACK: dict[str, Any] = {
     "served_model_names": ["qwen3-30b-a3b-w4a16"],
     "max_model_len": 131072,
 }
-
-
-@dataclass
-class CliResult:
-    code: int
-    out: str
-    err: str
 
 
 @dataclass
@@ -71,37 +62,6 @@ class Scratch:
             shutil.copy(path, self.stacks / path.name)
 
 
-@pytest.fixture
-def scratch(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Scratch:
-    """A node config in a temp dir; the process runs there with no b70deploy env vars."""
-    for var in ("B70DEPLOY_CONFIG", "B70DEPLOY_STACKS"):
-        monkeypatch.delenv(var, raising=False)
-    monkeypatch.chdir(tmp_path)
-    stacks = tmp_path / "stacks"
-    stacks.mkdir()
-    s = Scratch(root=tmp_path, config=tmp_path / "node.yaml", stacks=stacks)
-    s.write_config({})
-    return s
-
-
-@pytest.fixture
-def run_cli(capsys: pytest.CaptureFixture[str]) -> Callable[..., CliResult]:
-    """Call the console script's function, `b70deploy.cli.main`, in this process."""
-    from b70deploy.cli import main
-
-    def run(*argv: str) -> CliResult:
-        capsys.readouterr()
-        try:
-            main(list(argv))
-            code = 0
-        except SystemExit as e:
-            code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
-        captured = capsys.readouterr()
-        return CliResult(code, captured.out, captured.err)
-
-    return run
-
-
 def compose_available() -> bool:
     try:
         return subprocess.run(["docker", "compose", "version"], capture_output=True,
@@ -110,29 +70,6 @@ def compose_available() -> bool:
                                timeout=30, check=False).returncode == 0
     except (OSError, subprocess.TimeoutExpired):
         return False
-
-
-@pytest.fixture(scope="session")
-def compose() -> Iterator[Callable[[Path], dict[str, Any]]]:
-    """`docker compose config` of a rendered folder under a unique project name, as data.
-
-    Config only parses and interpolates: no container, network or volume is created.
-    """
-    if not compose_available():
-        unavailable("no Docker Engine with Compose v2")
-    import json
-
-    from b70deploy.docker.compose import Compose
-    from b70deploy.docker.proc import run
-
-    def config(folder: Path) -> dict[str, Any]:
-        project = f"b70t-{uuid.uuid4().hex[:10]}"
-        result = run(Compose(folder, project).config(fmt="json"), timeout=60,
-                     env={k: v for k, v in os.environ.items() if not k.startswith("VLLM_") and k != "MODELS_DIR"})
-        data: dict[str, Any] = json.loads(result.stdout)
-        return data
-
-    yield config
 
 
 def _mknod(path: Path, gid: int) -> None:
@@ -153,11 +90,3 @@ def make_dri(parent: Path) -> Path:
     (d / "by-path").mkdir()
     (d / "not-a-device").write_text("regular file: ignored")
     return d
-
-
-@pytest.fixture
-def dri(tmp_path: Path) -> Path:
-    try:
-        return make_dri(tmp_path)
-    except PermissionError as e:
-        unavailable(str(e))

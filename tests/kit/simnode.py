@@ -1,20 +1,17 @@
-"""A node of our own on the real engine: temp state/deploy/models dirs, free loopback ports,
-a unique compose project, test-only image tags, and a teardown that removes all of it."""
+"""A node of our own on the real engine (the `node` fixture in tests/actions/conftest.py): temp
+state/deploy/models dirs, free loopback ports, a unique compose project, test-only image tags,
+and a teardown that removes all of it."""
 
 from __future__ import annotations
 
 import json
 import subprocess
-from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import pytest
 import simkit
 import yaml
-
-from b70deploy.sim.box import write_models
 
 
 def docker(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
@@ -77,33 +74,3 @@ def write_stacks(folder: Path, image: str) -> None:
     }
     for name, doc in docs.items():
         (folder / f"{name}.yaml").write_text(yaml.safe_dump(doc))
-
-
-@pytest.fixture
-def node(tmp_path: Path, sim_images: dict[str, str], free_port: Callable[[], int]) -> Iterator[SimNode]:
-    project = simkit.unique("d")  # named after the session: the end-of-suite leak check sees it
-    tags = {"bash-c": f"{project}/vllm:bash-c", "serve": f"{project}/vllm:serve"}
-    for variant, tag in tags.items():
-        docker("tag", sim_images[variant], tag)
-    root = tmp_path
-    write_models(root / "models")
-    write_stacks(root / "stacks", "intel/vllm:latest")
-    prod, dark = free_port(), free_port()
-    cfg = {
-        "project": project, "deploy_dir": str(root / "deploy"), "state_dir": str(root / "state"),
-        "stacks_dir": str(root / "stacks"), "models_dir": str(root / "models"), "device_dir": None,
-        "bind_address": "127.0.0.1", "ports": {"prod": prod, "dark": dark}, "load_threshold": 1000,
-        "image_map": {"intel/vllm:latest": tags["bash-c"], "vllm-xpu:0.19.0-tr5": tags["serve"]},
-        "stack_overlay": {"env": {"B70SIM_BOOT_SECONDS": "0.6", "B70SIM_DECODE_TPS": "500"}},
-        "timeouts": {"health": 40, "rollback": 40, "poll_interval": 0.5},
-        "companions": [{"name": "webui", "image": tags["bash-c"], "command": ["sim-webui", "--port", "8080"]}],
-    }
-    config = root / "node.yaml"
-    config.write_text(yaml.safe_dump(cfg))
-    tn = SimNode(root=root, project=project, prod=prod, dark=dark, tags=tags, config=config)
-    try:
-        yield tn
-    finally:
-        for proj in (project, f"{project}-dark"):
-            simkit.remove_by_project(proj)
-        docker("rmi", *tags.values(), check=False)

@@ -8,13 +8,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from kit.scratch import MINIMAL_STACK, SHIPPED_STACKS, Scratch, make_dri
 
 from b70deploy.actions.prepare import prepare
 from b70deploy.config.node import load_node
 from b70deploy.render.files import Rendered, _env_q
 from b70deploy.state.fsio import write_tree
-
-from .conftest import MINIMAL_STACK, SHIPPED_STACKS, Scratch, make_dri
 
 pytestmark = pytest.mark.docker
 

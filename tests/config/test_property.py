@@ -13,6 +13,7 @@ import pytest
 import yaml
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
+from kit.scratch import SHIPPED_STACKS
 
 from b70deploy.config.catalogue import Catalogue
 from b70deploy.config.node import Node, load_node
@@ -21,8 +22,6 @@ from b70deploy.config.schema import Companion, Expect, ModelSpec, NodeConfig, Sm
 from b70deploy.errors import UserError
 from b70deploy.render.devices import DeviceAccess
 from b70deploy.render.files import COMPOSE_FILE, render
-
-from .conftest import SHIPPED_STACKS
 
 PROFILE = settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow],
                    derandomize=False)

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import re
 import stat
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
+from kit.scratch import MINIMAL_STACK, SHIPPED_STACKS, Scratch
+from simkit import run_cli
 
 from b70deploy.actions.diff import diff_against_dir
 from b70deploy.actions.prepare import prepare
@@ -19,8 +20,6 @@ from b70deploy.config.resources import data_dir
 from b70deploy.config.schema import Stack
 from b70deploy.render import devices
 from b70deploy.render.files import COMPOSE_FILE, DOTENV_FILE, RUNTIME_ENV_FILE, Rendered, render
-
-from .conftest import MINIMAL_STACK, SHIPPED_STACKS, CliResult, Scratch
 
 NO_DEVICES = devices.DeviceAccess(device_dir=None)
 
@@ -85,11 +84,13 @@ def test_render_is_byte_identical_twice(node: Node, name: str) -> None:
     assert _render(node, name).files == _render(node, name).files
 
 
-def test_render_out_twice_gives_identical_files(scratch: Scratch, run_cli: Callable[..., CliResult]) -> None:
+def test_render_out_twice_gives_identical_files(scratch: Scratch) -> None:
     scratch.copy_shipped()
     a, b = scratch.root / "a", scratch.root / "b"
-    assert run_cli("--config", str(scratch.config), "render", "eagle3", "--out", str(a)).code == 0
-    assert run_cli("--config", str(scratch.config), "render", "eagle3", "--out", str(b)).code == 0
+    assert run_cli(None, "--config", str(scratch.config), "render", "eagle3", "--out", str(a),
+                   in_process=True).returncode == 0
+    assert run_cli(None, "--config", str(scratch.config), "render", "eagle3", "--out", str(b),
+                   in_process=True).returncode == 0
     names = sorted(p.name for p in a.iterdir())
     assert names == sorted([COMPOSE_FILE, DOTENV_FILE, RUNTIME_ENV_FILE])
     for n in names:
@@ -197,14 +198,13 @@ def test_empty_device_dir_says_so(tmp_path: Path) -> None:
     assert "no device nodes" in access.notes[0]
 
 
-def test_no_device_dir_renders_without_devices_and_says_so(scratch: Scratch,
-                                                           run_cli: Callable[..., CliResult]) -> None:
+def test_no_device_dir_renders_without_devices_and_says_so(scratch: Scratch) -> None:
     scratch.copy_shipped()
     scratch.write_config({"device_dir": str(scratch.root / "no-dri")})
-    result = run_cli("--config", str(scratch.config), "render", "eagle3")
-    assert result.code == 0
-    assert "rendering without GPU devices" in result.err
-    doc = yaml.safe_load(result.out.split(f"# ---- {DOTENV_FILE}")[0])
+    result = run_cli(None, "--config", str(scratch.config), "render", "eagle3", in_process=True)
+    assert result.returncode == 0
+    assert "rendering without GPU devices" in result.stderr
+    doc = yaml.safe_load(result.stdout.split(f"# ---- {DOTENV_FILE}")[0])
     assert "devices" not in doc["services"]["vllm"]
     assert "group_add" not in doc["services"]["vllm"]
 
@@ -242,32 +242,33 @@ def test_secrets_only_in_runtime_env_and_masked(secret_node: Scratch) -> None:
 
 @pytest.mark.parametrize("argv", [("render", "eagle3"), ("render", "eagle3", "--json"), ("diff", "eagle3"),
                                   ("diff", "eagle3", "--json")])
-def test_secrets_never_printed(secret_node: Scratch, run_cli: Callable[..., CliResult], argv: tuple[str, ...]) -> None:
-    result = run_cli("--config", str(secret_node.config), *argv)
-    assert result.code == 0, result.err
-    assert "HF_TOKEN" in result.out
-    assert "****(sha256:" in result.out
-    for text in (result.out, result.err):
+def test_secrets_never_printed(secret_node: Scratch, argv: tuple[str, ...]) -> None:
+    result = run_cli(None, "--config", str(secret_node.config), *argv, in_process=True)
+    assert result.returncode == 0, result.stderr
+    assert "HF_TOKEN" in result.stdout
+    assert "****(sha256:" in result.stdout
+    for text in (result.stdout, result.stderr):
         assert SECRET not in text
         assert PLAIN_NAMED_SECRET not in text
 
 
-def test_diff_masks_old_and_new_secrets(secret_node: Scratch, run_cli: Callable[..., CliResult]) -> None:
+def test_diff_masks_old_and_new_secrets(secret_node: Scratch) -> None:
     node = load_node(str(secret_node.config))
     deploy = node.deploy_dir
-    assert run_cli("--config", str(secret_node.config), "render", "ngram", "--out", str(deploy)).code == 0
+    assert run_cli(None, "--config", str(secret_node.config), "render", "ngram", "--out", str(deploy),
+                   in_process=True).returncode == 0
     old_secret = "hf_OLDsecretVALUE"
     vllm_env = deploy / RUNTIME_ENV_FILE
     vllm_env.write_text(vllm_env.read_text().replace(SECRET, old_secret))
-    result = run_cli("--config", str(secret_node.config), "diff", "eagle3")
-    assert result.code == 0
-    assert f"--- {deploy}/{RUNTIME_ENV_FILE}" in result.out
-    assert "+    - --enforce-eager" not in result.out  # sanity: the compose diff is shown as quoted YAML
-    assert '"--enforce-eager"' in result.out
+    result = run_cli(None, "--config", str(secret_node.config), "diff", "eagle3", in_process=True)
+    assert result.returncode == 0
+    assert f"--- {deploy}/{RUNTIME_ENV_FILE}" in result.stdout
+    assert "+    - --enforce-eager" not in result.stdout  # sanity: the compose diff is shown as quoted YAML
+    assert '"--enforce-eager"' in result.stdout
     for text in (old_secret, SECRET, PLAIN_NAMED_SECRET):
-        assert text not in result.out
+        assert text not in result.stdout
     # The masks differ, so the operator sees that the token changed.
-    masked = [ln for ln in result.out.splitlines() if ln[:1] in "+-" and "HF_TOKEN" in ln]
+    masked = [ln for ln in result.stdout.splitlines() if ln[:1] in "+-" and "HF_TOKEN" in ln]
     assert len(masked) == 2 and masked[0][1:] != masked[1][1:]
 
 

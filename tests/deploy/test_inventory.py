@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
@@ -13,6 +11,7 @@ from typing import Any
 
 import pytest
 import yaml
+from simkit import run_cli
 
 from b70deploy.actions import rollout as act
 from b70deploy.config.node import load_node, load_nodes
@@ -100,22 +99,15 @@ def test_selection_errors(tmp_path: Path) -> None:
         load_node(path)
 
 
-def cli(*args: str, config: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "PYTHONPATH": str(REPO), "B70DEPLOY_CONFIG": config}
-    env.pop("B70DEPLOY_NODE", None)
-    return subprocess.run([sys.executable, "-m", "b70deploy.cli", *args], capture_output=True, text=True, env=env,
-                          timeout=60, check=False)
-
-
 def test_cli_exit_2_and_one_line(tmp_path: Path) -> None:
     doc = inventory(tmp_path)
     doc["nodes"]["gpu1"]["docker_host"] = "gpu1:22"
-    r = cli("status", "--nodes", config=write(tmp_path, doc))
+    r = run_cli(Path(write(tmp_path, doc)), "status", "--nodes", timeout=60)
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and "docker_host" in r.stderr
     good = write(tmp_path, inventory(tmp_path))
-    r = cli("history", config=good)
+    r = run_cli(Path(good), "history", timeout=60)
     assert r.returncode == 2 and "--node NAME" in r.stderr
-    r = cli("switch", "alpha", "--max-unavailable", "2", config=good)
+    r = run_cli(Path(good), "switch", "alpha", "--max-unavailable", "2", timeout=60)
     assert r.returncode == 2 and "need --nodes" in r.stderr
 
 

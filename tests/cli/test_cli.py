@@ -5,17 +5,16 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from collections.abc import Callable
 from pathlib import Path
 
 import click
 import pytest
+from kit.scratch import SHIPPED_STACKS, Scratch
+from simkit import run_cli
 
 from b70deploy.cli import cli
 from b70deploy.config import node as node_mod
 from b70deploy.config.node import find_config, load_node
-
-from .conftest import SHIPPED_STACKS, CliResult, Scratch
 
 HEAVY = ("pydantic", "docker", "requests", "jinja2", "yaml", "rich", "dotenv", "psutil", "tenacity")
 
@@ -30,11 +29,11 @@ def _commands(group: click.Group, prefix: tuple[str, ...] = ()) -> list[tuple[st
 
 
 @pytest.mark.parametrize("path", [(), *_commands(cli)], ids=lambda p: " ".join(p) or "root")
-def test_every_command_has_help_with_an_example(run_cli: Callable[..., CliResult], path: tuple[str, ...]) -> None:
-    result = run_cli(*path, "--help")
-    assert result.code == 0
-    assert "Example" in result.out
-    assert result.err == ""
+def test_every_command_has_help_with_an_example(path: tuple[str, ...]) -> None:
+    result = run_cli(None, *path, "--help", in_process=True)
+    assert result.returncode == 0
+    assert "Example" in result.stdout
+    assert result.stderr == ""
 
 
 def test_help_imports_no_heavy_module() -> None:
@@ -48,59 +47,62 @@ def test_help_imports_no_heavy_module() -> None:
     assert proc.stdout.strip().splitlines()[-1] == "HEAVY="
 
 
-def test_stacks_json(scratch: Scratch, run_cli: Callable[..., CliResult]) -> None:
+def test_stacks_json(scratch: Scratch) -> None:
     scratch.copy_shipped()
-    result = run_cli("--config", str(scratch.config), "stacks", "--json")
-    assert result.code == 0
-    rows = json.loads(result.out)
+    result = run_cli(None, "--config", str(scratch.config), "stacks", "--json", in_process=True)
+    assert result.returncode == 0
+    rows = json.loads(result.stdout)
     assert [r["name"] for r in rows] == SHIPPED_STACKS
     by_name = {r["name"]: r for r in rows}
     assert by_name["eagle3"]["speculative"] == "eagle3"
     assert by_name["w4a16"]["extends"] == "w4a16-131k"
 
 
-def test_stacks_table(scratch: Scratch, run_cli: Callable[..., CliResult]) -> None:
+def test_stacks_table(scratch: Scratch) -> None:
     scratch.copy_shipped()
-    result = run_cli("--config", str(scratch.config), "stacks")
-    assert result.code == 0
-    lines = result.out.splitlines()
+    result = run_cli(None, "--config", str(scratch.config), "stacks", in_process=True)
+    assert result.returncode == 0
+    lines = result.stdout.splitlines()
     assert lines[0].split()[:3] == ["stack", "extends", "image"]
     assert any(line.split()[:2] == ["tq-256k", "vllm-xpu:0.19.0-tr5"] for line in lines)
     assert any("262,144" in line for line in lines)
 
 
-def test_show_merges_extends(scratch: Scratch, run_cli: Callable[..., CliResult]) -> None:
+def test_show_merges_extends(scratch: Scratch) -> None:
     scratch.copy_shipped()
-    result = run_cli("--config", str(scratch.config), "show", "eagle3", "--json")
-    doc = json.loads(result.out)
+    result = run_cli(None, "--config", str(scratch.config), "show", "eagle3", "--json", in_process=True)
+    doc = json.loads(result.stdout)
     assert doc["max_model_len"] == 262144            # from w4a16
     assert doc["kv_cache_dtype"] == "fp8"             # from w4a16-131k
     assert doc["enforce_eager"] is True               # its own
     assert doc["speculative"]["method"] == "eagle3"
     import yaml
 
-    assert yaml.safe_load(run_cli("--config", str(scratch.config), "show", "eagle3").out) == doc
+    assert yaml.safe_load(run_cli(None, "--config", str(scratch.config), "show", "eagle3",
+                                  in_process=True).stdout) == doc
 
 
-def test_render_json_has_files_and_command(scratch: Scratch, run_cli: Callable[..., CliResult]) -> None:
+def test_render_json_has_files_and_command(scratch: Scratch) -> None:
     scratch.copy_shipped()
-    result = run_cli("--config", str(scratch.config), "render", "ngram", "--json")
-    data = json.loads(result.out)
+    result = run_cli(None, "--config", str(scratch.config), "render", "ngram", "--json", in_process=True)
+    data = json.loads(result.stdout)
     assert set(data["files"]) == {"docker-compose.yml", ".env", "vllm.env"}
     assert data["command"][:2] == ["vllm", "serve"]
 
 
-def test_diff_reports_no_changes_then_changes(scratch: Scratch, run_cli: Callable[..., CliResult]) -> None:
+def test_diff_reports_no_changes_then_changes(scratch: Scratch) -> None:
     scratch.copy_shipped()
     deploy = load_node(str(scratch.config)).deploy_dir
-    assert run_cli("--config", str(scratch.config), "render", "w4a16", "--out", str(deploy)).code == 0
-    same = run_cli("--config", str(scratch.config), "diff", "w4a16")
-    assert same.code == 0 and same.out.startswith("no changes")
-    changed = run_cli("--config", str(scratch.config), "diff", "w4a16-131k")
-    assert '-      - "262144"' in changed.out and '+      - "131072"' in changed.out
-    data = json.loads(run_cli("--config", str(scratch.config), "diff", "w4a16-131k", "--json").out)
+    assert run_cli(None, "--config", str(scratch.config), "render", "w4a16", "--out", str(deploy),
+                   in_process=True).returncode == 0
+    same = run_cli(None, "--config", str(scratch.config), "diff", "w4a16", in_process=True)
+    assert same.returncode == 0 and same.stdout.startswith("no changes")
+    changed = run_cli(None, "--config", str(scratch.config), "diff", "w4a16-131k", in_process=True)
+    assert '-      - "262144"' in changed.stdout and '+      - "131072"' in changed.stdout
+    data = json.loads(run_cli(None, "--config", str(scratch.config), "diff", "w4a16-131k", "--json",
+                              in_process=True).stdout)
     assert data["changed"] == ["docker-compose.yml"]
-    assert data["diff"] == changed.out
+    assert data["diff"] == changed.stdout
 
 
 # ------------------------------------------------------------------ node config discovery
@@ -147,8 +149,7 @@ def test_relative_paths_are_relative_to_the_config(scratch: Scratch) -> None:
     assert node.stacks_dir == scratch.stacks
 
 
-def test_stacks_dir_precedence(scratch: Scratch, monkeypatch: pytest.MonkeyPatch,
-                               run_cli: Callable[..., CliResult]) -> None:
+def test_stacks_dir_precedence(scratch: Scratch) -> None:
     """--stacks-dir beats $B70DEPLOY_STACKS beats the node config's stacks_dir."""
     for label in ("flag", "env", "cfg"):
         d = scratch.root / f"stacks-{label}"
@@ -157,23 +158,20 @@ def test_stacks_dir_precedence(scratch: Scratch, monkeypatch: pytest.MonkeyPatch
                                               "max_model_len: 4096\n")
     scratch.write_config({"stacks_dir": str(scratch.root / "stacks-cfg")})
 
-    def names(*argv: str) -> list[str]:
-        res = run_cli("--config", str(scratch.config), *argv, "stacks", "--json")
-        assert res.code == 0, res.err
-        return [r["name"] for r in json.loads(res.out)]
+    def names(*argv: str, env: dict[str, str] | None = None) -> list[str]:
+        res = run_cli(None, "--config", str(scratch.config), *argv, "stacks", "--json", env=env, in_process=True)
+        assert res.returncode == 0, res.stderr
+        return [r["name"] for r in json.loads(res.stdout)]
 
     assert names() == ["only-cfg"]
-    monkeypatch.setenv("B70DEPLOY_STACKS", str(scratch.root / "stacks-env"))
-    assert names() == ["only-env"]
-    assert names("--stacks-dir", str(scratch.root / "stacks-flag")) == ["only-flag"]
+    env = {"B70DEPLOY_STACKS": str(scratch.root / "stacks-env")}
+    assert names(env=env) == ["only-env"]
+    assert names("--stacks-dir", str(scratch.root / "stacks-flag"), env=env) == ["only-flag"]
 
 
-def test_config_from_environment_variable(scratch: Scratch, monkeypatch: pytest.MonkeyPatch,
-                                          run_cli: Callable[..., CliResult]) -> None:
+def test_config_from_environment_variable(scratch: Scratch) -> None:
     scratch.copy_shipped()
-    monkeypatch.setenv("B70DEPLOY_CONFIG", str(scratch.config))
-    res = run_cli("stacks", "--json")
-    assert res.code == 0 and len(json.loads(res.out)) == len(SHIPPED_STACKS)
-    monkeypatch.setenv("B70DEPLOY_CONFIG", str(scratch.root / "missing.yaml"))
-    res = run_cli("stacks")
-    assert res.code == 2 and "missing.yaml: file not found" in res.err
+    res = run_cli(scratch.config, "stacks", "--json", in_process=True)  # as $B70DEPLOY_CONFIG
+    assert res.returncode == 0 and len(json.loads(res.stdout)) == len(SHIPPED_STACKS)
+    res = run_cli(scratch.root / "missing.yaml", "stacks", in_process=True)
+    assert res.returncode == 2 and "missing.yaml: file not found" in res.stderr

@@ -8,14 +8,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from kit.scratch import MINIMAL_STACK, SHIPPED_STACKS, Scratch
 
 from b70deploy.config.catalogue import Catalogue, deep_merge
 from b70deploy.config.node import load_node
 from b70deploy.config.resources import data_dir
 from b70deploy.errors import UserError
 from b70deploy.render.vllm_args import container_command, speculative_json
-
-from .conftest import MINIMAL_STACK, SHIPPED_STACKS, Scratch
 
 
 @pytest.fixture(scope="module")

@@ -6,10 +6,9 @@ import re
 from pathlib import Path
 
 import pytest
+from kit.scratch import SHIPPED_STACKS
 
 from b70deploy.config.schema import Companion, NodeConfig, Ports, Timeouts
-
-from .conftest import SHIPPED_STACKS
 
 README = (Path(__file__).resolve().parents[2] / "README.md").read_text()
 

@@ -8,15 +8,13 @@ Each case writes its files into a fresh scratch node, runs `b70deploy render STA
 from __future__ import annotations
 
 import subprocess
-import sys
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pytest
-
-from .conftest import MINIMAL_STACK, CliResult, Scratch
+from kit.scratch import MINIMAL_STACK, Scratch
+from simkit import run_cli
 
 
 @dataclass(frozen=True)
@@ -125,18 +123,18 @@ def _setup(scratch: Scratch, case: Case) -> Path:
     return scratch.root / "out"
 
 
-def _check(case: Case, result: CliResult, out_dir: Path, scratch: Scratch) -> None:
-    assert result.code == 2, (result.code, result.err)
-    lines = result.err.strip().splitlines()
-    assert len(lines) == 1, result.err
+def _check(case: Case, result: subprocess.CompletedProcess[str], out_dir: Path, scratch: Scratch) -> None:
+    assert result.returncode == 2, (result.returncode, result.stderr)
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
     line = lines[0]
     assert line.startswith("error: ")
     assert case.file in line
     assert case.key in line
     assert case.says in line
     assert "fix: " in line
-    assert "Traceback" not in result.err
-    assert result.out == ""
+    assert "Traceback" not in result.stderr
+    assert result.stdout == ""
     assert not out_dir.exists()
     assert not (scratch.root / "deploy").exists()
     assert not (scratch.root / "state").exists()
@@ -147,10 +145,10 @@ def test_there_are_at_least_fifteen_cases() -> None:
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
-def test_bad_input(case: Case, scratch: Scratch, run_cli: Callable[..., CliResult]) -> None:
+def test_bad_input(case: Case, scratch: Scratch) -> None:
     out_dir = _setup(scratch, case)
     argv = [*case.argv, "--out", str(out_dir)] if case.argv[0] == "render" else list(case.argv)
-    result = run_cli("--config", str(scratch.config), *argv)
+    result = run_cli(None, "--config", str(scratch.config), *argv, in_process=True)
     _check(case, result, out_dir, scratch)
 
 
@@ -159,30 +157,29 @@ def test_bad_input(case: Case, scratch: Scratch, run_cli: Callable[..., CliResul
 def test_bad_input_through_a_real_process(case: Case, scratch: Scratch) -> None:
     """The same through `python -m b70deploy.cli`, as an operator's shell would run it."""
     out_dir = _setup(scratch, case)
-    proc = subprocess.run(
-        [sys.executable, "-m", "b70deploy.cli", "--config", str(scratch.config), *case.argv, "--out", str(out_dir)],
-        capture_output=True, text=True, timeout=60, check=False, cwd=scratch.root)
-    _check(case, CliResult(proc.returncode, proc.stdout, proc.stderr), out_dir, scratch)
+    proc = run_cli(None, "--config", str(scratch.config), *case.argv, "--out", str(out_dir), timeout=60,
+                   cwd=scratch.root)
+    _check(case, proc, out_dir, scratch)
 
 
-def test_unknown_stack_is_exit_2(scratch: Scratch, run_cli: Callable[..., CliResult]) -> None:
+def test_unknown_stack_is_exit_2(scratch: Scratch) -> None:
     scratch.write_stack("only", stack())
-    result = run_cli("--config", str(scratch.config), "render", "absent")
-    assert result.code == 2
-    assert result.err.strip() == f"error: no stack named 'absent' in {scratch.stacks}; fix: use one of: only"
+    result = run_cli(None, "--config", str(scratch.config), "render", "absent", in_process=True)
+    assert result.returncode == 2
+    assert result.stderr.strip() == f"error: no stack named 'absent' in {scratch.stacks}; fix: use one of: only"
 
 
-def test_invalid_stack_argument_is_exit_2(scratch: Scratch, run_cli: Callable[..., CliResult]) -> None:
-    result = run_cli("--config", str(scratch.config), "show", "../etc/passwd")
-    assert result.code == 2
-    assert "not a valid stack name" in result.err
+def test_invalid_stack_argument_is_exit_2(scratch: Scratch) -> None:
+    result = run_cli(None, "--config", str(scratch.config), "show", "../etc/passwd", in_process=True)
+    assert result.returncode == 2
+    assert "not a valid stack name" in result.stderr
 
 
-def test_missing_config_file_is_exit_2(scratch: Scratch, run_cli: Callable[..., CliResult]) -> None:
-    result = run_cli("--config", str(scratch.root / "nope.yaml"), "stacks")
-    assert result.code == 2
-    assert result.err.strip() == f"error: {scratch.root / 'nope.yaml'}: file not found; fix: check the path"
+def test_missing_config_file_is_exit_2(scratch: Scratch) -> None:
+    result = run_cli(None, "--config", str(scratch.root / "nope.yaml"), "stacks", in_process=True)
+    assert result.returncode == 2
+    assert result.stderr.strip() == f"error: {scratch.root / 'nope.yaml'}: file not found; fix: check the path"
 
 
-def test_unknown_option_is_exit_2(run_cli: Callable[..., CliResult]) -> None:
-    assert run_cli("render", "--frobnicate").code == 2
+def test_unknown_option_is_exit_2() -> None:
+    assert run_cli(None, "render", "--frobnicate", in_process=True).returncode == 2

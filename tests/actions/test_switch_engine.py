@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 import requests
-
-from .conftest import SimNode, docker
+from kit.simnode import SimNode, docker
+from simkit import CLI, cli_env
 
 pytestmark = pytest.mark.docker
 
@@ -143,12 +143,8 @@ def test_rollback_to_a_gone_image_is_a_clear_error(node: SimNode) -> None:
 
 def test_concurrent_switch_is_refused_naming_the_holder(node: SimNode) -> None:
     node.cli("switch", "alpha", "--yes", check=True)
-    env = {"PYTHONPATH": str(Path(__file__).resolve().parents[2]), "B70DEPLOY_CONFIG": str(node.config)}
-    import os
-    import sys
-
-    slow = subprocess.Popen([sys.executable, "-m", "b70deploy.cli", "switch", "slow", "--yes"],
-                            env={**os.environ, **env}, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    slow = subprocess.Popen([*CLI, "switch", "slow", "--yes"], env=cli_env(node.config, node.extra_env),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.time() + 20
         while time.time() < deadline:
@@ -192,13 +188,19 @@ STEPS = ["preflight", "record", "snapshot", "drain", "verify", "activate", "wait
          "companions"]
 
 
-def test_sigkill_at_every_step_boundary_then_resume_or_rollback(node: SimNode) -> None:
+# The kill matrix in three runs of consecutive kills (each on a node of its own, so pytest-xdist
+# runs them side by side): every step is killed once, the verb still alternates by step index.
+KILL_RUNS = [(0, 4), (4, 7), (7, len(STEPS))]
+
+
+@pytest.mark.parametrize("first,stop", KILL_RUNS, ids=[f"{STEPS[a]}..{STEPS[b - 1]}" for a, b in KILL_RUNS])
+def test_sigkill_at_every_step_boundary_then_resume_or_rollback(node: SimNode, first: int, stop: int) -> None:
     """The process is killed (SIGKILL) after each step in turn; `status` names the step, and
     `resume` (even turns) or `rollback` (odd turns) brings a healthy stack back, with no
     revision lost or altered."""
     node.cli("switch", "alpha", "--yes", check=True)
     target = "beta"
-    for i, step in enumerate(STEPS):
+    for i, step in enumerate(STEPS[first:stop], first):
         known = {p.name for p in (node.state / "revisions").glob("[0-9]*")}
         killed = node.cli("switch", target, "--yes", env={"B70DEPLOY_FAULT": f"after:{step}"})
         assert killed.returncode == -9, (step, killed.stdout, killed.stderr)
