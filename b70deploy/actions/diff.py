@@ -7,7 +7,10 @@ from collections.abc import Collection, Mapping
 from pathlib import Path
 
 from ..config.node import Node
+from ..errors import B70Error
 from ..render.masking import mask_env_text
+from ..state.fsio import read_tree
+from .prepare import prepare, prepare_deploy
 
 
 def _text(name: str, data: bytes | None, secret_keys: Collection[str]) -> list[str]:
@@ -38,8 +41,6 @@ def unified(old: Mapping[str, bytes], new: Mapping[str, bytes], *, old_label: st
 
 
 def diff_against_dir(deploy_dir: Path, new: Mapping[str, bytes], *, secret_keys: Collection[str] = ()) -> str:
-    from ..state.fsio import read_tree
-
     old = read_tree(deploy_dir, sorted(new))
     return unified(old, new, old_label=str(deploy_dir), new_label="rendered", secret_keys=secret_keys)
 
@@ -47,9 +48,6 @@ def diff_against_dir(deploy_dir: Path, new: Mapping[str, bytes], *, secret_keys:
 def switch_files(node: Node, name: str) -> tuple[dict[str, bytes], frozenset[str], str | None]:
     """The files `switch name` would write (pinned image, patched files) when the image is on
     the engine, else the plain render and a remark saying so; with the secret keys to mask."""
-    from ..errors import B70Error
-    from .prepare import prepare, prepare_deploy
-
     try:
         d = prepare_deploy(node, name)
         return d.files, d.secret_keys, None

@@ -12,8 +12,12 @@ from typing import TYPE_CHECKING
 from ..config.node import Node
 from ..config.schema import Stack
 from ..config.secrets_file import load_secrets
+from ..docker.engine import image_info
+from ..lint import lint_stack
+from ..lint.gather import preflight
 from ..render import devices as devices_mod
 from ..render.files import Rendered, render
+from ..render.patches import deploy_files
 
 if TYPE_CHECKING:
     from ..docker.engine import ImageInfo
@@ -47,11 +51,6 @@ class Deployable:
 
 def prepare_deploy(node: Node, name: str, *, port: int | None = None, project: str | None = None) -> Deployable:
     """The files a deployment of `name` writes, and lint's findings on them."""
-    from ..docker.engine import image_info
-    from ..lint import lint_stack
-    from ..lint.gather import preflight
-    from ..render.patches import deploy_files
-
     stack = node.catalogue().load(name)
     info = image_info(stack.image)
     ctx = preflight(node, stack, pin_image=info.id, port=port, project=project)

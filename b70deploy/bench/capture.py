@@ -17,6 +17,7 @@ import ipaddress
 import json
 import logging
 import queue
+import sys
 import threading
 import time
 import uuid
@@ -341,8 +342,6 @@ class CaptureServer(ThreadingHTTPServer):
 
     def handle_error(self, request: Any, client_address: Any) -> None:
         """A client that hangs up is routine for a proxy: one log line, no traceback."""
-        import sys
-
         exc = sys.exc_info()[1]
         if isinstance(exc, ConnectionError | TimeoutError):
             log.debug("client %s: %s", client_address, exc)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from ..state.revisions import RevisionStore
 from .client import Endpoint, get_json
 
 if TYPE_CHECKING:
@@ -21,8 +22,6 @@ def current_deployment_info(node: Node) -> dict[str, Any]:
 
     Keys: endpoint, stack, revision, image_id, vllm_version, kv_tokens (None when unknown).
     """
-    from ..state.revisions import RevisionStore
-
     current = RevisionStore(node.state_dir).current()
     info: dict[str, Any] = {"endpoint": f"http://127.0.0.1:{node.config.ports.prod}", "stack": None,
                             "revision": None, "image_id": None, "vllm_version": None, "kv_tokens": None}

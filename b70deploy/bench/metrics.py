@@ -12,6 +12,8 @@ import http.client
 from dataclasses import dataclass
 from typing import Any
 
+from prometheus_client.parser import text_string_to_metric_families
+
 from .client import Endpoint, get
 
 DRAFTS = "vllm:spec_decode_num_drafts_total"
@@ -24,8 +26,6 @@ WATCHED = (DRAFTS, DRAFT_TOKENS, ACCEPTED, PROMPT_TOKENS, GENERATION_TOKENS)
 
 def parse(text: str) -> dict[str, float]:
     """Totals of the watched counters (summed over labels), from Prometheus text."""
-    from prometheus_client.parser import text_string_to_metric_families
-
     totals: dict[str, float] = {}
     for family in text_string_to_metric_families(text):
         for sample in family.samples:

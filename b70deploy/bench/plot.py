@@ -28,7 +28,7 @@ def _group_label(metric: str, ctx: int, conc: int) -> str:
 
 
 def render(m: Matrix, out: Path, *, title: str | None = None) -> Path:
-    try:
+    try:  # lazy: matplotlib is the optional `plot` extra, needed only when a chart is asked for
         import matplotlib
 
         matplotlib.use("Agg")

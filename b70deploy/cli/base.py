@@ -14,6 +14,8 @@ from typing import TYPE_CHECKING
 
 import click
 
+from ..docker.endpoint import activate  # stdlib only: safe for the root --help
+
 if TYPE_CHECKING:
     from ..config.node import Node
 
@@ -30,15 +32,16 @@ class Ctx:
     @property
     def node(self) -> Node:
         if self._node is None:
+            # Lazy: the root group loads this module for `b70deploy --help`, and config.node pulls
+            # in pydantic and yaml (test_help_imports_no_heavy_module).
             from ..config.node import load_node
-            from ..docker.endpoint import activate
 
             self._node = load_node(self.config_path, stacks_dir=self.stacks_dir, name=self.node_name)
             activate(self._node.docker_env)  # this process now talks to that node's engine
         return self._node
 
     def nodes(self, select: str) -> list[Node]:
-        from ..config.node import load_nodes
+        from ..config.node import load_nodes  # lazy, as in `node` above: keeps the root --help light
 
         return load_nodes(self.config_path, select=select, stacks_dir=self.stacks_dir)
 

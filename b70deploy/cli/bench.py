@@ -2,16 +2,27 @@
 
 from __future__ import annotations
 
+import logging
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import click
 
+from ..bench import compare as cmp
+from ..bench import replay as rp
+from ..bench import stats
+from ..bench import sweep as sweep_mod
+from ..bench.capture import CaptureWriter, is_loopback, make_server, parse_listen
+from ..bench.client import Endpoint
+from ..bench.deployment import current_deployment_info, environment, server_facts
+from ..bench.plot import render
+from ..bench.results import default_path, write
+from ..bench.run import BenchConfig, resolve_model, run_bench
+from ..errors import UserError
+from ..state.stamps import now_iso
+from ..ui.output import emit_json, table, warn
 from .base import Ctx, pass_ctx
-
-if TYPE_CHECKING:
-    from ..bench.client import Endpoint
 
 BENCH_EPILOG = """\b
 Examples:
@@ -63,10 +74,6 @@ def _common(f: Any) -> Any:
 
 def _target(ctx: Ctx, endpoint: str | None, stack: str | None, note: str | None,
             model: str | None) -> tuple[Endpoint, dict[str, Any]]:
-    from ..bench.client import Endpoint
-    from ..bench.deployment import current_deployment_info, environment
-    from ..state.stamps import now_iso
-
     known = None
     if endpoint is None:
         known = current_deployment_info(ctx.node)
@@ -79,17 +86,12 @@ def _target(ctx: Ctx, endpoint: str | None, stack: str | None, note: str | None,
 
 
 def _output_path(ctx: Ctx, output: str | None, doc: dict[str, Any]) -> Path:
-    from ..bench.results import default_path
-
     if output:
         return Path(output)
     return default_path(ctx.node.state_dir / "bench", doc)
 
 
 def _finish(ctx: Ctx, doc: dict[str, Any], output: str | None, as_json: bool) -> Path:
-    from ..bench.results import write
-    from ..ui.output import emit_json
-
     path = write(_output_path(ctx, output, doc), doc)
     if as_json:
         emit_json({**doc, "file": str(path)})
@@ -98,8 +100,6 @@ def _finish(ctx: Ctx, doc: dict[str, Any], output: str | None, as_json: bool) ->
 
 def _token_report(check: dict[str, Any] | None, strict: bool) -> bool:
     """Warn (or fail with --strict) when prompts missed the target context by more than 1%."""
-    from ..ui.output import warn
-
     if not check or check.get("worst_off") is None:
         warn("the server reported no usage.prompt_tokens: the context could not be checked")
         return not strict
@@ -111,8 +111,6 @@ def _token_report(check: dict[str, Any] | None, strict: bool) -> bool:
 
 
 def _describe_point(point: dict[str, Any], metric: str) -> str:
-    from ..bench import stats
-
     s = point["summary"]
     parts = [f"{stats.fmt_rate(point['result']['value'])} tok/s"]
     if s["n"]:
@@ -148,9 +146,6 @@ def bench(click_ctx: click.Context, ctx: Ctx, metric: str | None, concurrency: i
     """Measure prefill, decode or aggregate tok/s of a server (one results file per run)."""
     if click_ctx.invoked_subcommand is not None:
         return
-    from ..bench.deployment import server_facts
-    from ..bench.run import BenchConfig, resolve_model, run_bench
-    from ..errors import UserError
 
     if metric is None:
         raise UserError("which metric?", where="--metric", fix="give --metric prefill, decode or aggregate")
@@ -192,12 +187,6 @@ def sweep(ctx: Ctx, levels: str, waves: int, endpoint: str | None, model: str | 
           output: str | None, no_warmup: bool, no_ignore_eos: bool, strict: bool, timeout: float, quiet: bool,
           as_json: bool) -> None:
     """Aggregate tok/s across concurrency levels, with the change per step."""
-    from ..bench import sweep as sweep_mod
-    from ..bench.deployment import server_facts
-    from ..bench.run import BenchConfig, resolve_model
-    from ..errors import UserError
-    from ..ui.output import table
-
     lv = sweep_mod.parse_levels(levels)
     if waves < 1:
         raise UserError("waves must be at least 1", where="--waves", fix="e.g. --waves 2")
@@ -237,17 +226,12 @@ Files of one stack (same stack and note) fill one column; ratios are against the
 @click.option("--json", "as_json", is_flag=True, help="Print the matrix as JSON.")
 def compare(files: tuple[Path, ...], plot_out: Path | None, title: str | None, as_json: bool) -> None:
     """Compare results files: a table of tok/s per stack and the ratios new/old."""
-    from ..bench import compare as cmp
-    from ..ui.output import emit_json, table
-
     m = cmp.build(cmp.load_all(list(files)))
     if as_json:
         emit_json(cmp.as_json(m))
     else:
         table(cmp.headers(m), cmp.table_rows(m))
     if plot_out is not None:
-        from ..bench.plot import render
-
         render(m, plot_out, title=title)
         click.echo(f"chart: {plot_out}", err=as_json)
 
@@ -268,14 +252,6 @@ headers are never stored. Stop with Ctrl-C.""")
 @pass_ctx
 def capture(ctx: Ctx, listen: str, upstream: str | None, folder: Path, segment_mb: float, max_mb: float) -> None:
     """Fail-open proxy: tee /v1 request bodies (and response metadata) to disk, always forward."""
-    import logging
-
-    from ..bench.capture import CaptureWriter, is_loopback, make_server, parse_listen
-    from ..bench.client import Endpoint
-    from ..bench.deployment import current_deployment_info
-    from ..errors import UserError
-    from ..ui.output import warn
-
     host, port = parse_listen(listen)
     if segment_mb <= 0 or max_mb < segment_mb:
         raise UserError("need 0 < --segment-mb <= --max-mb", where="--segment-mb/--max-mb",
@@ -332,10 +308,6 @@ def replay(ctx: Ctx, folder: Path, endpoint: str | None, concurrency: int, sampl
            model: str | None, stack: str | None, note: str | None, output: str | None, timeout: float, quiet: bool,
            as_json: bool) -> None:
     """Send captured requests verbatim; report outcome, tok/s and acceptance per request."""
-    from ..bench import replay as rp
-    from ..bench import stats
-    from ..ui.output import table
-
     records = rp.select(rp.load_captures(folder), sample, seed)
     ep, env = _target(ctx, endpoint, stack, note, model)
     doc = rp.run_replay(ep, records, env, concurrency=concurrency, model=model, timeout=timeout,

@@ -2,8 +2,18 @@
 
 from __future__ import annotations
 
-import click
+from pathlib import Path
 
+import click
+import yaml
+
+from ..actions.diff import diff_against_dir, switch_files
+from ..actions.inspect import diff_revisions
+from ..actions.prepare import prepare
+from ..actions.stacks import merged_document, summaries
+from ..errors import UserError
+from ..state.fsio import read_tree, write_tree
+from ..ui.output import emit_json, note, table, warn
 from .base import Ctx, pass_ctx
 
 
@@ -12,9 +22,6 @@ from .base import Ctx, pass_ctx
 @pass_ctx
 def stacks(ctx: Ctx, as_json: bool) -> None:
     """List the stack catalogue."""
-    from ..actions.stacks import summaries
-    from ..ui.output import emit_json, table
-
     rows = summaries(ctx.node)
     if as_json:
         emit_json(rows)
@@ -30,15 +37,10 @@ def stacks(ctx: Ctx, as_json: bool) -> None:
 @pass_ctx
 def show(ctx: Ctx, stack: str, as_json: bool) -> None:
     """Show STACK after `extends:` and the node's overlay are merged."""
-    from ..actions.stacks import merged_document
-    from ..ui.output import emit_json
-
     doc = merged_document(ctx.node, stack)
     if as_json:
         emit_json(doc)
     else:
-        import yaml
-
         click.echo(yaml.safe_dump(doc, sort_keys=False), nl=False)
 
 
@@ -49,18 +51,11 @@ def show(ctx: Ctx, stack: str, as_json: bool) -> None:
 @pass_ctx
 def render(ctx: Ctx, stack: str, out: str | None, as_json: bool) -> None:
     """Render STACK into compose, .env and runtime env files; nothing on the node is touched."""
-    from pathlib import Path
-
-    from ..actions.prepare import prepare
-    from ..ui.output import emit_json, note, warn
-
     prepared = prepare(ctx.node, stack)
     rendered = prepared.rendered
     for w in prepared.warnings:
         warn(w)
     if out:
-        from ..state.fsio import write_tree
-
         dest = Path(out)
         write_tree(dest, rendered.files)
         for n in rendered.notes:
@@ -85,13 +80,7 @@ def render(ctx: Ctx, stack: str, out: str | None, as_json: bool) -> None:
 def diff(ctx: Ctx, what: tuple[str, ...], as_json: bool) -> None:
     """What `switch STACK` would change in the deploy dir, or how two revisions differ
     (files and boot facts, e.g. KV tokens 453,184 -> 270,592, -40%). Secrets masked."""
-    from ..errors import UserError
-    from ..ui.output import emit_json
-
     if len(what) == 2 and all(w.isdigit() for w in what):
-        from ..actions.inspect import diff_revisions
-        from ..ui.output import table
-
         text, rows = diff_revisions(ctx.node, int(what[0]), int(what[1]))
         if as_json:
             emit_json({"revisions": [int(what[0]), int(what[1])], "diff": text,
@@ -104,9 +93,6 @@ def diff(ctx: Ctx, what: tuple[str, ...], as_json: bool) -> None:
     if len(what) != 1:
         raise UserError(f"diff takes a stack or two revision numbers, got {' '.join(what)!r}",
                         fix="b70deploy diff eagle3, or b70deploy diff 3 7")
-    from ..actions.diff import diff_against_dir, switch_files
-    from ..state.fsio import read_tree
-    from ..ui.output import note
 
     stack = what[0]
     files, secret_keys, remark = switch_files(ctx.node, stack)

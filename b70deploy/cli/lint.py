@@ -6,8 +6,15 @@ import sys
 from pathlib import Path
 
 import click
+import docker
 
-from ..errors import EXIT_BAD_INPUT, EXIT_FAILED, UserError
+from ..actions.inspect import logs
+from ..errors import EXIT_BAD_INPUT, EXIT_FAILED, OperationError, UserError
+from ..lint.gather import lint_stacks
+from ..render.draft import copy_name, make_draft_copy
+from ..ui.output import emit_json
+from ..vllmlog.bootlog import parse_boot_facts
+from ..vllmlog.diagnosis import diagnose as run_diagnosis
 from .base import Ctx, pass_ctx
 
 
@@ -20,9 +27,6 @@ from .base import Ctx, pass_ctx
 @pass_ctx
 def lint(ctx: Ctx, stacks: tuple[str, ...], all_stacks: bool, as_json: bool, no_docker: bool) -> int:
     """Preflight STACK(s): every failure the post hit, caught before a boot."""
-    from ..lint.gather import lint_stacks
-    from ..ui.output import emit_json
-
     node = ctx.node
     if all_stacks == bool(stacks):
         raise UserError("name stacks or give --all (not both)", fix="e.g. b70deploy lint eagle3, or lint --all")
@@ -47,18 +51,12 @@ def lint(ctx: Ctx, stacks: tuple[str, ...], all_stacks: bool, as_json: bool, no_
 
 def diagnose_revision(ctx: Ctx, rev: str) -> list[str]:
     """The container log kept with revision REV (a failed boot keeps its own)."""
-    from ..actions.inspect import logs
-
     if not rev.isdigit():
         raise UserError(f"{rev!r} is not a revision number", fix="`b70deploy history` lists the revisions")
     return logs(ctx.node, int(rev)).splitlines()
 
 
 def _container_lines(name: str) -> list[str]:
-    import docker
-
-    from ..errors import OperationError
-
     try:
         client = docker.from_env()
         container = client.containers.get(name)
@@ -80,10 +78,6 @@ def _container_lines(name: str) -> list[str]:
 @pass_ctx
 def diagnose(ctx: Ctx, rev: str | None, log_file: str | None, container: str | None, as_json: bool) -> int:
     """Name the fatal signature in a vLLM boot log, with the fix, and the boot facts it states."""
-    from ..ui.output import emit_json
-    from ..vllmlog.bootlog import parse_boot_facts
-    from ..vllmlog.diagnosis import diagnose as run_diagnosis
-
     if sum(x is not None for x in (rev, log_file, container)) != 1:
         raise UserError("give exactly one of REV, --log FILE or --container NAME",
                         fix="e.g. b70deploy diagnose --log vllm.log")
@@ -128,9 +122,6 @@ def draft_fix(path: Path, n: int, as_json: bool) -> None:
 
     Weights are hard-linked (no extra space); the copy is PATH.b70-mpeN beside it.
     """
-    from ..render.draft import copy_name, make_draft_copy
-    from ..ui.output import emit_json
-
     src = path.absolute()
     dest = src.parent / Path(copy_name(src.name, n)).name
     made = make_draft_copy(src, dest, n)

@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import click
+
+from ..sim.box import MODELS, write_models
+from ..sim.image import build as build_images
+from ..ui.output import emit_json
 
 
 @click.group(epilog="Example: b70deploy sim build --json")
@@ -15,9 +21,6 @@ def sim() -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of lines.")
 def build(force: bool, as_json: bool) -> None:
     """Build b70sim/vllm:bash-c, :serve and :bash-c-drift with `docker import` (skipped when up to date)."""
-    from ..sim.image import build as build_images
-    from ..ui.output import emit_json
-
     results = build_images(force=force)
     if as_json:
         emit_json([{"tag": r.tag, "status": r.status, "size_bytes": r.size_bytes,
@@ -33,9 +36,5 @@ def build(force: bool, as_json: bool) -> None:
 @click.argument("folder", type=click.Path(file_okay=False))
 def models(folder: str) -> None:
     """Write the post's model folders (config.json files, sparse weights) into FOLDER."""
-    from pathlib import Path
-
-    from ..sim.box import MODELS, write_models
-
     write_models(Path(folder))
     click.echo(f"wrote {len(MODELS)} simulated model folders into {folder}")

@@ -3,6 +3,7 @@ then /etc/b70deploy/node.yaml; with none, defaults that work without root."""
 
 from __future__ import annotations
 
+import ipaddress
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -62,8 +63,6 @@ class Node:
     @property
     def on_this_host(self) -> bool:
         """Whether the node's ports are on this machine (its socket table is ours to read)."""
-        import ipaddress
-
         try:
             return ipaddress.ip_address(self.address).is_loopback
         except ValueError:

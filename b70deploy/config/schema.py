@@ -7,6 +7,7 @@ ValueError("what; fix: how"); `validation.py` turns that into one line naming th
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import re
 from typing import Any, Literal
@@ -390,8 +391,6 @@ class NodeConfig(Strict):
     @field_validator("bind_address")
     @classmethod
     def _bind(cls, v: str) -> str:
-        import ipaddress
-
         try:
             ipaddress.ip_address(v)
         except ValueError:
@@ -402,8 +401,6 @@ class NodeConfig(Strict):
     @field_validator("feeders")
     @classmethod
     def _feeders(cls, v: list[str]) -> list[str]:
-        import ipaddress
-
         for addr in v:
             try:
                 ipaddress.ip_address(addr)

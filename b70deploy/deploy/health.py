@@ -14,6 +14,9 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+import requests
+from tenacity import RetryCallState, RetryError, Retrying, retry_if_result, wait_exponential
+
 from ..docker.engine import LogFollower, find_container, state_of
 from ..ui.progress import Reporter
 from ..vllmlog.diagnosis import Diagnosis, StallWatch
@@ -45,8 +48,6 @@ class BootFailed(Exception):
 
 def probe_health(url: str, *, timeout: float = 2.0) -> int | None:
     """HTTP status of GET url, or None when nothing answers."""
-    import requests
-
     try:
         return requests.get(url, timeout=timeout).status_code
     except requests.RequestException:
@@ -59,8 +60,6 @@ def wait_healthy(*, project: str, service: str, health_url: str, timeout: float,
     """Wait until `health_url` answers 200, the container fails, the log stalls for
     `stall_after` seconds (None: never), or `timeout` passes. `clock` is monotonic seconds
     (a test passes a fake one; the poller's waits go through the log follower)."""
-    from tenacity import RetryCallState, RetryError, Retrying, retry_if_result, wait_exponential
-
     start = clock()
     container = None
     for _ in range(50):  # compose has just created it; give the API a moment

@@ -8,7 +8,7 @@ The steps never re-read the node config or the catalogue: everything they decide
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Literal
 
@@ -52,7 +52,5 @@ class DeployPlan:
         object.__setattr__(self, "files", MappingProxyType(dict(self.files)))
 
     def with_options(self, *, auto_rollback: bool | None = None, timeouts: Timeouts | None = None) -> DeployPlan:
-        from dataclasses import replace
-
         return replace(self, auto_rollback=self.auto_rollback if auto_rollback is None else auto_rollback,
                        timeouts=timeouts or self.timeouts)

@@ -8,6 +8,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import requests
+
 from ..config.schema import Stack
 
 WEATHER_TOOL = {
@@ -21,8 +23,6 @@ WEATHER_TOOL = {
 
 
 def _post(url: str, body: dict[str, Any], timeout: float) -> dict[str, Any]:
-    import requests
-
     resp = requests.post(url, json=body, timeout=timeout)
     if resp.status_code != 200:
         raise RuntimeError(f"HTTP {resp.status_code}: {resp.text[:200]}")
@@ -32,8 +32,6 @@ def _post(url: str, body: dict[str, Any], timeout: float) -> dict[str, Any]:
 
 def run_smoke(base_url: str, stack: Stack, *, timeout: float = 120.0) -> tuple[list[str], list[str]]:
     """(passed, failed) descriptions for the stack's declared smoke tests."""
-    import requests
-
     passed: list[str] = []
     failed: list[str] = []
     smoke = stack.smoke
@@ -80,8 +78,6 @@ def run_smoke(base_url: str, stack: Stack, *, timeout: float = 120.0) -> tuple[l
 
 
 def served_version(base_url: str, *, timeout: float = 5.0) -> str | None:
-    import requests
-
     try:
         version = requests.get(f"{base_url}/version", timeout=timeout).json().get("version")
         return str(version) if version else None

@@ -19,6 +19,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from dotenv import dotenv_values
+
 from ..errors import OperationError, UserError
 from ..render.files import COMPOSE_FILE
 from ..state.revisions import Revision, RevisionStore
@@ -140,8 +142,6 @@ def _recent(store: RevisionStore, previous: Revision | None, n: int = 5) -> list
 
 
 def _dotenv_value(data: bytes, key: str) -> str | None:
-    from dotenv import dotenv_values
-
     return dotenv_values(stream=_io.StringIO(data.decode(errors="replace"))).get(key)
 
 

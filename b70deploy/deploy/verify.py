@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ipaddress
 import os
+import socket
 from dataclasses import dataclass
 from typing import Any
 
@@ -62,8 +63,6 @@ def readings(*, port: int, feeders: list[str], load_threshold: float, conns: lis
 def remote_readings(address: str, port: int, *, timeout: float = 2.0) -> list[Reading]:
     """For a node on another host: we run no agent there, so its socket table and load are
     out of reach; what we can see is that nothing accepts connections on the prod port."""
-    import socket
-
     try:
         with socket.create_connection((address, port), timeout=timeout):
             accepting = True

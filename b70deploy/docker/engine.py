@@ -5,11 +5,16 @@ Compose does the lifecycle (up/stop/start); this module only looks and listens.
 
 from __future__ import annotations
 
+import os
 import threading
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
+
+import docker
+from docker.context import ContextAPI
+from docker.errors import DockerException, ImageNotFound
 
 from ..errors import OperationError, UserError
 from . import endpoint
@@ -17,11 +22,6 @@ from . import endpoint
 
 def client() -> Any:
     """An SDK client for the engine of the current endpoint (see endpoint.py)."""
-    import os
-
-    import docker
-    from docker.errors import DockerException
-
     target = endpoint.current()
     try:
         if "DOCKER_CONTEXT" in target:
@@ -38,9 +38,6 @@ def client() -> Any:
 
 
 def _context_client(name: str) -> Any:
-    import docker
-    from docker.context import ContextAPI
-
     ctx = ContextAPI.get_context(name)
     if ctx is None:
         raise UserError(f"docker context {name!r} does not exist", fix="`docker context ls` lists them")
@@ -59,8 +56,6 @@ class ImageInfo:
 
 def image_info(ref: str) -> ImageInfo:
     """Resolve a tag (or id) to the image it names now; a missing image is bad input."""
-    from docker.errors import ImageNotFound
-
     try:
         img = client().images.get(ref)
     except ImageNotFound:
@@ -72,8 +67,6 @@ def image_info(ref: str) -> ImageInfo:
 
 
 def image_present(image_id: str) -> bool:
-    from docker.errors import ImageNotFound
-
     try:
         client().images.get(image_id)
         return True

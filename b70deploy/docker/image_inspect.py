@@ -21,8 +21,11 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+import docker
+
 from ..errors import OperationError, UserError
 from ..state.fsio import write_atomic
+from .engine import client  # the current endpoint's engine (a remote node's, in an inventory)
 
 LABEL = "b70deploy.role"
 LABEL_VALUE = "image-probe"
@@ -134,10 +137,6 @@ class ImageInspector:
     @property
     def client(self) -> Any:
         if self._client is None:
-            import docker
-
-            from .engine import client  # the current endpoint's engine (a remote node's, in an inventory)
-
             try:
                 self._client = client()
                 self._client.ping()
@@ -146,8 +145,6 @@ class ImageInspector:
         return self._client
 
     def _image(self, ref: str) -> Any:
-        import docker
-
         try:
             return self.client.images.get(ref)
         except docker.errors.ImageNotFound:
@@ -177,8 +174,6 @@ class ImageInspector:
         return self._containers[key]
 
     def close(self) -> None:
-        import docker
-
         for c in self._containers.values():
             with contextlib.suppress(docker.errors.DockerException):
                 c.remove(force=True)
@@ -192,8 +187,6 @@ class ImageInspector:
 
     def _start(self, c: Any, timeout: float = 60) -> str | None:
         """stdout of a created container run to the end (exit 0), or None when it cannot run."""
-        import docker
-
         try:
             c.start()
             rc = c.wait(timeout=timeout).get("StatusCode", 1)
@@ -203,8 +196,6 @@ class ImageInspector:
         return out.decode("utf-8", "replace") if rc == 0 else None
 
     def _run(self, ref: str, argv: list[str], timeout: float = 60) -> str | None:
-        import docker
-
         c = None
         try:
             c = self._create(ref, argv[:1], argv[1:])
@@ -217,8 +208,6 @@ class ImageInspector:
                     c.remove(force=True)
 
     def _read_live(self, ref: str, path: str) -> bytes | None:
-        import docker
-
         try:
             stream, _ = self._probe_container(ref).get_archive(path)
             return _tar_member(b"".join(stream))

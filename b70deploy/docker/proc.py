@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 from collections.abc import Mapping, Sequence
 
@@ -13,8 +14,6 @@ def run(argv: Sequence[str], *, timeout: float = 300, check: bool = True, env: M
         input_bytes: bytes | None = None) -> subprocess.CompletedProcess[str]:
     target = endpoint.current()  # a remote node's DOCKER_HOST/DOCKER_CONTEXT, else nothing
     if target:
-        import os
-
         env = {**(env if env is not None else os.environ), **target}
     try:
         result = subprocess.run(  # noqa: S603 - argv list from our builders

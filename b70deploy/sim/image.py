@@ -31,6 +31,9 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import platformdirs
+from filelock import FileLock
+
 from ..docker.proc import run
 from ..errors import OperationError
 from . import server as server_mod
@@ -205,8 +208,6 @@ def _stdlib_key(py: HostPython) -> str:
 
 def stdlib_zip(py: HostPython) -> Path:
     """The trimmed stdlib compiled by `py` into a zip, cached by the hash of its inputs."""
-    import platformdirs
-
     cache = Path(platformdirs.user_cache_dir("b70deploy")) / "sim"
     dest = cache / f"stdlib-{py.version}-{_stdlib_key(py)}.zip"
     if not dest.is_file():
@@ -372,8 +373,6 @@ def _variants(names: Iterable[str] | None) -> Iterator[Variant]:
 
 def build(*, force: bool = False, variants: Iterable[str] | None = None) -> list[Built]:
     """Build (or confirm up to date) each sim image; returns what happened per tag."""
-    from filelock import FileLock
-
     py = find_host_python()
     if not BUSYBOX.is_file():
         raise OperationError(f"{BUSYBOX} not found", fix="install Debian's busybox-static (scripts/setup.sh does)")

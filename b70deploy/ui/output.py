@@ -7,15 +7,15 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
+from rich.console import Console
+from rich.table import Table
+
 
 def emit_json(data: Any) -> None:
     sys.stdout.write(json.dumps(data, indent=2, sort_keys=False, default=str) + "\n")
 
 
 def table(headers: Sequence[str], rows: Sequence[Sequence[Any]], *, title: str | None = None) -> None:
-    from rich.console import Console
-    from rich.table import Table
-
     console = Console(soft_wrap=False) if sys.stdout.isatty() else Console(width=200, color_system=None)
     t = Table(title=title, show_edge=False, header_style="bold", box=None,
               pad_edge=False)

@@ -10,6 +10,10 @@ import threading
 import time
 from typing import Any, Protocol, TextIO
 
+from rich.console import Console
+from rich.live import Live
+from rich.text import Text
+
 
 class Reporter(Protocol):
     def phase(self, name: str, detail: str = "") -> None: ...
@@ -67,9 +71,6 @@ class LiveReporter:
     """For a terminal: a rich status line redrawn in place."""
 
     def __init__(self) -> None:
-        from rich.console import Console
-        from rich.live import Live
-
         self.console = Console(stderr=True)
         self.start = time.monotonic()
         self._phase = ""
@@ -83,8 +84,6 @@ class LiveReporter:
         return self._render()
 
     def _render(self) -> Any:
-        from rich.text import Text
-
         text = Text()
         text.append(f"[{_clock(time.monotonic() - self.start)}] ", style="dim")
         text.append(self._phase, style="bold")
