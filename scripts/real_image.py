@@ -142,7 +142,11 @@ def entries_for(venv: Path, info: dict[str, str]) -> list[Entry]:
         '  if [ $# -gt 0 ] && [ "${1#-}" = "$1" ]; then set -- --model "$@"; fi\n'
         f'  exec {venv}/bin/python -m vllm.entrypoints.openai.api_server "$@"\n'
         "fi\n"
-        f'exec {venv}/bin/python -m vllm.entrypoints.cli.main "$@"\n'
+        'if [ "$1" = --version ] || [ "$1" = -v ]; then\n'
+        f"  exec {venv}/bin/python -c 'import vllm; print(vllm.__version__)'\n"
+        "fi\n"
+        'echo "vllm (b70real wrapper): only \\`vllm serve\\` and \\`vllm --version\\` work here" >&2\n'
+        "exit 2\n"
     )
     env_sh = f"# sourced by the entrypoint, as intel/vllm sources oneAPI's setvars.sh\nexport VIRTUAL_ENV={venv}\n"
     entries = [
@@ -236,8 +240,12 @@ def main(argv: list[str] | None = None) -> int:
         *args.label,
     ]
     changes = [
-        f"ENV PATH=/usr/local/bin:{BASE_PATH}",
+        f"ENV PATH={BASE_PATH}",  # /usr/local/bin (the vllm wrapper) comes first
         "ENV PYTHONUNBUFFERED=1",
+        # vLLM's CPU sampler is a torch.compile'd function even with --enforce-eager; inductor needs
+        # a C++ compiler (100+ MB of toolchain per container under vfs) and ~35 s on 2 cores. With
+        # dynamo off it runs eagerly. A compose environment entry can set it back to 0.
+        "ENV TORCHDYNAMO_DISABLE=1",
         "WORKDIR /",
         f"ENTRYPOINT {json.dumps(['/bin/bash', '-c', ENTRY_SCRIPT, '--'])}",
         *[f"LABEL {label}" for label in labels],
