@@ -21,6 +21,8 @@ ALIAS_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:/-]*$")
 ENV_KEY_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 # Relative paths below models_dir: no leading '/', no '..' component, no whitespace.
 REL_PATH_RE = re.compile(r"^(?!/)(?!.*(^|/)\.\.(/|$))[A-Za-z0-9._@+=,/-]+$")
+# Absolute paths, same characters, no '..' component.
+ABS_PATH_RE = re.compile(r"^/(?!.*(^|/)\.\.(/|$))[A-Za-z0-9._@+=,/-]*$")
 IMAGE_RE = re.compile(r"^[a-z0-9][a-z0-9._/:@-]*$")
 
 
@@ -40,6 +42,21 @@ def _rel_path(v: str, key: str) -> str:
             "give a path below the node's models_dir, without '..', spaces or a leading '/'",
         )
     return v
+
+
+class HostMount(Strict):
+    """A host path the vllm container sees read-only at `target`: a runtime the image expects
+    at a fixed path (the real-vLLM lane's venv), a cache, a corrected file."""
+
+    source: str
+    target: str
+
+    @field_validator("source", "target")
+    @classmethod
+    def _absolute(cls, v: str) -> str:
+        if not ABS_PATH_RE.match(v) or v == "/":
+            raise invalid(f"{v!r} is not an absolute path", "give a full path such as /opt/venv, without '..'")
+        return v
 
 
 class ModelSpec(Strict):
@@ -149,6 +166,7 @@ class Stack(Strict):
     speculative: Speculative | None = None
     extra_args: list[str] = Field(default_factory=list)
     env: dict[str, str] = Field(default_factory=dict)
+    mounts: list[HostMount] = Field(default_factory=list)
     patches: list[str] = Field(default_factory=list)
     expect: Expect = Expect()
     smoke: Smoke = Smoke()

@@ -173,6 +173,18 @@ def model_files(ctx: LintContext) -> Iterator[Finding]:
                      f"download the weights there, or correct {key} (relative to models_dir {ctx.models_dir})")
 
 
+@rule("mount-missing")
+def host_mounts(ctx: LintContext) -> Iterator[Finding]:
+    if ctx.models_dir is None:  # the node's files are not visible from here (a remote node)
+        return
+    for i, m in enumerate(ctx.stack.mounts):
+        if not Path(m.source).exists():
+            yield _f(ctx, "mount-missing", "error",
+                     f"mounts[{i}].source {m.source} does not exist: Compose would create an empty folder there "
+                     f"and {m.target} would be empty in the container",
+                     "create it first, or correct mounts[].source")
+
+
 @rule("marlin-carveout-missing")
 def marlin(ctx: LintContext) -> Iterator[Finding]:
     m = ctx.stack.model

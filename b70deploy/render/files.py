@@ -33,9 +33,10 @@ RUNTIME_ENV_FILE = "vllm.env"  # like DOTENV_FILE, an env file: written 0600 (st
 
 @dataclass(frozen=True)
 class Mount:
-    """A file of ours bind-mounted read-only into the vllm container (a patched file)."""
+    """A path bind-mounted read-only into the vllm container: a patched file of ours, or a
+    host path the stack names (`mounts:`)."""
 
-    source: str  # path relative to the deploy dir, e.g. patches/marlin_utils.py
+    source: str  # relative to the deploy dir (patches/marlin_utils.py), or an absolute host path
     target: str  # absolute path inside the container
 
 
@@ -127,7 +128,7 @@ def render(stack: Stack, node: Node, devices: DeviceAccess, *, secrets: Mapping[
         container_port=CONTAINER_PORT,
         runtime_env_name=RUNTIME_ENV_FILE,
         models_target=CONTAINER_MODELS,
-        mounts=mounts,
+        mounts=(*mounts, *(Mount(m.source, m.target) for m in stack.mounts)),
         devices=str(devices.device_dir) if devices.device_dir else None,
         group_add=devices.group_add,
         shm_size=node.config.shm_size,

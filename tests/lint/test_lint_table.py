@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from b70deploy.config.node import Node
-from b70deploy.config.schema import ModelSpec, Speculative, ToolCalling
+from b70deploy.config.schema import HostMount, ModelSpec, Speculative, ToolCalling
 from b70deploy.docker.image_inspect import ImageFacts
 from b70deploy.lint import LintContext, lint_stack
 from b70deploy.lint.gather import _port_owner, build_context
@@ -107,6 +107,10 @@ def case_model_missing(node: Node) -> LintContext:
     return _ctx(node, "w4a16", model=ModelSpec(path="Qwen/not-downloaded", quantization="compressed-tensors"))
 
 
+def case_mount_missing(node: Node) -> LintContext:
+    return _ctx(node, "w4a16", mounts=[HostMount(source="/no/such/venv", target="/opt/venv")])
+
+
 def case_draft_missing(node: Node) -> LintContext:
     return _ctx(node, "eagle3", speculative=Speculative(method="eagle3", model="Qwen/no-draft-here"))
 
@@ -163,6 +167,7 @@ CASES: list[tuple[str, str, Callable[[Node], LintContext], str]] = [
     ("tool-parser-missing", "error", case_tool, "tool_calling.parser: hermes"),
     ("model-missing", "error", case_model_missing, "model.path"),
     ("draft-missing", "error", case_draft_missing, "speculative.model"),
+    ("mount-missing", "error", case_mount_missing, "mounts[].source"),
     ("patch-unknown", "error", case_patch_unknown, "patches/no-such-patch.yaml"),
     ("patch-does-not-apply", "error", case_patch_drift, "rewrite the edit"),
     ("port-in-use", "error", case_port, "ports.prod"),

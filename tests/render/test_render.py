@@ -17,7 +17,7 @@ from b70deploy.actions.prepare import prepare
 from b70deploy.config.catalogue import Catalogue
 from b70deploy.config.node import Node, load_node
 from b70deploy.config.resources import data_dir
-from b70deploy.config.schema import Stack
+from b70deploy.config.schema import HostMount, Stack
 from b70deploy.render import devices
 from b70deploy.render.files import COMPOSE_FILE, DOTENV_FILE, RUNTIME_ENV_FILE, Rendered, render
 
@@ -337,3 +337,14 @@ def test_every_rendered_and_stored_file_gets_the_one_mode_rule(node: Node, name:
         assert file_mode(n) == r.mode(n) == want, n
         assert stat.S_IMODE((tmp_path / "out" / n).stat().st_mode) == want, n
         assert stat.S_IMODE((rev.files_dir / n).stat().st_mode) == want, n
+
+
+def test_stack_mounts_are_read_only_binds_and_bad_paths_are_one_line_errors(node: Node, scratch: Scratch) -> None:
+    stack = node.catalogue().load("w4a16").model_copy(
+        update={"mounts": [HostMount(source="/var/cache/venv", target="/var/cache/venv")]})
+    doc = yaml.safe_load(render(stack, node, devices.scan(scratch.root / "no-dri")).files[COMPOSE_FILE])
+    assert {"type": "bind", "source": "/var/cache/venv", "target": "/var/cache/venv",
+            "read_only": True} in doc["services"]["vllm"]["volumes"]
+    for bad in ("relative/path", "/a/../etc", "/", "/with space"):
+        with pytest.raises(ValueError, match="is not an absolute path"):
+            HostMount(source=bad, target="/x")
