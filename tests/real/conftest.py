@@ -1,0 +1,117 @@
+"""The real-vLLM lane: vLLM 0.21.0's CPU build serving a tiny random model, deployed by the
+tool under Compose on the real engine (`make test-real`; scripts/real_vllm.sh builds it).
+
+`lane` reads what the build script left in its cache (lane.env); `real_node` is one node for
+the whole module: a sim stack as the fast-booting baseline every failed real switch rolls
+back to, and real stacks for each case, with the lane's venv and Python bind-mounted."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import simkit
+import yaml
+from kit.simnode import SimNode, docker
+
+from b70deploy.sim.box import write_models
+
+CACHE = Path(os.environ.get("B70_REAL_CACHE", "/var/cache/b70deploy/real-vllm-0.21.0"))
+
+
+@dataclass(frozen=True)
+class Lane:
+    image: str
+    venv: Path
+    python_base: Path
+    models: Path
+    vllm_version: str
+
+
+@pytest.fixture(scope="session")
+def lane() -> Lane:
+    env_file = CACHE / "lane.env"
+    if not (CACHE / "complete").is_file() or not env_file.is_file():
+        simkit.unavailable(f"the real-vLLM lane is not built in {CACHE}: run `make test-real` "
+                           "(scripts/real_vllm.sh builds it, about 8 GB)")
+    values = dict(line.split("=", 1) for line in env_file.read_text().splitlines() if "=" in line)
+    lane = Lane(image=values["B70_REAL_IMAGE"], venv=Path(values["B70_REAL_VENV"]),
+                python_base=Path(values["B70_REAL_PYTHON_BASE"]), models=Path(values["B70_REAL_MODELS"]),
+                vllm_version=values["B70_REAL_VLLM_VERSION"])
+    if simkit.docker("image", "inspect", lane.image).returncode != 0:
+        simkit.unavailable(f"image {lane.image} is missing: run scripts/real_vllm.sh")
+    return lane
+
+
+def _port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def real_stacks(lane: Lane, sim_image: str) -> dict[str, dict[str, object]]:
+    """The baseline sim stack and one real stack per case."""
+    mounts = [{"source": str(p), "target": str(p)} for p in (lane.python_base, lane.venv)]
+    real = {"image": lane.image, "entrypoint_style": "bash-c", "model": {"path": "tiny"},
+            "served_model_names": ["tiny-a", "tiny-b"], "dtype": "float32", "max_model_len": 512,
+            "enforce_eager": True, "env": {"VLLM_CPU_KVCACHE_SPACE": "1"}, "mounts": mounts,
+            "expect": {"min_kv_tokens": 1_000_000},
+            "smoke": {"tool_call": False, "aliases": True}}
+    return {
+        "sim-base": {"image": sim_image, "entrypoint_style": "bash-c", "model": {"path": "Qwen/Qwen3-30B-A3B-W4A16",
+                     "quantization": "compressed-tensors"}, "served_model_names": ["qwen3-30b-a3b-w4a16"],
+                     "dtype": "float16", "max_model_len": 131072, "patches": ["marlin-xpu-carveout"],
+                     "env": {"B70SIM_BOOT_SECONDS": "0.5"},
+                     "smoke": {"completion": {"prompt": "The capital of France is", "expect": "Paris",
+                                              "max_tokens": 4}, "tool_call": False, "aliases": True}},
+        # healthy, no text expectation: random weights pass the aliases check only
+        "real-tiny": real,
+        # the report's Qwen3.6 case with a real engine: healthy, speaking noise
+        "real-noise": {**real, "smoke": {"completion": {"prompt": "The capital of France is", "expect": "Paris",
+                                                         "max_tokens": 8}, "tool_call": False, "aliases": True}},
+        # a flag vLLM's argument parser rejects: a real crash before ready
+        "real-badflag": {**real, "extra_args": ["--no-such-flag"]},
+        # a model folder that is there for the host (lint) but not inside the container: a
+        # symlink out of models_dir dangles behind the bind mount
+        "real-elsewhere": {**real, "model": {"path": "tiny-elsewhere"}},
+        # head_dim 16: /health 200, then the first completion kills the engine
+        "real-die": {**real, "model": {"path": "tiny-hd16"},
+                     "smoke": {"completion": {"prompt": "Hello", "expect": "anything", "max_tokens": 4},
+                               "tool_call": False, "aliases": True}},
+    }
+
+
+@pytest.fixture(scope="module")
+def real_node(lane: Lane, sim_images: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> Iterator[SimNode]:
+    root = tmp_path_factory.mktemp("real")
+    project = simkit.unique("real")
+    tag = f"{project}/vllm:bash-c"
+    docker("tag", sim_images["bash-c"], tag)
+    models = root / "models"
+    write_models(models)
+    for name in ("tiny", "tiny-hd16"):
+        shutil.copytree(lane.models / name, models / name)
+    shutil.copytree(lane.models / "tiny", root / "outside" / "tiny")
+    (models / "tiny-elsewhere").symlink_to(root / "outside" / "tiny")
+    (root / "stacks").mkdir()
+    for name, doc in real_stacks(lane, tag).items():
+        (root / "stacks" / f"{name}.yaml").write_text(yaml.safe_dump(doc))
+    prod, dark = _port(), _port()
+    cfg = {"project": project, "deploy_dir": str(root / "deploy"), "state_dir": str(root / "state"),
+           "stacks_dir": str(root / "stacks"), "models_dir": str(models), "device_dir": None,
+           "bind_address": "127.0.0.1", "ports": {"prod": prod, "dark": dark}, "load_threshold": 1000,
+           "timeouts": {"health": 240, "rollback": 240, "poll_interval": 0.5, "smoke": 60}}
+    config = root / "node.yaml"
+    config.write_text(yaml.safe_dump(cfg))
+    node = SimNode(root=root, project=project, prod=prod, dark=dark, tags={"bash-c": tag}, config=config)
+    try:
+        yield node
+    finally:
+        for proj in (project, f"{project}-dark"):
+            simkit.remove_by_project(proj)
+        docker("rmi", tag, check=False)
