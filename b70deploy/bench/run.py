@@ -207,18 +207,20 @@ class Prepared:
 
 
 def prepare(endpoint: Endpoint, cfg: BenchConfig, *, show_progress: bool) -> Prepared:
-    """Warm up (the first request after a boot pays a one-time JIT tax: measured, reported,
-    excluded), then calibrate the padding against the server's own token counts."""
+    """Calibrate the padding against the server's own token counts, then warm up at the
+    target context (the first full request after a boot pays a one-time JIT tax: measured,
+    reported, excluded). Calibrating first keeps the warm-up inside the context whatever the
+    tokenizer: a guessed padding overflowed a 512-token model whose tokenizer prices a word
+    at three tokens."""
+    cal = prompts.calibrate(cfg.n_prompts, cfg.ctx, make_probe(endpoint, cfg), f"k{secrets.token_hex(4)}")
     warm: dict[str, Any] | None = None
     if cfg.warmup:
-        guess = prompts.compose(prompts.BASE_PROMPTS[0], max(0, round(cfg.ctx / 1.3) - 60),
-                                f"w{secrets.token_hex(4)}-p000")
-        body = request_body(cfg, guess, cfg.tokens if cfg.metric != "prefill" else 1)
+        first = prompts.materialize(cal, 1, cfg.ctx, f"w{secrets.token_hex(4)}")[0]
+        body = request_body(cfg, first.text, cfg.tokens if cfg.metric != "prefill" else 1)
         t = stream(endpoint, APIS[cfg.api], body, clock_zero=time.perf_counter(), timeout=cfg.timeout)
         if not t.ok:
             raise OperationError(f"warm-up request to {endpoint.url} failed: {t.error}")
-        warm = sample_dict(-1, prompts.BASE_PROMPTS[0].kind, None, t)
-    cal = prompts.calibrate(cfg.n_prompts, cfg.ctx, make_probe(endpoint, cfg), f"k{secrets.token_hex(4)}")
+        warm = sample_dict(-1, first.kind, first.target_tokens, t)
     return Prepared(cfg, cal, warm)
 
 
