@@ -26,7 +26,7 @@ test-real: real-lane
 check: lint typecheck
 
 lint: setup
-	$(BIN)/ruff check b70deploy tests $(wildcard benchmarks)
+	$(BIN)/ruff check b70deploy tests scripts $(wildcard benchmarks)
 
 typecheck: setup
 	$(BIN)/mypy

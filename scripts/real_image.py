@@ -22,21 +22,18 @@ from __future__ import annotations
 
 import argparse
 import hashlib
-import io
 import json
 import os
-import re
 import shutil
 import subprocess
 import sys
-import tarfile
 import tempfile
-from dataclasses import dataclass
 from pathlib import Path
 
+# The rootfs pieces are the simulator image's: the same tar layout, ldd parsing and busybox.
+from b70deploy.sim.image import BASE_PATH, BUSYBOX, GROUPS, PASSWD, Entry, busybox_applets, parse_ldd, write_tar
+
 RECIPE = "b70real-rootfs-1"  # bump when the layout below changes
-BUSYBOX = Path("/bin/busybox")
-BASE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 # intel/vllm sources oneAPI here; ours has nothing to source, the shape is what matters.
 ENTRY_SCRIPT = 'source /opt/venv-env.sh && exec "$@"'
 LABEL_INPUTS = "b70real.inputs"
@@ -44,18 +41,7 @@ LABEL_INPUTS = "b70real.inputs"
 # /usr/local) would make the image differ between machines and the CPU build needs none.
 SYSTEM_LIB_DIRS = ("/lib/", "/lib64/", "/usr/lib/", "/usr/lib64/")
 
-GROUPS = "root:x:0:\ndaemon:x:1:\ntty:x:5:\ndisk:x:6:\nvideo:x:44:\nstaff:x:50:\nusers:x:100:\nnogroup:x:65534:\n"
-PASSWD = "root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n"
 
-
-@dataclass(frozen=True)
-class Entry:
-    name: str           # absolute path inside the image
-    kind: str           # file | data | dir | symlink
-    source: Path | None = None
-    data: bytes = b""
-    mode: int = 0o644
-    target: str = ""
 
 
 def run(argv: list[str], timeout: float = 600) -> subprocess.CompletedProcess[str]:
@@ -73,14 +59,6 @@ def venv_python(venv: Path) -> dict[str, str]:
     info: dict[str, str] = json.loads(result.stdout)
     return info
 
-
-def parse_ldd(text: str) -> list[str]:
-    paths: list[str] = []
-    for line in text.splitlines():
-        m = re.search(r"=>\s+(/\S+)", line) or re.match(r"\s*(/\S+)\s+\(0x", line)
-        if m:
-            paths.append(m.group(1))
-    return paths
 
 
 def is_elf(path: Path) -> bool:
@@ -117,10 +95,6 @@ def system_libraries(binaries: list[Path], exclude: list[Path]) -> list[str]:
     prefixes = tuple(str(p.resolve()) + "/" for p in exclude) + tuple(str(p) + "/" for p in exclude)
     return sorted(p for p in libs if not p.startswith(prefixes))
 
-
-def busybox_applets() -> list[str]:
-    result = run([str(BUSYBOX), "--list"], timeout=30)
-    return sorted(a for a in result.stdout.split() if re.fullmatch(r"[A-Za-z0-9_.\[\]-]+", a))
 
 
 def entries_for(venv: Path, info: dict[str, str]) -> list[Entry]:
@@ -190,26 +164,6 @@ def inputs_hash(entries: list[Entry], changes: list[str]) -> str:
         h.update(e.data)
     return h.hexdigest()[:24]
 
-
-def write_tar(entries: list[Entry], dest: Path) -> None:
-    with tarfile.open(dest, "w", format=tarfile.PAX_FORMAT) as tar:
-        for e in entries:
-            ti = tarfile.TarInfo(e.name.lstrip("/"))
-            ti.mode, ti.uid, ti.gid, ti.uname, ti.gname, ti.mtime = e.mode, 0, 0, "root", "root", 1_700_000_000
-            if e.kind == "dir":
-                ti.type = tarfile.DIRTYPE
-                tar.addfile(ti)
-            elif e.kind == "symlink":
-                ti.type, ti.linkname = tarfile.SYMTYPE, e.target
-                tar.addfile(ti)
-            elif e.kind == "data":
-                ti.size = len(e.data)
-                tar.addfile(ti, io.BytesIO(e.data))
-            else:
-                assert e.source is not None
-                ti.size = e.source.stat().st_size
-                with e.source.open("rb") as fh:
-                    tar.addfile(ti, fh)
 
 
 def current_image(tag: str) -> tuple[str, str | None] | None:

