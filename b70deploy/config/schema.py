@@ -169,6 +169,9 @@ class Stack(Strict):
     mounts: list[HostMount] = Field(default_factory=list)
     patches: list[str] = Field(default_factory=list)
     expect: Expect = Expect()
+    # After /health first answers 200, the stack must stay healthy this long before its
+    # checks run: an engine that dies right after ready fails the switch.
+    settle_seconds: float = Field(default=5.0, ge=0, le=600)
     smoke: Smoke = Smoke()
     notes: list[str] = Field(default_factory=list)
 

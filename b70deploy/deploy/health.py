@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 
 import requests
 from tenacity import RetryCallState, RetryError, Retrying, retry_if_result, wait_exponential
@@ -20,22 +19,10 @@ from tenacity import RetryCallState, RetryError, Retrying, retry_if_result, wait
 from ..docker.engine import LogFollower, find_container, state_of
 from ..ui.progress import Reporter
 from ..vllmlog.diagnosis import Diagnosis, StallWatch
+from .nodeio import WaitResult
 
 Diagnose = Callable[[Sequence[str]], Diagnosis | None]
 SETTLE_SECONDS = 1.0
-
-
-@dataclass
-class WaitResult:
-    healthy: bool
-    elapsed: float
-    reason: str
-    finding: Diagnosis | None = None
-    exit_code: int | None = None
-    log_lines: list[str] = field(default_factory=list)
-
-    def tail(self, n: int = 15) -> list[str]:
-        return self.log_lines[-n:]
 
 
 class BootFailed(Exception):

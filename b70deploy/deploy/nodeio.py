@@ -12,15 +12,29 @@ plain files the tool owns, the same under both.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     from ..config.schema import Stack
     from ..ui.progress import Reporter
-    from .health import WaitResult
+    from ..vllmlog.diagnosis import Diagnosis
     from .verify import Reading
 
 VLLM = "vllm"
+
+
+@dataclass
+class WaitResult:
+    healthy: bool
+    elapsed: float
+    reason: str
+    finding: Diagnosis | None = None
+    exit_code: int | None = None
+    log_lines: list[str] = field(default_factory=list)
+
+    def tail(self, n: int = 15) -> list[str]:
+        return self.log_lines[-n:]
 
 
 class NodeIO(Protocol):
@@ -58,6 +72,9 @@ class NodeIO(Protocol):
         """The vllm container's whole log (a resumed run's check reads the boot it missed)."""
 
     def probe_health(self) -> int | None: ...
+
+    def container_status(self) -> str:
+        """The vllm container's state: running, exited, restarting, dead, missing, ..."""
 
     def smoke(self, stack: Stack) -> tuple[list[str], list[str]]:
         """(passed, failed) of the stack's smoke tests."""

@@ -26,13 +26,13 @@ from ..render.files import COMPOSE_FILE
 from ..state.revisions import Revision, RevisionStore
 from ..state.stamps import now_iso, operator
 from ..vllmlog.bootlog import check_expectations, parse_boot_facts
-from .nodeio import VLLM, NodeIO
+from ..vllmlog.diagnosis import diagnose
+from .nodeio import VLLM, NodeIO, WaitResult
 from .plan import DeployPlan
 from .runner import Runner, Step
 
 if TYPE_CHECKING:
     from ..ui.progress import Reporter
-    from .health import WaitResult
 
 
 @dataclass
@@ -235,6 +235,28 @@ def _wait_healthy(r: Run) -> None:
         raise OperationError(r.wait.reason)
     r.facts["time_to_healthy"] = round(r.wait.elapsed, 2)
     r.info(f"/health 200 after {r.wait.elapsed:.1f} s")
+    _settle(r)
+
+
+def _settle(r: Run) -> None:
+    """Healthy is not enough: the stack must stay up for its settle window (vLLM's engine can
+    die right after the server answers, and then /health turns 503 and the container exits)."""
+    window = r.plan.stack.settle_seconds
+    if window <= 0:
+        return
+    end = r.io.monotonic() + window
+    while r.io.monotonic() < end:
+        r.io.sleep(min(0.5, window))
+        status, code = r.io.container_status(), r.io.probe_health()
+        if status != "running" or code != 200:
+            lines = r.io.container_log()
+            finding = diagnose(lines)
+            reason = (f"the stack failed inside its {window:g} s settle window after ready: container {status}, "
+                      f"/health {code or 'refused'}")
+            r.wait = WaitResult(False, r.wait.elapsed if r.wait else 0.0, reason, finding, log_lines=lines)
+            _save_log(r, lines)
+            raise OperationError(reason)
+    r.info(f"stayed healthy for the {window:g} s settle window")
 
 
 def _check(r: Run) -> None:
@@ -303,7 +325,8 @@ def steps(plan: DeployPlan) -> list[Step[Run]]:
         Step("verify", "no live connections on the prod port, feeders quiet, load low", _verify),
         Step("activate", "write files atomically, compose up --force-recreate vllm", _activate,
              _undo_activate, f"save the log, write {prev}'s files back, recreate, wait for /health"),
-        Step("wait-healthy", "poll /health while watching the container and its log", _wait_healthy),
+        Step("wait-healthy", "poll /health while watching the container and its log; then stay healthy for "
+             f"{plan.stack.settle_seconds:g} s", _wait_healthy),
         Step("check", "boot facts vs expectations, smoke tests", _check),
         Step("commit", "mark the revision deployed and make it current", _commit, _undo_commit,
              f"point current back at {prev}"),

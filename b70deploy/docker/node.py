@@ -26,7 +26,7 @@ from .proc import last_line, run
 if TYPE_CHECKING:
     from ..config.node import Node
     from ..config.schema import Stack
-    from ..deploy.health import WaitResult
+    from ..deploy.nodeio import WaitResult
     from ..deploy.verify import Reading
     from ..ui.progress import Reporter
 
@@ -136,6 +136,9 @@ class DockerNode:
     def container_log(self) -> list[str]:
         container = engine.find_container(self.project, VLLM)
         return engine.container_log(container).splitlines() if container is not None else []
+
+    def container_status(self) -> str:
+        return str(engine.state_of(engine.find_container(self.project, VLLM)).status)
 
     def probe_health(self) -> int | None:
         return probe_health(f"{self.base_url}/health")

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from b70deploy.deploy import health
+from b70deploy.deploy.nodeio import WaitResult
 from b70deploy.docker.engine import ContainerState
 from b70deploy.ui.progress import PlainReporter
 from b70deploy.vllmlog.diagnosis import COMPILE_STALL, LOG_STALL, diagnose
@@ -81,9 +82,9 @@ class FakeFollower:
 
 
 @pytest.fixture
-def boot(monkeypatch: pytest.MonkeyPatch) -> Callable[..., health.WaitResult]:
+def boot(monkeypatch: pytest.MonkeyPatch) -> Callable[..., WaitResult]:
     def run(lines: list[tuple[float, str]], *, healthy_at: float | None = None, stall_after: float | None = 600,
-            timeout: float = 3600) -> health.WaitResult:
+            timeout: float = 3600) -> WaitResult:
         clock = FakeClock()
         script = Script(clock, [(clock.now + t, line) for t, line in lines],
                         None if healthy_at is None else clock.now + healthy_at)
@@ -103,7 +104,7 @@ def boot(monkeypatch: pytest.MonkeyPatch) -> Callable[..., health.WaitResult]:
     return run
 
 
-def test_quiet_inside_torch_compile_is_a_compile_stall(boot: Callable[..., health.WaitResult]) -> None:
+def test_quiet_inside_torch_compile_is_a_compile_stall(boot: Callable[..., WaitResult]) -> None:
     r = boot([(0, LOAD), (30, COMPILE)])
     assert not r.healthy and r.finding is not None and r.finding.id == COMPILE_STALL
     assert "enforce_eager: true" in r.finding.fix and r.finding.line == COMPILE
@@ -111,18 +112,18 @@ def test_quiet_inside_torch_compile_is_a_compile_stall(boot: Callable[..., healt
     assert 630 <= r.elapsed < 640  # ended by the stall, not by the 3600 s health timeout
 
 
-def test_quiet_outside_compile_is_a_log_stall(boot: Callable[..., health.WaitResult]) -> None:
+def test_quiet_outside_compile_is_a_log_stall(boot: Callable[..., WaitResult]) -> None:
     r = boot([(0, LOAD), (30, COMPILE), (100, COMPILED)])
     assert not r.healthy and r.finding is not None and r.finding.id == LOG_STALL
     assert r.finding.line == COMPILED and 700 <= r.elapsed < 710
 
 
-def test_a_slow_boot_that_keeps_logging_is_not_a_stall(boot: Callable[..., health.WaitResult]) -> None:
+def test_a_slow_boot_that_keeps_logging_is_not_a_stall(boot: Callable[..., WaitResult]) -> None:
     r = boot([(t, f"{LOAD} {t}") for t in range(0, 2000, 500)], healthy_at=1900)
     assert r.healthy and r.finding is None and 1900 <= r.elapsed < 1910
 
 
-def test_without_stall_after_only_the_timeout_ends_a_quiet_boot(boot: Callable[..., health.WaitResult]) -> None:
+def test_without_stall_after_only_the_timeout_ends_a_quiet_boot(boot: Callable[..., WaitResult]) -> None:
     r = boot([(0, LOAD), (30, COMPILE)], stall_after=None, timeout=1200)
     assert not r.healthy and r.reason == "not healthy after 1200 s" and r.finding is None
     assert 1200 <= r.elapsed < 1210

@@ -54,7 +54,7 @@ class Quiet:
 
 def stack(name: str) -> Stack:
     return Stack(name=name, image=f"img-{name}", model={"path": name},  # type: ignore[arg-type]
-                 served_model_names=[name], max_model_len=256,
+                 served_model_names=[name], max_model_len=256, settle_seconds=3,
                  smoke=Smoke(completion=None, tool_call=False, aliases=False))
 
 
@@ -202,3 +202,13 @@ def test_a_failed_boot_after_activate_writes_the_previous_files_back(root: Path)
     assert b.agreed() == "alpha"
     assert b.state.revisions.get(3).status.outcome == "failed"
 
+
+
+def test_an_engine_that_dies_inside_the_settle_window_fails_the_switch(root: Path) -> None:
+    b = Bench(root)
+    b.node.dies_after_ready.add("beta")
+    outcome = b.switch()
+    assert not outcome.ok and outcome.rolled_back
+    assert any("settle window" in d for d in outcome.details), outcome.details
+    assert b.agreed() == "alpha"
+    assert b.state.revisions.get(3).status.outcome == "failed"

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from b70deploy.config.schema import Stack
-from b70deploy.deploy.health import WaitResult
+from b70deploy.deploy.nodeio import WaitResult
 from b70deploy.deploy.runner import Killed
 from b70deploy.deploy.verify import Reading
 from b70deploy.errors import OperationError
@@ -42,6 +42,7 @@ class FakeNode:
     running: dict[str, dict[str, bytes]] = field(default_factory=dict)  # service -> files it started from
     images: set[str] = field(default_factory=set)
     broken: set[str] = field(default_factory=set)   # stacks whose boot never becomes healthy
+    dies_after_ready: set[str] = field(default_factory=set)  # healthy once, then the engine dies
     clock: float = 0.0
     step: str = ""                                  # the step the runner is in (set by the test's fault hook)
     trap: tuple[str, str] | None = None             # ("fail" | "kill", step)
@@ -63,7 +64,7 @@ class FakeNode:
         if files is None:
             return None
         name = stack_of_files(files)
-        return None if name in self.broken else name
+        return None if name in self.broken or name in self.dies_after_ready else name
 
     # ---- NodeIO
     def read_deployed(self) -> dict[str, bytes]:
@@ -113,6 +114,8 @@ class FakeNode:
                  "INFO 01-01 00:00:01 [kv_cache_utils.py:1] GPU KV cache size: 65,536 tokens"]
         if self.running.get(VLLM) is not None and self.serves() is not None:
             return WaitResult(True, 2.0, "healthy", log_lines=lines)
+        if stack_of_files(self.running.get(VLLM) or {}) in self.dies_after_ready:
+            return WaitResult(True, 2.0, "healthy", log_lines=lines)
         return WaitResult(False, 2.0, "the vllm container exited (code 1)", exit_code=1, log_lines=lines)
 
     def container_log(self) -> list[str]:
@@ -120,6 +123,11 @@ class FakeNode:
 
     def probe_health(self) -> int | None:
         return 200 if self.serves() is not None else None
+
+    def container_status(self) -> str:
+        if self.running.get(VLLM) is None:
+            return "exited"
+        return "exited" if stack_of_files(self.running[VLLM]) in self.dies_after_ready else "running"
 
     def smoke(self, stack: Stack) -> tuple[list[str], list[str]]:
         self._effect("smoke")
