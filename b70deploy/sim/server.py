@@ -1315,6 +1315,8 @@ def serve(argv: Sequence[str], env: Mapping[str, str] | None = None,
         httpd.server_close()
     if engine.dead:
         shutdown_lines()  # the engine died: the API server stopped by itself, and exits 0 as vLLM's does
+        if threading.current_thread() is threading.main_thread():
+            _exit_now(0)  # not through interpreter teardown: handler threads may still be winding down
     return 0
 
 
