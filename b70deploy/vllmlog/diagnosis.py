@@ -249,13 +249,14 @@ def exception_line_index(lines: Sequence[str], i: int) -> int:
     traceback `i` is in (a hit on a code line or a `Traceback` header moves to it), followed
     through chained tracebacks to the last exception; a plain log line quotes itself."""
     body = log_body(lines[i])
-    j: int | None = i
+    j = i
     if not _EXCEPTION.match(body):
         if not (body[:1].isspace() or body.startswith("Traceback (most recent call last)")):
             return i
-        j = _next_exception(lines, i + 1)
-        if j is None:
+        first = _next_exception(lines, i + 1)
+        if first is None:
             return i
+        j = first
     while True:
         k = j + 1
         while k < len(lines) and not log_body(lines[k]).strip():
