@@ -19,7 +19,10 @@ Knobs (environment variables, all optional)
                              compile-hang    log up to the start of torch.compile, then never listen (the
                                              post's GDN hybrids); --enforce-eager skips compile and boots
                              unhealthy       listen, but /health answers 503
-                             die-after-ready healthy, then the engine dies: /health 503, exit 1 after the watchdog
+                             die-after-ready healthy, then the engine dies on the first request that reaches it
+                                             (vLLM 0.21's real sequence: the worker's RuntimeError, "EngineCore
+                                             encountered a fatal error.", EngineDeadError, a 500, the API server
+                                             shuts down by itself and the process exits 0)
                              garbage         healthy, but every completion is word-salad (no tool calls)
                              attn-fallback   log `Using Triton backend.` instead of Flash Attention
     B70SIM_BOOT_SECONDS      time from start to listening (default 2.0); boot-log lines are spread over it
@@ -30,8 +33,8 @@ Knobs (environment variables, all optional)
     B70SIM_DECODE_TPS        single-stream decode rate, tokens/s (default 13.0)
     B70SIM_BATCH_ALPHA       decode slow-down per extra concurrent stream (default 0.04)
     B70SIM_COMPILE_SECONDS   torch.compile time reported in the log (default 82.14; not slept)
-    B70SIM_DIE_AFTER_SECONDS die-after-ready: seconds healthy before the engine dies (default 1.0)
-    B70SIM_WATCHDOG_SECONDS  die-after-ready: seconds of 503 before the process exits (default 5.0, vLLM's)
+    B70SIM_DIE_CAUSE         die-after-ready: the worker's error message (default: the one a real vLLM 0.21.0
+                             CPU build printed, tests/fixtures/vllm-0.21.0-cpu/die-after-ready.log)
     B70SIM_SPEC_ACCEPT_RATE  speculative decoding: fraction of drafted tokens accepted (default 0.27)
     B70SIM_MODELS_DIR        where MODEL paths under /models are looked up on the host (default: as given)
     B70SIM_VERSION           the vLLM version reported (default: the image's vllm.__version__, else
@@ -50,6 +53,11 @@ Tokenizer (deterministic; a client reproduces it with `count_tokens`)
     (ChatML: `<|im_start|>{role}\\n{content}<|im_end|>\\n` per message, tools as JSON, then the
     assistant header). Generated text is streamed one token per SSE chunk.
 
+Log lines follow a real vLLM 0.21.0 (tests/fixtures/vllm-0.21.0-cpu/boot.log): each carries the
+`(APIServer pid=N) ` / `(EngineCore pid=N) ` / `(Worker pid=N) ` prefix of the process that prints
+it, file:line as the real log has them. Lines a CPU run cannot show (XPU attention backends,
+Marlin, fp8 KV, FlashAttention, torch.compile, GPU memory) cite vLLM's source where they are made.
+
 Natural failures (as the real server's arise)
     suffix speculative decoding without an importable `arctic_inference` -> Arctic ImportError;
     KV tokens < --max-model-len -> KV ValueError; a compressed-tensors MoE model whose image
@@ -65,6 +73,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
+import http
 import importlib
 import importlib.util
 import json
@@ -101,6 +110,22 @@ MARLIN_ERROR = "AttributeError: '_OpNamespace' '_C' object has no attribute 'gpt
 ARCTIC_ERROR = ("ImportError: Arctic Inference is required for suffix decoding. "
                 "Install via 'pip install arctic-inference==0.1.1'.")
 ENGINE_FAILED = "RuntimeError: Engine core initialization failed. See root cause above. Failed core proc(s): {}"
+# What the real 0.21.0 CPU build's worker raised on the first request (head_dim 16).
+DIE_CAUSE = "Unsupported CPU attention configuration: head_dim=16 isa=2 kv_cache_idx=0"
+ENGINE_DEAD = "EngineCore encountered an issue. See stack trace (above) for the root cause."
+
+# The three processes of a vLLM 0.21 server and their log prefixes; the sim is one process, so
+# the engine and worker pids are made up relative to its own (real: 1, 27, 41).
+API, ENGINE, WORKER = "APIServer", "EngineCore", "Worker"
+PID_OFFSET = {API: 0, ENGINE: 26, WORKER: 40}
+# vLLM's banner (vllm/entrypoints/utils.py, `[utils.py:306]` in 0.21.0), version and model filled in.
+BANNER = ("", "       \u2588     \u2588     \u2588\u2584   \u2584\u2588",
+          " \u2584\u2584 \u2584\u2588 \u2588     \u2588     \u2588 \u2580\u2584\u2580 \u2588  version {version}",
+          "  \u2588\u2584\u2588\u2580 \u2588     \u2588     \u2588     \u2588  model   {model}",
+          "   \u2580\u2580  \u2580\u2580\u2580\u2580\u2580 \u2580\u2580\u2580\u2580\u2580 \u2580     \u2580", "")
+# The routes 0.21.0 lists at startup (`[launcher.py:46] Route: ...`), in its order.
+ROUTES = (("/openapi.json", "GET, HEAD"), ("/docs", "GET, HEAD"), ("/docs/oauth2-redirect", "GET, HEAD"),
+          ("/redoc", "GET, HEAD"), ("/metrics", "GET"))
 
 # ---------------------------------------------------------------- tokenizer
 
@@ -279,8 +304,7 @@ class Knobs:
     decode_tps: float = 13.0
     batch_alpha: float = 0.04
     compile_seconds: float = 82.14
-    die_after_seconds: float = 1.0
-    watchdog_seconds: float = 5.0
+    die_cause: str = DIE_CAUSE
     spec_accept_rate: float = 0.27
     models_dir: str | None = None
     version: str | None = None
@@ -308,8 +332,7 @@ class Knobs:
             decode_tps=_float_env(env, "B70SIM_DECODE_TPS", 13.0),
             batch_alpha=_float_env(env, "B70SIM_BATCH_ALPHA", 0.04, positive=False),
             compile_seconds=_float_env(env, "B70SIM_COMPILE_SECONDS", 82.14, positive=False),
-            die_after_seconds=_float_env(env, "B70SIM_DIE_AFTER_SECONDS", 1.0, positive=False),
-            watchdog_seconds=_float_env(env, "B70SIM_WATCHDOG_SECONDS", 5.0, positive=False),
+            die_cause=env.get("B70SIM_DIE_CAUSE") or DIE_CAUSE,
             spec_accept_rate=rate,
             models_dir=env.get("B70SIM_MODELS_DIR") or None,
             version=env.get("B70SIM_VERSION") or None,
@@ -335,10 +358,15 @@ def aggregate_tps(concurrency: int, decode_tps: float, alpha: float) -> float:
 # ---------------------------------------------------------------- log lines
 
 
-def log_line(level: str, where: str, msg: str, *, now: float | None = None) -> str:
-    """vLLM's prefix: `INFO 07-04 12:00:00 [kv_cache_utils.py:1710] msg`."""
+def proc_prefix(proc: str | None) -> str:
+    """`(APIServer pid=1) `: the process that printed the line (none for `proc=None`)."""
+    return "" if proc is None else f"({proc} pid={os.getpid() + PID_OFFSET.get(proc, 0)}) "
+
+
+def log_line(level: str, where: str, msg: str, *, now: float | None = None, proc: str | None = None) -> str:
+    """vLLM's prefix: `(EngineCore pid=27) INFO 07-04 12:00:00 [kv_cache_utils.py:1710] msg`."""
     stamp = time.strftime("%m-%d %H:%M:%S", time.localtime(time.time() if now is None else now))
-    return f"{level} {stamp} [{where}] {msg}"
+    return f"{proc_prefix(proc)}{level} {stamp} [{where}] {msg}"
 
 
 def fmt_int(n: int) -> str:
@@ -377,6 +405,23 @@ def kv_too_small_message(max_model_len: int, kv_tokens: int, kv_dtype: str, vers
             f"({have:.2f} GiB). Based on the available memory, the estimated maximum model length is "
             f"{estimate}. Try increasing `gpu_memory_utilization` or decreasing `max_model_len` when "
             "initializing the engine.")
+
+
+def banner_lines(version: str, model: str) -> list[str]:
+    return [b.format(version=version, model=model) for b in BANNER]
+
+
+def engine_config_line(cfg: ServeConfig, version: str, max_len: int) -> str:
+    """`Initializing a V1 LLM engine (v0.21.0) with config: ...` (core.py:109), the fields a stack sets."""
+    dtype = {"auto": "bfloat16"}.get(cfg.dtype, cfg.dtype)
+    spec = None if not cfg.speculative else f"SpeculativeConfig(method={cfg.speculative.get('method')!r})"
+    return (f"Initializing a V1 LLM engine (v{version}) with config: model={cfg.model!r}, speculative_config={spec}, "
+            f"tokenizer={cfg.model!r}, skip_tokenizer_init=False, tokenizer_mode=auto, revision=None, "
+            f"tokenizer_revision=None, trust_remote_code=False, dtype=torch.{dtype}, max_seq_len={max_len}, "
+            "download_dir=None, load_format=auto, tensor_parallel_size=1, pipeline_parallel_size=1, "
+            f"data_parallel_size=1, quantization=None, enforce_eager={cfg.enforce_eager}, "
+            f"kv_cache_dtype={cfg.kv_cache_dtype}, device_config=xpu, seed=0, served_model_name={cfg.served_names[0]}, "
+            f"enable_prefix_caching={cfg.prefix_caching}, enable_chunked_prefill=True")
 
 
 def server_start_line(version: str, host: str, port: int) -> str:
@@ -466,20 +511,23 @@ def probe_image(knobs: Knobs) -> ImageFacts:
 
 @dataclass
 class BootPlan:
-    """The log lines (level, where, message, fraction of boot time elapsed) and how boot ends."""
+    """The log lines (level, where, message, fraction of boot time elapsed, process) and how boot ends."""
 
-    lines: list[tuple[str, str, str, float]] = field(default_factory=list)
+    lines: list[tuple[str, str, str, float, str]] = field(default_factory=list)
     outcome: str = "serve"             # serve | crash | hang
     traceback: list[str] = field(default_factory=list)
     kv_tokens: int = 0
     max_model_len: int = 0
     attention: str = "FLASH_ATTN"
 
-    def add(self, level: str, where: str, msg: str, at: float) -> None:
-        self.lines.append((level, where, msg, at))
+    engine_crash: bool = True          # the engine core failed (else the API server itself)
+
+    def add(self, level: str, where: str, msg: str, at: float, proc: str = API) -> None:
+        self.lines.append((level, where, msg, at, proc))
 
     def crash(self, where: str, error: str, *, engine: bool = True) -> BootPlan:
         self.outcome = "crash"
+        self.engine_crash = engine
         self.traceback = ["Traceback (most recent call last):",
                           f'  File "/opt/b70sim/vllm/{where}", in <module>', error]
         if engine:
@@ -494,40 +542,72 @@ def plan_boot(cfg: ServeConfig, knobs: Knobs, image: ImageFacts, model_config: d
     version = image.version
     native = int((model_config or {}).get("max_position_embeddings", DEFAULT_MAX_MODEL_LEN))
     plan.max_model_len = max_len = cfg.max_model_len or native
-    plan.add("INFO", "api_server.py:1885", f"vLLM API server version {version}", 0.0)
-    plan.add("INFO", "utils.py:328", f"non-default args: {{'model': {cfg.model!r}, 'max_model_len': {max_len}}}", 0.0)
+    for text in banner_lines(version, cfg.model):
+        plan.add("INFO", "utils.py:306", text, 0.0)
+    plan.add("INFO", "utils.py:240", f"non-default args: {{'model': {cfg.model!r}, 'max_model_len': {max_len}}}", 0.0)
     quant = infer_quantization(cfg.model, model_config)
-    plan.add("INFO", "model.py:569", f"Resolved architecture: Qwen3MoeForCausalLM (quantization={quant})", 0.05)
+    arch = "Qwen3MoeForCausalLM" if is_moe(cfg.model, model_config) else "Qwen3ForCausalLM"
+    plan.add("INFO", "model.py:568", f"Resolved architecture: {arch}", 0.05)
+    plan.add("INFO", "model.py:1697", f"Using max model len {max_len}", 0.05)
     spec = cfg.speculative or {}
     method = str(spec.get("method", "")) if spec else ""
     if method == "suffix" and ("arctic" in knobs.fail or not image.has_arctic):
         return plan.crash("config/speculative.py", ARCTIC_ERROR, engine=False)
     if "arctic" in knobs.fail:
         return plan.crash("config/speculative.py", ARCTIC_ERROR, engine=False)
-    if method == "ngram":
-        plan.add("WARNING", "scheduler.py:215", "Async scheduling not supported with ngram-based speculative "
-                 "decoding and will be disabled.", 0.05)
-        plan.add("INFO", "scheduler.py:221", "max_num_scheduled_tokens is set to 2048 for ngram.", 0.05)
     if cfg.kv_cache_dtype.startswith("fp8"):
+        # vllm/config/cache.py: logger.info("Using fp8 data type to store kv cache. It reduces the GPU "
+        #   "memory footprint and boosts the performance. Meanwhile, it may cause accuracy drop without a "
+        #   "proper scaling factor")
         plan.add("INFO", "cache.py:261", "Using fp8 data type to store kv cache. It reduces the GPU memory "
                  "footprint and boosts the performance. Meanwhile, it may cause accuracy drop without a "
-                 "proper scaling factor.", 0.05)
+                 "proper scaling factor", 0.05)
+    if quant == "gptq":
+        # vllm/model_executor/layers/quantization/gptq.py: logger.warning_once("Currently, the 4-bit gptq_gemm
+        #   kernel for GPTQ is buggy. Please switch to gptq_marlin or gptq_bitblas.")
+        plan.add("WARNING", "gptq.py:99", "Currently, the 4-bit gptq_gemm kernel for GPTQ is buggy. "
+                 "Please switch to gptq_marlin or gptq_bitblas.", 0.05)
+    # vllm/config/vllm.py: logger.warning_once("Async scheduling not supported with %s-based speculative
+    #   decoding and will be disabled.", ...), then logger.info_once("Asynchronous scheduling is %s.", ...)
+    async_off = method == "ngram"
+    if async_off:
+        plan.add("WARNING", "vllm.py:870", "Async scheduling not supported with ngram-based speculative "
+                 "decoding and will be disabled.", 0.05)
+    async_line = f"Asynchronous scheduling is {'disabled' if async_off else 'enabled'}."
+    plan.add("INFO", "vllm.py:886", async_line, 0.05)
+    plan.add("INFO", "core.py:109", engine_config_line(cfg, version, max_len), 0.08, ENGINE)
+    if method == "ngram":
+        # vllm/config/vllm.py: logger.warning("max_num_scheduled_tokens is set to %d based on the speculative
+        #   decoding settings. This may lead to suboptimal performance. ...")
+        plan.add("WARNING", "vllm.py:1406", "max_num_scheduled_tokens is set to 2048 based on the speculative "
+                 "decoding settings. This may lead to suboptimal performance. Consider increasing "
+                 "max_num_batched_tokens to accommodate the additional draft token slots, or decrease "
+                 "num_speculative_tokens or max_num_seqs.", 0.08, ENGINE)
     backend = (cfg.attention_backend or "FLASH_ATTN").upper()
+    # vllm/platforms/xpu.py (vllm-project/vllm@00540f9), XPUPlatform.get_attn_backend_cls:
+    #   logger.info_once("Using Triton backend.") / logger.warning_once("Flash Attention on XPU does not
+    #   support float32 dtype. Falling back to Triton Attention backend.") / logger.info_once("Using Flash
+    #   Attention backend.")
     if "attn-fallback" in knobs.fail or backend.startswith("TRITON"):
         plan.attention = "TRITON_ATTN"
-        plan.add("INFO", "xpu.py:104", "Using Triton backend.", 0.1)
+        plan.add("INFO", "xpu.py:104", "Using Triton backend.", 0.1, WORKER)
     elif cfg.dtype == "float32":
         plan.attention = "TRITON_ATTN"
         plan.add("WARNING", "xpu.py:99", "Flash Attention on XPU does not support float32 dtype. Falling back "
-                 "to Triton Attention backend.", 0.1)
+                 "to Triton Attention backend.", 0.1, WORKER)
     else:
-        plan.add("INFO", "xpu.py:96", "Using Flash Attention backend.", 0.1)
-        plan.add("INFO", "flash_attn.py:641", "Using FlashAttention version 2", 0.1)
-    plan.add("INFO", "gpu_model_runner.py:2602", f"Starting to load model {cfg.model}...", 0.15)
+        plan.add("INFO", "xpu.py:96", "Using Flash Attention backend.", 0.1, WORKER)
+        # vllm/v1/attention/backends/flash_attn.py: logger.info_once("Using FlashAttention version %s", ...)
+        plan.add("INFO", "flash_attn.py:641", "Using FlashAttention version 2", 0.1, WORKER)
+    # The CPU build logs this from cpu_model_runner.py:104; the GPU/XPU runner from
+    # vllm/v1/worker/gpu_model_runner.py: logger.info("Starting to load model %s...", ...)
+    plan.add("INFO", "gpu_model_runner.py:2602", f"Starting to load model {cfg.model}...", 0.15, WORKER)
     if "hang" in knobs.fail:
         plan.outcome = "hang"
         return plan
     marlin = "marlin" in knobs.fail
+    # vllm/model_executor/layers/quantization/compressed_tensors/compressed_tensors_moe.py:
+    #   logger.info_once("Using CompressedTensorsWNA16MoEMethod") / ("Using CompressedTensorsWNA16MarlinMoEMethod")
     if quant == "compressed-tensors" and is_moe(cfg.model, model_config):
         if image.marlin_error:
             plan.outcome = "crash"
@@ -535,42 +615,41 @@ def plan_boot(cfg: ServeConfig, knobs: Knobs, image: ImageFacts, model_config: d
             return plan
         marlin = marlin or bool(image.marlin_supported_on_xpu)
         if not marlin:
-            plan.add("INFO", "compressed_tensors_moe.py:113", "Using CompressedTensorsWNA16MoEMethod", 0.2)
+            plan.add("INFO", "compressed_tensors_moe.py:113", "Using CompressedTensorsWNA16MoEMethod", 0.2, WORKER)
     if marlin:
-        plan.add("INFO", "compressed_tensors_moe.py:113", "Using CompressedTensorsWNA16MarlinMoEMethod", 0.2)
-    if quant == "gptq":
-        plan.add("WARNING", "gptq.py:89", "Currently, the 4-bit gptq_gemm kernel for GPTQ is buggy. "
-                 "Please switch to gptq_marlin or gptq_bitblas.", 0.2)
-    plan.add("INFO", "default_loader.py:267", "Loading weights took 25.31 seconds", 0.5)
+        plan.add("INFO", "compressed_tensors_moe.py:113", "Using CompressedTensorsWNA16MarlinMoEMethod", 0.2, WORKER)
+    plan.add("INFO", "default_loader.py:397", "Loading weights took 25.31 seconds", 0.5, WORKER)
     if marlin:
         return plan.crash("model_executor/layers/quantization/utils/marlin_utils.py", MARLIN_ERROR)
-    plan.add("INFO", "gpu_model_runner.py:2653", "Model loading took 15.71 GiB memory and 27.02 seconds", 0.55)
+    # vllm/v1/worker/gpu_model_runner.py: logger.info("Model loading took %s GiB memory and %.6f seconds", ...)
+    plan.add("INFO", "gpu_model_runner.py:2653", "Model loading took 15.71 GiB memory and 27.021453 seconds", 0.55,
+             WORKER)
     if not cfg.enforce_eager:
+        # vllm/compilation/backends.py: logger.info_once("Dynamo bytecode transform time: %.2f s", ...);
+        # vllm/compilation/monitor.py: logger.info_once("torch.compile takes %.2f s in total", ...)
         plan.add("INFO", "backends.py:548", f"Dynamo bytecode transform time: {knobs.compile_seconds * 0.1:.2f} s",
-                 0.6)
+                 0.6, WORKER)
         if "compile-hang" in knobs.fail:
             plan.outcome = "hang"
             return plan
-        plan.add("INFO", "monitor.py:34", f"torch.compile takes {knobs.compile_seconds:.2f} s in total", 0.75)
+        plan.add("INFO", "monitor.py:34", f"torch.compile takes {knobs.compile_seconds:.2f} s in total", 0.75,
+                 WORKER)
     kv = knobs.kv_tokens if knobs.kv_tokens is not None else default_kv_tokens(cfg.kv_cache_dtype, spec)
     if "kv-too-small" in knobs.fail and kv >= max_len:
         kv = int(max_len * 0.96) // BLOCK_SIZE * BLOCK_SIZE
     plan.kv_tokens = kv
+    # vllm/v1/worker/gpu_worker.py: logger.info_once("Available KV cache memory: %s GiB", ...)
     plan.add("INFO", "gpu_worker.py:298", f"Available KV cache memory: "
-             f"{kv * kv_bytes_per_token(cfg.kv_cache_dtype) / GIB:.2f} GiB", 0.8)
+             f"{kv * kv_bytes_per_token(cfg.kv_cache_dtype) / GIB:.2f} GiB", 0.8, WORKER)
     if kv < max_len:
         return plan.crash("v1/core/kv_cache_utils.py", kv_too_small_message(max_len, kv, cfg.kv_cache_dtype, version))
     size, conc = kv_lines(kv, max_len)
-    plan.add("INFO", "kv_cache_utils.py:1710", size, 0.85)
-    plan.add("INFO", "kv_cache_utils.py:1711", conc, 0.85)
+    plan.add("INFO", "kv_cache_utils.py:1710", size, 0.85, ENGINE)
+    plan.add("INFO", "kv_cache_utils.py:1711", conc, 0.85, ENGINE)
     warm = 24.09 if not cfg.enforce_eager else 4.12
-    plan.add("INFO", "core.py:210", "init engine (profile, create kv cache, warmup model) took "
-             f"{warm + (0 if cfg.enforce_eager else knobs.compile_seconds):.2f} seconds", 0.95)
-    if method in ("eagle", "eagle3") and draft_config:
-        dmax = draft_config.get("max_position_embeddings")
-        if isinstance(dmax, int) and dmax < max_len:
-            plan.add("WARNING", "eagle.py:112", f"The draft model's max_position_embeddings ({dmax}) is below "
-                     f"max_model_len ({max_len}); speculation is skipped past it.", 0.95)
+    plan.add("INFO", "core.py:306", "init engine (profile, create kv cache, warmup model) took "
+             f"{warm + (0 if cfg.enforce_eager else knobs.compile_seconds):.2f} s", 0.95, ENGINE)
+    plan.add("INFO", "vllm.py:886", async_line, 0.95, ENGINE)
     return plan
 
 
@@ -668,7 +747,10 @@ class Engine:
         self.created = int(time.time())
         self.running = self.waiting = self.decoding = self.kv_in_use = 0
         self.prompt_tokens_total = self.generation_tokens_total = 0
-        self.success: dict[str, int] = {"stop": 0, "length": 0, "tool_calls": 0}
+        # vLLM's finished reasons (a tool call finishes as "stop" in the engine).
+        self.success: dict[str, int] = {"stop": 0, "length": 0, "abort": 0, "error": 0, "repetition": 0}
+        self.created_at = time.time()
+        self.on_dead: Callable[[], None] | None = None  # set by serve(): shut the HTTP server down
         self.drafts = self.draft_tokens = self.accepted = 0
         self.accepted_per_pos: list[int] = [0] * self.spec_k()
         self.ids = random.Random(0x5EED)
@@ -687,11 +769,43 @@ class Engine:
         return not self.dead and "unhealthy" not in self.knobs.fail
 
     def resolve_model(self, name: Any) -> str:
-        if name is None or name == "":
-            return self.cfg.served_names[0]
-        if name not in self.cfg.served_names:
+        """The `model` a response names: vLLM 0.21 answers with the first served name whichever
+        alias was asked for (tests/fixtures/vllm-0.21.0-cpu/chat-stream.sse, asked as tiny-b)."""
+        if name not in (None, "") and name not in self.cfg.served_names:
             raise ApiError(404, f"The model `{name}` does not exist.", "NotFoundError")
-        return str(name)
+        return self.cfg.served_names[0]
+
+    def maybe_die(self) -> None:
+        """die-after-ready: the first request that reaches the engine kills it, as vLLM 0.21's CPU
+        build did with a head size its attention kernels lack (die-after-ready.log)."""
+        with self.lock:
+            if self.dead or "die-after-ready" not in self.knobs.fail:
+                return
+            self.dead = True
+        cause = self.knobs.die_cause
+        tb = ["Traceback (most recent call last):",
+              '  File "/opt/b70sim/vllm/v1/executor/multiproc_executor.py", line 957, in worker_busy_loop',
+              "    output = func(*args, **kwargs)"]
+        where = "multiproc_executor.py:962"
+        emit("ERROR", where, "WorkerProc hit an exception.", proc=WORKER)
+        for text in [*tb, f"RuntimeError: {cause}", ""]:
+            emit("ERROR", where, text, proc=WORKER)
+        emit("ERROR", "core.py:1142", "EngineCore encountered a fatal error.", proc=ENGINE)
+        for text in ["Traceback (most recent call last):",
+                     '  File "/opt/b70sim/vllm/v1/engine/core.py", line 1133, in run_engine_core',
+                     "    engine_core.run_busy_loop()",
+                     f"RuntimeError: Worker failed with error '{cause}', please check the stack trace above "
+                     "for the root cause"]:
+            emit("ERROR", "core.py:1142", text, proc=ENGINE)
+        emit("INFO", "multiproc_executor.py:775", "Parent process exited, terminating worker queues", proc=WORKER)
+        emit("INFO", "multiproc_executor.py:872", "WorkerProc shutting down.", proc=WORKER)
+        emit("ERROR", "async_llm.py:704", "AsyncLLM output_handler failed.", proc=API)
+        for text in ["Traceback (most recent call last):",
+                     '  File "/opt/b70sim/vllm/v1/engine/async_llm.py", line 660, in output_handler',
+                     "    outputs = await engine_core.get_output_async()",
+                     f"vllm.v1.engine.exceptions.EngineDeadError: {ENGINE_DEAD}"]:
+            emit("ERROR", "async_llm.py:704", text, proc=API)
+        raise ApiError(500, ENGINE_DEAD, "InternalServerError")
 
     @contextlib.contextmanager
     def request(self, prompt_tokens: int, total_tokens: int) -> Iterator[None]:
@@ -740,7 +854,8 @@ class Engine:
     def finish(self, reason: str, prompt_tokens: int, completion_tokens: int) -> None:
         k = self.spec_k()
         with self.lock:
-            self.success[reason] = self.success.get(reason, 0) + 1
+            engine_reason = "stop" if reason == "tool_calls" else reason
+            self.success[engine_reason] = self.success.get(engine_reason, 0) + 1
             if not k:
                 return
             rate = self.knobs.spec_accept_rate
@@ -754,62 +869,85 @@ class Engine:
                 for pos in range(a):
                     self.accepted_per_pos[pos] += 1
             drafts, accepted, drafted = self.drafts, self.accepted, self.draft_tokens
+            per_pos = [n / max(drafts, 1) for n in self.accepted_per_pos]
+            elapsed = max(time.time() - self.created_at, 1e-3)
         if steps:
+            # vllm/v1/spec_decode/metrics.py (SpecDecodingLogging.log), as real logs print it:
+            # "SpecDecoding metrics: Mean acceptance length: 3.49, Accepted throughput: 0.12 tokens/s, Drafted
+            # throughput: 0.34 tokens/s, Accepted: 92 tokens, Drafted: 259 tokens, Per-position acceptance rate:
+            # 0.757, 0.622, ..., Avg Draft acceptance rate: 35.5%"
             mean = 1 + accepted / max(drafts, 1)
-            emit("INFO", "metrics.py:96", f"SpecDecoding metrics: Mean acceptance length: {mean:.2f}, "
+            emit("INFO", "metrics.py:120", f"SpecDecoding metrics: Mean acceptance length: {mean:.2f}, "
+                 f"Accepted throughput: {accepted / elapsed:.2f} tokens/s, "
+                 f"Drafted throughput: {drafted / elapsed:.2f} tokens/s, "
                  f"Accepted: {accepted} tokens, Drafted: {drafted} tokens, "
+                 f"Per-position acceptance rate: {', '.join(f'{r:.3f}' for r in per_pos)}, "
                  f"Avg Draft acceptance rate: {100 * accepted / max(drafted, 1):.1f}%")
 
     def metrics_text(self) -> str:
+        """/metrics as vLLM 0.21 writes it (tests/fixtures/vllm-0.21.0-cpu/metrics.txt): labels in
+        name order (engine, ..., model_name), counters named with `_total` in HELP/TYPE too, each
+        followed by its `_created` gauge family."""
         name = self.cfg.served_names[0]
-        lab = f'model_name="{name}",engine="0"'
+
+        def lab(**extra: str) -> str:
+            pairs = {"engine": "0", "model_name": name, **extra}
+            return ",".join(f'{k}="{v}"' for k, v in sorted(pairs.items()))
+
         with self.lock:
             rows: list[tuple[str, str, str, list[tuple[str, float]]]] = [
                 ("vllm:num_requests_running", "gauge", "Number of requests in model execution batches.",
-                 [(lab, self.running)]),
+                 [(lab(), self.running)]),
                 ("vllm:num_requests_waiting", "gauge", "Number of requests waiting to be processed.",
-                 [(lab, self.waiting)]),
+                 [(lab(), self.waiting)]),
                 ("vllm:kv_cache_usage_perc", "gauge", "KV-cache usage. 1 means 100 percent usage.",
-                 [(lab, min(1.0, self.kv_in_use / max(self.plan.kv_tokens, 1)))]),
-                ("vllm:cache_config_info", "gauge", "Information of the LLMEngine CacheConfig",
-                 [(f'block_size="{BLOCK_SIZE}",cache_dtype="{self.cfg.kv_cache_dtype}",engine="0",'
-                   f'num_gpu_blocks="{self.plan.kv_tokens // BLOCK_SIZE}",'
-                   f'enable_prefix_caching="{self.cfg.prefix_caching}"', 1.0)]),
+                 [(lab(), min(1.0, self.kv_in_use / max(self.plan.kv_tokens, 1)))]),
                 ("vllm:prompt_tokens_total", "counter", "Number of prefill tokens processed.",
-                 [(lab, self.prompt_tokens_total)]),
+                 [(lab(), self.prompt_tokens_total)]),
                 ("vllm:generation_tokens_total", "counter", "Number of generation tokens processed.",
-                 [(lab, self.generation_tokens_total)]),
+                 [(lab(), self.generation_tokens_total)]),
                 ("vllm:request_success_total", "counter", "Count of successfully processed requests.",
-                 [(f'{lab},finished_reason="{r}"', n) for r, n in sorted(self.success.items())]),
+                 [(lab(finished_reason=r), n) for r, n in self.success.items()]),
             ]
             if self.spec_k():
                 rows += [
                     ("vllm:spec_decode_num_drafts_total", "counter", "Number of spec decoding drafts.",
-                     [(lab, self.drafts)]),
+                     [(lab(), self.drafts)]),
                     ("vllm:spec_decode_num_draft_tokens_total", "counter", "Number of draft tokens.",
-                     [(lab, self.draft_tokens)]),
+                     [(lab(), self.draft_tokens)]),
                     ("vllm:spec_decode_num_accepted_tokens_total", "counter", "Number of accepted tokens.",
-                     [(lab, self.accepted)]),
+                     [(lab(), self.accepted)]),
                     ("vllm:spec_decode_num_accepted_tokens_per_pos_total", "counter",
                      "Accepted tokens per draft position.",
-                     [(f'{lab},position="{i}"', n) for i, n in enumerate(self.accepted_per_pos)]),
+                     [(lab(position=str(i)), n) for i, n in enumerate(self.accepted_per_pos)]),
                 ]
+            rows.append(("vllm:cache_config_info", "gauge", "Information of the LLMEngine CacheConfig",
+                         [(f'block_size="{BLOCK_SIZE}",cache_dtype="{self.cfg.kv_cache_dtype}",'
+                           f'enable_prefix_caching="{self.cfg.prefix_caching}",engine="0",'
+                           f'num_gpu_blocks="{self.plan.kv_tokens // BLOCK_SIZE}"', 1.0)]))
         out: list[str] = []
         for metric, kind, text, samples in rows:
-            # Prometheus counters are exposed with the _total suffix; HELP/TYPE name the family.
-            family = metric[:-6] if kind == "counter" and metric.endswith("_total") else metric
-            out += [f"# HELP {family} {text}", f"# TYPE {family} {kind}"]
+            out += [f"# HELP {metric} {text}", f"# TYPE {metric} {kind}"]
             out += [f"{metric}{{{labels}}} {float(v)}" for labels, v in samples]
+            if kind == "counter":
+                created = metric.removesuffix("_total") + "_created"
+                out += [f"# HELP {created} {text}", f"# TYPE {created} gauge"]
+                out += [f"{created}{{{labels}}} {self.created_at!r}" for labels, _ in samples]
         return "\n".join(out) + "\n"
 
 
 _OUT_LOCK = threading.Lock()
 
 
-def emit(level: str, where: str, msg: str) -> None:
+def emit(level: str, where: str, msg: str, *, proc: str | None = API) -> None:
     with _OUT_LOCK:
-        sys.stdout.write(log_line(level, where, msg) + "\n")
+        sys.stdout.write(log_line(level, where, msg, proc=proc) + "\n")
         sys.stdout.flush()
+
+
+def emit_uvicorn(msg: str, level: str = "INFO") -> None:
+    """uvicorn's own lines, behind the API server's prefix: `(APIServer pid=1) INFO:     msg`."""
+    emit_raw(f"{proc_prefix(API)}{level + ':':<9s} {msg}")
 
 
 def emit_raw(text: str, *, err: bool = False) -> None:
@@ -830,9 +968,14 @@ class Handler(BaseHTTPRequestHandler):
     engine: Engine  # set on the subclass made by `make_handler`
 
     def log_message(self, format: str, *args: Any) -> None:
-        if not self.path.startswith(("/health", "/metrics")):
-            emit_raw(f"INFO:     {self.client_address[0]}:{self.client_address[1]} - "
-                     f'"{self.command} {self.path} HTTP/1.1" {args[1] if len(args) > 1 else ""}')
+        """uvicorn's access line, every request (/health too): `... - "GET /health HTTP/1.1" 200 OK`."""
+        code = str(args[1]) if len(args) > 1 else ""
+        try:
+            phrase = f"{code} {http.HTTPStatus(int(code)).phrase}"
+        except ValueError:
+            phrase = code
+        emit_uvicorn(f'{self.client_address[0]}:{self.client_address[1]} - "{self.command} {self.path} HTTP/1.1" '
+                     f"{phrase}")
 
     # -- plumbing
     def _send(self, status: int, body: bytes, ctype: str = "application/json") -> None:
@@ -907,8 +1050,7 @@ class Handler(BaseHTTPRequestHandler):
         try:
             body = self._body()
             if self.engine.dead:
-                raise ApiError(500, "EngineCore encountered an issue. See stack trace for the root cause.",
-                               "EngineDeadError")
+                raise ApiError(500, ENGINE_DEAD, "InternalServerError")
             if path == "/v1/completions":
                 self._completions(body)
             elif path == "/v1/chat/completions":
@@ -919,6 +1061,10 @@ class Handler(BaseHTTPRequestHandler):
             self._error(e)
         except (BrokenPipeError, ConnectionResetError):
             pass
+        if self.engine.dead and self.engine.on_dead is not None:
+            # The 500 is out: the API server shuts itself down (uvicorn's clean shutdown, exit 0).
+            done, self.engine.on_dead = self.engine.on_dead, None
+            threading.Thread(target=done, daemon=True).start()
 
     def _limits(self, body: Mapping[str, Any], prompt_tokens: int, default: int, *, chat: bool) -> int:
         eng = self.engine
@@ -953,6 +1099,7 @@ class Handler(BaseHTTPRequestHandler):
         toks, reason = generate(text, max_tokens, chat=False, garbage="garbage" in eng.knobs.fail,
                                 ignore_eos=bool(body.get("ignore_eos")))
         rid, created = eng.new_id("cmpl"), int(time.time())
+        eng.maybe_die()
         stream = bool(body.get("stream"))
         usage_wanted = bool((body.get("stream_options") or {}).get("include_usage"))
         with eng.request(n_prompt, n_prompt + len(toks)):
@@ -1019,6 +1166,7 @@ class Handler(BaseHTTPRequestHandler):
             toks, reason = generate(last_user, max_tokens, chat=True, garbage=garbage,
                                     ignore_eos=bool(body.get("ignore_eos")))
         rid, created = eng.new_id("chatcmpl"), int(time.time())
+        eng.maybe_die()
         usage_wanted = bool((body.get("stream_options") or {}).get("include_usage"))
         base = {"id": rid, "object": "chat.completion.chunk", "created": created, "model": model}
         with eng.request(n_prompt, n_prompt + len(toks)):
@@ -1026,7 +1174,7 @@ class Handler(BaseHTTPRequestHandler):
                 text = "".join(eng.stream_tokens(n_prompt, toks))
                 eng.finish(reason, n_prompt, len(toks))
                 message: dict[str, Any] = {"role": "assistant", "content": None if call else text,
-                                           "reasoning_content": None, "tool_calls": [call] if call else []}
+                                           "tool_calls": [call] if call else [], "reasoning": None}
                 self._json(200, {"id": rid, "object": "chat.completion", "created": created, "model": model,
                                  "choices": [{"index": 0, "message": message, "logprobs": None,
                                               "finish_reason": reason, "stop_reason": None}],
@@ -1045,11 +1193,12 @@ class Handler(BaseHTTPRequestHandler):
                     delta: dict[str, Any] = {"tool_calls": [tc]}
                 else:
                     delta = {"content": tok}
-                self._chunk(_sse({**base, "choices": [{"index": 0, "delta": delta, "logprobs": None,
-                                                       "finish_reason": None}]}))
+                # vLLM 0.21 puts finish_reason on the last content chunk (no empty-delta chunk after it).
+                choice: dict[str, Any] = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": None}
+                if i == len(toks) - 1:
+                    choice.update(finish_reason=reason, stop_reason=None)
+                self._chunk(_sse({**base, "choices": [choice]}))
             eng.finish(reason, n_prompt, len(toks))
-            self._chunk(_sse({**base, "choices": [{"index": 0, "delta": {}, "logprobs": None,
-                                                   "finish_reason": reason, "stop_reason": None}]}))
             if usage_wanted:
                 self._chunk(_sse({**base, "choices": [], "usage": self._usage(n_prompt, len(toks))}))
             self._end_stream()
@@ -1076,7 +1225,11 @@ def _exit_now(code: int) -> None:
 
 
 def _on_sigterm(signum: int, frame: object) -> None:
-    emit_raw("INFO:     Shutting down")
+    emit("INFO", "core.py:1242", "Shutdown initiated (timeout=0)", proc=ENGINE)
+    emit("INFO", "core.py:1265", "Shutdown complete", proc=ENGINE)
+    emit("INFO", "multiproc_executor.py:775", "Parent process exited, terminating worker queues", proc=WORKER)
+    emit("INFO", "multiproc_executor.py:872", "WorkerProc shutting down.", proc=WORKER)
+    shutdown_lines()
     _exit_now(0)
 
 
@@ -1086,15 +1239,11 @@ def _sleep_until(start: float, fraction: float, total: float) -> None:
         time.sleep(pause)
 
 
-def _die_later(engine: Engine) -> None:
-    time.sleep(engine.knobs.die_after_seconds)
-    engine.dead = True
-    emit("ERROR", "core_client.py:564", "Engine core proc EngineCore_DP0 died unexpectedly, shutting down client.")
-    emit("ERROR", "async_llm.py:480", "AsyncLLM output_handler failed.")
-    time.sleep(engine.knobs.watchdog_seconds)
-    emit("ERROR", "api_server.py:1120", "Engine is dead; the watchdog is shutting the API server down.")
-    emit_raw("INFO:     Shutting down")
-    _exit_now(1)
+def shutdown_lines() -> None:
+    """uvicorn's clean shutdown, as the real server prints it."""
+    for msg in ("Shutting down", "Waiting for application shutdown.", "Application shutdown complete.",
+                f"Finished server process [{os.getpid()}]"):
+        emit_uvicorn(msg)
 
 
 def serve(argv: Sequence[str], env: Mapping[str, str] | None = None,
@@ -1118,13 +1267,23 @@ def serve(argv: Sequence[str], env: Mapping[str, str] | None = None,
     spec = cfg.speculative or {}
     draft_config = read_model_config(str(spec["model"]), knobs.models_dir) if spec.get("model") else None
     plan = plan_boot(cfg, knobs, image, model_config, draft_config)
-    for level, where, msg, at in plan.lines:
+    for level, where, msg, at, proc in plan.lines:
         _sleep_until(start, at, knobs.boot_seconds)
-        emit(level, where, msg)
+        emit(level, where, msg, proc=proc)
     if plan.outcome == "crash":
         _sleep_until(start, 0.6, knobs.boot_seconds)
-        emit("ERROR", "core.py:708", "EngineCore failed to start.")
-        emit_raw("\n".join(plan.traceback), err=True)
+        tb = plan.traceback
+        if plan.engine_crash:
+            # vllm/v1/engine/core.py: logger.exception("EngineCore failed to start."): every line of the
+            # traceback behind the engine's prefix; then the API server's own uncaught RuntimeError.
+            tail = tb[-1] if tb and tb[-1] == ENGINE_FAILED else None
+            emit("ERROR", "core.py:1140", "EngineCore failed to start.", proc=ENGINE)
+            for text in tb[:-1] if tail else tb:
+                emit("ERROR", "core.py:1140", text, proc=ENGINE)
+            if tail:
+                emit_raw(f"{proc_prefix(API)}{tail}", err=True)
+        else:
+            emit_raw("\n".join(f"{proc_prefix(API)}{t}" for t in tb), err=True)
         return 1
     if plan.outcome == "hang":
         while True:
@@ -1137,22 +1296,27 @@ def serve(argv: Sequence[str], env: Mapping[str, str] | None = None,
     except OSError as e:
         emit_raw(f"OSError: [Errno {e.errno}] could not bind {cfg.host}:{cfg.port}: {e.strerror}", err=True)
         return 1
-    emit("INFO", "api_server.py:1960", server_start_line(image.version, cfg.host, cfg.port))
+    emit("INFO", "api_server.py:613", "Supported tasks: ['generate']")
+    if cfg.auto_tool_choice:
+        emit("INFO", "parser_manager.py:202", '"auto" tool choice has been enabled.')
+    emit("INFO", "api_server.py:617", server_start_line(image.version, cfg.host, cfg.port))
     emit("INFO", "launcher.py:37", "Available routes are:")
-    for route, methods in (("/health", "GET"), ("/v1/models", "GET"), ("/version", "GET"), ("/metrics", "GET"),
-                           ("/v1/completions", "POST"), ("/v1/chat/completions", "POST")):
-        emit("INFO", "launcher.py:45", f"Route: {route}, Methods: {methods}")
-    emit_raw(f"INFO:     Started server process [{os.getpid()}]")
-    emit_raw("INFO:     Waiting for application startup.")
-    emit_raw("INFO:     Application startup complete.")
-    if "die-after-ready" in knobs.fail:
-        threading.Thread(target=_die_later, args=(engine,), daemon=True).start()
+    for route, methods in ROUTES:
+        emit("INFO", "launcher.py:46", f"Route: {route}, Methods: {methods}")
+    emit_uvicorn(f"Started server process [{os.getpid()}]")
+    emit_uvicorn("Waiting for application startup.")
+    emit_uvicorn("Application startup complete.")
+    engine.on_dead = httpd.shutdown
     if on_ready is not None:
         on_ready(httpd)
     try:
         httpd.serve_forever(poll_interval=0.2)
     finally:
         httpd.server_close()
+    if engine.dead:
+        shutdown_lines()  # the engine died: the API server stopped by itself, and exits 0 as vLLM's does
+        if threading.current_thread() is threading.main_thread():
+            _exit_now(0)  # not through interpreter teardown: handler threads may still be winding down
     return 0
 
 

@@ -43,6 +43,9 @@ def _int(text: str) -> int:
 
 
 _VERSION = [
+    # 0.21's banner, printed by the API server before anything can fail (so a crash still has a
+    # version; tests/fixtures/vllm-0.21.0-cpu/boot.log): `[utils.py:306]  ▄▄ ▄█ █ ... █  version 0.21.0`
+    re.compile(r"[\u2580-\u259f]\s+version\s+v?([0-9][\w.+-]*)"),
     re.compile(r"vLLM API server version (\S+)"),
     re.compile(r"Initializing a V\d LLM engine \(v([0-9][\w.+-]*)\)"),
     re.compile(r"\bvLLM version[:= ]+v?([0-9][\w.+-]*)", re.IGNORECASE),
@@ -61,7 +64,11 @@ _FA_VERSION = re.compile(r"Using FlashAttention version (\d+)", re.IGNORECASE)
 _MOE = re.compile(r"Using (\w+MoEMethod)\b")
 _KV_TOKENS = re.compile(r"\b\w* ?KV cache size: ([\d,_]+) tokens", re.IGNORECASE)
 _CONCURRENCY = re.compile(r"Maximum concurrency for ([\d,_]+) tokens per request: ([\d.]+)x", re.IGNORECASE)
-_AVAIL_KV = re.compile(r"Available KV cache memory: ([\d.]+) ?GiB", re.IGNORECASE)
+_AVAIL_KV = [
+    re.compile(r"Available KV cache memory: ([\d.]+) ?GiB", re.IGNORECASE),
+    # The CPU worker's KV budget (VLLM_CPU_KVCACHE_SPACE): `Explicitly set (1.0/15.59) GiB for KV cache on node 0.`
+    re.compile(r"Explicitly set \(([\d.]+)/[\d.]+\) ?GiB for KV cache", re.IGNORECASE),
+]
 _WEIGHTS = re.compile(r"Model loading took ([\d.]+) ?GiB", re.IGNORECASE)
 _COMPILE = [
     re.compile(r"torch\.compile takes ([\d.]+) ?s in total"),
@@ -70,7 +77,13 @@ _COMPILE = [
 ]
 _WARMUP = re.compile(r"(?:profiling/warmup|warmup) (?:took )?([\d.]+) ?s\b", re.IGNORECASE)
 _INIT_ENGINE = re.compile(r"init engine \([^)]*\) took ([\d.]+) ?s", re.IGNORECASE)
-_ASYNC_OFF = re.compile(r"Async scheduling not supported with .* will be disabled", re.IGNORECASE)
+# A speculative method (or executor) that turns it off warns `Async scheduling not supported with ...
+# will be disabled`; vllm/config/vllm.py then states the outcome, `Asynchronous scheduling is
+# enabled|disabled.` The API server and the engine core each print that line (0.21 CPU: enabled
+# in the API server's config, disabled in the engine's), so the last statement wins.
+_ASYNC_OFF = re.compile(r"Async scheduling (?:not supported with .* will be disabled|will be disabled)|"
+                        r"Asynchronous scheduling is disabled", re.IGNORECASE)
+_ASYNC_ON = re.compile(r"Asynchronous scheduling is enabled", re.IGNORECASE)
 _SERVER = re.compile(r"Starting vLLM (?:API )?server|Application startup complete", re.IGNORECASE)
 _NOTEWORTHY = [
     re.compile(r"gptq_gemm kernel is buggy", re.IGNORECASE),
@@ -111,8 +124,11 @@ def parse_boot_facts(lines: Iterable[str]) -> BootFacts:
             f.kv_cache_tokens = _int(m.group(1))
         if f.max_concurrency is None and (m := _CONCURRENCY.search(line)):
             f.max_concurrency_len, f.max_concurrency = _int(m.group(1)), float(m.group(2))
-        if f.available_kv_gib is None and (m := _AVAIL_KV.search(line)):
-            f.available_kv_gib = float(m.group(1))
+        if f.available_kv_gib is None:
+            for pat in _AVAIL_KV:
+                if m := pat.search(line):
+                    f.available_kv_gib = float(m.group(1))
+                    break
         if f.model_weights_gib is None and (m := _WEIGHTS.search(line)):
             f.model_weights_gib = float(m.group(1))
         if f.compile_seconds is None:
@@ -126,6 +142,8 @@ def parse_boot_facts(lines: Iterable[str]) -> BootFacts:
             f.init_engine_seconds = float(m.group(1))
         if _ASYNC_OFF.search(line):
             f.async_scheduling_disabled = True
+        elif _ASYNC_ON.search(line):
+            f.async_scheduling_disabled = False
         if _SERVER.search(line):
             f.api_server_started = True
         for pat in _NOTEWORTHY:

@@ -4,17 +4,28 @@ Pure: lines in, a Diagnosis out. The catalogue covers every fatal line the post 
 vLLM facts list. Specific signatures rank before generic ones ("Engine core initialization
 failed" is printed after, and "EngineCore failed to start" before, the real cause), and
 within a rank the earliest line wins.
+
+The line a diagnosis quotes is the exception the process died with: a signature that hits a
+traceback's code line (`    raise HFValidationError(`) quotes that traceback's
+`ExceptionType: message` line instead, and a chained traceback ("During handling of the above
+exception, another exception occurred:") is followed to its last exception (vLLM 0.21's
+missing model: `OSError: Can't load the configuration of ...`). Process prefixes
+(`(APIServer pid=1) `) and vLLM's `ERROR 11-30 05:19:16 [file.py:N] ` are looked through.
+A worker's death reaches the engine as `Worker failed with error '<cause>'`; the cause is the
+diagnosis's `root_cause`.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 SPECIFIC = 0
-GENERIC = 1
+CAUSE = 1      # names the root cause's text, but not a known one (a worker's error message)
+GENERIC = 2
 ROUND_TO = 1024
 
 
@@ -84,6 +95,24 @@ def _kv_too_small_fix(m: re.Match[str], lines: Sequence[str]) -> tuple[str, dict
             "raise gpu_memory_utilization or drop the draft model", data)
 
 
+def _cpu_attention_fix(m: re.Match[str], lines: Sequence[str]) -> tuple[str, dict[str, Any]]:
+    head = re.search(r"head_dim=(\d+)", m.string)
+    data: dict[str, Any] = {"head_dim": int(head.group(1))} if head else {}
+    which = f" (head_dim={head.group(1)})" if head else ""
+    return (f"vLLM's CPU attention kernels have no kernel for this model's head size{which}; the engine "
+            "dies on the first request after /health said 200. Serve the model on a GPU node, or use a model "
+            "whose head_dim the CPU backend supports", data)
+
+
+_WORKER_FAILED = re.compile(r"Worker failed with error '(.*)'(?:, please check the stack trace above)?")
+
+
+def _worker_fix(m: re.Match[str], lines: Sequence[str]) -> tuple[str, dict[str, Any]]:
+    cause = m.group(1)
+    return (f"a worker died with: {cause}; the worker's traceback above says where. Fix that cause, or roll "
+            "back if it repeats", {"root_cause": cause})
+
+
 def _group_fix(m: re.Match[str], lines: Sequence[str]) -> tuple[str, dict[str, Any]]:
     name = m.group(1)
     return (f"the image's /etc/group has no {name!r}: use the numeric gid that owns /dev/dri "
@@ -129,8 +158,11 @@ CATALOGUE: tuple[Signature, ...] = (
                          r"level.?zero\b.*\berror|\bUR error\b", re.IGNORECASE),
               "a driver or device fault, not the stack: check dmesg and the GPU (xpu-smi), then retry; "
               "roll back if it repeats"),
+    Signature("cpu-attention-unsupported", "the CPU attention backend does not support this model",
+              # vLLM's CPU build, a head_dim its kernels lack: boots, answers /health, dies on the first request.
+              re.compile(r"Unsupported CPU attention configuration"), _cpu_attention_fix),
     Signature("model-not-found", "the model folder is missing or not a model",
-              re.compile(r"does not appear to have a file named config\.json|"
+              re.compile(r"does not appear to have a file named config\.json|Can't load the configuration of|"
                          r"Invalid repository ID or local directory|HFValidationError|"
                          r"No such file or directory: '/models/"),
               "check model.path (and speculative.model) below the node's models_dir; `b70deploy lint` checks it"),
@@ -141,6 +173,8 @@ CATALOGUE: tuple[Signature, ...] = (
               re.compile(r"--enable-auto-tool-choice.*requires.*--tool-call-parser|"
                          r"tool[_ -]call[_ -]parser.*(?:required|must be set)", re.IGNORECASE),
               "set tool_calling.parser: hermes (or auto_tool_choice: false)"),
+    Signature("worker-failed", "a worker process raised an error (the cause is quoted)",
+              _WORKER_FAILED, _worker_fix, rank=CAUSE),
     Signature("engine-init-failed", "the engine core failed to start (cause above it in the log)",
               re.compile(r"Engine core initialization failed|EngineCore failed to start"),
               "read the first error above this line; run `b70deploy diagnose --log FILE` on the full log",
@@ -161,9 +195,10 @@ def is_fatal(line: str) -> bool:
 
 
 def diagnose(lines: Sequence[str]) -> Diagnosis | None:
-    """The most specific fatal signature in `lines` (earliest line within a rank), or None."""
+    """The most specific fatal signature in `lines` (earliest line within a rank), or None.
+    It quotes the exception the process died with (see the module docstring)."""
     best: tuple[int, int] | None = None
-    found: Diagnosis | None = None
+    found: tuple[Signature, re.Match[str], int] | None = None
     for i, line in enumerate(lines):
         if not is_fatal(line):
             continue
@@ -173,9 +208,65 @@ def diagnose(lines: Sequence[str]) -> Diagnosis | None:
                 continue
             key = (sig.rank, i)
             if best is None or key < best:
-                best, found = key, sig.make(m, line, i + 1, lines)
+                best, found = key, (sig, m, i)
             break
-    return found
+    if found is None:
+        return None
+    sig, m, i = found
+    q = exception_line_index(lines, i)
+    d = sig.make(m, lines[q], q + 1, lines)
+    if "root_cause" not in d.data:
+        cause = next((w.group(1) for w in map(_WORKER_FAILED.search, lines) if w is not None), None)
+        if cause is not None:
+            d = dataclasses.replace(d, data={**d.data, "root_cause": cause})
+    return d
+
+
+# `(EngineCore pid=27) ` and/or `ERROR 11-30 05:19:16 [core.py:1142] `; the space after `]` only,
+# so a traceback's indentation stays.
+_LOG_PREFIX = re.compile(r"^(?:\([\w.-]+ pid=\d+\) )?"
+                         r"(?:(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) \d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)? "
+                         r"\[[\w./-]+:\d+\] ?)?")
+# `RuntimeError: ...`, `vllm.v1.engine.exceptions.EngineDeadError: ...`, `torch.OutOfMemoryError: ...`
+_EXCEPTION = re.compile(r"^(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception|Exit|Interrupt|Warning): \S")
+_CHAINED = re.compile(r"^(?:During handling of the above exception, another exception occurred|"
+                      r"The above exception was the direct cause of the following exception):")
+_SCAN = 500  # lines a traceback may run on
+
+
+def log_body(line: str) -> str:
+    """The line without the process and vLLM logger prefixes (indentation kept)."""
+    return _LOG_PREFIX.sub("", line.rstrip("\n"), count=1)
+
+
+def _next_exception(lines: Sequence[str], start: int) -> int | None:
+    return next((k for k in range(start, min(len(lines), start + _SCAN)) if _EXCEPTION.match(log_body(lines[k]))),
+                None)
+
+
+def exception_line_index(lines: Sequence[str], i: int) -> int:
+    """The index of the line to quote for a hit at `i`: the `ExceptionType: message` line of the
+    traceback `i` is in (a hit on a code line or a `Traceback` header moves to it), followed
+    through chained tracebacks to the last exception; a plain log line quotes itself."""
+    body = log_body(lines[i])
+    j = i
+    if not _EXCEPTION.match(body):
+        if not (body[:1].isspace() or body.startswith("Traceback (most recent call last)")):
+            return i
+        first = _next_exception(lines, i + 1)
+        if first is None:
+            return i
+        j = first
+    while True:
+        k = j + 1
+        while k < len(lines) and not log_body(lines[k]).strip():
+            k += 1
+        if k >= len(lines) or not _CHAINED.match(log_body(lines[k])):
+            return j
+        nxt = _next_exception(lines, k + 1)
+        if nxt is None:
+            return j
+        j = nxt
 
 
 def signature_ids() -> list[str]:

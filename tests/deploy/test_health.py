@@ -65,7 +65,8 @@ class FakeFollower:
         self.lines: list[str] = []
         self.pending = sorted(self.script.lines)
         self.changed = FakeChanged(self)
-        self.ended = type("Ended", (), {"is_set": staticmethod(lambda: False)})()
+        self.ended = type("Ended", (), {"is_set": staticmethod(lambda: False),
+                                        "wait": staticmethod(lambda seconds: False)})()
 
     def start(self) -> FakeFollower:
         self.deliver_until(self.script.clock.now)
@@ -84,7 +85,7 @@ class FakeFollower:
 @pytest.fixture
 def boot(monkeypatch: pytest.MonkeyPatch) -> Callable[..., WaitResult]:
     def run(lines: list[tuple[float, str]], *, healthy_at: float | None = None, stall_after: float | None = 600,
-            timeout: float = 3600) -> WaitResult:
+            timeout: float = 3600, exit_at: float | None = None, exit_code: int = 0) -> WaitResult:
         clock = FakeClock()
         script = Script(clock, [(clock.now + t, line) for t, line in lines],
                         None if healthy_at is None else clock.now + healthy_at)
@@ -95,7 +96,13 @@ def boot(monkeypatch: pytest.MonkeyPatch) -> Callable[..., WaitResult]:
 
         FakeFollower.script = script
         monkeypatch.setattr(health, "find_container", lambda project, service: object())
-        monkeypatch.setattr(health, "state_of", lambda c: ContainerState("running", None, 0, "", "sha256:x"))
+        def state(c: object) -> ContainerState:
+            if exit_at is not None and clock.now >= clock_start + exit_at:
+                return ContainerState("exited", exit_code, 0, "", "sha256:x")
+            return ContainerState("running", None, 0, "", "sha256:x")
+
+        clock_start = clock.now
+        monkeypatch.setattr(health, "state_of", state)
         monkeypatch.setattr(health, "LogFollower", FakeFollower)
         monkeypatch.setattr(health, "probe_health", probe)
         return health.wait_healthy(project="p", service="vllm", health_url="http://x/health", timeout=timeout,
@@ -121,6 +128,14 @@ def test_quiet_outside_compile_is_a_log_stall(boot: Callable[..., WaitResult]) -
 def test_a_slow_boot_that_keeps_logging_is_not_a_stall(boot: Callable[..., WaitResult]) -> None:
     r = boot([(t, f"{LOAD} {t}") for t in range(0, 2000, 500)], healthy_at=1900)
     assert r.healthy and r.finding is None and 1900 <= r.elapsed < 1910
+
+
+def test_a_container_exiting_0_during_boot_is_a_failure(boot: Callable[..., WaitResult]) -> None:
+    # vLLM 0.21's API server exits 0 when its engine dies (tests/fixtures/vllm-0.21.0-cpu/die-after-ready.log):
+    # an exit during the wait fails the boot whatever the code.
+    r = boot([(0, LOAD), (5, "(APIServer pid=1) INFO:     Finished server process [1]")], exit_at=6)
+    assert not r.healthy and r.exit_code == 0 and r.reason == "the vllm container exited (code 0)"
+    assert r.elapsed < 20
 
 
 def test_without_stall_after_only_the_timeout_ends_a_quiet_boot(boot: Callable[..., WaitResult]) -> None:

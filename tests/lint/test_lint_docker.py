@@ -101,13 +101,27 @@ def test_patch_applied_from_the_image_and_mounted(deployed: tuple[Any, Compose, 
     assert diagnose(lines) is None
 
 
+# One completion from inside the container (the engine of a die-after-ready sim dies on its first request).
+POKE = ("import urllib.request as u\n"
+        "try: u.urlopen(u.Request('http://127.0.0.1:8000/v1/completions', data=b'{\"prompt\": \"hi\"}',"
+        " headers={'Content-Type': 'application/json'}), timeout=10)\n"
+        "except Exception as e: print(e)\n")
+
+
 def _run_sim(client: Any, image: str, command: list[str], env: dict[str, str], *, wait: float = 30,
-             **kw: Any) -> list[str]:
+             poke: bool = False, **kw: Any) -> list[str]:
     c = client.containers.create(image, command=command, environment={**FAST, **env}, detach=True,
                                  name=f"b70lint-{uuid.uuid4().hex[:8]}", labels={"b70deploy.test": "lint"}, **kw)
     try:
         c.start()
-        c.wait(timeout=wait)
+        if poke:
+            deadline = time.monotonic() + wait
+            while b"Application startup complete." not in c.logs() and time.monotonic() < deadline:
+                time.sleep(0.2)
+            c.exec_run(["python3", "-c", POKE])
+        status = c.wait(timeout=wait)["StatusCode"]
+        if poke:
+            assert status == 0  # vLLM 0.21 exits 0 after its engine died: only the log says it failed
         return [str(ln) for ln in c.logs(stdout=True, stderr=True).decode().splitlines()]
     finally:
         c.remove(force=True)
@@ -123,14 +137,20 @@ MODEL = "/models/Qwen/Qwen3-30B-A3B-W4A16"
     ("kv-too-small", SIM_BASH_C, ["vllm", "serve", "/models/Qwen/Qwen3-30B-A3B-GPTQ-Int4", "--max-model-len",
                                   "262144", "--kv-cache-dtype", "fp8"], {"B70SIM_FAIL": "kv-too-small"}),
     ("bare-flags-bash-c", SIM_BASH_C, ["--model", MODEL, "--max-model-len", "4096"], {}),
-    ("engine-dead", SIM_BASH_C, ["vllm", "serve", "/models/Qwen/Qwen3-30B-A3B-GPTQ-Int4", "--max-model-len", "4096"],
-     {"B70SIM_FAIL": "die-after-ready", "B70SIM_DIE_AFTER_SECONDS": "0.3", "B70SIM_WATCHDOG_SECONDS": "0.3"}),
+    ("cpu-attention-unsupported", SIM_BASH_C, ["vllm", "serve", "/models/Qwen/Qwen3-30B-A3B-GPTQ-Int4",
+                                               "--max-model-len", "4096"], {"B70SIM_FAIL": "die-after-ready"}),
 ])
 def test_signature_from_a_sim_container(docker_client: Any, sig: str, image: str, command: list[str],
                                         env: dict[str, str]) -> None:
-    lines = _run_sim(docker_client, image, command, env)
+    die = env.get("B70SIM_FAIL") == "die-after-ready"
+    lines = _run_sim(docker_client, image, command, env, poke=die)
     d = diagnose(lines)
     assert d is not None and d.id == sig, lines[-5:]
+    if die:
+        # The real sequence: the worker's cause, then the engine's and the API server's generic lines.
+        assert d.data["root_cause"].startswith("Unsupported CPU attention configuration")
+        api = diagnose([ln for ln in lines if ln.startswith("(APIServer ")])
+        assert api is not None and api.id == "engine-dead"
     if sig == "kv-too-small":
         # The switch turns this into its message; the suggestion is the estimate rounded to 1024.
         assert d.data["suggested_max_model_len"] == d.data["estimated_max_model_len"] // 1024 * 1024

@@ -142,7 +142,7 @@ def plan(argv: list[str], *, fail: str = "", marlin: bool | None = False, arctic
 
 
 def messages(p: sim.BootPlan) -> list[str]:
-    return [m for _, _, m, _ in p.lines]
+    return [m for _, _, m, _, _ in p.lines]
 
 
 def test_w4a16_boot_facts() -> None:
@@ -270,12 +270,13 @@ def test_host_server_api(host_server: tuple[str, dict[str, Any]]) -> None:
     prompt = "The capital of France is"
     r = requests.post(f"{url}/v1/completions", json={"model": "qwen3-30b-tq-256k", "prompt": prompt,
                                                      "max_tokens": 4}, timeout=10).json()
-    assert "Paris" in r["choices"][0]["text"] and r["model"] == "qwen3-30b-tq-256k"
+    # vLLM 0.21 names the first served name whichever alias was asked (the real chat-stream.sse).
+    assert "Paris" in r["choices"][0]["text"] and r["model"] == "qwen3-30b-a3b-w4a16"
     assert r["usage"] == {"prompt_tokens": sim.count_tokens(prompt), "completion_tokens": 4, "total_tokens": 9}
     bad = requests.post(f"{url}/v1/completions", json={"model": "nope", "prompt": "x"}, timeout=5)
     assert bad.status_code == 404
     metrics = requests.get(f"{url}/metrics", timeout=5).text
-    assert 'vllm:prompt_tokens_total{model_name="qwen3-30b-a3b-w4a16",engine="0"} 5.0' in metrics
+    assert 'vllm:prompt_tokens_total{engine="0",model_name="qwen3-30b-a3b-w4a16"} 5.0' in metrics
     assert "vllm:spec_decode_num_drafts_total" in metrics
     assert requests.get(f"{url}/version", timeout=5).json()["version"]
 
@@ -324,3 +325,59 @@ def test_compile_hang_goes_quiet_once_torch_compile_starts_unless_eager() -> Non
     p = plan(stack_argv("w4a16-131k"), fail="compile-hang")
     assert p.outcome == "hang" and messages(p)[-1].startswith("Dynamo bytecode transform time")
     assert plan(stack_argv("eagle3"), fail="compile-hang").outcome == "serve"  # enforce_eager: no compile
+
+
+# ---------------------------------------------------------------- faithful to vLLM 0.21.0 (tests/fixtures)
+
+
+def test_chat_stream_puts_finish_reason_on_the_last_content_chunk(host_server: tuple[str, dict[str, Any]]) -> None:
+    url, _ = host_server
+    body = {"model": "qwen3-30b-tq-256k", "messages": [{"role": "user", "content": "Tell me a story"}],
+            "max_tokens": 5, "stream": True, "stream_options": {"include_usage": True}}
+    with requests.post(f"{url}/v1/chat/completions", json=body, stream=True, timeout=10) as r:
+        events = [line[6:] for line in r.iter_lines(decode_unicode=True) if line.startswith("data: ")]
+    chunks = [json.loads(e) for e in events[:-1]]
+    assert {c["model"] for c in chunks} == {"qwen3-30b-a3b-w4a16"}  # the first served name, as 0.21 answers
+    content = [c for c in chunks if c["choices"] and "content" in c["choices"][0]["delta"]][1:]  # after the role
+    assert len(content) == 5 and all(c["choices"][0]["delta"]["content"] for c in content)
+    assert [c["choices"][0]["finish_reason"] for c in content] == [None] * 4 + ["length"]
+    assert chunks[-1]["choices"] == [] and chunks[-1]["usage"]["completion_tokens"] == 5
+
+
+def test_metrics_shape_like_vllm_021(host_server: tuple[str, dict[str, Any]]) -> None:
+    url, _ = host_server
+    text = requests.get(f"{url}/metrics", timeout=5).text
+    for line in text.splitlines():
+        if "{" in line and not line.startswith("#"):
+            labels = re.findall(r'(\w+)="', line.split("{", 1)[1])
+            assert labels == sorted(labels), line  # engine, finished_reason, model_name: name order
+    assert "# TYPE vllm:prompt_tokens_total counter" in text  # _total kept in HELP/TYPE
+    assert "# TYPE vllm:prompt_tokens_created gauge" in text
+    assert re.search(r'^vllm:prompt_tokens_created\{engine="0",model_name="qwen3-30b-a3b-w4a16"\} \d', text, re.M)
+    reasons = re.findall(r'^vllm:request_success_total\{engine="0",finished_reason="(\w+)"', text, re.M)
+    assert reasons == ["stop", "length", "abort", "error", "repetition"]
+
+
+def test_die_after_ready_dies_on_the_first_request() -> None:
+    info: dict[str, Any] = {}
+    ready = threading.Event()
+
+    def on_ready(httpd: sim.Server) -> None:
+        info["httpd"] = httpd
+        ready.set()
+
+    env = {"B70SIM_BOOT_SECONDS": "0", "B70SIM_FAIL": "die-after-ready"}
+    argv = [*stack_argv("w4a16-131k"), "--host", "127.0.0.1", "--port", "0"]
+    result: list[int] = []
+    thread = threading.Thread(target=lambda: result.append(sim.serve(argv, env, on_ready)), daemon=True)
+    thread.start()
+    assert ready.wait(10)
+    url = f"http://127.0.0.1:{info['httpd'].server_address[1]}"
+    time.sleep(0.5)
+    assert requests.get(f"{url}/health", timeout=5).status_code == 200  # no timer
+    r = requests.post(f"{url}/v1/completions", json={"prompt": "hi", "max_tokens": 2}, timeout=5)
+    real = json.loads((Path(__file__).parents[1] / "fixtures" / "vllm-0.21.0-cpu" /
+                       "die-after-ready.response.json").read_text())
+    assert r.status_code == 500 and r.json() == real
+    thread.join(10)
+    assert result == [0]  # the server stopped by itself; the process exits 0 like vLLM's
