@@ -185,7 +185,8 @@ def demo_node_config(root: Path, *, project: str, port: int, env: Mapping[str, s
     """demo/node.yaml with its folders under `root`, the given port and extra stack env (boot 1 s)."""
     doc = yaml.safe_load((REPO / "demo" / "node.yaml").read_text())
     doc.update(project=project, ports={"prod": port, "dark": port - 1 if port > 1 else port + 1})
-    doc["stack_overlay"] = {"env": {**doc["stack_overlay"]["env"], "B70SIM_BOOT_SECONDS": "1", **(env or {})}}
+    doc["stack_overlay"] = {**doc["stack_overlay"],
+                            "env": {**doc["stack_overlay"]["env"], "B70SIM_BOOT_SECONDS": "1", **(env or {})}}
     if not companions:
         doc["companions"] = []
     for sub in ("models", "deploy", "state"):

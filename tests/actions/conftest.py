@@ -40,7 +40,7 @@ def node(tmp_path: Path, sim_images: dict[str, str], free_port: Callable[[], int
         "stacks_dir": str(root / "stacks"), "models_dir": str(root / "models"), "device_dir": None,
         "bind_address": "127.0.0.1", "ports": {"prod": prod, "dark": dark}, "load_threshold": 1000,
         "image_map": {"intel/vllm:latest": tags["bash-c"], "vllm-xpu:0.19.0-tr5": tags["serve"]},
-        "stack_overlay": {"env": {"B70SIM_BOOT_SECONDS": "0.6", "B70SIM_DECODE_TPS": "500"}},
+        "stack_overlay": {"env": {"B70SIM_BOOT_SECONDS": "0.6", "B70SIM_DECODE_TPS": "500"}, "settle_seconds": 0.5},
         "timeouts": {"health": 40, "rollback": 40, "poll_interval": 0.2},
         "companions": [{"name": "webui", "image": tags["bash-c"], "command": ["sim-webui", "--port", "8080"]}],
     }
@@ -113,7 +113,7 @@ def fleet(engines: list[Engine], tmp_path: Path) -> Iterator[Fleet]:
         "stacks_dir": str(tmp_path / "stacks"), "models_dir": str(tmp_path / "models"), "device_dir": None,
         "bind_address": "127.0.0.1", "load_threshold": 1000,
         "image_map": {"intel/vllm:latest": "b70sim/vllm:bash-c"},
-        "stack_overlay": {"env": {"B70SIM_BOOT_SECONDS": "1.0"}},
+        "stack_overlay": {"env": {"B70SIM_BOOT_SECONDS": "1.0"}, "settle_seconds": 0.5},
         "timeouts": {"health": 40, "rollback": 40, "poll_interval": 0.2},
         "nodes": nodes,
     }

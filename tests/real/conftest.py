@@ -60,13 +60,13 @@ def real_stacks(lane: Lane, sim_image: str) -> dict[str, dict[str, object]]:
     real = {"image": lane.image, "entrypoint_style": "bash-c", "model": {"path": "tiny"},
             "served_model_names": ["tiny-a", "tiny-b"], "dtype": "float32", "max_model_len": 512,
             "enforce_eager": True, "env": {"VLLM_CPU_KVCACHE_SPACE": "1"}, "mounts": mounts,
-            "expect": {"min_kv_tokens": 1_000_000},
+            "expect": {"min_kv_tokens": 1_000_000}, "settle_seconds": 2,
             "smoke": {"tool_call": False, "aliases": True}}
     return {
         "sim-base": {"image": sim_image, "entrypoint_style": "bash-c", "model": {"path": "Qwen/Qwen3-30B-A3B-W4A16",
                      "quantization": "compressed-tensors"}, "served_model_names": ["qwen3-30b-a3b-w4a16"],
                      "dtype": "float16", "max_model_len": 131072, "patches": ["marlin-xpu-carveout"],
-                     "env": {"B70SIM_BOOT_SECONDS": "0.5"},
+                     "env": {"B70SIM_BOOT_SECONDS": "0.5"}, "settle_seconds": 0.5,
                      "smoke": {"completion": {"prompt": "The capital of France is", "expect": "Paris",
                                               "max_tokens": 4}, "tool_call": False, "aliases": True}},
         # healthy, no text expectation: random weights pass the aliases check only
