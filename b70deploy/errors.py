@@ -20,6 +20,10 @@ CLI, their catcher turns them into a result or into a B70Error):
     |                              stall); returned as WaitResult(healthy=False, finding)
     +-- EditError                  render/patches.py: an edit no longer applies; becomes a UserError
     +-- ApiError                   sim/server.py: the simulator's HTTP error reply (not the package's)
+    BaseException
+    +-- KeyboardInterrupt          Ctrl-C: the running step and the steps done are undone, exit 130
+    |   +-- Terminated             errors.py: SIGTERM, handled as Ctrl-C is (cli/__init__.py), exit 143
+    +-- Killed                     deploy/runner.py: SIGKILL in tests that drive the runner in-process
 """
 
 from __future__ import annotations
@@ -59,3 +63,7 @@ class OperationError(B70Error):
     the container's last log lines after a newline (the dark boot does): they are kept."""
 
     exit_code = EXIT_FAILED
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM: an interrupt like Ctrl-C, so the running step is finished or undone, never cut."""

@@ -11,11 +11,12 @@ from ..config.node import Node
 from ..deploy.health import probe_health
 from ..deploy.nodeio import VLLM
 from ..docker.engine import find_container, state_of
+from ..docker.node import DockerNode
 from ..errors import UserError
 from ..render.files import RUNTIME_ENV_FILE
 from ..state.journal import Journal
 from ..state.lock import Holder, clear_stale, holder_info
-from ..state.revisions import RevisionStore
+from ..state.revisions import Revision, RevisionStore
 from ..state.statedir import StateDir
 from .diff import unified
 
@@ -33,15 +34,20 @@ FACT_ROWS = [
 
 
 def status(node: Node) -> dict[str, Any]:
+    """What runs, what the records say, and, where they differ, what and the one fix."""
     store = RevisionStore(node.state_dir)
     cur = store.current()
     out: dict[str, Any] = {"node": node.project, "deploy_dir": str(node.deploy_dir),
                            "state_dir": str(node.state_dir), "current": cur.summary() if cur else None}
     if cur is not None:
         out["facts"] = cur.status.facts
+    labels: dict[str, str] = {}
     try:
-        st = state_of(find_container(node.project, VLLM))
-        out["container"] = {"status": st.status, "exit_code": st.exit_code, "image_id": st.image_id}
+        container = find_container(node.project, VLLM)
+        st = state_of(container)
+        labels = dict(container.labels) if container is not None else {}
+        out["container"] = {"status": st.status, "exit_code": st.exit_code, "image_id": st.image_id,
+                            "stack": labels.get("b70deploy.stack")}
     except Exception as e:  # the engine may be down; status must still answer
         out["container"] = {"status": f"unknown ({e})"}
     code = probe_health(f"http://{node.address}:{node.config.ports.prod}/health")
@@ -52,7 +58,38 @@ def status(node: Node) -> dict[str, Any]:
         out["interrupted"] = {"command": run.command, "step": run.last_step, "run": run.run_id,
                               "revision": run.context.get("revision"), "previous": run.context.get("previous"),
                               "fix": "b70deploy resume (finish it) or b70deploy rollback (undo it)"}
+    out["differs"], out["fix"] = differences(node, cur, out)
     return out
+
+
+def differences(node: Node, cur: Revision | None, st: dict[str, Any]) -> tuple[list[str], str | None]:
+    """Where the deploy dir, the records and the running container disagree, and the one
+    command that makes them agree (an interrupted run's advice comes first)."""
+    if st.get("interrupted"):
+        return [f"`{st['interrupted']['command']}` was interrupted at {st['interrupted']['step']}"], \
+            st["interrupted"]["fix"]
+    lock = st.get("lock")
+    if lock and not lock["alive"]:
+        return [f"a stale lock of pid {lock['pid']} (`{lock['command']}`)"], "b70deploy unlock"
+    if cur is None:
+        return [], None
+    found: list[str] = []
+    live = DockerNode.production(node).read_deployed()
+    want = cur.read_files()
+    changed = sorted(n for n in set(live) | set(want) if live.get(n) != want.get(n))
+    if changed:
+        found.append(f"deploy dir differs from revision {cur.number}: {', '.join(changed)}")
+    box = st["container"]
+    if box.get("stack") not in (None, cur.meta.stack):
+        found.append(f"the vllm container runs stack {box['stack']}, revision {cur.number} is {cur.meta.stack}")
+    if cur.meta.image_id and box.get("image_id") not in (None, cur.meta.image_id):
+        found.append(f"the vllm container runs image {str(box['image_id'])[:19]}, revision {cur.number} pins "
+                     f"{cur.meta.image_id[:19]}")
+    if found:
+        return found, f"b70deploy rollback {cur.number} (its exact files and image, recreated)"
+    if box.get("status") != "running":
+        return [f"vllm is {box.get('status')}"], "b70deploy restore"
+    return [], None
 
 
 def history(node: Node) -> list[dict[str, Any]]:

@@ -1,20 +1,36 @@
-"""The command line. Each module registers its commands on the root group in `base`."""
+"""The command line: the lazy root group of `base`, and `main`, which turns every error into one
+line and an exit code."""
 
 from __future__ import annotations
 
 import os
+import signal
 import sys
 from typing import Any
 
 import click
 
-from ..errors import EXIT_BAD_INPUT, EXIT_FAILED, B70Error
+from ..errors import EXIT_BAD_INPUT, EXIT_FAILED, B70Error, Terminated
 from .base import cli
 
 __all__ = ["cli", "main"]
 
 
+def _terminated(signum: int, frame: object) -> None:
+    raise Terminated(f"signal {signum}")
+
+
 def main(argv: list[str] | None = None) -> None:
+    # SIGTERM (systemd, docker stop, kill) interrupts like Ctrl-C: the runner undoes the
+    # running step and the ones done, instead of the process ending between two effects.
+    before = signal.signal(signal.SIGTERM, _terminated)
+    try:
+        _main(argv)
+    finally:
+        signal.signal(signal.SIGTERM, before)  # main may run inside another program (the tests)
+
+
+def _main(argv: list[str] | None) -> None:
     try:
         rc: Any = cli.main(args=argv, prog_name="b70deploy", standalone_mode=False)
     except B70Error as e:
@@ -35,7 +51,7 @@ def main(argv: list[str] | None = None) -> None:
                    "(B70DEPLOY_DEBUG=1 shows the traceback)", err=True)
         sys.exit(EXIT_BAD_INPUT if isinstance(e, PermissionError | FileNotFoundError | NotADirectoryError)
                  else EXIT_FAILED)
-    except KeyboardInterrupt:
-        click.echo("interrupted", err=True)
-        sys.exit(130)
+    except KeyboardInterrupt as e:
+        click.echo("terminated" if isinstance(e, Terminated) else "interrupted", err=True)
+        sys.exit(143 if isinstance(e, Terminated) else 130)
     sys.exit(rc if isinstance(rc, int) else 0)

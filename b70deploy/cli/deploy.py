@@ -295,6 +295,8 @@ def status(ctx: Ctx, as_json: bool, select: str | None, node_name: str | None) -
     if run:
         click.echo(f"INTERRUPTED: `{run['command']}` stopped at step {run['step']} (revision {run['revision']}); "
                    f"fix: {run['fix']}")
+    elif st["differs"]:
+        click.echo(f"DIFFERS: {'; '.join(st['differs'])}; fix: {st['fix']}")
 
 
 @click.command(epilog="Examples: b70deploy history --json | b70deploy history --node gpu2")

@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from ..errors import UserError
+from ..errors import Terminated, UserError
 from ..state.journal import RunRecord
 from ..state.statedir import StateDir
 from .nodeio import NodeIO
@@ -62,14 +62,15 @@ class Driver:
         try:
             lock.set_step("plan")
             plan = build()  # a rollback reads the killed run's journal: before close_interrupted
-            self.close_interrupted(by=command)  # we hold the lock: an unfinished run was killed
+            interrupted = self.close_interrupted(by=command)  # we hold the lock: an unfinished run was killed
             if confirm is not None:
                 lock.set_step("confirm")
                 confirm(plan)
             runner = self._runner(command, lock.set_step)
             runner.start({"kind": plan.kind, "stack": plan.stack.name, "restored_from": plan.restored_from,
                           "auto_rollback": plan.auto_rollback, "previous": self.state.revisions.current_number()})
-            outcome = self._run(Run(plan, self.io, self.state.revisions, self.reporter, runner), runner)
+            run = Run(plan, self.io, self.state.revisions, self.reporter, runner, after_interrupt=interrupted)
+            outcome = self._run(run, runner)
             self.state.audit.record(command, "ok" if outcome.ok else "failed", revision=outcome.revision,
                                     summary=outcome.summary)
             return outcome
@@ -97,17 +98,18 @@ class Driver:
         finally:
             lock.release()
 
-    def close_interrupted(self, *, by: str) -> None:
-        """Mark a killed run as ended, and its uncommitted revision as interrupted."""
+    def close_interrupted(self, *, by: str) -> bool:
+        """Mark a killed run as ended, and its uncommitted revision as interrupted; whether there was one."""
         run = self.state.interrupted_run()
         if run is None:
-            return
+            return False
         self.state.journal.append(run.run_id, "run-aborted", reason=f"interrupted; taken over by `{by}`")
         store = self.state.revisions
         rev = run.context.get("revision")
         if isinstance(rev, int) and store.exists(rev) and store.get(rev).status.outcome == "pending":
             store.update_status(rev, outcome="interrupted")
         self.reporter.info(f"took over from the interrupted `{run.command}` (stopped at {run.last_step or 'start'})")
+        return True
 
     # ------------------------------------------------------------------ internals
 
@@ -175,7 +177,10 @@ class Driver:
         err = failure.error
         if isinstance(err, UserError) and not r.activated:
             raise err  # bad input found in preflight: exit 2, nothing changed
-        details = [f"failed at {failure.step}: {err}"]
+        interrupt = ("SIGTERM" if isinstance(err, Terminated)
+                     else "Ctrl-C" if isinstance(err, KeyboardInterrupt) else None)
+        failed = f"interrupted ({interrupt})" if interrupt else "failed"
+        details = [f"{failed} at {failure.step}" + (f": {err}" if not interrupt else "")]
         finding = r.wait.finding if r.wait is not None else None
         if finding is not None:
             details.append(f"diagnosis: {finding.one_line()}")
@@ -201,8 +206,10 @@ class Driver:
         elif prev is not None:
             rolled_back = True
             back = f" in {r.rollback_wait.elapsed:.1f} s" if r.rollback_wait else ""
-            summary = f"switch to {name} failed; node back on revision {prev.number} ({prev.meta.stack}), healthy{back}"
+            summary = (f"switch to {name} {failed}; node back on revision {prev.number} ({prev.meta.stack}), "
+                       f"healthy{back}")
         else:
-            summary = f"switch to {name} failed; no previous revision, node serves nothing"
-        return Outcome(False, r.revision.number if r.revision else None, name, summary, details, exit_code=1,
+            summary = f"switch to {name} {failed}; no previous revision, node serves nothing"
+        code = (143 if interrupt == "SIGTERM" else 130) if interrupt else 1
+        return Outcome(False, r.revision.number if r.revision else None, name, summary, details, exit_code=code,
                        rolled_back=rolled_back)

@@ -12,11 +12,13 @@ drive the runner in-process pass a hook that raises `Killed` instead.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
+import threading
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
@@ -56,9 +58,32 @@ Fault = Callable[[str, str], None]  # (point, step name); may kill or raise
 
 
 def fault_from_env(point: str, step: str) -> None:
-    """Kill this process with SIGKILL at `point` of `step` when the environment asks for it."""
-    if os.environ.get(FAULT_ENV) == f"{point}:{step}":
-        os.kill(os.getpid(), signal.SIGKILL)
+    """Signal this process at `point` of `step` when the environment asks for it:
+    B70DEPLOY_FAULT=POINT:STEP sends SIGKILL, POINT:STEP:INT or :TERM an interrupt."""
+    want = os.environ.get(FAULT_ENV, "")
+    if want.startswith(f"{point}:{step}") and want[len(f"{point}:{step}"):] in ("", ":KILL", ":INT", ":TERM"):
+        name = want[len(f"{point}:{step}") + 1:] or "KILL"
+        os.kill(os.getpid(), getattr(signal, f"SIG{name}"))
+
+
+@contextlib.contextmanager
+def deferred_interrupts() -> Iterator[list[int]]:
+    """SIGINT and SIGTERM are noted, not acted on, while the block runs: an undo cut short by
+    a second Ctrl-C would leave the node half way back. Main thread only (signals are)."""
+    seen: list[int] = []
+    if threading.current_thread() is not threading.main_thread():
+        yield seen
+        return
+
+    def note(signum: int, frame: object) -> None:
+        seen.append(signum)
+
+    before = {s: signal.signal(s, note) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield seen
+    finally:
+        for s, handler in before.items():
+            signal.signal(s, handler)
 
 
 class Runner(Generic[S]):
@@ -113,6 +138,14 @@ class Runner(Generic[S]):
         self.journal.append(self.run_id, "run-ok")
 
     def compensate(self, completed: Sequence[Step[S]], state: S) -> list[str]:
+        with deferred_interrupts() as deferred:
+            errors = self._compensate(completed, state)
+        if deferred:  # undoing was not cut short: say that the signal was seen
+            self.journal.append(self.run_id, "undo-shielded", signals=deferred)
+            self.reporter.info(f"signal {', '.join(map(str, deferred))} during the undo: finished the undo first")
+        return errors
+
+    def _compensate(self, completed: Sequence[Step[S]], state: S) -> list[str]:
         errors: list[str] = []
         for step in reversed(completed):
             if step.compensation is None:

@@ -23,7 +23,7 @@ from dotenv import dotenv_values
 
 from ..errors import OperationError, UserError
 from ..render.files import COMPOSE_FILE
-from ..state.revisions import Revision, RevisionStore
+from ..state.revisions import Revision, RevisionStore, Verdict
 from ..state.stamps import now_iso, operator
 from ..vllmlog.bootlog import check_expectations, parse_boot_facts
 from ..vllmlog.diagnosis import diagnose
@@ -47,6 +47,7 @@ class Run:
     revision: Revision | None = None
     previous: Revision | None = None
     activated: bool = False
+    after_interrupt: bool = False  # an earlier run was killed: live files prove nothing
     wait: WaitResult | None = None
     rollback_wait: WaitResult | None = None
     facts: dict[str, Any] = field(default_factory=dict)
@@ -127,8 +128,13 @@ def _snapshot(r: Run) -> None:
     adopted = r.store.create(stack=_label_stack(live) or "adopted", kind="adopt", files=live, image_ref=image_ref,
                              image_id=image_id, repo_digest=None, operator=operator(),
                              message="snapshot of the live deploy dir before a switch", created=now_iso())
-    healthy = r.io.probe_health() == 200
-    r.store.update_status(adopted.number, outcome="deployed" if healthy else "superseded", updated=now_iso())
+    # Only what passed the health gate under the tool counts as healthy: files a killed run
+    # left behind are kept, as interrupted, never as a rollback target by stack name.
+    if r.after_interrupt:
+        outcome: Verdict = "interrupted"
+    else:
+        outcome = "deployed" if r.io.probe_health() == 200 else "superseded"
+    r.store.update_status(adopted.number, outcome=outcome, updated=now_iso())
     r.previous = r.store.get(adopted.number)
     r.runner.note(previous=adopted.number, adopted=adopted.number)
     r.info(f"live files differed from every revision: kept them as revision {adopted.number}")

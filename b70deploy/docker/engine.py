@@ -80,6 +80,21 @@ def find_container(project: str, service: str) -> Any | None:
     return found[0] if found else None
 
 
+def remove_strays(project: str, service: str) -> list[str]:
+    """Remove the project's containers for `service` that are not Compose's own
+    `<project>-<service>-1`: an interrupted `up --force-recreate` leaves the old one renamed
+    `<id>_<project>-<service>-1`, and the next `up` then fails on the name or serves from it."""
+    canonical = f"{project}-{service}-1"
+    found = client().containers.list(all=True, filters={
+        "label": [f"com.docker.compose.project={project}", f"com.docker.compose.service={service}"]})
+    removed = []
+    for c in found:
+        if c.name != canonical:
+            c.remove(force=True)
+            removed.append(str(c.name))
+    return removed
+
+
 @dataclass
 class ContainerState:
     status: str          # created, running, restarting, exited, dead, missing

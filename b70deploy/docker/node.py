@@ -111,6 +111,8 @@ class DockerNode:
         return compose_config(files, self.project)
 
     def up(self, services: Sequence[str], *, recreate: bool = True) -> None:
+        for service in services:
+            engine.remove_strays(self.project, service)
         run(self.compose.up(services, recreate=recreate), timeout=300)
 
     def stop(self, services: Sequence[str]) -> None:

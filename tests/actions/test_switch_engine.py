@@ -217,3 +217,55 @@ def test_sigkill_at_every_step_boundary_then_resume_or_rollback(node: SimNode, f
         assert known <= {p.name for p in (node.state / "revisions").glob("[0-9]*")}, "a revision was lost"
         assert_revisions_intact(node)
         target = "alpha" if st["current"]["stack"] == "beta" else "beta"
+
+
+def _project_containers(node: SimNode) -> list[str]:
+    return docker("ps", "-a", "--filter", f"label=com.docker.compose.project={node.project}",
+                  "--format", "{{.Names}}").stdout.split()
+
+
+def _serves(node: SimNode) -> str:
+    ids = docker("ps", "-q", "--filter", f"label=com.docker.compose.project={node.project}",
+                 "--filter", "label=com.docker.compose.service=vllm").stdout.split()
+    assert len(ids) == 1, ids
+    return docker("inspect", "-f", '{{index .Config.Labels "b70deploy.stack"}}', ids[0]).stdout.strip()
+
+
+@pytest.mark.parametrize("sig,code", [("INT", 130), ("TERM", 143)])
+def test_an_interrupt_inside_activate_undoes_it_and_leaves_no_renamed_container(node: SimNode, sig: str,
+                                                                                code: int) -> None:
+    node.cli("switch", "alpha", "--yes", check=True)
+    r = node.cli("switch", "beta", "--yes", env={"B70DEPLOY_FAULT": f"during:activate:{sig}"})
+    assert r.returncode == code, r.stdout + r.stderr
+    # From outside: alpha answers, its exact files are in the deploy dir, no stray containers.
+    assert _serves(node) == "alpha"
+    status = node.json("status")
+    assert status["current"]["stack"] == "alpha" and status["differs"] == [] and status["fix"] is None
+    current = status["current"]["number"]
+    files = node.state / "revisions" / f"{current:06d}" / "files"
+    for f in files.rglob("*"):
+        if f.is_file():
+            assert (node.deploy / f.relative_to(files)).read_bytes() == f.read_bytes(), f
+    assert sorted(_project_containers(node)) == sorted([f"{node.project}-vllm-1", f"{node.project}-webui-1"])
+    assert node.json("history")[-1]["outcome"] == "failed"
+
+
+def test_status_names_a_hand_edit_and_its_one_fix_works(node: SimNode) -> None:
+    node.cli("switch", "alpha", "--yes", check=True)
+    env = node.deploy / ".env"
+    env.write_text(env.read_text().replace("VLLM_PORT=", "VLLM_PORT_EDITED_BY_HAND=\nVLLM_PORT="))
+    status = node.json("status")
+    assert any("deploy dir differs from revision 1: .env" in d for d in status["differs"]), status
+    assert status["fix"].startswith("b70deploy rollback 1")
+    node.cli("rollback", "1", "--yes", check=True)
+    after = node.json("status")
+    assert after["differs"] == [] and after["current"]["stack"] == "alpha" and _serves(node) == "alpha"
+
+
+def test_an_engine_that_dies_on_its_first_request_is_rolled_back_by_the_switch(node: SimNode) -> None:
+    node.cli("switch", "alpha", "--yes", check=True)
+    (node.root / "stacks" / "dies.yaml").write_text("extends: alpha\nenv: {B70SIM_FAIL: die-after-ready}\n")
+    r = node.cli("switch", "dies", "--yes")
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert "failed at check" in r.stderr and "node back on revision 1 (alpha)" in r.stdout
+    assert _serves(node) == "alpha" and node.json("status")["differs"] == []

@@ -1,5 +1,5 @@
 """The switch's decision table on the in-memory node, no Docker: every step x {fails,
-killed before, killed during, killed after} x {resume, rollback}.
+interrupted (Ctrl-C/SIGTERM), killed before, killed during, killed after} x {resume, rollback}.
 
 The node serves `alpha` (revision 2, whose parent is `gamma`, revision 1) and is switched
 to `beta`. After the failure or the kill, and then the recovery, the test asks the node
@@ -71,7 +71,7 @@ def plan_of_revision(rev: Revision, *, kind: Kind, restored_from: int | None) ->
 
 
 STEP_NAMES = [s.name for s in steps(plan_for("beta"))]
-MODES = ["fails", "killed-before", "killed-during", "killed-after"]
+MODES = ["fails", "interrupted", "killed-before", "killed-during", "killed-after"]
 
 
 class Bench:
@@ -105,6 +105,8 @@ class Bench:
             self.node.trap = None
             if trap[0] == "kill":
                 raise Killed(f"killed during {step}")
+            if trap[0] == "interrupt":
+                raise KeyboardInterrupt
             raise RuntimeError(f"injected failure in {step}")
 
     def driver(self) -> Driver:
@@ -143,7 +145,7 @@ class Bench:
 
 
 def expected(mode: str, step: str, recovery: str) -> str:
-    if mode == "fails":  # undone at once; then resume has nothing to do, rollback goes to alpha's parent
+    if mode in ("fails", "interrupted"):  # undone at once; resume has nothing to do, rollback goes to gamma
         return "alpha" if recovery == "resume" else "gamma"
     if recovery == "rollback":  # back to where the killed run started
         return "alpha"
@@ -156,10 +158,10 @@ def expected(mode: str, step: str, recovery: str) -> str:
 @pytest.mark.parametrize("step", STEP_NAMES)
 def test_every_step_every_fault_then_recovery(root: Path, step: str, mode: str, recovery: str) -> None:
     b = Bench(root)
-    if mode == "fails":
-        b.node.trap = ("fail", step)
+    if mode in ("fails", "interrupted"):
+        b.node.trap = ("fail" if mode == "fails" else "interrupt", step)
         outcome = b.switch()
-        assert not outcome.ok and outcome.exit_code == 1
+        assert not outcome.ok and outcome.exit_code == (1 if mode == "fails" else 130)
         assert b.agreed() == "alpha"  # undone at once: alpha serves, records say so
     else:
         if mode == "killed-during":

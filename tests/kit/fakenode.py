@@ -2,7 +2,8 @@
 clock. It serves the stack named in the compose file its vllm container was started from.
 
 `trap` makes it misbehave at the first effect made inside one step: "fail" raises an
-OperationError (the effect did not happen), "kill" raises Killed (SIGKILL in-process).
+OperationError (the effect did not happen), "interrupt" a KeyboardInterrupt (Ctrl-C or
+SIGTERM), "kill" raises Killed (SIGKILL in-process).
 Writing the deploy dir is itself two effects (the first file, then the rest), so a trap
 there leaves it half written, as a real kill between two renames would.
 """
@@ -45,7 +46,7 @@ class FakeNode:
     dies_after_ready: set[str] = field(default_factory=set)  # healthy once, then the engine dies
     clock: float = 0.0
     step: str = ""                                  # the step the runner is in (set by the test's fault hook)
-    trap: tuple[str, str] | None = None             # ("fail" | "kill", step)
+    trap: tuple[str, str] | None = None             # ("fail" | "interrupt" | "kill", step)
     effects: list[str] = field(default_factory=list)
 
     # ---- misbehaving on cue
@@ -55,6 +56,8 @@ class FakeNode:
             mode, self.trap = self.trap[0], None
             if mode == "kill":
                 raise Killed(f"killed during {self.step} ({what})")
+            if mode == "interrupt":
+                raise KeyboardInterrupt
             raise OperationError(f"injected failure in {self.step} ({what})")
 
     # ---- what a test asks from outside
