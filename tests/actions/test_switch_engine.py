@@ -214,6 +214,11 @@ def test_sigkill_at_every_step_boundary_then_resume_or_rollback(node: SimNode, f
         assert fixed.returncode == 0, (step, verb, fixed.stdout, fixed.stderr)
         st = node.json("status")
         assert "interrupted" not in st and st["lock"] is None and st["health"] == 200, (step, verb, st)
+        # From outside: the container serves the stack the records name, from the current
+        # revision's exact files, and nothing else of the project is left over.
+        assert _serves(node) == st["current"]["stack"] and st["differs"] == [], (step, verb, st)
+        assert_deploy_dir_is_revision(node, st["current"]["number"])
+        assert sorted(_project_containers(node)) == sorted([f"{node.project}-vllm-1", f"{node.project}-webui-1"])
         assert known <= {p.name for p in (node.state / "revisions").glob("[0-9]*")}, "a revision was lost"
         assert_revisions_intact(node)
         target = "alpha" if st["current"]["stack"] == "beta" else "beta"
@@ -241,13 +246,16 @@ def test_an_interrupt_inside_activate_undoes_it_and_leaves_no_renamed_container(
     assert _serves(node) == "alpha"
     status = node.json("status")
     assert status["current"]["stack"] == "alpha" and status["differs"] == [] and status["fix"] is None
-    current = status["current"]["number"]
-    files = node.state / "revisions" / f"{current:06d}" / "files"
-    for f in files.rglob("*"):
-        if f.is_file():
-            assert (node.deploy / f.relative_to(files)).read_bytes() == f.read_bytes(), f
+    assert_deploy_dir_is_revision(node, status["current"]["number"])
     assert sorted(_project_containers(node)) == sorted([f"{node.project}-vllm-1", f"{node.project}-webui-1"])
     assert node.json("history")[-1]["outcome"] == "failed"
+
+
+def assert_deploy_dir_is_revision(node: SimNode, number: int) -> None:
+    files = node.state / "revisions" / f"{number:06d}" / "files"
+    want = {f.relative_to(files).as_posix(): f.read_bytes() for f in files.rglob("*") if f.is_file()}
+    have = {n: (node.deploy / n).read_bytes() for n in want if (node.deploy / n).is_file()}
+    assert have == want, f"deploy dir differs from revision {number}"
 
 
 def test_status_names_a_hand_edit_and_its_one_fix_works(node: SimNode) -> None:
@@ -269,3 +277,19 @@ def test_an_engine_that_dies_on_its_first_request_is_rolled_back_by_the_switch(n
     assert r.returncode == 1, r.stdout + r.stderr
     assert "failed at check" in r.stderr and "node back on revision 1 (alpha)" in r.stdout
     assert _serves(node) == "alpha" and node.json("status")["differs"] == []
+
+
+@pytest.mark.parametrize("step", ["drain", "activate", "wait-healthy", "companions"])
+def test_sigkill_inside_a_step_then_rollback_serves_what_status_names(node: SimNode, step: str) -> None:
+    """Killed after the step's effects but before it was journaled as done: the hardest point."""
+    node.cli("switch", "alpha", "--yes", check=True)
+    killed = node.cli("switch", "beta", "--yes", env={"B70DEPLOY_FAULT": f"during:{step}"})
+    assert killed.returncode == -9, (step, killed.stdout, killed.stderr)
+    st = node.json("status")
+    assert st["interrupted"]["step"] == step and st["fix"].startswith("b70deploy resume"), st
+    node.cli("rollback", "--yes", check=True)
+    st = node.json("status")
+    assert st["current"]["stack"] == "alpha" and _serves(node) == "alpha" and st["differs"] == [], st
+    assert_deploy_dir_is_revision(node, st["current"]["number"])
+    assert sorted(_project_containers(node)) == sorted([f"{node.project}-vllm-1", f"{node.project}-webui-1"])
+    assert_revisions_intact(node)
