@@ -195,8 +195,16 @@ def _clip(value: Any) -> str:
 
 def first_error(exc: ValidationError, model: type[BaseModel]) -> tuple[str, str, str]:
     """(key path, message, fix) for the first error pydantic found."""
-    err = exc.errors()[0]
-    loc = [p for p in err["loc"] if not (isinstance(p, str) and p.startswith("function-"))]
+    return _explain(exc.errors()[0], model)
+
+
+def _clean_loc(loc: Sequence[Any]) -> list[Any]:
+    """A pydantic location without its validator names and dict-key markers."""
+    return [p for p in loc if not (isinstance(p, str) and (p.startswith("function-") or p == "[key]"))]
+
+
+def _explain(err: Any, model: type[BaseModel]) -> tuple[str, str, str]:
+    loc = _clean_loc(err["loc"])
     key = loc_path(loc) or "(top level)"
     kind = err["type"]
     msg = str(err["msg"])
@@ -221,6 +229,24 @@ def first_error(exc: ValidationError, model: type[BaseModel]) -> tuple[str, str,
     got = err.get("input")
     detail = f"{msg.lower()}, got {_clip(got)}" if kind.endswith("_type") else msg.lower()
     return key, detail, _FIXES.get(kind, "correct the value")
+
+
+def value_error(model: type[BaseModel], loc: Sequence[str], value: Any) -> tuple[str, str, str] | None:
+    """(key path, message, fix) if `value` alone is wrong at `loc` inside `model`, else None.
+
+    Validates a document holding only that value and keeps the errors at or below `loc`,
+    so a missing sibling key does not count. For a value a merge is about to drop unseen.
+    """
+    doc: Any = value
+    for part in reversed(loc):
+        doc = {part: doc}
+    try:
+        model.model_validate(doc)
+    except ValidationError as exc:
+        for err in exc.errors():
+            if tuple(_clean_loc(err["loc"])[:len(loc)]) == tuple(loc):
+                return _explain(err, model)
+    return None
 
 
 def _known_keys(model: type[BaseModel], loc: Sequence[int | str]) -> list[str]:

@@ -132,6 +132,18 @@ CASES = [
          key="secrets_env_file", says="not found"),
     Case("node-overlay-bad-key", {"bad": stack()}, config={"stack_overlay": {"gpu_mem": 0.9}}, file="node.yaml",
          key="stack_overlay: gpu_mem", says="unknown key"),
+    # ---- merged with the node's overlay or a parent: the file that set the bad value is named
+    Case("overlay-env-over-stack-list", {"bad": stack(env=["A=1"])}, config={"stack_overlay": {"env": {"B": "1"}}},
+         key="env", says="valid dictionary, got ['A=1']"),
+    Case("parent-env-list-under-child-map", {"bad": {"extends": "parent", "env": {"B": "1"}},
+                                             "parent": stack(env=["A=1"])},
+         file="parent.yaml", key="env", says="valid dictionary"),
+    Case("overlay-list-over-stack-env", {"bad": stack(env={"A": "1"})}, config={"stack_overlay": {"env": ["B=1"]}},
+         file="node.yaml: stack_overlay", key="env", says="valid dictionary, got ['B=1']"),
+    Case("stack-env-key-with-overlay", {"bad": stack(env={"BAD-KEY": "1"})},
+         config={"stack_overlay": {"env": {"B": "1"}}}, key="env.BAD-KEY", says="is not a variable name"),
+    Case("overlay-env-key", {"bad": stack(env={"A": "1"})}, config={"stack_overlay": {"env": {"BAD-KEY": "1"}}},
+         file="node.yaml: stack_overlay", key="env.BAD-KEY", says="is not a variable name"),
     Case("node-same-dirs", {"bad": stack()}, config={"deploy_dir": "/srv/b70", "state_dir": "/srv/b70"},
          file="node.yaml", key="deploy_dir", says="same folder"),
 ]
