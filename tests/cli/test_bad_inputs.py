@@ -144,6 +144,15 @@ CASES = [
          config={"stack_overlay": {"env": {"B": "1"}}}, key="env.BAD-KEY", says="is not a variable name"),
     Case("overlay-env-key", {"bad": stack(env={"A": "1"})}, config={"stack_overlay": {"env": {"BAD-KEY": "1"}}},
          file="node.yaml: stack_overlay", key="env.BAD-KEY", says="is not a variable name"),
+    # ---- an unknown patch: render, show and diff refuse it (lint: patch-unknown)
+    Case("unknown-patch", {"bad": stack(patches=["no-such-patch"])}, key="patches",
+         says="no patch named 'no-such-patch'"),
+    Case("unknown-patch-show", {"bad": stack(patches=["no-such-patch"])}, key="patches",
+         says="no patch named 'no-such-patch'", argv=("show", "bad")),
+    Case("unknown-patch-diff", {"bad": stack(patches=["no-such-patch"])}, key="patches",
+         says="no patch named 'no-such-patch'", argv=("diff", "bad")),
+    Case("unknown-patch-in-parent", {"bad": {"extends": "parent"}, "parent": stack(patches=["no-such-patch"])},
+         file="parent.yaml", key="patches", says="no patch named 'no-such-patch'"),
     Case("node-same-dirs", {"bad": stack()}, config={"deploy_dir": "/srv/b70", "state_dir": "/srv/b70"},
          file="node.yaml", key="deploy_dir", says="same folder"),
 ]
