@@ -48,6 +48,17 @@ def _env_value(value: str) -> str:
 EnvMap = dict[Annotated[str, AfterValidator(_env_key)], Annotated[str, AfterValidator(_env_value)]]
 
 
+class _LongNumber(ValueError):
+    pass
+
+
+def _json_int(text: str) -> int:
+    """An integer in inline JSON, bounded like the YAML loader's (a 4,300-digit one is a ValueError)."""
+    if len(text) > 32:
+        raise _LongNumber(f"a number of {len(text)} characters is too long")
+    return int(text)
+
+
 class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
 
@@ -243,10 +254,14 @@ class Stack(Strict):
         # The post writes --speculative-config as JSON; accept that form verbatim.
         if isinstance(v, str):
             try:
-                v = json.loads(v)
+                v = json.loads(v, parse_int=_json_int)
             except json.JSONDecodeError as e:
                 raise invalid(f"speculative is not valid JSON ({e.msg} at column {e.colno})",
                             "write it as a YAML mapping or valid JSON") from None
+            except _LongNumber as e:
+                raise invalid(f"speculative JSON: {e}", "write a number of at most 32 digits") from None
+            except RecursionError:
+                raise invalid("speculative JSON nests too deep", 'write a flat {"method": ...}') from None
             if not isinstance(v, dict):
                 raise invalid("speculative JSON is not an object", 'write {"method": ...}')
         return v

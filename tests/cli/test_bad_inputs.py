@@ -98,6 +98,11 @@ CASES = [
          says="YAML anchor &i is not allowed"),
     Case("deep-nesting", {"bad": DEEP}, key="line 7", says="nested more than 64 levels deep"),
     Case("huge-integer", {"bad": HUGE_INT}, key="line 6", says="a number of 4400 characters is too long"),
+    Case("spec-json-deep", {"bad": stack(speculative="[" * 100_000 + "]" * 100_000)}, key="speculative",
+         says="speculative JSON nests too deep"),
+    Case("spec-json-huge-integer", {"bad": stack(speculative='{"method": "ngram", "num_speculative_tokens": '
+                                                            + "1" * 4400 + "}")},
+         key="speculative", says="a number of 4400 characters is too long"),
     Case("node-yaml-bomb", {"bad": stack()}, config=BOMB.replace("description:", "x-bomb:"), file="node.yaml",
          key="line 8", says="YAML anchor &a0 is not allowed"),
     Case("top-level-list", {"bad": "- image: intel/vllm:latest\n"}, key="top level", says="not a mapping"),
@@ -228,7 +233,8 @@ def test_unknown_option_is_exit_2() -> None:
     assert run_cli(None, "render", "--frobnicate", in_process=True).returncode == 2
 
 
-BOUNDS = [c for c in CASES if c.id in ("yaml-bomb", "deep-nesting", "huge-integer")]
+BOUNDS = [c for c in CASES if c.id in ("yaml-bomb", "deep-nesting", "huge-integer", "spec-json-deep",
+                                       "spec-json-huge-integer")]
 
 
 @pytest.mark.parametrize("verb", ["render", "show", "lint"])
