@@ -34,8 +34,9 @@ class DarkUp:
                                project=self.node.dark_project)
         errors = [f for f in ready.findings if f.severity == "error"]
         if errors:
-            raise UserError(f"lint found {len(errors)} error(s): " + "; ".join(f.one_line() for f in errors),
-                            fix=f"`b70deploy lint {self.stack}` explains each")
+            raise UserError(f"lint found {len(errors)} error(s) in {self.stack}: "
+                            + "; ".join(f"[{f.id}] {f.message}" for f in errors),
+                            fix=f"`b70deploy lint {self.stack}` gives the fix for each")
         return ready
 
     def run(self, reporter: Reporter) -> str:

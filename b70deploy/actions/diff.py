@@ -11,6 +11,7 @@ from ..errors import B70Error
 from ..render.masking import mask_env_text
 from ..state.fsio import read_tree
 from .prepare import prepare, prepare_deploy
+from .stacks import check_patches
 
 
 def _text(name: str, data: bytes | None, secret_keys: Collection[str]) -> list[str]:
@@ -48,6 +49,7 @@ def diff_against_dir(deploy_dir: Path, new: Mapping[str, bytes], *, secret_keys:
 def switch_files(node: Node, name: str) -> tuple[dict[str, bytes], frozenset[str], str | None]:
     """The files `switch name` would write (pinned image, patched files) when the image is on
     the engine, else the plain render and a remark saying so; with the secret keys to mask."""
+    check_patches(node, node.catalogue().load(name))
     try:
         d = prepare_deploy(node, name)
         return d.files, d.secret_keys, None

@@ -18,6 +18,7 @@ from ..lint.gather import preflight
 from ..render import devices as devices_mod
 from ..render.files import Rendered, render
 from ..render.patches import deploy_files
+from .stacks import check_patches
 
 if TYPE_CHECKING:
     from ..docker.engine import ImageInfo
@@ -34,6 +35,7 @@ class Prepared:
 def prepare(node: Node, name: str, *, port: int | None = None, project: str | None = None) -> Prepared:
     """Render `name` as the templates say, without asking the engine anything."""
     stack = node.catalogue().load(name)
+    check_patches(node, stack)
     access = devices_mod.scan(node.device_dir, node.config.gids)
     secrets, warnings = load_secrets(node.secrets_env_file)
     rendered = render(stack, node, access, secrets=secrets, port=port, project=project)

@@ -5,6 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from ..config.node import Node
+from ..config.schema import Stack
+from ..render.patches import find_patch
 
 
 def summaries(node: Node) -> list[dict[str, Any]]:
@@ -26,4 +28,16 @@ def summaries(node: Node) -> list[dict[str, Any]]:
 
 def merged_document(node: Node, name: str) -> dict[str, Any]:
     stack = node.catalogue().load(name)
+    check_patches(node, stack)
     return stack.model_dump(mode="json", exclude_defaults=False)
+
+
+def check_patches(node: Node, stack: Stack) -> None:
+    """Every patch the stack names exists and loads, else a UserError naming the file that
+    listed it: for show, render and diff (lint reports the same as patch-unknown, and a
+    switch's preflight refuses it)."""
+    where = ""
+    for name in stack.patches:
+        if not where and not (node.patches_dir / f"{name}.yaml").is_file():
+            where = node.catalogue().resolve_doc(stack.name).file_for("patches")
+        find_patch(node.patches_dir, name, where=where)

@@ -53,7 +53,7 @@ class Switch:
     def plan(self) -> DeployPlan:
         """Everything the switch will write, linted; nothing on the node changes."""
         ready = prepare_deploy(self.node, self.stack)
-        errors = tuple(f.one_line() for f in ready.findings if f.severity == "error")
+        errors = tuple(f"[{f.id}] {f.message}" for f in ready.findings if f.severity == "error")
         return DeployPlan(kind="switch", stack=ready.stack, files=ready.files, image=ready.image,
                           message=self.opts.message, companions=self.node.companions,
                           timeouts=self.opts.timeouts(self.node), auto_rollback=self.opts.auto_rollback,

@@ -3,11 +3,14 @@
 Merge rule for `extends:` (and for the node's `stack_overlay`): mappings merge key by key,
 recursively; a list or a scalar in the child replaces the parent's whole value; a child
 value of `null` removes the key (e.g. `speculative: null` to drop a parent's draft).
+A mapping landing on a value that is not a mapping replaces it only if that value is right
+for its key (checked against the schema); a wrong one is an error naming the file that set it.
 """
 
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -15,22 +18,33 @@ from typing import Any
 from ..errors import UserError
 from .names import is_valid_name
 from .schema import Stack
-from .validation import read_yaml, validate
+from .validation import read_yaml, validate, value_error
 
 Provenance = dict[str, str]  # dotted key path -> file that last set it
 
 
+Conflict = Callable[[tuple[str, ...], Any], None]  # (key path, the value about to be dropped)
+
+
 def deep_merge(base: dict[str, Any], over: dict[str, Any], *, prov: Provenance | None = None,
-               source: str = "", prefix: str = "") -> dict[str, Any]:
-    """Return `base` with `over` merged in by the rule in this module's docstring."""
+               source: str = "", prefix: str = "", conflict: Conflict | None = None,
+               loc: tuple[str, ...] = ()) -> dict[str, Any]:
+    """Return `base` with `over` merged in by the rule in this module's docstring.
+
+    `conflict` is called before a mapping in `over` replaces a value of `base` that is not
+    a mapping (it cannot merge into it): it may raise to refuse the merge."""
     out = copy.deepcopy(base)
     for key, value in over.items():
         path = f"{prefix}.{key}" if prefix else key
+        here = (*loc, key)
         if value is None:
             out.pop(key, None)
         elif isinstance(value, dict) and isinstance(out.get(key), dict):
-            out[key] = deep_merge(out[key], value, prov=prov, source=source, prefix=path)
+            out[key] = deep_merge(out[key], value, prov=prov, source=source, prefix=path, conflict=conflict,
+                                  loc=here)
         else:
+            if conflict is not None and isinstance(value, dict) and out.get(key) is not None:
+                conflict(here, out[key])
             out[key] = copy.deepcopy(value)
         if prov is not None:
             _mark(prov, path, value, source)
@@ -126,10 +140,23 @@ class Catalogue:
             current = parent
         merged: dict[str, Any] = {}
         prov: Provenance = {}
+
+        def refuse_bad_dropped(loc: tuple[str, ...], dropped: Any) -> None:
+            # A mapping is about to replace a value it cannot merge into (an overlay's `env:`
+            # mapping over a stack's `env:` list): a wrong value would vanish unseen, so it is
+            # an error naming the file that set it. A right one (a JSON `speculative:` string)
+            # is replaced, as the merge rule says.
+            bad = value_error(Stack, loc, dropped)
+            if bad is not None:
+                key, what, fix = bad
+                setter = ResolvedDoc(name, merged, chain, prov).file_for(".".join(loc))
+                raise UserError(f"{key}: {what}", where=setter, fix=fix)
+
         for path, doc in zip(reversed(chain), reversed(docs), strict=True):
-            merged = deep_merge(merged, doc, prov=prov, source=str(path))
+            merged = deep_merge(merged, doc, prov=prov, source=str(path), conflict=refuse_bad_dropped)
         if self.overlay:
-            merged = deep_merge(merged, self.overlay, prov=prov, source=self.overlay_source)
+            merged = deep_merge(merged, self.overlay, prov=prov, source=self.overlay_source,
+                                conflict=refuse_bad_dropped)
         merged["name"] = name
         merged["extends"] = docs[0].get("extends")
         return ResolvedDoc(name=name, data=merged, chain=chain, provenance=prov)

@@ -10,9 +10,9 @@ from __future__ import annotations
 import ipaddress
 import json
 import re
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from .names import NAME_RE
 
@@ -29,6 +29,34 @@ IMAGE_RE = re.compile(r"^[a-z0-9][a-z0-9._/:@-]*$")
 def invalid(what: str, fix: str) -> ValueError:
     """A validator's error: pydantic keeps the message, validation.py makes it one line."""
     return ValueError(f"{what}; fix: {fix}")
+
+
+def _env_key(key: str) -> str:
+    if not ENV_KEY_RE.match(key):
+        raise invalid(f"env key {key!r} is not a variable name", "use [A-Za-z_][A-Za-z0-9_]*")
+    return key
+
+
+def _env_value(value: str) -> str:
+    if any(c in value for c in "\n\r\x00"):
+        raise invalid("the value has a newline", "env values are single lines")
+    return value
+
+
+# Checked per entry, so an error's key path names the variable (env.BAD-KEY): with an
+# `extends:` chain and an overlay, that is what says which file set it.
+EnvMap = dict[Annotated[str, AfterValidator(_env_key)], Annotated[str, AfterValidator(_env_value)]]
+
+
+class _LongNumber(ValueError):
+    pass
+
+
+def _json_int(text: str) -> int:
+    """An integer in inline JSON, bounded like the YAML loader's (a 4,300-digit one is a ValueError)."""
+    if len(text) > 32:
+        raise _LongNumber(f"a number of {len(text)} characters is too long")
+    return int(text)
 
 
 class Strict(BaseModel):
@@ -165,7 +193,7 @@ class Stack(Strict):
     tool_calling: ToolCalling = ToolCalling()
     speculative: Speculative | None = None
     extra_args: list[str] = Field(default_factory=list)
-    env: dict[str, str] = Field(default_factory=dict)
+    env: EnvMap = Field(default_factory=dict)
     mounts: list[HostMount] = Field(default_factory=list)
     patches: list[str] = Field(default_factory=list)
     expect: Expect = Expect()
@@ -215,16 +243,6 @@ class Stack(Strict):
                 raise invalid("an extra_args entry has a newline", "one flag or value per entry")
         return v
 
-    @field_validator("env")
-    @classmethod
-    def _env(cls, v: dict[str, str]) -> dict[str, str]:
-        for key, value in v.items():
-            if not ENV_KEY_RE.match(key):
-                raise invalid(f"env key {key!r} is not a variable name", "use [A-Za-z_][A-Za-z0-9_]*")
-            if any(c in value for c in "\n\r\x00"):
-                raise invalid(f"env {key} has a newline", "env values are single lines")
-        return v
-
     @field_validator("patches")
     @classmethod
     def _patches(cls, v: list[str]) -> list[str]:
@@ -239,10 +257,14 @@ class Stack(Strict):
         # The post writes --speculative-config as JSON; accept that form verbatim.
         if isinstance(v, str):
             try:
-                v = json.loads(v)
+                v = json.loads(v, parse_int=_json_int)
             except json.JSONDecodeError as e:
                 raise invalid(f"speculative is not valid JSON ({e.msg} at column {e.colno})",
                             "write it as a YAML mapping or valid JSON") from None
+            except _LongNumber as e:
+                raise invalid(f"speculative JSON: {e}", "write a number of at most 32 digits") from None
+            except RecursionError:
+                raise invalid("speculative JSON nests too deep", 'write a flat {"method": ...}') from None
             if not isinstance(v, dict):
                 raise invalid("speculative JSON is not an object", 'write {"method": ...}')
         return v
@@ -291,7 +313,7 @@ class Companion(Strict):
     command: list[str] | None = None
     port: int | None = Field(default=None, ge=1, le=65535)
     container_port: int | None = Field(default=None, ge=1, le=65535)
-    environment: dict[str, str] = Field(default_factory=dict)
+    environment: EnvMap = Field(default_factory=dict)  # keys become unquoted YAML keys in the compose file
 
     @field_validator("name")
     @classmethod
@@ -305,12 +327,6 @@ class Companion(Strict):
     @classmethod
     def _image(cls, v: str) -> str:
         return Stack._image(v)
-
-    @field_validator("environment")
-    @classmethod
-    def _env(cls, v: dict[str, str]) -> dict[str, str]:
-        # Keys become YAML keys in the compose file unquoted: only variable names.
-        return Stack._env(v)
 
 
 class NodeConfig(Strict):

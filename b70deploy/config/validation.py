@@ -37,9 +37,59 @@ _FIXES = {
 }
 
 
+MAX_DEPTH = 64        # nesting of mappings and lists; the schema needs 4
+MAX_INT_CHARS = 32    # an integer's text; the largest value the schema takes has 8 digits
+
+
+class _Refused(yaml.YAMLError):
+    """Input the loader will not read (an alias, deep nesting, a huge number), with its own fix."""
+
+    def __init__(self, problem: str, mark: Any, fix: str) -> None:
+        super().__init__(problem)
+        self.problem = problem
+        self.problem_mark = mark
+        self.fix = fix
+
+
 class _StrictLoader(yaml.SafeLoader):
-    """SafeLoader that refuses a key written twice in one mapping: PyYAML would silently keep
-    the last one (a pasted line overriding a setting unseen), and Compose refuses such files."""
+    """SafeLoader with bounds, so any file is read in time linear in its size:
+
+    - no anchors or aliases (`&a`, `*a`): a few hundred bytes of nested aliases ("billion
+      laughs") expand to billions of nodes, and no stack or node file needs them (`extends:`
+      and `stack_overlay` share settings instead);
+    - at most MAX_DEPTH levels of nesting (PyYAML composes recursively: 500 levels overflow
+      Python's stack);
+    - integers of at most MAX_INT_CHARS characters (Python refuses to convert one of over
+      4,300 digits, and converting long ones is quadratic);
+    - a key written twice in one mapping is refused: PyYAML would silently keep the last one
+      (a pasted line overriding a setting unseen), and Compose refuses such files.
+    """
+
+    def __init__(self, stream: str) -> None:
+        super().__init__(stream)
+        self._depth = 0
+
+    def compose_node(self, parent: yaml.Node | None, index: Any) -> yaml.Node | None:
+        event = self.peek_event()  # type: ignore[no-untyped-call]
+        if isinstance(event, yaml.AliasEvent) or getattr(event, "anchor", None) is not None:
+            kind = "alias" if isinstance(event, yaml.AliasEvent) else "anchor"
+            raise _Refused(f"YAML {kind} {'*' if kind == 'alias' else '&'}{event.anchor} is not allowed",
+                           event.start_mark, "write the value out in full; share settings between stacks "
+                                             "with `extends:` or the node's stack_overlay")
+        if isinstance(event, (yaml.SequenceStartEvent, yaml.MappingStartEvent)) and self._depth >= MAX_DEPTH:
+            raise _Refused(f"nested more than {MAX_DEPTH} levels deep", event.start_mark,
+                           "flatten the value; no setting nests that deep")
+        self._depth += 1
+        try:
+            return super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
+
+    def construct_yaml_int(self, node: yaml.ScalarNode) -> int:
+        if len(str(node.value)) > MAX_INT_CHARS:
+            raise _Refused(f"a number of {len(str(node.value))} characters is too long", node.start_mark,
+                           f"write a number of at most {MAX_INT_CHARS} digits")
+        return super().construct_yaml_int(node)
 
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
         seen: set[Any] = set()
@@ -57,6 +107,9 @@ class _StrictLoader(yaml.SafeLoader):
         return super().construct_mapping(node, deep=deep)
 
 
+_StrictLoader.add_constructor("tag:yaml.org,2002:int", _StrictLoader.construct_yaml_int)
+
+
 def read_yaml(path: Path) -> dict[str, Any]:
     """Parse `path` as a YAML mapping; any problem is a UserError naming the file."""
     try:
@@ -67,6 +120,9 @@ def read_yaml(path: Path) -> dict[str, Any]:
         raise UserError(f"cannot read: {e}", where=str(path), fix="check permissions and encoding") from None
     try:
         doc = yaml.load(text, Loader=_StrictLoader)  # a SafeLoader subclass
+    except _Refused as e:
+        line = f"line {e.problem_mark.line + 1}: " if e.problem_mark is not None else ""
+        raise UserError(f"{line}{e.problem}", where=str(path), fix=e.fix) from None
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         line = f"line {mark.line + 1}: " if mark is not None else ""
@@ -95,12 +151,12 @@ def _bad_char(text: str) -> str | None:
     return None
 
 
-def _check_text(node: Any, loc: list[Any], path: Path, ancestors: frozenset[int] = frozenset()) -> None:
+def _check_text(node: Any, loc: list[Any], path: Path) -> None:
     """Reject control characters anywhere in the document (keys and values), naming the key.
 
     YAML escapes ("\\x1b", "\\ud800") can produce them; they would corrupt the compose file
-    or the env files, or make Compose's YAML parser reject the rendered file. Also rejects a
-    recursive YAML alias (`&a [*a]`), which nothing downstream could walk.
+    or the env files, or make Compose's YAML parser reject the rendered file. The loader
+    refuses aliases and deep nesting, so this walks a tree of bounded depth, each node once.
     """
 
     def where() -> str:  # only built for an error: most nodes are fine
@@ -112,15 +168,11 @@ def _check_text(node: Any, loc: list[Any], path: Path, ancestors: frozenset[int]
             raise UserError(f"{where()}: contains the control character {ch!r}", where=str(path),
                             fix="remove it; values are plain text")
     elif isinstance(node, (dict, list)):
-        if id(node) in ancestors:
-            raise UserError(f"{where()}: a YAML alias refers to itself", where=str(path),
-                            fix="write the value out instead of a recursive alias")
-        inner = ancestors | {id(node)}
         pairs = node.items() if isinstance(node, dict) else enumerate(node)
         for k, v in pairs:
             if isinstance(k, str):
-                _check_text(k, loc, path, inner)
-            _check_text(v, [*loc, k], path, inner)
+                _check_text(k, loc, path)
+            _check_text(v, [*loc, k], path)
 
 
 def loc_path(loc: Sequence[Any]) -> str:
@@ -143,8 +195,16 @@ def _clip(value: Any) -> str:
 
 def first_error(exc: ValidationError, model: type[BaseModel]) -> tuple[str, str, str]:
     """(key path, message, fix) for the first error pydantic found."""
-    err = exc.errors()[0]
-    loc = [p for p in err["loc"] if not (isinstance(p, str) and p.startswith("function-"))]
+    return _explain(exc.errors()[0], model)
+
+
+def _clean_loc(loc: Sequence[Any]) -> list[Any]:
+    """A pydantic location without its validator names and dict-key markers."""
+    return [p for p in loc if not (isinstance(p, str) and (p.startswith("function-") or p == "[key]"))]
+
+
+def _explain(err: Any, model: type[BaseModel]) -> tuple[str, str, str]:
+    loc = _clean_loc(err["loc"])
     key = loc_path(loc) or "(top level)"
     kind = err["type"]
     msg = str(err["msg"])
@@ -169,6 +229,24 @@ def first_error(exc: ValidationError, model: type[BaseModel]) -> tuple[str, str,
     got = err.get("input")
     detail = f"{msg.lower()}, got {_clip(got)}" if kind.endswith("_type") else msg.lower()
     return key, detail, _FIXES.get(kind, "correct the value")
+
+
+def value_error(model: type[BaseModel], loc: Sequence[str], value: Any) -> tuple[str, str, str] | None:
+    """(key path, message, fix) if `value` alone is wrong at `loc` inside `model`, else None.
+
+    Validates a document holding only that value and keeps the errors at or below `loc`,
+    so a missing sibling key does not count. For a value a merge is about to drop unseen.
+    """
+    doc: Any = value
+    for part in reversed(loc):
+        doc = {part: doc}
+    try:
+        model.model_validate(doc)
+    except ValidationError as exc:
+        for err in exc.errors():
+            if tuple(_clean_loc(err["loc"])[:len(loc)]) == tuple(loc):
+                return _explain(err, model)
+    return None
 
 
 def _known_keys(model: type[BaseModel], loc: Sequence[int | str]) -> list[str]:

@@ -44,7 +44,7 @@ class DeployPlan:
     timeouts: Timeouts = Timeouts()
     auto_rollback: bool = True
     restored_from: int | None = None    # a rollback: the revision whose bytes these are
-    lint_errors: tuple[str, ...] = ()   # a switch: preflight refuses to drain when any
+    lint_errors: tuple[str, ...] = ()   # a switch: "[rule-id] message"; preflight refuses to drain when any
     warnings: tuple[str, ...] = ()
     secret_keys: frozenset[str] = field(default_factory=frozenset)
 

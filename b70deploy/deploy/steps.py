@@ -77,10 +77,10 @@ def compose_check(io: NodeIO, files: Mapping[str, bytes]) -> None:
 def _preflight(r: Run) -> None:
     p = r.plan
     if p.kind == "switch":  # lint ran compose config on a fresh render already
-        if p.lint_errors:
-            lines = "\n  ".join(p.lint_errors)
-            raise UserError(f"lint found {len(p.lint_errors)} error(s) in {p.stack.name}:\n  {lines}",
-                            fix=f"`b70deploy lint {p.stack.name}` explains each; nothing was changed")
+        if p.lint_errors:  # one line, one fix: `lint` gives each finding's own
+            raise UserError(f"lint found {len(p.lint_errors)} error(s) in {p.stack.name}: "
+                            + "; ".join(p.lint_errors),
+                            fix=f"`b70deploy lint {p.stack.name}` gives the fix for each; nothing was changed")
         done = r.io.ensure_draft(p.stack)
         if done:
             r.info(done)

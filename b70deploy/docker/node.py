@@ -42,7 +42,7 @@ def compose_config(files: Mapping[str, bytes], project: str) -> tuple[dict[str, 
         try:
             result = run(Compose(Path(tmp), project).config(fmt="json"), timeout=60, check=False)
         except B70Error as e:
-            return None, str(e)
+            return None, e.what  # the caller says the fix
     if result.returncode != 0:
         return None, last_line(result.stderr)
     try:

@@ -74,7 +74,7 @@ def build_context(node: Node, stack: Stack, *, docker: bool = True, inspector: I
         try:
             specs.append(find_patch(node.patches_dir, name))
         except UserError as e:
-            patch_errors[name] = ("patch-unknown", str(e))
+            patch_errors[name] = ("patch-unknown", e.what)  # the rule gives the fix
     ctx_image = None
     image_error = None
     patched = []
@@ -83,13 +83,13 @@ def build_context(node: Node, stack: Stack, *, docker: bool = True, inspector: I
         try:
             ctx_image = inspector.facts(stack.image)
         except UserError as e:
-            image_error = str(e)
+            image_error = e.what
         if ctx_image is not None:
             for spec in specs:
                 try:
                     patched.extend(materialize([spec], stack.image, inspector))
                 except UserError as e:
-                    patch_errors[spec.name] = ("patch-does-not-apply", str(e))
+                    patch_errors[spec.name] = ("patch-does-not-apply", e.what)
     else:
         skipped.append("no Docker: image, patch, compose config and port checks skipped")
     access = devices_mod.scan(node.device_dir, node.config.gids)

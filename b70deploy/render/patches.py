@@ -221,11 +221,13 @@ def load_patch(path: Path) -> PatchSpec:
     return spec
 
 
-def find_patch(patches_dir: Path, name: str) -> PatchSpec:
+def find_patch(patches_dir: Path, name: str, *, where: str = "") -> PatchSpec:
+    """The patch `name`; an unknown one is a UserError at `where` (the file that named it)."""
     path = patches_dir / f"{name}.yaml"
     if not path.is_file():
         known = ", ".join(sorted(p.stem for p in patches_dir.glob("*.yaml"))) or "none"
-        raise UserError(f"no patch named {name!r} in {patches_dir}", fix=f"use one of: {known}")
+        raise UserError(f"{'patches: ' if where else ''}no patch named {name!r} in {patches_dir}", where=where,
+                        fix=f"add patches/{name}.yaml, or use one of: {known}")
     return load_patch(path)
 
 

@@ -8,11 +8,13 @@ Each case writes its files into a fresh scratch node, runs `b70deploy render STA
 from __future__ import annotations
 
 import subprocess
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from kit.scratch import MINIMAL_STACK, Scratch
 from simkit import run_cli
 
@@ -34,6 +36,18 @@ def stack(**over: Any) -> dict[str, Any]:
         doc[k] = v
     return doc
 
+
+def _bomb(levels: int = 9) -> str:
+    """A "billion laughs" stack file: under 1 KB that expands to 9**9 strings through aliases."""
+    lines = ["  a0: &a0 [" + ", ".join(['"lol"'] * 9) + "]"]
+    lines += [f"  a{i}: &a{i} [" + ", ".join([f"*a{i - 1}"] * 9) + "]" for i in range(1, levels)]
+    return yaml.safe_dump(MINIMAL_STACK, sort_keys=False) + "description:\n" + "\n".join(lines) + "\n"
+
+
+BOMB = _bomb()
+DEEP = yaml.safe_dump(MINIMAL_STACK, sort_keys=False) + "notes: " + "[" * 500 + "]" * 500 + "\n"
+HUGE_INT = yaml.safe_dump({**MINIMAL_STACK, "max_model_len": 1}, sort_keys=False).replace(
+    "max_model_len: 1", "max_model_len: " + "1" * 4400)
 
 CASES = [
     Case("unknown-key", {"bad": stack(max_model_length=131072)},
@@ -78,6 +92,19 @@ CASES = [
     Case("yaml-syntax", {"bad": "image: intel/vllm:latest\nmodel: {path: x\n"}, key="line", says="YAML syntax"),
     Case("duplicate-key", {"bad": "image: intel/vllm:latest\nmax_model_len: 4096\nmax_model_len: 8192\n"},
          key="line 3", says="key 'max_model_len' appears twice"),
+    # ---- bounds: each of these once took minutes or gave a traceback
+    Case("yaml-bomb", {"bad": BOMB}, key="line 8", says="YAML anchor &a0 is not allowed"),
+    Case("yaml-alias", {"bad": "image: &i intel/vllm:latest\ndescription: *i\n"}, key="line 1",
+         says="YAML anchor &i is not allowed"),
+    Case("deep-nesting", {"bad": DEEP}, key="line 7", says="nested more than 64 levels deep"),
+    Case("huge-integer", {"bad": HUGE_INT}, key="line 6", says="a number of 4400 characters is too long"),
+    Case("spec-json-deep", {"bad": stack(speculative="[" * 100_000 + "]" * 100_000)}, key="speculative",
+         says="speculative JSON nests too deep"),
+    Case("spec-json-huge-integer", {"bad": stack(speculative='{"method": "ngram", "num_speculative_tokens": '
+                                                            + "1" * 4400 + "}")},
+         key="speculative", says="a number of 4400 characters is too long"),
+    Case("node-yaml-bomb", {"bad": stack()}, config=BOMB.replace("description:", "x-bomb:"), file="node.yaml",
+         key="line 8", says="YAML anchor &a0 is not allowed"),
     Case("top-level-list", {"bad": "- image: intel/vllm:latest\n"}, key="top level", says="not a mapping"),
     Case("declared-name", {"bad": stack(name="Eagle3")}, key="name", says="differs from the file name"),
     Case("extends-unknown", {"bad": stack(extends="w4a16-262k")}, key="extends", says="unknown parent"),
@@ -110,6 +137,27 @@ CASES = [
          key="secrets_env_file", says="not found"),
     Case("node-overlay-bad-key", {"bad": stack()}, config={"stack_overlay": {"gpu_mem": 0.9}}, file="node.yaml",
          key="stack_overlay: gpu_mem", says="unknown key"),
+    # ---- merged with the node's overlay or a parent: the file that set the bad value is named
+    Case("overlay-env-over-stack-list", {"bad": stack(env=["A=1"])}, config={"stack_overlay": {"env": {"B": "1"}}},
+         key="env", says="valid dictionary, got ['A=1']"),
+    Case("parent-env-list-under-child-map", {"bad": {"extends": "parent", "env": {"B": "1"}},
+                                             "parent": stack(env=["A=1"])},
+         file="parent.yaml", key="env", says="valid dictionary"),
+    Case("overlay-list-over-stack-env", {"bad": stack(env={"A": "1"})}, config={"stack_overlay": {"env": ["B=1"]}},
+         file="node.yaml: stack_overlay", key="env", says="valid dictionary, got ['B=1']"),
+    Case("stack-env-key-with-overlay", {"bad": stack(env={"BAD-KEY": "1"})},
+         config={"stack_overlay": {"env": {"B": "1"}}}, key="env.BAD-KEY", says="is not a variable name"),
+    Case("overlay-env-key", {"bad": stack(env={"A": "1"})}, config={"stack_overlay": {"env": {"BAD-KEY": "1"}}},
+         file="node.yaml: stack_overlay", key="env.BAD-KEY", says="is not a variable name"),
+    # ---- an unknown patch: render, show and diff refuse it (lint: patch-unknown)
+    Case("unknown-patch", {"bad": stack(patches=["no-such-patch"])}, key="patches",
+         says="no patch named 'no-such-patch'"),
+    Case("unknown-patch-show", {"bad": stack(patches=["no-such-patch"])}, key="patches",
+         says="no patch named 'no-such-patch'", argv=("show", "bad")),
+    Case("unknown-patch-diff", {"bad": stack(patches=["no-such-patch"])}, key="patches",
+         says="no patch named 'no-such-patch'", argv=("diff", "bad")),
+    Case("unknown-patch-in-parent", {"bad": {"extends": "parent"}, "parent": stack(patches=["no-such-patch"])},
+         file="parent.yaml", key="patches", says="no patch named 'no-such-patch'"),
     Case("node-same-dirs", {"bad": stack()}, config={"deploy_dir": "/srv/b70", "state_dir": "/srv/b70"},
          file="node.yaml", key="deploy_dir", says="same folder"),
 ]
@@ -183,3 +231,37 @@ def test_missing_config_file_is_exit_2(scratch: Scratch) -> None:
 
 def test_unknown_option_is_exit_2() -> None:
     assert run_cli(None, "render", "--frobnicate", in_process=True).returncode == 2
+
+
+BOUNDS = [c for c in CASES if c.id in ("yaml-bomb", "deep-nesting", "huge-integer", "spec-json-deep",
+                                       "spec-json-huge-integer")]
+
+
+@pytest.mark.parametrize("verb", ["render", "show", "lint"])
+@pytest.mark.parametrize("case", BOUNDS, ids=lambda c: c.id)
+def test_bounds_are_quick_in_every_verb(case: Case, verb: str, scratch: Scratch) -> None:
+    """Refused in well under a second (5 s bound for a loaded machine); lint reports the
+    stack as one stack-invalid finding naming the file, the others as one error line."""
+    out_dir = _setup(scratch, case)
+    argv = {"render": ["render", "bad", "--out", str(out_dir)], "show": ["show", "bad"],
+            "lint": ["lint", "--no-docker", "bad"]}[verb]
+    start = time.monotonic()
+    result = run_cli(None, "--config", str(scratch.config), *argv, in_process=True)
+    assert time.monotonic() - start < 5
+    if verb != "lint":
+        _check(case, result, out_dir, scratch)
+        return
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    finding = [ln for ln in result.stdout.splitlines() if "[stack-invalid]" in ln]
+    assert len(finding) == 1 and case.file in finding[0] and case.says in finding[0]
+    assert finding[0].count("fix: ") == 1
+
+
+@pytest.mark.parametrize("case", BOUNDS, ids=lambda c: c.id)
+def test_bounds_through_a_real_process(case: Case, scratch: Scratch) -> None:
+    out_dir = _setup(scratch, case)
+    start = time.monotonic()
+    proc = run_cli(None, "--config", str(scratch.config), *case.argv, "--out", str(out_dir), timeout=60,
+                   cwd=scratch.root)
+    assert time.monotonic() - start < 5  # start-up included
+    _check(case, proc, out_dir, scratch)

@@ -64,6 +64,25 @@ def test_merge_records_provenance() -> None:
     assert prov == {"a": "child.yaml", "a.b": "child.yaml", "c": "parent.yaml"}
 
 
+def test_merge_asks_before_a_mapping_replaces_a_non_mapping() -> None:
+    dropped: list[tuple[tuple[str, ...], Any]] = []
+    out = deep_merge({"a": {"b": [1]}, "c": "s"}, {"a": {"b": {"x": 1}}, "c": {"y": 2}, "d": {"z": 3}},
+                     conflict=lambda loc, value: dropped.append((loc, value)))
+    assert out == {"a": {"b": {"x": 1}}, "c": {"y": 2}, "d": {"z": 3}}
+    assert dropped == [(("a", "b"), [1]), (("c",), "s")]
+
+
+def test_a_valid_value_a_mapping_replaces_is_no_error(tmp_path: Path) -> None:
+    """The merge rule stands where the dropped value was right: a JSON `speculative:` string
+    in the parent, a mapping in the child."""
+    (tmp_path / "parent.yaml").write_text(json.dumps({
+        **MINIMAL_STACK, "speculative": json.dumps({"method": "ngram", "num_speculative_tokens": 5})}))
+    (tmp_path / "child.yaml").write_text(json.dumps({"extends": "parent",
+                                                     "speculative": {"method": "suffix"}}))
+    stack = Catalogue(tmp_path).load("child")
+    assert stack.speculative is not None and stack.speculative.method == "suffix"
+
+
 # ------------------------------------------------------------------ shipped stacks
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import tempfile
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +26,7 @@ from b70deploy.deploy.plan import DeployPlan, Kind, Timeouts
 from b70deploy.deploy.runner import Killed
 from b70deploy.deploy.steps import steps
 from b70deploy.docker.engine import ImageInfo
+from b70deploy.errors import UserError
 from b70deploy.state.journal import RunRecord
 from b70deploy.state.revisions import Revision
 from b70deploy.state.statedir import StateDir
@@ -214,3 +216,14 @@ def test_an_engine_that_dies_inside_the_settle_window_fails_the_switch(root: Pat
     assert any("settle window" in d for d in outcome.details), outcome.details
     assert b.agreed() == "alpha"
     assert b.state.revisions.get(3).status.outcome == "failed"
+
+
+def test_lint_errors_stop_the_preflight_in_one_line_with_one_fix(root: Path) -> None:
+    bench = Bench(root)
+    errors = ("[patch-unknown] no patch named 'x' in /p", "[image-missing] image img-beta not found")
+    with pytest.raises(UserError) as caught:
+        bench.driver().execute("switch beta", lambda: replace(plan_for("beta"), lint_errors=errors))
+    line = str(caught.value)
+    assert "\n" not in line and "\\n" not in line and line.count("fix: ") == 1, line
+    assert line.startswith("lint found 2 error(s) in beta: [patch-unknown] no patch named 'x' in /p; [image-missing]")
+    assert bench.node.deployed == stack_files("alpha")

@@ -183,6 +183,8 @@ def test_each_finding(node: Node, rule_id: str, severity: str, make: Callable[[N
     hits = [f for f in findings if f.id == rule_id]
     assert hits, f"{rule_id} not found in {[f.id for f in findings]}"
     assert hits[0].severity == severity and fix in hits[0].fix and hits[0].message
+    for f in findings:  # one line, one fix: a message never carries a fix of its own
+        assert "\n" not in f.one_line() and f.one_line().count("fix: ") == 1, f.one_line()
     # The bad value is the only problem: nothing else is reported as an error.
     others = [f for f in findings if f.severity == "error" and f.id != rule_id]
     assert not others, others
