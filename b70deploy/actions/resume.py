@@ -12,8 +12,8 @@ from ..state.journal import RunRecord
 from ..state.revisions import Revision
 from ..state.statedir import StateDir
 from ..ui.progress import Reporter
-from .rollback import revision_plan
-from .switch import DeployOptions, driver
+from .rollback import Rollback, revision_plan
+from .switch import DeployOptions, Switch, driver
 
 
 @dataclass
@@ -36,5 +36,14 @@ class Resume:
         return revision_plan(self.node, rev, opts, kind=kind, message=rev.meta.message,
                              restored_from=rev.meta.restored_from)
 
+    def _replan(self, run: RunRecord) -> DeployPlan:
+        """A run killed before it stored its revision: the same verb, planned again."""
+        ctx = run.context
+        opts = DeployOptions(auto_rollback=bool(ctx.get("auto_rollback", True)), lock_wait=self.lock_wait)
+        if ctx.get("kind") == "rollback" and isinstance(ctx.get("restored_from"), int):
+            return Rollback(self.node, str(ctx["restored_from"]), opts).plan()
+        return Switch(self.node, str(ctx.get("stack")), opts).plan()
+
     def run(self, reporter: Reporter) -> Outcome:
-        return driver(self.node, reporter, DeployOptions(lock_wait=self.lock_wait)).resume("resume", self._plan_of)
+        return driver(self.node, reporter, DeployOptions(lock_wait=self.lock_wait)).resume(
+            "resume", self._plan_of, self._replan)

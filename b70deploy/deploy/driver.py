@@ -80,10 +80,12 @@ class Driver:
         finally:
             lock.release()
 
-    def resume(self, command: str, plan_of: Callable[[RunRecord, Revision], DeployPlan]) -> Outcome:
+    def resume(self, command: str, plan_of: Callable[[RunRecord, Revision], DeployPlan],
+               replan: Callable[[RunRecord], DeployPlan] | None = None) -> Outcome:
         """Finish the killed run from the step where it stopped, or undo it if it was undoing.
         Steps are idempotent (files rewritten whole, containers recreated, waits re-waited),
-        so the interrupted step runs again."""
+        so the interrupted step runs again. A run killed before it stored its revision is
+        planned again with `replan` and run from the start."""
         store = self.state.revisions
         run = self.state.interrupted_run()
         if run is None:
@@ -91,7 +93,7 @@ class Driver:
         lock = self.state.lock(command, wait=self.lock_wait, take_stale=True)
         lock.acquire()
         try:
-            outcome = self._resume(command, run, plan_of, lock.set_step)
+            outcome = self._resume(command, run, plan_of, replan, lock.set_step)
             self.state.audit.record(command, "ok" if outcome.ok else "failed", revision=outcome.revision,
                                     summary=outcome.summary)
             return outcome
@@ -117,18 +119,24 @@ class Driver:
         return Runner(self.state.journal, self.reporter, command=command, on_step=on_step, fault=self.fault)
 
     def _resume(self, command: str, run: RunRecord, plan_of: Callable[[RunRecord, Revision], DeployPlan],
-                on_step: Callable[[str], None]) -> Outcome:
+                replan: Callable[[RunRecord], DeployPlan] | None, on_step: Callable[[str], None]) -> Outcome:
         store, journal, ctx = self.state.revisions, self.state.journal, run.context
         rev_no = ctx.get("revision")
         if not isinstance(rev_no, int) or not store.exists(rev_no):
-            journal.append(run.run_id, "run-aborted", reason="resumed: stopped before anything changed")
+            journal.append(run.run_id, "run-aborted", reason="resumed: stopped before it stored its revision")
             for entry in store.index():  # a revision stored just before the kill, never noted
                 if entry["outcome"] == "pending":
                     store.update_status(entry["number"], outcome="aborted")
-            cur = store.current_number()
-            return Outcome(True, cur, str(ctx.get("stack", "-")),
-                           f"the interrupted `{run.command}` stopped before changing the node; still on revision "
-                           f"{cur}")
+            if replan is None:
+                cur = store.current_number()
+                return Outcome(True, cur, str(ctx.get("stack", "-")),
+                               f"the interrupted `{run.command}` stopped before changing the node; still on "
+                               f"revision {cur}")
+            self.reporter.phase("resume", f"`{run.command}` stopped before it stored its revision; running it again")
+            plan = replan(run)
+            runner = self._runner(f"{command} {run.command}", on_step)
+            runner.start({**ctx, "previous": store.current_number(), "resumed_from": run.run_id})
+            return self._run(Run(plan, self.io, store, self.reporter, runner, after_interrupt=True), runner)
         rev = store.get(rev_no)
         plan = plan_of(run, rev)
         runner = self._runner(f"{command} {run.command}", on_step)

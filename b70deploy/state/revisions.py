@@ -174,8 +174,12 @@ class RevisionStore:
     def create(self, *, stack: str, kind: Kind, files: Mapping[str, bytes], image_ref: str, image_id: str | None,
                repo_digest: str | None, operator: str, message: str, created: str,
                restored_from: int | None = None, stack_doc: dict[str, Any] | None = None) -> Revision:
-        """Store a new revision atomically; its number is one past the highest so far."""
+        """Store a new revision atomically; its number is one past the highest so far. The
+        caller holds the deploy lock, so a half-written `.new-*` folder here is a killed
+        run's: it is removed."""
         self.root.mkdir(parents=True, exist_ok=True)
+        for stale in self.root.glob(".new-*"):
+            shutil.rmtree(stale, ignore_errors=True)
         numbers = self.numbers()
         number = (numbers[-1] + 1) if numbers else 1
         meta = Meta(number=number, stack=stack, kind=kind, parent=self.current_number(),

@@ -34,6 +34,17 @@ def test_create_numbers_files_modes_and_hashes(tmp_path: Path) -> None:
     assert not [p for p in store.root.iterdir() if p.name.startswith(".")], "no temp dirs left"
 
 
+def test_a_killed_creations_temp_folder_is_removed_by_the_next_create(tmp_path: Path) -> None:
+    store = RevisionStore(tmp_path)
+    make(store)
+    torn = store.root / ".new-000002-abc123"
+    (torn / "files").mkdir(parents=True)
+    (torn / "files" / ".env").write_bytes(b"half")
+    assert make(store) == 2
+    assert not [p for p in store.root.iterdir() if p.name.startswith(".new-")]
+    assert store.get(2).read_files() == FILES
+
+
 def test_parent_is_current_and_status_updates_keep_files(tmp_path: Path) -> None:
     store = RevisionStore(tmp_path)
     a = make(store)
