@@ -1,0 +1,95 @@
+"""The switch's other failure paths, driven through the real CLI on the real engine: a node
+that will not go idle, a health timeout on a 503, a boot that stalls inside torch.compile,
+--no-auto-rollback, and patch drift. After each, the node is asked which stack it serves."""
+
+from __future__ import annotations
+
+import json
+
+import yaml
+from kit.simnode import SimNode, docker
+
+
+def serves(node: SimNode) -> str | None:
+    ids = docker("ps", "-q", "--filter", f"label=com.docker.compose.project={node.project}",
+                 "--filter", "label=com.docker.compose.service=vllm").stdout.split()
+    if not ids:
+        return None
+    return docker("inspect", "-f", '{{index .Config.Labels "b70deploy.stack"}}', ids[0]).stdout.strip()
+
+
+def add_stack(node: SimNode, name: str, doc: dict[str, object]) -> None:
+    (node.root / "stacks" / f"{name}.yaml").write_text(yaml.safe_dump(doc))
+
+
+def set_config(node: SimNode, **changes: object) -> None:
+    cfg = yaml.safe_load(node.config.read_text())
+    for key, value in changes.items():
+        if isinstance(value, dict):
+            cfg[key] = {**cfg.get(key, {}), **value}
+        else:
+            cfg[key] = value
+    node.config.write_text(yaml.safe_dump(cfg))
+
+
+def last_run_steps(node: SimNode) -> list[tuple[str, str]]:
+    """(event, step) of the newest run in the journal."""
+    lines = [json.loads(x) for x in (node.state / "journal.jsonl").read_text().splitlines()]
+    start = max(i for i, e in enumerate(lines) if e["event"] == "run-start")
+    return [(e["event"], e.get("step", "")) for e in lines[start:]]
+
+
+def test_a_node_that_does_not_go_idle_fails_at_verify_and_alpha_serves_again(node: SimNode) -> None:
+    node.cli("switch", "alpha", "--yes", check=True)
+    set_config(node, load_threshold=0.001)  # a loaded test machine is never that idle
+    r = node.cli("switch", "beta", "--yes", "--verify-wait", "1")
+    assert r.returncode == 1 and "failed at verify" in r.stderr and "node not idle" in r.stderr, r.stderr
+    assert serves(node) == "alpha" and node.json("status")["differs"] == []
+
+
+def test_a_503_until_the_timeout_fails_and_rolls_back(node: SimNode) -> None:
+    node.cli("switch", "alpha", "--yes", check=True)
+    add_stack(node, "sick", {"extends": "alpha", "env": {"B70SIM_FAIL": "unhealthy"}})
+    r = node.cli("switch", "sick", "--yes", "--timeout", "4")
+    assert r.returncode == 1 and "not healthy after 4 s" in r.stderr, r.stderr
+    assert "node back on revision 1 (alpha)" in r.stdout
+    assert serves(node) == "alpha" and node.json("status")["differs"] == []
+
+
+def test_a_boot_that_goes_quiet_in_torch_compile_is_a_compile_stall(node: SimNode) -> None:
+    node.cli("switch", "alpha", "--yes", check=True)
+    set_config(node, timeouts={"stall": 3})
+    add_stack(node, "stalls", {"extends": "alpha", "enforce_eager": False, "env": {"B70SIM_FAIL": "compile-hang"}})
+    r = node.cli("switch", "stalls", "--yes")
+    assert r.returncode == 1 and "compile-stall" in r.stderr and "enforce_eager" in r.stderr, r.stderr
+    assert serves(node) == "alpha"
+
+
+def test_no_auto_rollback_leaves_the_failed_stack_and_status_names_the_fix(node: SimNode) -> None:
+    node.cli("switch", "alpha", "--yes", check=True)
+    r = node.cli("switch", "crash", "--yes", "--no-auto-rollback")
+    assert r.returncode == 1 and "--no-auto-rollback" in r.stdout, r.stdout + r.stderr
+    assert serves(node) in (None, "crash")  # the crashed container is left for a look (restarting)
+    st = node.json("status")
+    assert st["health"] != 200
+    assert st["current"]["stack"] == "alpha" and st["fix"] == "b70deploy rollback 1 (its exact files and image, " \
+        "recreated)", st
+    node.cli("rollback", "1", "--yes", check=True)
+    assert serves(node) == "alpha" and node.json("status")["differs"] == []
+
+
+def test_patch_drift_stops_the_switch_before_anything_stops(node: SimNode) -> None:
+    node.cli("switch", "alpha", "--yes", check=True)
+    before = {p.name: p.read_bytes() for p in node.deploy.iterdir() if p.is_file()}
+    docker("tag", "b70sim/vllm:bash-c-drift", f"{node.project}/vllm:drift")
+    try:
+        set_config(node, image_map={"intel/vllm:drift": f"{node.project}/vllm:drift"})
+        add_stack(node, "drifted", {"extends": "alpha", "image": "intel/vllm:drift"})
+        r = node.cli("switch", "drifted", "--yes")
+    finally:
+        docker("rmi", f"{node.project}/vllm:drift", check=False)
+    assert r.returncode == 2 and "patch-does-not-apply" in r.stderr, r.stderr
+    assert serves(node) == "alpha"
+    assert {p.name: p.read_bytes() for p in node.deploy.iterdir() if p.is_file()} == before
+    assert ("step-start", "drain") not in last_run_steps(node)
+
