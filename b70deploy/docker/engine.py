@@ -33,6 +33,9 @@ def client() -> Any:
         return docker.from_env(version="auto", timeout=60)
     except DockerException as e:
         where = target.get("DOCKER_HOST") or target.get("DOCKER_CONTEXT") or "the local engine"
+        if "paramiko" in str(e):  # the SDK's ssh:// transport imports paramiko even to shell out
+            raise OperationError(f"the docker SDK cannot open {where}: paramiko is not installed",
+                                 fix="pip install 'docker[ssh]' (b70deploy's own install brings it)") from None
         raise OperationError(f"cannot reach the Docker Engine at {where}: {e}",
                              fix="start dockerd or check the node's docker_host") from None
 

@@ -136,6 +136,18 @@ def test_endpoint_reaches_subprocesses_and_sdk_clients_per_thread() -> None:
     assert endpoint.current() == {}
 
 
+def test_ssh_endpoint_without_paramiko_names_the_missing_package(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The SDK imports paramiko for every ssh:// client (use_ssh_client too); without it the error
+    says so instead of blaming the engine."""
+    from b70deploy.docker.engine import client
+
+    monkeypatch.delattr("docker.api.client.SSHHTTPAdapter")  # what the SDK lacks without paramiko
+    with endpoint.use({"DOCKER_HOST": "ssh://ops@127.0.0.1:1"}), \
+            pytest.raises(OperationError, match=r"paramiko is not installed") as err:
+        client()
+    assert "docker[ssh]" in str(err.value.fix)
+
+
 def nplan(name: str, expected: float) -> NodePlan:
     return NodePlan(name, "local engine", "127.0.0.1", 8000, "rev 1 (a)", expected, "test", 720, 720)
 
