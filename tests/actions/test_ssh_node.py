@@ -46,6 +46,11 @@ def duo(ssh_engine: tuple[Engine, SshServer], sim_images: dict[str, str], tmp_pa
     far_engine, server = ssh_engine
     # Named after the test session: the end-of-suite leak check also covers the local engine.
     project = simkit.unique("ssh")
+    # The image under a tag of our own on both engines: another test session rebuilding the
+    # shared b70sim tags must not take the image away between the preflight and `compose up`.
+    tag = f"{project}/vllm:bash-c"
+    simkit.docker("tag", sim_images["bash-c"], tag)
+    far_engine.docker("tag", sim_images["bash-c"], tag, check=True)
     write_models(tmp_path / "models")
     write_stacks(tmp_path / "stacks", "intel/vllm:latest", gamma_crashes=True)
     ports = {"here": free_port(), "far": free_port()}
@@ -53,7 +58,7 @@ def duo(ssh_engine: tuple[Engine, SshServer], sim_images: dict[str, str], tmp_pa
         "project": project, "deploy_dir": str(tmp_path / "deploy"), "state_dir": str(tmp_path / "state"),
         "stacks_dir": str(tmp_path / "stacks"), "models_dir": str(tmp_path / "models"), "device_dir": None,
         "bind_address": "127.0.0.1", "load_threshold": 1000,
-        "image_map": {"intel/vllm:latest": sim_images["bash-c"]},
+        "image_map": {"intel/vllm:latest": tag},
         "stack_overlay": {"env": {"B70SIM_BOOT_SECONDS": "1.0"}},
         "timeouts": {"health": 40, "rollback": 40, "poll_interval": 0.2},
         "nodes": {
@@ -78,6 +83,8 @@ def duo(ssh_engine: tuple[Engine, SshServer], sim_images: dict[str, str], tmp_pa
             nets = far_engine.docker("network", "ls", "-q", "--filter", label).stdout.split()
             if nets:
                 far_engine.docker("network", "rm", *nets)
+        simkit.docker("rmi", tag)
+        far_engine.docker("rmi", tag)
 
 
 def serving(duo: Duo, name: str) -> tuple[int, bool]:
