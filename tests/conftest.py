@@ -210,7 +210,7 @@ def no_leaks_at_end() -> Iterator[None]:
 
 # Modules whose tests must share one pytest-xdist worker: the three-engine fixture uses fixed
 # 10.213.x subnets and is session-scoped (started once, on that worker).
-ONE_WORKER = ("tests/actions/test_rolling_engines.py",)
+ONE_WORKER = ("tests/actions/test_rolling_engines.py", "tests/actions/test_ssh_node.py")
 
 
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:

@@ -19,6 +19,11 @@ from docker.errors import DockerException, ImageNotFound
 from ..errors import OperationError, UserError
 from . import endpoint
 
+# The API version each remote endpoint negotiated, asked once per process: over ssh:// the SDK
+# opens a new ssh session (and a `docker system dial-stdio` on the host) for every request, about
+# 0.3 s each, and version="auto" costs one more such request for every client made.
+_api_versions: dict[tuple[tuple[str, str], ...], str] = {}
+
 
 def client() -> Any:
     """An SDK client for the engine of the current endpoint (see endpoint.py)."""
@@ -27,12 +32,18 @@ def client() -> Any:
         if "DOCKER_CONTEXT" in target:
             return _context_client(target["DOCKER_CONTEXT"])
         if target:
+            key = tuple(sorted(target.items()))
             # use_ssh_client: ssh:// goes through the system ssh (its config, keys, agent).
-            return docker.from_env(version="auto", timeout=60, environment={**os.environ, **target},
-                                   use_ssh_client=True)
+            made = docker.from_env(version=_api_versions.get(key, "auto"), timeout=60,
+                                   environment={**os.environ, **target}, use_ssh_client=True)
+            _api_versions.setdefault(key, made.api.api_version)
+            return made
         return docker.from_env(version="auto", timeout=60)
     except DockerException as e:
         where = target.get("DOCKER_HOST") or target.get("DOCKER_CONTEXT") or "the local engine"
+        if "paramiko" in str(e):  # the SDK's ssh:// transport imports paramiko even to shell out
+            raise OperationError(f"the docker SDK cannot open {where}: paramiko is not installed",
+                                 fix="pip install 'docker[ssh]' (b70deploy's own install brings it)") from None
         raise OperationError(f"cannot reach the Docker Engine at {where}: {e}",
                              fix="start dockerd or check the node's docker_host") from None
 

@@ -1,5 +1,6 @@
 """Fixtures for the actions end to end on real engines (the switch and rollback on one node, the
-rolling switch over three engines): `node` (kit.simnode), `engines` and `fleet` (kit.engines)."""
+rolling switch over three engines, a node behind a real sshd): `node` (kit.simnode), `engines`
+and `fleet` (kit.engines), `ssh_engine` (kit.sshd: engine 1 behind sshd on loopback)."""
 
 from __future__ import annotations
 
@@ -20,6 +21,9 @@ from filelock import FileLock
 from kit.engines import ENGINES, Engine, Fleet, _start, _stop, _unmount_under, free_port
 from kit.engines import write_stacks as write_fleet_stacks
 from kit.simnode import SimNode, docker, write_stacks
+from kit.sshd import SSH, SSHD, SshServer
+from kit.sshd import start as start_sshd
+from kit.sshd import stop as stop_sshd
 from simkit import unavailable
 
 from b70deploy.sim.box import write_models
@@ -131,3 +135,30 @@ def fleet(engines: list[Engine], tmp_path: Path) -> Iterator[Fleet]:
                             f"label=com.docker.compose.project={project}").stdout.split()
             if nets:
                 e.docker("network", "rm", *nets)
+
+
+@pytest.fixture(scope="session")
+def ssh_engine(engines: list[Engine]) -> Iterator[tuple[Engine, SshServer]]:
+    """Engine 1 reached over ssh://root@127.0.0.1:PORT through a real OpenSSH server (kit/sshd.py)."""
+    missing = [p for p in (SSHD, SSH) if not os.access(p, os.X_OK)]
+    if shutil.which("ssh-keygen") is None:
+        missing.append("ssh-keygen")
+    if missing:
+        unavailable(f"an ssh node needs openssh-server and openssh-client ({', '.join(missing)} missing; "
+                    "scripts/setup.sh installs them)")
+    import docker.transport
+
+    if not hasattr(docker.transport, "SSHHTTPAdapter"):
+        unavailable("the docker SDK has no ssh:// support here (paramiko missing: pip install -e .)")
+    root = Path(tempfile.mkdtemp(prefix="b70ssh-", dir="/tmp"))
+    server = None
+    try:
+        try:
+            server = start_sshd(root, engines[0].sock)
+        except RuntimeError as e:
+            unavailable(str(e))
+        yield engines[0], server
+    finally:
+        if server is not None:
+            stop_sshd(server)
+        shutil.rmtree(root, ignore_errors=True)

@@ -136,6 +136,38 @@ def test_endpoint_reaches_subprocesses_and_sdk_clients_per_thread() -> None:
     assert endpoint.current() == {}
 
 
+def test_ssh_endpoint_without_paramiko_names_the_missing_package(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The SDK imports paramiko for every ssh:// client (use_ssh_client too); without it the error
+    says so instead of blaming the engine."""
+    from b70deploy.docker.engine import client
+
+    monkeypatch.delattr("docker.api.client.SSHHTTPAdapter")  # what the SDK lacks without paramiko
+    with endpoint.use({"DOCKER_HOST": "ssh://ops@127.0.0.1:1"}), \
+            pytest.raises(OperationError, match=r"paramiko is not installed") as err:
+        client()
+    assert "docker[ssh]" in str(err.value.fix)
+
+
+def test_a_remote_endpoint_negotiates_its_api_version_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Over ssh:// every SDK request is an ssh session: version="auto" is paid once per endpoint."""
+    from b70deploy.docker import engine
+
+    asked: list[tuple[str | None, str]] = []
+
+    def from_env(*, version: str, environment: dict[str, str] | None = None, **_: Any) -> Any:
+        asked.append(((environment or {}).get("DOCKER_HOST"), version))
+        return SimpleNamespace(api=SimpleNamespace(api_version="1.41"))
+
+    monkeypatch.setattr(engine.docker, "from_env", from_env)
+    monkeypatch.setattr(engine, "_api_versions", {})
+    for host in ("ssh://ops@gpu1", "ssh://ops@gpu1", "ssh://ops@gpu2"):
+        with endpoint.use({"DOCKER_HOST": host}):
+            engine.client()
+    engine.client()
+    assert asked == [("ssh://ops@gpu1", "auto"), ("ssh://ops@gpu1", "1.41"), ("ssh://ops@gpu2", "auto"),
+                     (None, "auto")]
+
+
 def nplan(name: str, expected: float) -> NodePlan:
     return NodePlan(name, "local engine", "127.0.0.1", 8000, "rev 1 (a)", expected, "test", 720, 720)
 

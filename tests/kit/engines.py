@@ -25,10 +25,13 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import threading
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import requests
 import yaml
 from simkit import run_cli
 
@@ -137,3 +140,39 @@ class Fleet:
 
     def url(self, name: str) -> str:
         return f"http://127.0.0.1:{self.ports[name]}"
+
+
+@dataclass
+class Probe:
+    """Polls every node's /health every 0.2 s, as a router's health check would."""
+
+    urls: dict[str, str]
+    interval: float = 0.2
+    samples: list[tuple[float, int]] = field(default_factory=list)
+    _stop: threading.Event = field(default_factory=threading.Event)
+    _thread: threading.Thread | None = None
+
+    def _healthy(self, url: str) -> bool:
+        try:
+            return requests.get(f"{url}/health", timeout=0.5).status_code == 200
+        except requests.RequestException:
+            return False
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self.samples.append((time.monotonic(), sum(self._healthy(u) for u in self.urls.values())))
+            self._stop.wait(self.interval)
+
+    def __enter__(self) -> Probe:
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        assert self._thread is not None
+        self._thread.join(5)
+
+    @property
+    def minimum(self) -> int:
+        return min(n for _, n in self.samples)
