@@ -31,7 +31,17 @@ import tempfile
 from pathlib import Path
 
 # The rootfs pieces are the simulator image's: the same tar layout, ldd parsing and busybox.
-from b70deploy.sim.image import BASE_PATH, BUSYBOX, GROUPS, PASSWD, Entry, busybox_applets, parse_ldd, write_tar
+from b70deploy.sim.image import (
+    BASE_PATH,
+    BUSYBOX,
+    GROUPS,
+    PASSWD,
+    Entry,
+    busybox_applets,
+    hash_entries,
+    parse_ldd,
+    write_tar,
+)
 
 RECIPE = "b70real-rootfs-1"  # bump when the layout below changes
 # intel/vllm sources oneAPI here; ours has nothing to source, the shape is what matters.
@@ -156,12 +166,7 @@ def entries_for(venv: Path, info: dict[str, str]) -> list[Entry]:
 
 def inputs_hash(entries: list[Entry], changes: list[str]) -> str:
     h = hashlib.sha256(f"{RECIPE}\0{changes}\0".encode())
-    for e in entries:
-        h.update(f"{e.name}\0{e.kind}\0{e.mode}\0{e.target}\0".encode())
-        if e.source is not None:
-            st = e.source.stat()
-            h.update(f"{e.source}\0{st.st_size}\0{st.st_mtime_ns}\0".encode())
-        h.update(e.data)
+    hash_entries(h, entries)
     return h.hexdigest()[:24]
 
 

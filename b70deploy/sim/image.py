@@ -30,6 +30,7 @@ import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import platformdirs
 from filelock import FileLock
@@ -302,13 +303,18 @@ def inputs_hash(variant: Variant, entries: list[Entry]) -> str:
     """Hash of everything that goes into the image: host files by path, size and mtime; our bytes in full."""
     h = hashlib.sha256()
     h.update(f"{RECIPE}\0{variant}\0{image_config(variant, '')}\0".encode())
+    hash_entries(h, entries)
+    return h.hexdigest()[:24]
+
+
+def hash_entries(h: Any, entries: list[Entry]) -> None:
+    """Feed rootfs entries to a hash: host files by path, size and mtime; our bytes in full."""
     for e in entries:
         h.update(f"{e.name}\0{e.kind}\0{e.mode}\0{e.target}\0".encode())
         if e.source is not None:
             st = e.source.stat()
             h.update(f"{e.source}\0{st.st_size}\0{st.st_mtime_ns}\0".encode())
         h.update(e.data)
-    return h.hexdigest()[:24]
 
 
 def write_tar(entries: list[Entry], dest: Path) -> None:
