@@ -69,7 +69,8 @@ def _container_lines(name: str) -> list[str]:
     except docker.errors.NotFound:
         raise UserError(f"no container named {name!r}", fix="see `docker ps -a`") from None
     except docker.errors.DockerException as e:
-        raise OperationError(f"cannot read the logs of {name}: {e}") from None
+        raise OperationError(f"cannot read the logs of {name}: {e}",
+                             fix=f"check the engine answers (docker logs {name})") from None
     return [str(ln) for ln in data.decode("utf-8", "replace").splitlines()]
 
 

@@ -360,7 +360,8 @@ def restore(io: NodeIO, reporter: Reporter, *, companions: tuple[str, ...], time
     io.up([VLLM], recreate=False)
     result = io.wait_healthy(timeout=timeout, reporter=reporter)
     if not result.healthy:
-        raise OperationError(f"vllm did not become healthy: {result.reason}")
+        raise OperationError(f"vllm did not become healthy: {result.reason}",
+                             fix="`b70deploy status` names what runs and the one command that fixes it")
     if companions:
         io.up(companions, recreate=False)
     reporter.info(f"vllm healthy after {result.elapsed:.1f} s"

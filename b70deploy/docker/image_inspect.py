@@ -141,7 +141,8 @@ class ImageInspector:
                 self._client = client()
                 self._client.ping()
             except docker.errors.DockerException as e:
-                raise OperationError(f"cannot reach the Docker engine: {e}") from None
+                raise OperationError(f"cannot reach the Docker engine: {e}",
+                                     fix="start dockerd or check the node's docker_host") from None
         return self._client
 
     def _image(self, ref: str) -> Any:
@@ -150,7 +151,8 @@ class ImageInspector:
         except docker.errors.ImageNotFound:
             raise UserError(f"image {ref} is not on this node", fix=f"docker pull {ref} (or docker load it)") from None
         except docker.errors.APIError as e:
-            raise OperationError(f"docker: cannot inspect image {ref}: {e}") from None
+            raise OperationError(f"docker: cannot inspect image {ref}: {e}",
+                                 fix=f"check the engine can read it: docker image inspect {ref}") from None
 
     def image_id(self, ref: str) -> str:
         if ref not in self._ids:
