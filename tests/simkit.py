@@ -17,7 +17,7 @@ import sys
 import tarfile
 import tempfile
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NoReturn
@@ -266,13 +266,32 @@ def image_file(image: str, path: str) -> bytes:
         return fh.read()
 
 
-def leftovers() -> list[tuple[str, str]]:
-    """(kind, name) of every container and network of this session still on the engine."""
+# Labels the tool itself puts on containers it starts outside Compose (the image probes):
+# the leak check attributes them to this session by the state dir they name.
+TOOL_ROLE_LABEL = "b70deploy.role"
+TOOL_STATE_LABEL = "b70deploy.state_dir"
+
+
+def _under(path: str, roots: Sequence[Path]) -> bool:
+    real = Path(os.path.realpath(path))
+    return any(real.is_relative_to(os.path.realpath(root)) for root in roots)
+
+
+def leftovers(own_dirs: Sequence[Path] = ()) -> list[tuple[str, str]]:
+    """(kind, name) of every container and network of this session still on the engine.
+
+    A container is this session's when its name or Compose project starts with SESSION, when it
+    carries LABEL=SESSION, or when the tool made it (a `b70deploy.role` label, e.g. an image
+    probe) for a state dir under one of `own_dirs` (the session's pytest temp folder): so lint
+    and probe containers count, and another session's, whose state dirs live elsewhere, do not."""
     left: list[tuple[str, str]] = []
-    fmt = '{{.Names}}\t{{.Label "com.docker.compose.project"}}\t{{.Label "' + LABEL + '"}}'
+    fmt = "\t".join(["{{.Names}}", '{{.Label "com.docker.compose.project"}}', '{{.Label "' + LABEL + '"}}',
+                     '{{.Label "' + TOOL_ROLE_LABEL + '"}}', '{{.Label "' + TOOL_STATE_LABEL + '"}}'])
     for row in docker("ps", "-a", "--format", fmt).stdout.splitlines():
-        name, project, session = [*row.split("\t"), "", ""][:3]
-        if name.startswith(SESSION) or project.startswith(SESSION) or session == SESSION:
+        name, project, session, role, state_dir = [*row.split("\t"), "", "", "", ""][:5]
+        ours = name.startswith(SESSION) or project.startswith(SESSION) or session == SESSION
+        made_for_us = bool(role) and bool(state_dir) and _under(state_dir, own_dirs)
+        if ours or made_for_us:
             left.append(("container", name))
     left += [("network", n) for n in docker("network", "ls", "--format", "{{.Name}}").stdout.split()
              if n.startswith(SESSION)]

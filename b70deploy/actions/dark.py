@@ -11,6 +11,7 @@ from ..deploy.nodeio import VLLM
 from ..docker.node import DockerNode
 from ..errors import OperationError, UserError
 from ..ui.progress import Reporter
+from ..vllmlog.diagnosis import for_stack
 from .prepare import Deployable, prepare_deploy
 
 
@@ -50,6 +51,7 @@ class DarkUp:
         reporter.phase("up", f"{self.stack} on port {io.port} as project {io.project}")
         io.up([VLLM])
         result = io.wait_healthy(timeout=self.timeout or self.node.config.timeouts.health, reporter=reporter)
+        result.finding = for_stack(result.finding, ready.stack)
         if not result.healthy:
             tail = "\n".join(f"  | {line}" for line in result.tail(10))
             raise OperationError(f"dark {self.stack} did not become healthy: {result.reason}"

@@ -26,7 +26,8 @@ class Drain:
     def run(self, reporter: Reporter) -> list[str]:
         io, state = DockerNode.production(self.node), StateDir(self.node.state_dir)
         if not io.has_compose_file():
-            raise OperationError(f"nothing deployed in {self.node.deploy_dir}; nothing to drain")
+            raise OperationError(f"nothing deployed in {self.node.deploy_dir}; nothing to drain",
+                                 fix="`b70deploy switch STACK` deploys one")
         services = self.plan()
         with state.lock("drain", wait=self.lock_wait):
             reporter.phase("drain", f"compose stop {' '.join(services)}")

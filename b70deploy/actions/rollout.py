@@ -103,7 +103,7 @@ def prepare(nodes: list[Node], verb: Verb, reporter: Reporter) -> list[Prepared]
             try:
                 out.append(Prepared(node, verb(node).plan(), rep))
             except UserError as e:
-                raise UserError(f"node {node.label}: {e}") from None
+                raise UserError(f"node {node.label}: {e.what}", fix=e.fix) from None
     return out
 
 

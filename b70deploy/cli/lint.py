@@ -9,9 +9,11 @@ import click
 import docker
 
 from ..actions.inspect import logs
+from ..config.schema import Stack
 from ..errors import EXIT_BAD_INPUT, EXIT_FAILED, OperationError, UserError
 from ..lint.gather import lint_stacks
 from ..render.draft import copy_name, make_draft_copy
+from ..state.revisions import RevisionStore
 from ..ui.output import emit_json
 from ..vllmlog.bootlog import parse_boot_facts
 from ..vllmlog.diagnosis import diagnose as run_diagnosis
@@ -49,11 +51,14 @@ def lint(ctx: Ctx, stacks: tuple[str, ...], all_stacks: bool, as_json: bool, no_
     return EXIT_BAD_INPUT if errors else 0
 
 
-def diagnose_revision(ctx: Ctx, rev: str) -> list[str]:
-    """The container log kept with revision REV (a failed boot keeps its own)."""
+def diagnose_revision(ctx: Ctx, rev: str) -> tuple[list[str], Stack | None]:
+    """The container log kept with revision REV (a failed boot keeps its own), and the stack it
+    was rendered from when the revision recorded it."""
     if not rev.isdigit():
         raise UserError(f"{rev!r} is not a revision number", fix="`b70deploy history` lists the revisions")
-    return logs(ctx.node, int(rev)).splitlines()
+    text = logs(ctx.node, int(rev))
+    doc = RevisionStore(ctx.node.state_dir).get(int(rev)).meta.stack_doc
+    return text.splitlines(), Stack.model_validate(doc) if doc else None
 
 
 def _container_lines(name: str) -> list[str]:
@@ -64,23 +69,29 @@ def _container_lines(name: str) -> list[str]:
     except docker.errors.NotFound:
         raise UserError(f"no container named {name!r}", fix="see `docker ps -a`") from None
     except docker.errors.DockerException as e:
-        raise OperationError(f"cannot read the logs of {name}: {e}") from None
+        raise OperationError(f"cannot read the logs of {name}: {e}",
+                             fix=f"check the engine answers (docker logs {name})") from None
     return [str(ln) for ln in data.decode("utf-8", "replace").splitlines()]
 
 
 @click.command(epilog="Examples:\n\n  b70deploy diagnose --log /tmp/vllm.log\n\n"
                     "  b70deploy diagnose --container b70-vllm-1 --json\n\n"
+                    "  b70deploy diagnose --log /tmp/vllm.log --stack w4a16\n\n"
                     "Exit codes: 0 no fatal signature, 1 a fatal signature found, 2 bad input.")
 @click.argument("rev", required=False)
 @click.option("--log", "log_file", metavar="FILE", help="Read a saved boot log ('-' for stdin).")
 @click.option("--container", metavar="NAME", help="Read a container's log through Docker.")
+@click.option("--stack", "stack_name", metavar="STACK",
+              help="The stack the log came from: the fix is checked against it (REV knows its own).")
 @click.option("--json", "as_json", is_flag=True, help="Print the diagnosis and boot facts as JSON.")
 @pass_ctx
-def diagnose(ctx: Ctx, rev: str | None, log_file: str | None, container: str | None, as_json: bool) -> int:
+def diagnose(ctx: Ctx, rev: str | None, log_file: str | None, container: str | None, stack_name: str | None,
+             as_json: bool) -> int:
     """Name the fatal signature in a vLLM boot log, with the fix, and the boot facts it states."""
     if sum(x is not None for x in (rev, log_file, container)) != 1:
         raise UserError("give exactly one of REV, --log FILE or --container NAME",
                         fix="e.g. b70deploy diagnose --log vllm.log")
+    stack = ctx.node.catalogue().load(stack_name) if stack_name is not None else None
     if log_file is not None:
         try:
             text = sys.stdin.read() if log_file == "-" else Path(log_file).read_text(errors="replace")
@@ -90,8 +101,9 @@ def diagnose(ctx: Ctx, rev: str | None, log_file: str | None, container: str | N
     elif container is not None:
         lines = _container_lines(container)
     else:
-        lines = diagnose_revision(ctx, rev or "")
-    found = run_diagnosis(lines)
+        lines, recorded = diagnose_revision(ctx, rev or "")
+        stack = stack or recorded
+    found = run_diagnosis(lines, stack)
     facts = parse_boot_facts(lines)
     if as_json:
         emit_json({"diagnosis": found.to_dict() if found else None, "boot_facts": facts.to_dict(),

@@ -26,7 +26,7 @@ from ..render.files import COMPOSE_FILE
 from ..state.revisions import Revision, RevisionStore, Verdict
 from ..state.stamps import now_iso, operator
 from ..vllmlog.bootlog import check_expectations, parse_boot_facts
-from ..vllmlog.diagnosis import diagnose
+from ..vllmlog.diagnosis import diagnose, for_stack
 from .nodeio import VLLM, NodeIO, WaitResult
 from .plan import DeployPlan
 from .runner import Runner, Step
@@ -236,6 +236,7 @@ def _save_log(r: Run, lines: list[str] | None = None) -> None:
 
 def _wait_healthy(r: Run) -> None:
     r.wait = r.io.wait_healthy(timeout=r.plan.timeouts.health, reporter=r.reporter)
+    r.wait.finding = for_stack(r.wait.finding, r.plan.stack)  # the fix checked against the stack that booted
     _save_log(r, r.wait.log_lines)  # already in memory: reporting a crash waits on no API call
     if not r.wait.healthy:
         raise OperationError(r.wait.reason)
@@ -256,7 +257,7 @@ def _settle(r: Run) -> None:
         status, code = r.io.container_status(), r.io.probe_health()
         if status != "running" or code != 200:
             lines = r.io.container_log()
-            finding = diagnose(lines)
+            finding = diagnose(lines, r.plan.stack)
             reason = (f"the stack failed inside its {window:g} s settle window after ready: container {status}, "
                       f"/health {code or 'refused'}")
             r.wait = WaitResult(False, r.wait.elapsed if r.wait else 0.0, reason, finding, log_lines=lines)
@@ -359,7 +360,8 @@ def restore(io: NodeIO, reporter: Reporter, *, companions: tuple[str, ...], time
     io.up([VLLM], recreate=False)
     result = io.wait_healthy(timeout=timeout, reporter=reporter)
     if not result.healthy:
-        raise OperationError(f"vllm did not become healthy: {result.reason}")
+        raise OperationError(f"vllm did not become healthy: {result.reason}",
+                             fix="`b70deploy status` names what runs and the one command that fixes it")
     if companions:
         io.up(companions, recreate=False)
     reporter.info(f"vllm healthy after {result.elapsed:.1f} s"

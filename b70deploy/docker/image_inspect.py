@@ -5,6 +5,10 @@ by asking the image's Python, else by searching, never a hard-coded path), its v
 the Python packages present, and files at patch targets. An image id never changes
 content, so the cache (JSON and file copies in the state dir, written atomically) is never
 invalidated; a moved tag simply has a new id.
+
+Probe containers (never started with a network, removed when the inspector closes) carry
+`b70deploy.role=image-probe` and `b70deploy.state_dir=<the node's state dir>`, so one left by a
+killed run can be told apart and traced to the node whose lint made it.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ from .engine import client  # the current endpoint's engine (a remote node's, in
 
 LABEL = "b70deploy.role"
 LABEL_VALUE = "image-probe"
+STATE_DIR_LABEL = "b70deploy.state_dir"  # which node's state dir the probe belongs to
 CACHE_VERSION = 1
 
 # Run by the image's own Python. find_spec on a top-level name does not import the package.
@@ -126,6 +131,7 @@ class ImageInspector:
     """Image facts and files, cached under `state_dir`/image-cache/<id>."""
 
     def __init__(self, state_dir: Path, client: Any = None) -> None:
+        self.state_dir = state_dir.absolute()
         self.cache_dir = state_dir / "image-cache"
         self._client = client
         self._ids: dict[str, str] = {}
@@ -141,7 +147,8 @@ class ImageInspector:
                 self._client = client()
                 self._client.ping()
             except docker.errors.DockerException as e:
-                raise OperationError(f"cannot reach the Docker engine: {e}") from None
+                raise OperationError(f"cannot reach the Docker engine: {e}",
+                                     fix="start dockerd or check the node's docker_host") from None
         return self._client
 
     def _image(self, ref: str) -> Any:
@@ -150,7 +157,8 @@ class ImageInspector:
         except docker.errors.ImageNotFound:
             raise UserError(f"image {ref} is not on this node", fix=f"docker pull {ref} (or docker load it)") from None
         except docker.errors.APIError as e:
-            raise OperationError(f"docker: cannot inspect image {ref}: {e}") from None
+            raise OperationError(f"docker: cannot inspect image {ref}: {e}",
+                                 fix=f"check the engine can read it: docker image inspect {ref}") from None
 
     def image_id(self, ref: str) -> str:
         if ref not in self._ids:
@@ -163,7 +171,7 @@ class ImageInspector:
     def _create(self, ref: str, entrypoint: list[str], command: list[str] | None = None) -> Any:
         return self.client.containers.create(
             ref, entrypoint=entrypoint, command=command, name=f"b70deploy-probe-{uuid.uuid4().hex[:10]}",
-            labels={LABEL: LABEL_VALUE}, network_disabled=True, detach=True)
+            labels={LABEL: LABEL_VALUE, STATE_DIR_LABEL: str(self.state_dir)}, network_disabled=True, detach=True)
 
     def _probe_container(self, ref: str) -> Any:
         """One container per image, made once: it runs the Python probe, and every file read

@@ -22,12 +22,15 @@ def run(argv: Sequence[str], *, timeout: float = 300, check: bool = True, env: M
             input=input_bytes.decode() if input_bytes is not None else None,
         )
     except FileNotFoundError:
-        raise OperationError(f"{argv[0]} not found: is Docker installed and on PATH?") from None
+        raise OperationError(f"{argv[0]} not found on PATH",
+                             fix="install Docker with Compose v2 (scripts/setup.sh), or put it on PATH") from None
     except subprocess.TimeoutExpired:
-        raise OperationError(f"{' '.join(argv[:4])} ... did not finish in {timeout:.0f} s") from None
+        raise OperationError(f"{' '.join(argv[:4])} ... did not finish in {timeout:.0f} s",
+                             fix="check the engine answers (docker info), then run the command again") from None
     if check and result.returncode != 0:
         raise OperationError(f"{' '.join(argv[:3])} {' '.join(argv[-3:])} failed (exit {result.returncode}): "
-                             f"{last_line(result.stderr)}")
+                             f"{last_line(result.stderr)}",
+                             fix="run that docker command by hand for its full output")
     return result
 
 

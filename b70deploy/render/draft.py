@@ -108,7 +108,8 @@ def make_draft_copy(src: Path, dest: Path, n: int) -> bool:
     try:
         tmp = Path(tempfile.mkdtemp(dir=dest.parent, prefix=f".{dest.name}.", suffix=".tmp"))
     except OSError as e:
-        raise OperationError(f"cannot write the draft copy beside {dest}: {e}") from None
+        raise OperationError(f"cannot write the draft copy beside {dest}: {e.strerror or e}",
+                             fix=f"make {dest.parent} writable and check its free space") from None
     try:
         for entry in sorted(src.rglob("*")):
             rel = entry.relative_to(src)

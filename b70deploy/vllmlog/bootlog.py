@@ -196,7 +196,10 @@ def check_expectations(facts: BootFacts, expect: Expect) -> list[str]:
         if got_m is None:
             out.append(f"MoE method not stated in the boot log, expected {expect.moe_method}")
         elif got_m != expect.moe_method:
-            hint = ": the CUDA-only Marlin path (mount the marlin-xpu-carveout patch)" if "Marlin" in got_m else ""
+            # The carve-out patch covers compressed-tensors MoE only (CompressedTensorsWNA16MarlinMoEMethod).
+            hint = ("" if "Marlin" not in got_m else
+                    ": the CUDA-only Marlin path (add patches: [marlin-xpu-carveout])" if "CompressedTensors" in got_m
+                    else ": the CUDA-only Marlin path")
             out.append(f"MoE method is {got_m}, expected {expect.moe_method}{hint}")
     if expect.min_kv_tokens is not None:
         if facts.kv_cache_tokens is None:

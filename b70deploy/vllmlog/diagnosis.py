@@ -13,6 +13,12 @@ missing model: `OSError: Can't load the configuration of ...`). Process prefixes
 (`(APIServer pid=1) `) and vLLM's `ERROR 11-30 05:19:16 [file.py:N] ` are looked through.
 A worker's death reaches the engine as `Worker failed with error '<cause>'`; the cause is the
 diagnosis's `root_cause`.
+
+A catalogue fix reads without the stack; when the stack the log came from is known (the
+switch, `diagnose REV`, `diagnose --stack`), `for_stack` checks the fix against it: the
+Marlin carve-out is offered only to a compressed-tensors MoE stack that lacks it, the draft
+is offered as KV relief only when there is one, a setting the stack already has is never
+advised again, and a flag that is not in extra_args is traced to the stack setting instead.
 """
 
 from __future__ import annotations
@@ -21,12 +27,16 @@ import dataclasses
 import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ..config.schema import Stack
 
 SPECIFIC = 0
 CAUSE = 1      # names the root cause's text, but not a known one (a worker's error message)
 GENERIC = 2
 ROUND_TO = 1024
+MARLIN_PATCH = "marlin-xpu-carveout"  # the shipped patch for compressed-tensors MoE on XPU
 
 
 @dataclass(frozen=True)
@@ -74,6 +84,28 @@ def suggest_max_model_len(estimate: int) -> tuple[int, str]:
     return estimate, "the estimate itself (below 1024)"
 
 
+def _kv_relief(stack: Stack | None) -> str:
+    """Ways to free memory for KV: raise gpu_memory_utilization, an fp8 KV cache unless the stack
+    has one, and the draft only when the stack has one (unknown stack: "if any")."""
+    ways = ["raise gpu_memory_utilization"]
+    if stack is None or not stack.kv_cache_dtype.startswith("fp8"):
+        ways.append("use an fp8 KV cache (kv_cache_dtype: fp8)")
+    if stack is None:
+        ways.append("drop the draft model, if any")
+    elif stack.speculative is not None and stack.speculative.model is not None:
+        ways.append(f"drop the draft model ({stack.speculative.model})")
+    return ", ".join(ways[:-1]) + " or " + ways[-1] if len(ways) > 1 else ways[0]
+
+
+def _kv_too_small_text(data: dict[str, Any], stack: Stack | None) -> str:
+    if "suggested_max_model_len" not in data:
+        return f"lower max_model_len, or free memory for KV: {_kv_relief(stack)}"
+    suggested, estimate = data["suggested_max_model_len"], data["estimated_max_model_len"]
+    _, how = suggest_max_model_len(estimate)
+    return (f"set max_model_len: {suggested} ({how}; vLLM estimated {estimate}), or free memory for KV: "
+            f"{_kv_relief(stack)}")
+
+
 def _kv_too_small_fix(m: re.Match[str], lines: Sequence[str]) -> tuple[str, dict[str, Any]]:
     text = " ".join(lines)
     est = re.search(r"estimated maximum model length is (\d+)", text)
@@ -85,14 +117,10 @@ def _kv_too_small_fix(m: re.Match[str], lines: Sequence[str]) -> tuple[str, dict
         data["max_model_len"] = int(want.group(1))
     if need and have:
         data["kv_needed_gib"], data["kv_available_gib"] = float(need.group(1)), float(have.group(1))
-    if est is None:
-        return ("lower max_model_len, raise gpu_memory_utilization, use an fp8 KV cache, or drop the draft",
-                data)
-    estimate = int(est.group(1))
-    suggested, how = suggest_max_model_len(estimate)
-    data.update(estimated_max_model_len=estimate, suggested_max_model_len=suggested)
-    return (f"set max_model_len: {suggested} ({how}; vLLM estimated {estimate}), or free memory for KV: "
-            "raise gpu_memory_utilization or drop the draft model", data)
+    if est is not None:
+        estimate = int(est.group(1))
+        data.update(estimated_max_model_len=estimate, suggested_max_model_len=suggest_max_model_len(estimate)[0])
+    return _kv_too_small_text(data, None), data
 
 
 def _cpu_attention_fix(m: re.Match[str], lines: Sequence[str]) -> tuple[str, dict[str, Any]]:
@@ -129,9 +157,11 @@ CATALOGUE: tuple[Signature, ...] = (
               "(set entrypoint_style: bash-c in the stack)"),
     Signature("group-name-missing", "group_add names a group the image does not have",
               re.compile(r"Unable to find group ([\w.-]+)"), _group_fix),
-    Signature("marlin-on-xpu", "W4A16 MoE was routed to the CUDA-only Marlin kernel",
+    Signature("marlin-on-xpu", "quantized weights were routed to the CUDA-only Marlin kernel",
               re.compile(r"has no attribute '(?:gptq_marlin_repack|\w*marlin\w*)'"),
-              "add patches: [marlin-xpu-carveout] to the stack (check_moe_marlin_supports_layer must exclude XPU)"),
+              f"for a compressed-tensors (W4A16) MoE stack, add patches: [{MARLIN_PATCH}] "
+              "(check_moe_marlin_supports_layer must exclude XPU); for any other stack, make model.quantization "
+              "and model.architecture say what the model's config.json says, then `b70deploy lint` names the fix"),
     Signature("arctic-inference-missing", "suffix decoding needs the arctic-inference package",
               re.compile(r"Arctic Inference is required for suffix decoding"),
               "use an image with arctic-inference installed (a derived image: pip install arctic-inference), "
@@ -141,8 +171,8 @@ CATALOGUE: tuple[Signature, ...] = (
                          r"estimated maximum model length is \d+"), _kv_too_small_fix),
     Signature("kv-no-memory", "no memory left for the KV cache",
               re.compile(r"No available memory for the cache blocks"),
-              "the weights leave no room for KV: raise gpu_memory_utilization, drop the draft, or use a smaller "
-              "quantization"),
+              "the weights leave no room for KV: raise gpu_memory_utilization, drop the draft model if any, or use "
+              "a smaller quantization"),
     Signature("mamba-state-copy", "hybrid model with prefix caching: the mamba state copy crashed",
               re.compile(r"get_mamba_state_copy_func|object of type 'NoneType' has no len\(\)"),
               "set prefix_caching: false for hybrid (Gated-DeltaNet) models"),
@@ -194,9 +224,10 @@ def is_fatal(line: str) -> bool:
     return _ANY.search(line) is not None
 
 
-def diagnose(lines: Sequence[str]) -> Diagnosis | None:
+def diagnose(lines: Sequence[str], stack: Stack | None = None) -> Diagnosis | None:
     """The most specific fatal signature in `lines` (earliest line within a rank), or None.
-    It quotes the exception the process died with (see the module docstring)."""
+    It quotes the exception the process died with (see the module docstring); given the
+    stack the log came from, the fix is checked against it (`for_stack`)."""
     best: tuple[int, int] | None = None
     found: tuple[Signature, re.Match[str], int] | None = None
     for i, line in enumerate(lines):
@@ -219,7 +250,7 @@ def diagnose(lines: Sequence[str]) -> Diagnosis | None:
         cause = next((w.group(1) for w in map(_WORKER_FAILED.search, lines) if w is not None), None)
         if cause is not None:
             d = dataclasses.replace(d, data={**d.data, "root_cause": cause})
-    return d
+    return for_stack(d, stack)
 
 
 # `(EngineCore pid=27) ` and/or `ERROR 11-30 05:19:16 [core.py:1142] `; the space after `]` only,
@@ -271,6 +302,129 @@ def exception_line_index(lines: Sequence[str], i: int) -> int:
 
 def signature_ids() -> list[str]:
     return [s.id for s in CATALOGUE] + [COMPILE_STALL, LOG_STALL]
+
+
+# ---------------------------------------------------------------- the stack it explains
+
+StackFix = Callable[[Diagnosis, "Stack"], "tuple[str, dict[str, Any]] | None"]
+
+
+def _marlin_for(d: Diagnosis, stack: Stack) -> tuple[str, dict[str, Any]] | None:
+    m = stack.model
+    q, arch = m.quantization, m.architecture
+    data: dict[str, Any] = {"quantization": q, "architecture": arch}
+    if q == "compressed-tensors" and arch != "dense":
+        if MARLIN_PATCH not in stack.patches:
+            return (f"add patches: [{MARLIN_PATCH}] to the stack (check_moe_marlin_supports_layer must exclude "
+                    "XPU)", {**data, "patch": MARLIN_PATCH})
+        return (f"the stack already lists {MARLIN_PATCH}, yet vLLM took the Marlin path: the patched "
+                "marlin_utils.py is not the one this image imports; `b70deploy lint "
+                f"{stack.name}` checks the edit against the image (rewrite it for this vLLM, or pin the image "
+                "it was written for)", data)
+    if q in ("gptq", "awq"):
+        return (f"vLLM chose {q}'s Marlin kernel, which XPU lacks; the {MARLIN_PATCH} patch covers "
+                f"compressed-tensors MoE only, not {q}: ask for the plain kernel with extra_args: "
+                f"[--quantization, {q}]", data)
+    if q == "compressed-tensors":  # dense
+        return (f"a dense compressed-tensors model reached the Marlin kernel, which XPU lacks; the {MARLIN_PATCH} "
+                "patch covers MoE layers only: use an image whose vLLM has an XPU kernel for this "
+                "quantization, or other weights", data)
+    return (f"the stack says model.quantization: {q} ({arch}), yet only quantized weights reach Marlin: the "
+            f"config.json under model.path ({m.path}) states a quantization the stack does not; make "
+            "model.quantization and model.architecture match it, then `b70deploy lint "
+            f"{stack.name}` says whether a patch is needed", data)
+
+
+def _bash_c_for(d: Diagnosis, stack: Stack) -> tuple[str, dict[str, Any]] | None:
+    if stack.entrypoint_style != "bash-c":
+        return None
+    return ("the stack already sets entrypoint_style: bash-c (its command starts with `vllm serve`): the image's "
+            "entrypoint is not the bash -c wrapper it expects, or extra_args holds a stray value; check "
+            f"`docker inspect {stack.image}` and `b70deploy render {stack.name}`", {})
+
+
+def _arctic_for(d: Diagnosis, stack: Stack) -> tuple[str, dict[str, Any]] | None:
+    if stack.speculative is not None and stack.speculative.method == "suffix":
+        return None
+    return ("use an image with arctic-inference installed (a derived image: pip install arctic-inference), or "
+            "remove the suffix --speculative-config from extra_args (the stack's speculative.method is "
+            f"{stack.speculative.method if stack.speculative else 'not set'})", {})
+
+
+def _kv_too_small_for(d: Diagnosis, stack: Stack) -> tuple[str, dict[str, Any]] | None:
+    return _kv_too_small_text(d.data, stack), {}
+
+
+def _kv_no_memory_for(d: Diagnosis, stack: Stack) -> tuple[str, dict[str, Any]] | None:
+    return f"the weights leave no room for KV: {_kv_relief(stack)}, or use a smaller quantization", {}
+
+
+def _mamba_for(d: Diagnosis, stack: Stack) -> tuple[str, dict[str, Any]] | None:
+    if not stack.prefix_caching:
+        return ("the stack already sets prefix_caching: false, so the mamba state copy failed some other way: "
+                "check extra_args for --enable-prefix-caching, else roll back and report the log", {})
+    if stack.model.architecture != "hybrid-moe":
+        return (f"the model has mamba (Gated-DeltaNet) layers, but the stack says model.architecture: "
+                f"{stack.model.architecture}: set model.architecture: hybrid-moe and prefix_caching: false", {})
+    return None
+
+
+def _gptq_bf16_for(d: Diagnosis, stack: Stack) -> tuple[str, dict[str, Any]] | None:
+    if stack.dtype != "float16":
+        return None
+    return ("the stack already sets dtype: float16: a --dtype in extra_args overrides it; remove that", {})
+
+
+def _model_missing_for(d: Diagnosis, stack: Stack) -> tuple[str, dict[str, Any]] | None:
+    paths = f"model.path ({stack.model.path})"
+    if stack.speculative is not None and stack.speculative.model is not None:
+        paths += f" and speculative.model ({stack.speculative.model})"
+    return f"check {paths} below the node's models_dir; `b70deploy lint {stack.name}` checks it", {}
+
+
+def _flag_for(d: Diagnosis, stack: Stack) -> tuple[str, dict[str, Any]] | None:
+    flags = re.findall(r"--[\w-]+", d.line)
+    flag = flags[-1] if flags else None
+    if flag is not None and any(a == flag or a.startswith(flag + "=") for a in stack.extra_args):
+        return f"remove or correct {flag} in the stack's extra_args; `vllm serve --help` in the image lists them", \
+            {"flag": flag}
+    which = flag or "the flag"
+    return (f"{which} is not in extra_args: a stack setting renders it and this image's vLLM does not take it "
+            f"(`b70deploy render {stack.name}` shows the command): drop that setting or use an image whose vLLM "
+            "knows the flag", {"flag": flag} if flag else {})
+
+
+def _tool_parser_for(d: Diagnosis, stack: Stack) -> tuple[str, dict[str, Any]] | None:
+    if not any(a.startswith("--enable-auto-tool-choice") for a in stack.extra_args):
+        return None
+    return ("extra_args passes --enable-auto-tool-choice without a parser: remove it and set tool_calling: "
+            "{parser: hermes, auto_tool_choice: true}", {})
+
+
+def _compile_stall_for(d: Diagnosis, stack: Stack) -> tuple[str, dict[str, Any]] | None:
+    if not stack.enforce_eager:
+        return None
+    return ("the stack already sets enforce_eager: true, so the model's graph is not being compiled: raise the "
+            "node's timeouts.stall if this step is slow, else check the container (docker top, GPU activity) "
+            "and roll back", {})
+
+
+_FOR_STACK: dict[str, StackFix] = {
+    "marlin-on-xpu": _marlin_for, "bare-flags-bash-c": _bash_c_for, "arctic-inference-missing": _arctic_for,
+    "kv-too-small": _kv_too_small_for, "kv-no-memory": _kv_no_memory_for, "mamba-state-copy": _mamba_for,
+    "gptq-bfloat16": _gptq_bf16_for, "model-not-found": _model_missing_for, "bad-cli-argument": _flag_for,
+    "tool-parser-missing": _tool_parser_for, "compile-stall": _compile_stall_for,
+}
+
+
+def for_stack(d: Diagnosis | None, stack: Stack | None) -> Diagnosis | None:
+    """`d` with its fix checked against the stack whose log it read (None: unknown, `d` as is).
+    Signatures whose fix holds for any stack (a driver fault, a worker's quoted cause) keep it."""
+    if d is None or stack is None:
+        return d
+    check = _FOR_STACK.get(d.id)
+    fix, data = (check(d, stack) if check is not None else None) or (d.fix, {})
+    return dataclasses.replace(d, fix=fix, data={**d.data, **data, "stack": stack.name})
 
 
 # ---------------------------------------------------------------- stalls

@@ -7,6 +7,7 @@ import socket
 from pathlib import Path
 
 import yaml
+from simkit import unique
 
 SIM_BASH_C = "b70sim/vllm:bash-c"
 SIM_SERVE = "b70sim/vllm:serve"
@@ -22,7 +23,7 @@ def free_port() -> int:
 
 def write_node(tmp_path: Path, models_dir: Path, **extra: object) -> Path:
     cfg: dict[str, object] = {
-        "project": f"b70lint{free_port()}",
+        "project": unique("lint"),  # the session's prefix: the end-of-suite leak check sees it
         "deploy_dir": str(tmp_path / "deploy"), "state_dir": str(tmp_path / "state"),
         "models_dir": str(models_dir), "device_dir": None, "bind_address": "127.0.0.1",
         "ports": {"prod": free_port(), "dark": free_port()},

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import time
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -12,7 +11,7 @@ from typing import Any
 import pytest
 import requests
 from kit.lintnode import SIM_BASH_C, SIM_DRIFT, write_node
-from simkit import run_cli
+from simkit import LABEL, SESSION, run_cli, unique
 
 from b70deploy.config.node import load_node
 from b70deploy.docker.compose import Compose
@@ -28,10 +27,11 @@ from b70deploy.vllmlog.diagnosis import LOG_STALL, StallWatch, diagnose
 pytestmark = [pytest.mark.docker, pytest.mark.usefixtures("sim_images")]
 ROOT = Path(__file__).resolve().parents[2]
 FAST = {"B70SIM_BOOT_SECONDS": "0.5"}
+SESSION_LABELS = {LABEL: SESSION}  # with unique() names: the end-of-suite leak check sees these containers
 
 
 @pytest.fixture
-def docker_client() -> Any:
+def docker_client(docker_engine: None) -> Any:
     import docker
 
     return docker.from_env()
@@ -111,7 +111,7 @@ POKE = ("import urllib.request as u\n"
 def _run_sim(client: Any, image: str, command: list[str], env: dict[str, str], *, wait: float = 30,
              poke: bool = False, **kw: Any) -> list[str]:
     c = client.containers.create(image, command=command, environment={**FAST, **env}, detach=True,
-                                 name=f"b70lint-{uuid.uuid4().hex[:8]}", labels={"b70deploy.test": "lint"}, **kw)
+                                 name=unique("lint-"), labels=SESSION_LABELS, **kw)
     try:
         c.start()
         if poke:
@@ -168,7 +168,7 @@ def test_group_name_signature_from_the_daemon(docker_client: Any) -> None:
     import docker
 
     c = docker_client.containers.create(SIM_BASH_C, command=["true"], group_add=["render"],
-                                        name=f"b70lint-{uuid.uuid4().hex[:8]}", labels={"b70deploy.test": "lint"})
+                                        name=unique("lint-"), labels=SESSION_LABELS)
     try:
         with pytest.raises(docker.errors.APIError) as e:
             c.start()
@@ -181,7 +181,7 @@ def test_group_name_signature_from_the_daemon(docker_client: Any) -> None:
 def test_hang_is_a_log_stall(docker_client: Any) -> None:
     c = docker_client.containers.create(SIM_BASH_C, command=["vllm", "serve", MODEL],
                                         environment={**FAST, "B70SIM_FAIL": "hang"}, detach=True,
-                                        name=f"b70lint-{uuid.uuid4().hex[:8]}", labels={"b70deploy.test": "lint"})
+                                        name=unique("lint-"), labels=SESSION_LABELS)
     try:
         c.start()
         watch = StallWatch(60, quiet_seconds=1.0, start=time.monotonic())
@@ -221,9 +221,9 @@ def test_image_facts_cached_per_image_id(tmp_path: Path, docker_client: Any) -> 
 
 
 def test_diagnose_container_cli(docker_client: Any) -> None:
-    name = f"b70lint-{uuid.uuid4().hex[:8]}"
+    name = unique("lint-")
     c = docker_client.containers.create(SIM_BASH_C, command=["vllm", "serve", MODEL, "--kv-cache-dtype", "fp8"],
-                                        environment=FAST, name=name, labels={"b70deploy.test": "lint"})
+                                        environment=FAST, name=name, labels=SESSION_LABELS)
     try:
         c.start()
         c.wait(timeout=30)

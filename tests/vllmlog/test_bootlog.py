@@ -59,3 +59,14 @@ def test_cuda_style_backend_line() -> None:
     f = parse_boot_facts(["INFO [cuda.py:1] Using AttentionBackendEnum.FLASH_ATTN backend.",
                           "INFO Initializing a V1 LLM engine (v0.20.2) with config: ..."])
     assert f.attention_backend == "FLASH_ATTN" and f.vllm_version == "0.20.2"
+
+
+def test_marlin_moe_hint_names_the_patch_only_for_compressed_tensors() -> None:
+    from b70deploy.config.schema import Expect
+    from b70deploy.vllmlog.bootlog import BootFacts, check_expectations
+
+    want = Expect(moe_method="CompressedTensorsWNA16MoEMethod")
+    ct = check_expectations(BootFacts(moe_method="CompressedTensorsWNA16MarlinMoEMethod"), want)
+    assert any("marlin-xpu-carveout" in p for p in ct)
+    gptq = check_expectations(BootFacts(moe_method="GPTQMarlinMoEMethod"), Expect(moe_method="GPTQMoEMethod"))
+    assert gptq and not any("marlin-xpu-carveout" in p for p in gptq) and "Marlin path" in gptq[0]
