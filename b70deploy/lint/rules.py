@@ -153,6 +153,22 @@ def tool_parser(ctx: LintContext) -> Iterator[Finding]:
                  "set tool_calling.parser: hermes (and drop the flag from extra_args)")
 
 
+@rule("production-aliases")
+def production_aliases(ctx: LintContext) -> Iterator[Finding]:
+    prod = ctx.node.config.production
+    taken = [a for a in ctx.stack.served_model_names if a in prod.aliases]
+    family = ctx.stack.model_family
+    if not taken or family == prod.model_family:
+        return
+    own = ctx.stack.model_family or ctx.stack.model.path.rsplit("/", 1)[-1].lower()
+    who = f"model_family {family}" if family else "no model_family"
+    yield _f(ctx, "production-aliases", "warning",
+             f"the stack ({who}) serves the production alias{'es' if len(taken) > 1 else ''} {', '.join(taken)} "
+             f"of {prod.model_family}: clients asking for it would silently get another model",
+             f"serve its own alias (served_model_names: [{own}]), or set model_family: {prod.model_family} "
+             "if this is that model")
+
+
 # ---------------------------------------------------------------- model, quantization, architecture
 
 
