@@ -213,6 +213,7 @@ class Bench:
         folder.mkdir(parents=True)
         alpha = {"image": "intel/vllm:latest", "entrypoint_style": "bash-c",
                  "model": {"path": "Qwen/Qwen3-30B-A3B-W4A16", "quantization": "compressed-tensors"},
+                 "model_family": "qwen3-30b-a3b",
                  "served_model_names": ["qwen3-30b-a3b-w4a16"], "dtype": "float16", "max_model_len": 131072,
                  "kv_cache_dtype": "fp8", "tool_calling": {"parser": "hermes", "auto_tool_choice": True},
                  "patches": ["marlin-xpu-carveout"],

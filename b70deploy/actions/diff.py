@@ -7,11 +7,9 @@ from collections.abc import Collection, Mapping
 from pathlib import Path
 
 from ..config.node import Node
-from ..errors import B70Error
 from ..render.masking import mask_env_text
 from ..state.fsio import read_tree
-from .prepare import prepare, prepare_deploy
-from .stacks import check_patches
+from .prepare import switch_view
 
 
 def _text(name: str, data: bytes | None, secret_keys: Collection[str]) -> list[str]:
@@ -49,10 +47,7 @@ def diff_against_dir(deploy_dir: Path, new: Mapping[str, bytes], *, secret_keys:
 def switch_files(node: Node, name: str) -> tuple[dict[str, bytes], frozenset[str], str | None]:
     """The files `switch name` would write (pinned image, patched files) when the image is on
     the engine, else the plain render and a remark saying so; with the secret keys to mask."""
-    check_patches(node, node.catalogue().load(name))
-    try:
-        d = prepare_deploy(node, name)
-        return d.files, d.secret_keys, None
-    except B70Error as e:
-        plain = prepare(node, name).rendered
-        return dict(plain.files), plain.secret_keys, f"showing the plain render (no image pin, no patches): {e}"
+    v = switch_view(node, name)
+    if v.exact:
+        return v.files, v.secret_keys, None
+    return v.files, v.secret_keys, "showing the plain render; not resolved: " + "; ".join(v.unresolved)

@@ -1,22 +1,28 @@
 """Load a stack for a node and render it: the first half of render, diff, lint and switch.
 
-`prepare` is the plain render (no Docker). `prepare_deploy` is what a deployment writes:
+`prepare` is the plain render (no Docker): the draft copy's path is pure and included, the
+image pin and the patch mounts are not. `prepare_deploy` is what a deployment writes:
 patches applied from the image the tag names now, .env pinned to that image id, linted.
+`switch_view` is what `render` and `diff` show: `prepare_deploy` when the image is on the
+engine, else the plain render and the list of what it could not resolve.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from ..config.node import Node
 from ..config.schema import Stack
 from ..config.secrets_file import load_secrets
 from ..docker.engine import image_info
+from ..errors import B70Error
 from ..lint import lint_stack
-from ..lint.gather import preflight
+from ..lint.gather import draft_path_for, preflight
 from ..render import devices as devices_mod
+from ..render.draft import copy_name
 from ..render.files import Rendered, render
+from ..render.masking import mask_env_text
 from ..render.patches import deploy_files
 from .stacks import check_patches
 
@@ -38,7 +44,8 @@ def prepare(node: Node, name: str, *, port: int | None = None, project: str | No
     check_patches(node, stack)
     access = devices_mod.scan(node.device_dir, node.config.gids)
     secrets, warnings = load_secrets(node.secrets_env_file)
-    rendered = render(stack, node, access, secrets=secrets, port=port, project=project)
+    rendered = render(stack, node, access, secrets=secrets, port=port, project=project,
+                      draft_path=draft_path_for(stack))
     return Prepared(stack=stack, rendered=rendered, warnings=tuple(warnings))
 
 
@@ -60,3 +67,67 @@ def prepare_deploy(node: Node, name: str, *, port: int | None = None, project: s
     files.update(deploy_files(ctx.patched))
     return Deployable(stack=stack, files=files, secret_keys=ctx.rendered.secret_keys, image=info,
                       findings=lint_stack(ctx))
+
+
+@dataclass(frozen=True)
+class SwitchView:
+    """The files `switch STACK` would write, as far as they can be resolved here."""
+
+    stack: Stack
+    files: dict[str, bytes]
+    secret_keys: frozenset[str]
+    command: list[str]
+    resolved: list[str] = field(default_factory=list)    # what is exactly as a switch writes it
+    unresolved: list[str] = field(default_factory=list)  # what the plain render could not know
+    warnings: tuple[str, ...] = ()
+    notes: tuple[str, ...] = ()      # the render's own remarks (gids, secrets)
+    lint_errors: int = 0
+
+    @property
+    def exact(self) -> bool:
+        return not self.unresolved
+
+    def masked(self, name: str) -> str:
+        """A file's text fit to print: secret values replaced."""
+        text = self.files[name].decode(errors="replace")
+        return mask_env_text(text, self.secret_keys) if name.endswith(".env") else text
+
+
+def _draft_lines(node: Node, stack: Stack) -> list[str]:
+    spec = stack.speculative
+    if spec is None or not spec.model or spec.draft_max_position_embeddings is None:
+        return []
+    rel = copy_name(spec.model, spec.draft_max_position_embeddings)
+    state = "present" if (node.models_dir / rel / "config.json").is_file() else "made by the switch if missing"
+    return [f"draft: the command serves the copy {draft_path_for(stack)} (host {node.models_dir / rel}, "
+            f"max_position_embeddings {spec.draft_max_position_embeddings}, weights hard-linked; {state})"]
+
+
+def switch_view(node: Node, name: str, *, docker: bool = True) -> SwitchView:
+    """What `switch name` writes: pinned image, patch files and their mounts, the draft copy's path,
+    when the image is on the engine; else the plain render, and each thing it could not resolve."""
+    stack = node.catalogue().load(name)
+    check_patches(node, stack)
+    why = "not asked (--no-docker)"
+    if docker:
+        try:
+            d = prepare_deploy(node, name)
+        except B70Error as e:
+            why = e.what
+        else:
+            resolved = [f"image: {stack.image} pinned to {d.image.id} (.env VLLM_IMAGE), as a switch pins it"]
+            resolved += [f"patch {p}: edited file in patches/, bind-mounted read-only over the image's file"
+                         for p in stack.patches]
+            resolved += _draft_lines(node, stack)
+            plain = prepare(node, name)
+            errors = sum(1 for f in d.findings if f.severity == "error")
+            return SwitchView(stack=stack, files=d.files, secret_keys=d.secret_keys,
+                              command=list(plain.rendered.command), resolved=resolved, warnings=plain.warnings,
+                              notes=plain.rendered.notes, lint_errors=errors)
+    plain = prepare(node, name)
+    unresolved = [f"image: .env names the tag {stack.image}, not the image id a switch pins ({why})"]
+    unresolved += [f"patch {p}: no edited file and no mount (the file is read from the image)"
+                   for p in stack.patches]
+    return SwitchView(stack=stack, files=dict(plain.rendered.files), secret_keys=plain.rendered.secret_keys,
+                      command=list(plain.rendered.command), resolved=_draft_lines(node, stack),
+                      unresolved=unresolved, warnings=plain.warnings, notes=plain.rendered.notes)

@@ -140,12 +140,15 @@ def table_rows(doc: dict[str, Any]) -> list[list[str]]:
     """Per request: index, outcome, prompt and completion tokens, TTFT, decode tok/s, acceptance."""
     rows = []
     for s in doc.get("samples") or []:
-        acc = (s.get("acceptance") or {}).get("mean_acceptance_length")
+        a = s.get("acceptance") or {}
+        acc, rate = a.get("mean_acceptance_length"), a.get("acceptance_rate")
         rows.append([str(s["index"]), s.get("outcome", ""), str(s.get("prompt_tokens") or "-"),
                      str(s.get("completion_tokens") or "-"),
                      f"{s['ttft_s'] * 1000:.0f}" if s.get("ttft_s") is not None else "-",
-                     stats.fmt_rate(s.get("decode_tps")), f"{acc:.2f}" if acc is not None else "-"])
+                     stats.fmt_rate(s.get("decode_tps")), f"{acc:.2f}" if acc is not None else "-",
+                     f"{rate * 100:.1f}%" if rate is not None else "-"])
     return rows
 
 
-REPLAY_HEADERS = ["#", "outcome", "prompt tok", "completion tok", "TTFT ms", "decode tok/s", "accept len"]
+REPLAY_HEADERS = ["#", "outcome", "prompt tok", "completion tok", "TTFT ms", "decode tok/s", "mean accept len",
+                  "accept rate"]

@@ -80,7 +80,9 @@ class Row:
     ctx: int | None
     concurrency: int
     value: float | None
-    accept: float | None = None  # mean acceptance length, when measured
+    accept: float | None = None  # mean acceptance length (1 + accepted / drafts), when measured
+    accept_rate: float | None = None  # acceptance rate (accepted / drafted tokens)
+    per_position: tuple[float, ...] | None = None  # per-position acceptance (accepted at i / drafts)
 
     @property
     def key(self) -> tuple[str, int, int]:
@@ -93,6 +95,15 @@ def _accept_len(doc: dict[str, Any]) -> float | None:
     return float(v) if isinstance(v, int | float) else None
 
 
+def _acceptance(doc: dict[str, Any]) -> dict[str, Any]:
+    """mean acceptance length, acceptance rate and per-position acceptance, as Row fields."""
+    acc = doc.get("acceptance") or {}
+    rate = acc.get("acceptance_rate")
+    pos = acc.get("per_position_acceptance")
+    return {"accept": _accept_len(doc), "accept_rate": float(rate) if isinstance(rate, int | float) else None,
+            "per_position": tuple(float(x) for x in pos) if isinstance(pos, list) and pos else None}
+
+
 def rows(doc: dict[str, Any]) -> list[Row]:
     """The comparable numbers of a results document."""
     kind = doc.get("kind")
@@ -102,12 +113,12 @@ def rows(doc: dict[str, Any]) -> list[Row]:
         for p in doc.get("points") or []:
             res = p.get("result") or {}
             out.append(Row(str(res.get("metric", "aggregate")), cfg.get("ctx"), int(p.get("concurrency", 1)),
-                           res.get("value"), _accept_len(p)))
+                           res.get("value"), **_acceptance(p)))
         return out
     res = doc.get("result") or {}
     metric = str(res.get("metric") or cfg.get("metric") or kind)
     ctx = None if kind == "replay" else cfg.get("ctx")
-    return [Row(metric, ctx, int(cfg.get("concurrency") or 1), res.get("value"), _accept_len(doc))]
+    return [Row(metric, ctx, int(cfg.get("concurrency") or 1), res.get("value"), **_acceptance(doc))]
 
 
 def label(doc: dict[str, Any], path: Path) -> str:

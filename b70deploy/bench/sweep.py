@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..errors import UserError
-from . import stats
+from . import metrics, stats
 from .client import Endpoint
 from .run import BenchConfig, measure, prepare
 
@@ -53,18 +53,22 @@ def run_sweep(endpoint: Endpoint, cfg: BenchConfig, levels: list[int], env: dict
 
 
 def table_rows(doc: dict[str, Any]) -> list[list[str]]:
-    """concurrency, tok/s, tok/s per stream, change vs the previous step, mean acceptance, failed."""
+    """concurrency, tok/s, tok/s per stream, change vs the previous step, mean acceptance length,
+    acceptance rate, per-position acceptance, failed."""
     out: list[list[str]] = []
     prev: float | None = None
     for p in doc.get("points") or []:
         v = (p.get("result") or {}).get("value")
         c = int(p.get("concurrency", 1))
-        acc = (p.get("acceptance") or {}).get("mean_acceptance_length")
+        a = p.get("acceptance") or {}
+        acc, rate = a.get("mean_acceptance_length"), a.get("acceptance_rate")
         out.append([f"C={c}", stats.fmt_rate(v), stats.fmt_rate(v / c if v is not None else None),
                     stats.fmt_change(stats.change(v, prev)), f"{acc:.2f}" if acc is not None else "-",
-                    str(p.get("failed", 0))])
+                    f"{rate * 100:.1f}%" if rate is not None else "-",
+                    metrics.fmt_per_position(a.get("per_position_acceptance")), str(p.get("failed", 0))])
         prev = v
     return out
 
 
-SWEEP_HEADERS = ["concurrency", "tok/s", "per stream", "change", "accept len", "failed"]
+SWEEP_HEADERS = ["concurrency", "tok/s", "per stream", "change", "mean accept len", "accept rate", "per-position",
+                 "failed"]

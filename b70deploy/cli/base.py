@@ -52,7 +52,7 @@ pass_ctx = click.make_pass_decorator(Ctx)
 COMMANDS: dict[str, tuple[str, str]] = {
     "stacks": ("catalogue", 'List the stack catalogue.'),
     "show": ("catalogue", "Show STACK after `extends:` and the node's overlay are merged."),
-    "render": ("catalogue", 'Render STACK into compose, .env and runtime env files; nothing on the node is touched.'),
+    "render": ("catalogue", "Render STACK into the files a switch writes; nothing on the node is touched."),
     "diff": ("catalogue", "What `switch STACK` would change in the deploy dir, or how two revisions differ "
                           "(files and boot facts, e.g."),
     "lint": ("lint", 'Preflight STACK(s): every failure the post hit, caught before a boot.'),

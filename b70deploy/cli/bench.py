@@ -10,8 +10,8 @@ from typing import Any
 import click
 
 from ..bench import compare as cmp
+from ..bench import metrics, stats
 from ..bench import replay as rp
-from ..bench import stats
 from ..bench import sweep as sweep_mod
 from ..bench.capture import CaptureWriter, is_loopback, make_server, parse_listen
 from ..bench.client import Endpoint
@@ -116,10 +116,9 @@ def _describe_point(point: dict[str, Any], metric: str) -> str:
     if s["n"]:
         parts.append(f"n={s['n']}, per request median {stats.fmt_rate(s['median'])}, "
                      f"min {stats.fmt_rate(s['min'])}, max {stats.fmt_rate(s['max'])}")
-    acc = point.get("acceptance")
-    if acc and acc.get("mean_acceptance_length") is not None:
-        parts.append(f"mean acceptance length {acc['mean_acceptance_length']:.2f}, "
-                     f"acceptance rate {acc['acceptance_rate'] * 100:.1f}%")
+    acc = metrics.describe(point.get("acceptance"))
+    if acc:
+        parts.append(acc)
     if point.get("failed"):
         parts.append(f"{point['failed']} failed")
     return "; ".join(parts)
@@ -315,13 +314,12 @@ def replay(ctx: Ctx, folder: Path, endpoint: str | None, concurrency: int, sampl
     path = _finish(ctx, doc, output, as_json)
     if not as_json:
         table(rp.REPLAY_HEADERS, rp.table_rows(doc))
-        acc = doc.get("acceptance") or {}
-        mal = acc.get("mean_acceptance_length")
+        acc = metrics.describe(doc.get("acceptance"))
         outcomes = ", ".join(f"{k} {v}" for k, v in sorted(doc["outcomes"].items()))
         click.echo(f"replay of {len(records)} request(s) at C={concurrency} on {env.get('stack') or ep.url}: "
                    f"{stats.fmt_rate(doc['result']['value'])} tok/s aggregate, per-request decode median "
                    f"{stats.fmt_rate(doc['summary']['median'])} tok/s; "
-                   + (f"mean acceptance length {mal:.2f}; " if mal is not None else "no speculative metrics; ")
+                   + (f"{acc}; " if acc else "no speculative metrics; ")
                    + outcomes)
         click.echo(f"results: {path}")
     if doc["interrupted"]:

@@ -9,7 +9,7 @@ import yaml
 
 from ..actions.diff import diff_against_dir, switch_files
 from ..actions.inspect import diff_revisions
-from ..actions.prepare import prepare
+from ..actions.prepare import switch_view
 from ..actions.stacks import merged_document, summaries
 from ..errors import UserError
 from ..state.fsio import read_tree, write_tree
@@ -48,29 +48,42 @@ def show(ctx: Ctx, stack: str, as_json: bool) -> None:
 @click.argument("stack")
 @click.option("--out", metavar="DIR", help="Write the files into DIR instead of printing them.")
 @click.option("--json", "as_json", is_flag=True, help="Print the files as JSON (secrets masked).")
+@click.option("--no-docker", is_flag=True, help="Do not ask the engine: plain render, no image pin, no patches.")
 @pass_ctx
-def render(ctx: Ctx, stack: str, out: str | None, as_json: bool) -> None:
-    """Render STACK into compose, .env and runtime env files; nothing on the node is touched."""
-    prepared = prepare(ctx.node, stack)
-    rendered = prepared.rendered
-    for w in prepared.warnings:
+def render(ctx: Ctx, stack: str, out: str | None, as_json: bool, no_docker: bool) -> None:
+    """Render STACK into the files a switch writes; nothing on the node is touched.
+
+    With the image on the engine: compose, .env pinned to the image id, runtime env, the
+    patched files and their mounts, the draft copy's path, exactly as a switch writes them.
+    Without it: the plain render, and each thing it could not resolve."""
+    view = switch_view(ctx.node, stack, docker=not no_docker)
+    for w in view.warnings:
         warn(w)
+
+    def remarks() -> None:
+        for n in (*view.notes, *view.resolved):
+            note(n)
+        for u in view.unresolved:
+            warn(f"not resolved: {u}")
+        if view.lint_errors:
+            warn(f"lint finds {view.lint_errors} error(s): a switch would stop at preflight (b70deploy lint {stack})")
+
     if out:
         dest = Path(out)
-        write_tree(dest, rendered.files)
-        for n in rendered.notes:
-            note(n)
-        click.echo(f"wrote {len(rendered.files)} files for {stack} to {dest}")
+        write_tree(dest, view.files)
+        remarks()
+        click.echo(f"wrote {len(view.files)} files for {stack} to {dest}"
+                   + ("" if view.exact else " (plain render: see the warnings for what is not resolved)"))
         return
     if as_json:
-        emit_json({"stack": stack, "files": {n: rendered.masked(n) for n in rendered.files},
-                   "command": rendered.command, "notes": list(rendered.notes)})
+        emit_json({"stack": stack, "files": {n: view.masked(n) for n in view.files}, "command": view.command,
+                   "exact": view.exact, "resolved": view.resolved, "unresolved": view.unresolved,
+                   "lint_errors": view.lint_errors, "notes": list(view.notes)})
         return
-    for name in rendered.files:
+    for name in view.files:
         click.echo(f"# ---- {name}")
-        click.echo(rendered.masked(name), nl=False)
-    for n in rendered.notes:
-        note(n)
+        click.echo(view.masked(name), nl=False)
+    remarks()
 
 
 @click.command(epilog="Examples: b70deploy diff eagle3 | b70deploy diff 3 7")

@@ -180,6 +180,10 @@ class Stack(Strict):
     image: str
     entrypoint_style: Literal["bash-c", "vllm-serve"] = "bash-c"
     model: ModelSpec
+    # Which model this is, for the node's production aliases: only a stack of the node's
+    # production family may serve them (lint warns otherwise), so clients asking for the
+    # production model never silently get another one.
+    model_family: str | None = None
     served_model_names: list[str] = Field(min_length=1)
     dtype: Literal["auto", "float16", "bfloat16", "float32"] = "auto"
     max_model_len: int = Field(ge=256, le=MAX_CONTEXT)
@@ -208,6 +212,13 @@ class Stack(Strict):
     def _name(cls, v: str | None) -> str | None:
         if v is not None and not NAME_RE.match(v):
             raise invalid(f"{v!r} is not a valid stack name", "use [a-z0-9][a-z0-9._-]*")
+        return v
+
+    @field_validator("model_family")
+    @classmethod
+    def _family(cls, v: str | None) -> str | None:
+        if v is not None and not ALIAS_RE.match(v):
+            raise invalid(f"model_family {v!r} is not a plain name", "use e.g. qwen3-30b-a3b")
         return v
 
     @field_validator("image")
@@ -329,6 +340,24 @@ class Companion(Strict):
         return Stack._image(v)
 
 
+class Production(Strict):
+    """The aliases clients use for production, and the model family allowed to serve them (the
+    report kept the 30B behind both names through every migration)."""
+
+    model_family: str = "qwen3-30b-a3b"
+    aliases: list[str] = Field(default_factory=lambda: ["qwen3-30b-tq-256k", "qwen3-30b-a3b-w4a16"])
+
+    @field_validator("model_family")
+    @classmethod
+    def _family(cls, v: str) -> str:
+        return Stack._family(v) or v
+
+    @field_validator("aliases")
+    @classmethod
+    def _aliases(cls, v: list[str]) -> list[str]:
+        return Stack._aliases(v)
+
+
 class NodeConfig(Strict):
     project: str = "b70"
     deploy_dir: str | None = None
@@ -349,6 +378,7 @@ class NodeConfig(Strict):
     stack_overlay: dict[str, Any] = Field(default_factory=dict)
     peak_concurrency: int | None = Field(default=None, ge=1, le=100000)
     kv_memory_gib: float | None = Field(default=None, gt=0)
+    production: Production = Production()
     shm_size: str = "16g"
     keep_revisions: int = Field(default=20, ge=1, le=100000)
     # Where the node's Docker Engine is: none means the local default (DOCKER_HOST or the

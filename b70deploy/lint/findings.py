@@ -11,6 +11,7 @@ from ..config.schema import Stack
 from ..docker.image_inspect import ImageFacts
 from ..render.files import Rendered
 from ..render.patches import PatchedFile
+from .kv import MeasuredKV
 
 Severity = Literal["error", "warning"]
 STACK_INVALID = "stack-invalid"  # the one finding no rule emits: the stack file does not load
@@ -47,4 +48,5 @@ class LintContext:
     patch_errors: dict[str, tuple[str, str]] = field(default_factory=dict)  # patch -> (rule id, message)
     patched: list[PatchedFile] = field(default_factory=list)
     port_owner: str | None = None                   # who holds the prod port, when not our project
+    measured_kv: MeasuredKV | None = None           # a previous boot's KV memory, from the state dir
     skipped: list[str] = field(default_factory=list)

@@ -23,8 +23,11 @@ from ..render.draft import copy_name
 from ..render.files import render
 from ..render.patches import PatchSpec, deploy_files, find_patch, materialize, mounts_for
 from ..render.vllm_args import container_model_path
+from ..state.revisions import RevisionStore
+from ..vllmlog.bootlog import parse_boot_facts
 from . import Finding, LintContext, lint_stack
 from .findings import STACK_INVALID
+from .kv import MeasuredKV
 
 
 def draft_path_for(stack: Stack) -> str | None:
@@ -33,6 +36,45 @@ def draft_path_for(stack: Stack) -> str | None:
     if spec is None or not spec.model or spec.draft_max_position_embeddings is None:
         return None
     return container_model_path(copy_name(spec.model, spec.draft_max_position_embeddings))
+
+
+def _memory_key(doc: dict[str, Any]) -> tuple[Any, ...]:
+    """What moves the memory vLLM leaves for KV, for one model on one node."""
+    spec = doc.get("speculative") or {}
+    model = doc.get("model") or {}
+    return (model.get("path"), spec.get("model") if isinstance(spec, dict) else None,
+            bool(doc.get("enforce_eager")), doc.get("gpu_memory_utilization"))
+
+
+def measured_kv(node: Node, stack: Stack, image_id: str | None = None) -> MeasuredKV | None:
+    """The newest revision that booted this stack's model, draft and image (by id when Docker
+    told us it, else by reference) with the same enforce-eager and memory share, and recorded
+    its KV memory: in its facts, or in its saved log when vLLM refused to start."""
+    store = RevisionStore(node.state_dir)
+    want = _memory_key(stack.model_dump(mode="json"))
+    for entry in reversed(store.index()):
+        try:
+            rev = store.get(int(entry["number"]))
+        except (B70Error, OSError, ValueError, KeyError, TypeError):
+            continue
+        doc = rev.meta.stack_doc
+        same_image = rev.meta.image_id == image_id if image_id and rev.meta.image_id else \
+            rev.meta.image_ref == stack.image
+        if not isinstance(doc, dict) or not same_image or _memory_key(doc) != want:
+            continue
+        facts = rev.status.facts
+        gib, tokens = facts.get("available_kv_gib"), facts.get("kv_cache_tokens")
+        if gib is None and tokens is None:
+            try:
+                logged = parse_boot_facts(store.log_path(rev.number).read_text(errors="replace").splitlines())
+            except OSError:
+                continue
+            gib, tokens = logged.available_kv_gib, logged.kv_cache_tokens
+        if isinstance(gib, (int, float)) or isinstance(tokens, int):
+            return MeasuredKV(revision=rev.number, available_kv_gib=float(gib) if isinstance(gib, (int, float))
+                              else None, kv_cache_tokens=tokens if isinstance(tokens, int) else None,
+                              kv_cache_dtype=str(doc.get("kv_cache_dtype", "auto")))
+    return None
 
 
 def _port_owner(node: Node, client: Any) -> str | None:
@@ -97,7 +139,8 @@ def build_context(node: Node, stack: Stack, *, docker: bool = True, inspector: I
     rendered = render(stack, node, access, secrets=secrets, mounts=mounts_for(patched),
                       draft_path=draft_path_for(stack), image=pin_image, port=port, project=project)
     ctx = LintContext(node=node, stack=stack, rendered=rendered, models_dir=models_dir, image=ctx_image,
-                      image_error=image_error, patch_errors=patch_errors, patched=patched, skipped=skipped)
+                      image_error=image_error, patch_errors=patch_errors, patched=patched, skipped=skipped,
+                      measured_kv=measured_kv(node, stack, ctx_image.id if ctx_image else None))
     if docker:
         _compose_config(ctx)
         if check_port and inspector is not None:

@@ -153,6 +153,22 @@ def tool_parser(ctx: LintContext) -> Iterator[Finding]:
                  "set tool_calling.parser: hermes (and drop the flag from extra_args)")
 
 
+@rule("production-aliases")
+def production_aliases(ctx: LintContext) -> Iterator[Finding]:
+    prod = ctx.node.config.production
+    taken = [a for a in ctx.stack.served_model_names if a in prod.aliases]
+    family = ctx.stack.model_family
+    if not taken or family == prod.model_family:
+        return
+    own = ctx.stack.model_family or ctx.stack.model.path.rsplit("/", 1)[-1].lower()
+    who = f"model_family {family}" if family else "no model_family"
+    yield _f(ctx, "production-aliases", "warning",
+             f"the stack ({who}) serves the production alias{'es' if len(taken) > 1 else ''} {', '.join(taken)} "
+             f"of {prod.model_family}: clients asking for it would silently get another model",
+             f"serve its own alias (served_model_names: [{own}]), or set model_family: {prod.model_family} "
+             "if this is that model")
+
+
 # ---------------------------------------------------------------- model, quantization, architecture
 
 
@@ -277,29 +293,61 @@ def ngram(ctx: LintContext) -> Iterator[Finding]:
 
 @rule("kv-budget")
 def kv_budget(ctx: LintContext) -> Iterator[Finding]:
-    gib = ctx.node.config.kv_memory_gib
+    """Can the KV pool hold one max_model_len request (vLLM refuses to start if not)? Measured
+    memory first (a previous boot of the same model, draft and image), else the node's estimate."""
     cfg = _model_config(ctx)
-    if gib is None or cfg is None:
+    if cfg is None:
         return
-    per_token = kv.kv_bytes_per_token(cfg, ctx.stack.kv_cache_dtype, ctx.stack.dtype)
-    if per_token is None:
-        return
-    budget = gib * kv.GIB
-    note = ""
     spec = ctx.stack.speculative
-    if spec and spec.model and ctx.models_dir is not None:
-        weights = sum(p.stat().st_size for p in (ctx.models_dir / spec.model).glob("*")
-                      if p.suffix in (".safetensors", ".bin", ".pt") and p.is_file())
-        budget -= weights
-        note = f", less {weights / kv.GIB:.2f} GiB of draft weights"
-    tokens = kv.tokens_for(budget, per_token)
-    if tokens < ctx.stack.max_model_len:
-        fit = tokens // 1024 * 1024
-        yield _f(ctx, "kv-budget", "warning",
-                 f"estimated KV pool {tokens:,} tokens ({gib} GiB declared by the node{note}, {per_token:,} bytes "
-                 f"per token) cannot hold one {ctx.stack.max_model_len:,}-token request; vLLM's own check decides",
-                 f"lower max_model_len to about {fit}, use kv_cache_dtype: fp8, or free memory "
-                 "(gpu_memory_utilization, no draft)")
+    draft_cfg = None
+    if spec and spec.model and spec.method in SPEC_DRAFT_METHODS and ctx.models_dir is not None:
+        draft_cfg = _read_json(ctx.models_dir / spec.model / "config.json")
+    sizes = kv.per_token_with_draft(cfg, draft_cfg, ctx.stack.kv_cache_dtype, ctx.stack.dtype)
+    if sizes is None:
+        return
+    per_token, draft_share = sizes
+    want = ctx.stack.max_model_len
+    bpt = f"{per_token:,} bytes per token" + (f", {draft_share:,} of them the draft's own KV layers"
+                                              if draft_share else "")
+    m = ctx.measured_kv
+    fix_len = "lower max_model_len to {fit}"
+    if m is not None and m.kv_cache_tokens is not None and m.kv_cache_dtype == ctx.stack.kv_cache_dtype:
+        if m.kv_cache_tokens < want:
+            fit = m.kv_cache_tokens // kv.XPU_BLOCK_SIZE * kv.XPU_BLOCK_SIZE
+            yield _f(ctx, "kv-budget", "warning",
+                     f"revision {m.revision} (same model, draft and image) measured a KV pool of "
+                     f"{m.kv_cache_tokens:,} tokens: one {want:,}-token request does not fit, vLLM refuses to start",
+                     fix_len.format(fit=f"{fit:,} or less") + ", or free memory (gpu_memory_utilization, no draft)")
+        return
+    if m is not None and m.available_kv_gib is not None:
+        budget = m.available_kv_gib * kv.GIB
+        source = f"the {m.available_kv_gib:.2f} GiB revision {m.revision} measured for this model, draft and image"
+        verdict = "vLLM refuses to start"
+    else:
+        gib = ctx.node.config.kv_memory_gib
+        if gib is None:
+            return
+        budget = gib * kv.GIB
+        parts = [f"{gib} GiB declared by the node"]
+        if spec and spec.model and ctx.models_dir is not None:
+            weights = sum(p.stat().st_size for p in (ctx.models_dir / spec.model).glob("*")
+                          if p.suffix in (".safetensors", ".bin", ".pt") and p.is_file())
+            budget -= weights
+            parts.append(f"less {weights / kv.GIB:.2f} GiB of draft weights")
+        if ctx.stack.enforce_eager:
+            budget += kv.EAGER_CREDIT_GIB * kv.GIB
+            parts.append(f"plus {kv.EAGER_CREDIT_GIB} GiB for --enforce-eager")
+        source = f"an estimated {budget / kv.GIB:.2f} GiB ({', '.join(parts)})"
+        verdict = "vLLM's own check decides"
+    blocks = -(-want // kv.XPU_BLOCK_SIZE)  # vLLM sizes a request in whole blocks
+    if blocks * kv.XPU_BLOCK_SIZE * per_token <= budget:
+        return
+    fit = kv.fit_tokens(budget, per_token)
+    yield _f(ctx, "kv-budget", "warning",
+             f"one {want:,}-token request needs {kv.gib_needed(want, per_token):.2f} GiB of KV cache ({bpt}), "
+             f"more than {source}: about {fit:,} tokens fit; {verdict}",
+             fix_len.format(fit=f"about {fit // 1024 * 1024}") + ", use kv_cache_dtype: fp8, set enforce_eager: true, "
+             "or free memory (gpu_memory_utilization, no draft)")
 
 
 # ---------------------------------------------------------------- gathered facts

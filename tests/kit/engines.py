@@ -110,7 +110,7 @@ def free_port() -> int:
 def write_stacks(folder: Path, image: str, *, gamma_crashes: bool = False) -> None:
     folder.mkdir(parents=True)
     base: dict[str, Any] = {
-        "image": image, "entrypoint_style": "bash-c",
+        "image": image, "entrypoint_style": "bash-c", "model_family": "qwen3-30b-a3b",
         "model": {"path": "Qwen/Qwen3-30B-A3B-W4A16", "quantization": "compressed-tensors"},
         "served_model_names": ["qwen3-30b-a3b-w4a16"], "dtype": "float16", "max_model_len": 131072,
         "kv_cache_dtype": "fp8", "tool_calling": {"parser": "hermes", "auto_tool_choice": True},

@@ -58,7 +58,8 @@ def write_stacks(folder: Path, image: str) -> None:
     """Small stacks for the deploy tests: healthy ones and one per failure mode."""
     folder.mkdir(parents=True)
     base = {"image": image, "entrypoint_style": "bash-c", "model": {"path": "Qwen/Qwen3-30B-A3B-W4A16",
-            "quantization": "compressed-tensors"}, "served_model_names": ["qwen3-30b-a3b-w4a16", "alias-b"],
+            "quantization": "compressed-tensors"},
+            "model_family": "qwen3-30b-a3b", "served_model_names": ["qwen3-30b-a3b-w4a16", "alias-b"],
             "dtype": "float16", "max_model_len": 131072, "kv_cache_dtype": "fp8",
             "tool_calling": {"parser": "hermes", "auto_tool_choice": True}, "patches": ["marlin-xpu-carveout"],
             "expect": {"attention_backend": "FLASH_ATTN", "kv_cache_dtype": "fp8", "min_kv_tokens": 270000},

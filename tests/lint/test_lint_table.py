@@ -87,6 +87,11 @@ def case_kv(node: Node) -> LintContext:
     return _ctx(_node(node, kv_memory_gib=6.0), "w4a16")
 
 
+def case_production_aliases(node: Node) -> LintContext:
+    # qwen35 as it first shipped: the hybrid behind the 30B's production names.
+    return _ctx(node, "qwen35", served_model_names=["qwen3.5-35b-a3b", "qwen3-30b-a3b-w4a16", "qwen3-30b-tq-256k"])
+
+
 def case_hybrid_prefix(node: Node) -> LintContext:
     return _ctx(node, "qwen35", prefix_caching=True)
 
@@ -161,6 +166,7 @@ CASES: list[tuple[str, str, Callable[[Node], LintContext], str]] = [
     ("suffix-no-arctic", "error", case_suffix, "arctic-inference"),
     ("ngram-concurrency", "warning", case_ngram, "drop speculative"),
     ("kv-budget", "warning", case_kv, "lower max_model_len to about 131072"),
+    ("production-aliases", "warning", case_production_aliases, "served_model_names: [qwen3.5-35b-a3b]"),
     ("hybrid-prefix-caching", "error", case_hybrid_prefix, "prefix_caching: false"),
     ("hybrid-not-eager", "error", case_hybrid_eager, "enforce_eager: true"),
     ("gptq-bfloat16", "error", case_gptq, "dtype: float16"),
@@ -227,3 +233,20 @@ def test_a_stack_that_does_not_load_is_one_finding_with_its_fix_once(node: Node)
     assert finding.id == "stack-invalid" and finding.severity == "error" and not skipped
     assert finding.fix.startswith("use one of: ") and "fix:" not in finding.message
     assert finding.one_line().count("; fix: ") == 1
+
+
+def test_production_aliases_belong_to_the_production_family(node: Node) -> None:
+    [f] = [f for f in lint_stack(case_production_aliases(node)) if f.id == "production-aliases"]
+    assert "qwen3-30b-a3b-w4a16, qwen3-30b-tq-256k of qwen3-30b-a3b" in f.message and "silently" in f.message
+    # No family declared: it may not take them either; its own alias is suggested.
+    [f] = [f for f in lint_stack(_ctx(node, "qwen36", model_family=None,
+                                      served_model_names=["qwen3-30b-tq-256k"])) if f.id == "production-aliases"]
+    assert "no model_family" in f.message and "production alias qwen3-30b-tq-256k" in f.message
+    assert "served_model_names: [qwen3.6-35b-a3b-ct-int4]" in f.fix
+    # The shipped hybrids serve their own alias; every 30B stack may serve the production ones.
+    for name in ("qwen35", "qwen36", "w4a16", "eagle3", "tq-256k"):
+        assert not [f for f in lint_stack(_ctx(node, name)) if f.id == "production-aliases"], name
+    # The node decides which family owns which names.
+    other = _node(node, production=node.config.production.model_copy(update={"model_family": "qwen3.5-35b-a3b"}))
+    assert [f.id for f in lint_stack(_ctx(other, "w4a16")) if f.id == "production-aliases"] == ["production-aliases"]
+    assert not [f for f in lint_stack(_ctx(other, "qwen35")) if f.id == "production-aliases"]

@@ -64,7 +64,8 @@ def real_stacks(lane: Lane, sim_image: str) -> dict[str, dict[str, object]]:
             "smoke": {"tool_call": False, "aliases": True}}
     return {
         "sim-base": {"image": sim_image, "entrypoint_style": "bash-c", "model": {"path": "Qwen/Qwen3-30B-A3B-W4A16",
-                     "quantization": "compressed-tensors"}, "served_model_names": ["qwen3-30b-a3b-w4a16"],
+                     "quantization": "compressed-tensors"},
+                     "model_family": "qwen3-30b-a3b", "served_model_names": ["qwen3-30b-a3b-w4a16"],
                      "dtype": "float16", "max_model_len": 131072, "patches": ["marlin-xpu-carveout"],
                      "env": {"B70SIM_BOOT_SECONDS": "0.5"}, "settle_seconds": 0.5,
                      "smoke": {"completion": {"prompt": "The capital of France is", "expect": "Paris",
