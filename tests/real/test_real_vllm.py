@@ -168,8 +168,9 @@ def test_bench_token_counts_are_the_servers_and_metrics_parse(real_node: SimNode
     assert before is not None and after is not None
     samples = doc["samples"]
     assert len(samples) == 3 and all(s["ok"] for s in samples)
-    for s in samples:  # what the bench counted is what the server's usage said
-        assert s["completion_tokens"] == 8 and s["content_chunks"] == 8, s
+    for s in samples:  # the bench counts tokens by the server's usage, not by chunks:
+        # vLLM holds back a token whose text is not yet whole, so chunks can be fewer
+        assert s["completion_tokens"] == 8 and 1 <= s["content_chunks"] <= 8, s
         assert abs(s["prompt_tokens"] - 256) <= 0.01 * 256, s
     generated = after["vllm:generation_tokens_total"] - before["vllm:generation_tokens_total"]
     # the measured requests, the warm-up and the one-token calibration probes, all counted by vLLM
