@@ -220,8 +220,8 @@ ONE_WORKER = ("tests/actions/test_rolling_engines.py", "tests/actions/test_ssh_n
 
 
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
-    """Like `--dist load` (one test per work unit), except that ONE_WORKER modules and tests
-    marked xdist_group(NAME) go to one worker each. `--dist loadgroup` alone would do the latter,
+    """Like `--dist load` (one test per work unit), except that the ONE_WORKER modules all go to
+    one worker, and tests marked xdist_group(NAME) to one worker per NAME. `--dist loadgroup` alone would do the latter,
     but pytest 9.2 silently broke it (pytest-xdist issue 1386)."""
     from xdist.scheduler import LoadScopeScheduling
 
@@ -230,6 +230,8 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
             if nodeid.rfind("@") > nodeid.rfind("]"):
                 return nodeid.rsplit("@", 1)[-1]
             module = nodeid.split("::", 1)[0]
-            return module if module in ONE_WORKER else nodeid
+            # One scope for all of them: a module per scope could land on another worker, whose
+            # engines then wait for the subnets lock until the first worker's session ends.
+            return "three-engines" if module in ONE_WORKER else nodeid
 
     return Scheduling(config, log)
