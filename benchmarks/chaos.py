@@ -354,6 +354,16 @@ def wait_group(pgid: int, timeout: float) -> float:
     return time.monotonic() - t0
 
 
+def sigint_ignored(pid: int) -> bool:
+    """Whether the process ignores SIGINT (SigIgn in /proc/PID/status): SIG_IGN inherited from
+    a background shell, where Python installs no KeyboardInterrupt handler."""
+    with contextlib.suppress(OSError):
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("SigIgn:"):
+                return bool(int(line.split()[1], 16) & (1 << (signal.SIGINT - 1)))
+    return False  # not on Linux, or gone: cannot tell
+
+
 def journal_steps(state: Path, since: int, at: float) -> tuple[str, list[str]]:
     """The step the run was in at epoch `at` (its last step-start or undo-start before it; "before
     the steps" while the CLI starts, renders, lints and takes the lock) and its events."""
@@ -415,6 +425,8 @@ def run_trial(node: ChaosNode, trial: Trial, typical: float, max_steps: int = 5)
     t0 = time.monotonic()
     time.sleep(max(0.0, delay - (time.monotonic() - t0)))
     exited_before = proc.poll() is not None
+    if trial.sig == signal.SIGINT and not exited_before and sigint_ignored(proc.pid):
+        raise RuntimeError("the switch ignores SIGINT: the SIGINT trial would not be a Ctrl-C")
     t_sig, epoch_sig = time.monotonic(), time.time()
     if not exited_before:
         if trial.sig == signal.SIGINT:
@@ -613,6 +625,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--max-minutes", type=float, default=45, help="stop starting trials after this (default 45)")
     p.add_argument("--json", type=Path, help="write every trial and the summary here")
     args = p.parse_args(argv)
+    # Started in the background by a shell without job control, this process (and so every
+    # switch it starts) would ignore SIGINT, and Python installs no KeyboardInterrupt handler
+    # for an ignored SIGINT: the SIGINT trials would then only reach the `docker compose`
+    # children. A handler (not SIG_IGN) here is reset to the default at exec, so each switch
+    # gets Python's own Ctrl-C handling.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     if args.replay:
         args.seed = args.replay[0]
     if args.seed is None:
