@@ -17,7 +17,7 @@ from ..deploy.verify import readings, remote_readings
 from ..errors import B70Error
 from ..render.draft import ensure_draft_copy
 from ..render.files import COMPOSE_FILE
-from ..state.fsio import file_mode, fsync_dir, write_atomic, write_tree
+from ..state.fsio import file_mode, fsync_dir, sweep_temp, write_atomic, write_tree
 from ..vllmlog.diagnosis import diagnose
 from . import engine
 from .compose import Compose
@@ -68,6 +68,8 @@ def write_deploy_files(deploy_dir: Path, files: Mapping[str, bytes]) -> None:
     for name in deployed_names(deploy_dir):
         if name not in files:
             (deploy_dir / name).unlink()
+    for folder in {(deploy_dir / name).parent for name in files} | {deploy_dir}:
+        sweep_temp(folder, time.time())  # a killed write's temp files (we hold the deploy lock)
     fsync_dir(deploy_dir)
 
 
