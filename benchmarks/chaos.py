@@ -495,6 +495,15 @@ def advice_kind(advice: str) -> str:
     return re.sub(r" \d+$", " N", cmds[0]) if cmds else f"other: {advice[:60]}"
 
 
+STEP_ORDER = ["before the steps", "preflight", "record", "snapshot", "drain", "verify", "activate", "wait-healthy",
+              "check", "commit", "companions"]
+
+
+def step_order(item: tuple[str, int]) -> int:
+    name = item[0].removeprefix("undo ")
+    return STEP_ORDER.index(name) if name in STEP_ORDER else len(STEP_ORDER)
+
+
 def summarize(trials: list[dict[str, Any]]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for sig in [s.name for s in SIGNALS]:
@@ -518,7 +527,7 @@ def summarize(trials: list[dict[str, Any]]) -> dict[str, Any]:
             "trials": len(rows), "agreement": agreed,
             "agreement_pct": round(100.0 * agreed / len(rows), 1) if rows else None,
             "finished_before_signal": sum(t["finished_before_signal"] for t in rows),
-            "advised": advised, "picked": picked, "killed_in": steps,
+            "advised": advised, "picked": picked, "killed_in": dict(sorted(steps.items(), key=step_order)),
             "recovery_seconds": stats([t["recovery_seconds"] for t in rows]),
             "signal_to_agreement": stats([t["signal_to_agreement"] for t in rows if t["agreement"]]),
             "failures": [{"replay": t["replay"], "delay": t["delay"], "killed_in": t["killed_in"],
@@ -532,16 +541,20 @@ def fmt_stats(s: dict[str, float | int]) -> str:
 
 
 def table(summary: dict[str, Any]) -> str:
-    lines = ["| signal | trials | recovered to agreement | status advised | resume/rollback picked | "
-             "recovery: status + advised commands, s, median (min–max) | signal → agreement, s |",
-             "|---|---:|---:|---|---|---:|---:|"]
+    lines = ["| signal | trials | landed mid-switch (in step ×n) | recovered to agreement | status advised (count) | "
+             "resume / rollback picked | recovery: status + advised commands, s, median (min–max) | "
+             "signal → agreement, s |",
+             "|---|---:|---|---:|---|---|---:|---:|"]
     for sig, s in summary.items():
         if not s["trials"]:
             continue
         adv = ", ".join(f"{k} ×{v}" for k, v in sorted(s["advised"].items(), key=lambda kv: -kv[1]))
         pick = ", ".join(f"{k} ×{v}" for k, v in sorted(s["picked"].items())) or "–"
-        lines.append(f"| {sig} | {s['trials']} | {s['agreement']} ({s['agreement_pct']:g} %) | {adv} | {pick} | "
-                     f"{fmt_stats(s['recovery_seconds'])} | {fmt_stats(s['signal_to_agreement'])} |")
+        mid = s["trials"] - s["finished_before_signal"]
+        where = ", ".join(f"{k} ×{v}" for k, v in s["killed_in"].items() if k != "finished before the signal")
+        lines.append(f"| {sig} | {s['trials']} | {mid} ({where}) | {s['agreement']} ({s['agreement_pct']:g} %) | "
+                     f"{adv} | {pick} | {fmt_stats(s['recovery_seconds'])} | "
+                     f"{fmt_stats(s['signal_to_agreement'])} |")
     return "\n".join(lines)
 
 
@@ -624,7 +637,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--boot", type=float, default=0.6, help="sim boot delay, B70SIM_BOOT_SECONDS (default 0.6)")
     p.add_argument("--max-minutes", type=float, default=45, help="stop starting trials after this (default 45)")
     p.add_argument("--json", type=Path, help="write every trial and the summary here")
+    p.add_argument("--table", type=Path, metavar="JSON", help="print the table of an earlier results file, and exit")
     args = p.parse_args(argv)
+    if args.table:
+        print(table(summarize(json.loads(args.table.read_text())["trials"])))
+        return 0
     # Started in the background by a shell without job control, this process (and so every
     # switch it starts) would ignore SIGINT, and Python installs no KeyboardInterrupt handler
     # for an ignored SIGINT: the SIGINT trials would then only reach the `docker compose`
