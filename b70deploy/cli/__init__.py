@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 import signal
 import sys
-from typing import Any
+from typing import Any, NoReturn
 
 import click
 
@@ -36,7 +36,9 @@ def _main(argv: list[str] | None) -> None:
     except B70Error as e:
         click.echo(f"error: {e}", err=True)
         sys.exit(e.exit_code)
-    except click.exceptions.Abort:
+    except click.exceptions.Abort as e:
+        if isinstance(e.__cause__, KeyboardInterrupt):  # click wraps Ctrl-C and SIGTERM in Abort
+            _interrupted(e.__cause__)
         click.echo("aborted", err=True)
         sys.exit(EXIT_FAILED)
     except click.ClickException as e:
@@ -52,6 +54,10 @@ def _main(argv: list[str] | None) -> None:
         sys.exit(EXIT_BAD_INPUT if isinstance(e, PermissionError | FileNotFoundError | NotADirectoryError)
                  else EXIT_FAILED)
     except KeyboardInterrupt as e:
-        click.echo("terminated" if isinstance(e, Terminated) else "interrupted", err=True)
-        sys.exit(143 if isinstance(e, Terminated) else 130)
+        _interrupted(e)
     sys.exit(rc if isinstance(rc, int) else 0)
+
+
+def _interrupted(e: KeyboardInterrupt) -> NoReturn:
+    click.echo("terminated" if isinstance(e, Terminated) else "interrupted", err=True)
+    sys.exit(143 if isinstance(e, Terminated) else 130)

@@ -110,31 +110,35 @@ class Runner(Generic[S]):
         """Run `steps`; `done` are steps an interrupted run had completed (for compensation)."""
         completed: list[Step[S]] = list(done)
         for step in steps:
-            self.fault("before", step.name)
-            if self.on_step is not None:
-                self.on_step(step.name)
-            self.journal.append(self.run_id, "step-start", step=step.name)
-            self.reporter.phase(step.name, step.summary)
+            started = False  # an interrupt can land between two steps too (a hook, a journal line)
             t0 = time.monotonic()
             try:
+                self.fault("before", step.name)
+                if self.on_step is not None:
+                    self.on_step(step.name)
+                self.journal.append(self.run_id, "step-start", step=step.name)
+                started = True
+                self.reporter.phase(step.name, step.summary)
                 step.action(state)
                 self.fault("during", step.name)
+                self.timings[step.name] = round(time.monotonic() - t0, 3)
+                self.journal.append(self.run_id, "step-done", step=step.name, seconds=self.timings[step.name])
+                completed.append(step)
+                started = False
+                self.fault("after", step.name)
             except Killed:
                 raise
             except BaseException as exc:
-                self.timings[step.name] = round(time.monotonic() - t0, 3)
-                self.journal.append(self.run_id, "step-failed", step=step.name, error=str(exc)[:2000])
+                if started:
+                    self.timings[step.name] = round(time.monotonic() - t0, 3)
+                    self.journal.append(self.run_id, "step-failed", step=step.name, error=str(exc)[:2000])
                 failure = StepFailed(step.name, exc)
-                if compensate:
-                    failure.undo_errors = self.compensate([*completed, step], state)
+                if compensate:  # the step's own compensation only if it started: it may be half done
+                    failure.undo_errors = self.compensate([*completed, *([step] if started else [])], state)
                     failure.compensated = True
                 self.journal.append(self.run_id, "run-failed", step=step.name, error=str(exc)[:2000],
                                     compensated=compensate)
                 raise failure from exc
-            self.timings[step.name] = round(time.monotonic() - t0, 3)
-            self.journal.append(self.run_id, "step-done", step=step.name, seconds=self.timings[step.name])
-            completed.append(step)
-            self.fault("after", step.name)
         self.journal.append(self.run_id, "run-ok")
 
     def compensate(self, completed: Sequence[Step[S]], state: S) -> list[str]:

@@ -14,10 +14,10 @@ from typing import TYPE_CHECKING, Any
 from ..deploy.health import probe_health, wait_healthy
 from ..deploy.smoke import run_smoke, served_version
 from ..deploy.verify import readings, remote_readings
-from ..errors import B70Error
+from ..errors import B70Error, OperationError
 from ..render.draft import ensure_draft_copy
 from ..render.files import COMPOSE_FILE
-from ..state.fsio import file_mode, fsync_dir, write_atomic, write_tree
+from ..state.fsio import file_mode, fsync_dir, sweep_temp, write_atomic, write_tree
 from ..vllmlog.diagnosis import diagnose
 from . import engine
 from .compose import Compose
@@ -68,7 +68,12 @@ def write_deploy_files(deploy_dir: Path, files: Mapping[str, bytes]) -> None:
     for name in deployed_names(deploy_dir):
         if name not in files:
             (deploy_dir / name).unlink()
+    for folder in {(deploy_dir / name).parent for name in files} | {deploy_dir}:
+        sweep_temp(folder, time.time())  # a killed write's temp files (we hold the deploy lock)
     fsync_dir(deploy_dir)
+
+
+NAME_CONFLICT = "Conflict. The container name"
 
 
 @dataclass(frozen=True)
@@ -110,10 +115,19 @@ class DockerNode:
     def compose_config(self, files: Mapping[str, bytes]) -> tuple[dict[str, Any] | None, str | None]:
         return compose_config(files, self.project)
 
-    def up(self, services: Sequence[str], *, recreate: bool = True) -> None:
-        for service in services:
-            engine.remove_strays(self.project, service)
-        run(self.compose.up(services, recreate=recreate), timeout=300)
+    def up(self, services: Sequence[str], *, recreate: bool = True, tries: int = 3) -> None:
+        for attempt in range(1, tries + 1):
+            for service in services:
+                engine.remove_strays(self.project, service)
+            try:
+                run(self.compose.up(services, recreate=recreate), timeout=300)
+                return
+            except OperationError as e:
+                # An interrupted `up` was killed, but the daemon may still be creating its
+                # replacement `<old id>_<project>-<service>-1` after the sweep above looked.
+                if NAME_CONFLICT not in str(e) or attempt == tries:
+                    raise
+                time.sleep(1.0)
 
     def stop(self, services: Sequence[str]) -> None:
         run(self.compose.stop(services), timeout=120)

@@ -47,6 +47,20 @@ def write_atomic(path: Path, data: bytes, *, mode: int = 0o644) -> None:
     fsync_dir(path.parent)
 
 
+def sweep_temp(folder: Path, older_than: float) -> list[str]:
+    """Remove write_atomic's `.NAME.*.tmp` files in `folder` older than `older_than` (epoch):
+    what a writer killed between writing and renaming left. Returns their names."""
+    gone = []
+    with contextlib.suppress(FileNotFoundError):
+        for p in folder.iterdir():
+            with contextlib.suppress(FileNotFoundError):
+                if p.name.startswith(".") and p.name.endswith(".tmp") and p.is_file() \
+                        and p.lstat().st_mtime < older_than:
+                    p.unlink()
+                    gone.append(p.name)
+    return gone
+
+
 def write_tree(root: Path, files: Mapping[str, bytes], modes: Mapping[str, int] | None = None) -> None:
     """Write each file of `files` (relative names) under `root`, each atomically, with the mode
     `modes` gives it, else `file_mode`'s."""

@@ -21,7 +21,8 @@ import filelock
 import psutil
 
 from ..errors import OperationError
-from .fsio import write_atomic
+from .fsio import sweep_temp, write_atomic
+from .revisions import RevisionStore
 from .stamps import now_iso, whoami
 
 
@@ -71,6 +72,7 @@ class DeployLock:
         self.take_stale = take_stale
         self._lock = filelock.FileLock(str(state_dir / "lock"))
         self.taken_over: Holder | None = None
+        self.swept: list[str] = []  # what a killed run left in the state dir, removed on acquire
 
     def read_holder(self) -> Holder | None:
         try:
@@ -99,6 +101,9 @@ class DeployLock:
                 self._lock.release()
                 raise StaleLock(stale)
             self.taken_over = stale
+        # Every writer of the state dir holds this lock: temp files and half-made revision
+        # folders older than now were left by a killed run (SIGKILL runs no cleanup).
+        self.swept = [*RevisionStore(self.dir).sweep(time.time()), *sweep_temp(self.dir, time.time())]
         self.set_step("")
         return self
 

@@ -243,6 +243,27 @@ class RevisionStore:
             self._write_index([e for e in entries if e["number"] not in set(doomed)])
         return doomed
 
+    def sweep(self, older_than: float) -> list[str]:
+        """Remove what a killed writer left (`.new-*` and `.trash-*` folders, `.*.tmp` files of
+        write_atomic, here and in each revision folder), if older than `older_than` (epoch: when
+        the caller took the deploy lock), so an index rebuild running beside us keeps its file."""
+        if not self.root.is_dir():
+            return []
+        gone: list[str] = []
+        folders = [self.root, *(p for p in self.root.iterdir() if p.is_dir() and p.name.isdigit())]
+        for folder in folders:
+            for p in folder.iterdir():
+                leftover = (p.name.startswith((".new-", ".trash-")) and folder == self.root and p.is_dir()) or \
+                    (p.name.startswith(".") and p.name.endswith(".tmp") and p.is_file())
+                with contextlib.suppress(FileNotFoundError):
+                    if leftover and p.lstat().st_mtime < older_than:
+                        if p.is_dir():
+                            shutil.rmtree(p)
+                        else:
+                            p.unlink()
+                        gone.append(p.relative_to(self.root).as_posix())
+        return gone
+
     def _upsert_index(self, rev: Revision) -> None:
         entries = [e for e in self.index() if e["number"] != rev.number]
         entries.append(rev.summary())

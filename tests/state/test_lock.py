@@ -78,3 +78,29 @@ def test_unlock_clears_only_a_stale_lock(tmp_path: Path) -> None:
     holder = clear_stale(tmp_path)
     assert holder is not None and holder.pid == proc.pid
     assert clear_stale(tmp_path) is None
+
+
+def test_taking_the_lock_sweeps_what_a_killed_run_left(tmp_path: Path) -> None:
+    """benchmarks/chaos.py found it: a SIGKILL between write_atomic's write and its rename left
+    `state/revisions/.index.json.*.tmp` for good (and a kill in `record` a `.new-NNNNNN-*`
+    folder). Every writer of the state dir holds the lock, so the next one to take it removes
+    them; a temp file newer than the taking (an index rebuild by `status` beside us) stays."""
+    revs = tmp_path / "revisions"
+    (revs / "000001").mkdir(parents=True)
+    (revs / "000001" / "meta.json").write_text("{}")
+    old = [revs / ".new-000002-abcd", revs / ".trash-000001x", revs / ".index.json.k2j3.tmp",
+           revs / "000001" / ".status.json.q1w2.tmp", tmp_path / ".lock.json.e4r5.tmp"]
+    for p in old:
+        if p.name.endswith(".tmp"):
+            p.write_bytes(b"half")
+        else:
+            (p / "files").mkdir(parents=True)
+    fresh = revs / ".current.z9x8.tmp"
+    fresh.write_bytes(b"being written")
+    os.utime(fresh, (time.time() + 60, time.time() + 60))
+    lock = DeployLock(tmp_path, "switch a").acquire()
+    lock.release()
+    assert [p for p in old if p.exists()] == []
+    assert fresh.exists() and (revs / "000001" / "meta.json").exists()
+    assert sorted(lock.swept) == sorted([".new-000002-abcd", ".trash-000001x", ".index.json.k2j3.tmp",
+                                         "000001/.status.json.q1w2.tmp", ".lock.json.e4r5.tmp"])
