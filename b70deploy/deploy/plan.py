@@ -1,6 +1,6 @@
 """What one switch or rollback will do, as immutable data: built before anything stops.
 
-A `DeployPlan` is the node's facts the steps need (project, companions, timeouts), the
+A `DeployPlan` is the node facts the steps need (companions, timeouts), the
 stack, the exact bytes to write and the image they are pinned to, and what preflight found.
 The steps never re-read the node config or the catalogue: everything they decide on is here.
 """
@@ -8,7 +8,7 @@ The steps never re-read the node config or the catalogue: everything they decide
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Literal
 
@@ -50,7 +50,3 @@ class DeployPlan:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "files", MappingProxyType(dict(self.files)))
-
-    def with_options(self, *, auto_rollback: bool | None = None, timeouts: Timeouts | None = None) -> DeployPlan:
-        return replace(self, auto_rollback=self.auto_rollback if auto_rollback is None else auto_rollback,
-                       timeouts=timeouts or self.timeouts)
