@@ -55,7 +55,7 @@ import time
 import urllib.error
 import urllib.request
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -64,6 +64,8 @@ import yaml
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+from switch_bench import sigterm_as_interrupt  # noqa: E402  (benchmarks/ is on sys.path)
+
 from b70deploy.sim.box import write_models  # noqa: E402
 
 SIGNALS = (signal.SIGKILL, signal.SIGTERM, signal.SIGINT)
@@ -569,18 +571,6 @@ def measure_typical(node: ChaosNode, runs: int) -> tuple[float, list[float]]:
             raise RuntimeError(f"clean switch {stack} exited {r.returncode}:\n{r.stdout}\n{r.stderr}")
         log(f"clean switch {i + 1}/{runs} to {stack}: {walls[-1]:.2f} s")
     return statistics.median(walls), walls
-
-
-@contextlib.contextmanager
-def sigterm_as_interrupt() -> Iterator[None]:
-    def handler(signum: int, frame: object) -> None:
-        raise KeyboardInterrupt
-
-    old = signal.signal(signal.SIGTERM, handler)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, old)
 
 
 def run(args: argparse.Namespace, result: dict[str, Any]) -> None:

@@ -38,6 +38,7 @@ from b70deploy.sim.image import (
     PASSWD,
     Entry,
     busybox_applets,
+    dirs_for,
     hash_entries,
     parse_ldd,
     write_tar,
@@ -155,13 +156,7 @@ def entries_for(venv: Path, info: dict[str, str]) -> list[Entry]:
         entries.append(Entry("/lib64/ld-linux-x86-64.so.2", "file",
                              source=Path("/lib64/ld-linux-x86-64.so.2").resolve(), mode=0o755))
     names = {e.name for e in entries}
-    dirs: set[str] = set()
-    for name in names:
-        parent = os.path.dirname(name)
-        while parent not in ("/", ""):
-            dirs.add(parent)
-            parent = os.path.dirname(parent)
-    return [Entry(d, "dir", mode=0o755) for d in sorted(dirs - names)] + entries
+    return [d for d in dirs_for(names) if d.name not in names] + entries
 
 
 def inputs_hash(entries: list[Entry], changes: list[str]) -> str:

@@ -156,7 +156,8 @@ def busybox_applets() -> list[str]:
 # ---------------------------------------------------------------- rootfs entries
 
 
-def _dirs_for(names: Iterable[str]) -> list[Entry]:
+def dirs_for(names: Iterable[str]) -> list[Entry]:
+    """Folder entries for every parent of `names` (a tar needs them before their files)."""
     dirs: set[str] = set()
     for name in names:
         parent = os.path.dirname(name)
@@ -295,7 +296,7 @@ def image_config(variant: Variant, inputs: str) -> list[str]:
 def all_entries(variant: Variant, base: list[Entry], py: HostPython) -> list[Entry]:
     files = base + variant_entries(variant, py)
     explicit_dirs = {e.name for e in files if e.kind == "dir"}
-    implied = [d for d in _dirs_for(e.name for e in files) if d.name not in explicit_dirs]
+    implied = [d for d in dirs_for(e.name for e in files) if d.name not in explicit_dirs]
     return implied + files
 
 

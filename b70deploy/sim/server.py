@@ -860,7 +860,9 @@ class Engine:
                 return
             rate = self.knobs.spec_accept_rate
             if self.draft_max_positions is not None and prompt_tokens > self.draft_max_positions:
-                rate = 0.0  # the draft's RoPE is garbage past its positions: every draft is rejected
+                # The field report (2026-07-06 follow-up): acceptance is exactly zero once the prompt
+                # crosses the draft config's max_position_embeddings (2048): every draft is rejected.
+                rate = 0.0
             steps = spec_step_counts(completion_tokens, k, rate)
             self.drafts += len(steps)
             self.draft_tokens += k * len(steps)
