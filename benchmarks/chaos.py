@@ -67,6 +67,7 @@ sys.path.insert(0, str(REPO))
 from switch_bench import sigterm_as_interrupt  # noqa: E402  (benchmarks/ is on sys.path)
 
 from b70deploy.sim.box import write_models  # noqa: E402
+from b70deploy.sim.image import TAGS as SIM_TAGS  # noqa: E402
 
 SIGNALS = (signal.SIGKILL, signal.SIGTERM, signal.SIGINT)
 STACKS = {  # name -> (served names, max_model_len): what /v1/models tells apart
@@ -154,7 +155,7 @@ class ChaosNode:
                            env=self.env(), timeout=900, check=False)
         if r.returncode != 0:
             raise RuntimeError(f"sim build failed:\n{r.stdout}\n{r.stderr}")
-        docker("tag", "b70sim/vllm:bash-c", self.tag)  # our own copy: other work may rebuild the shared tag
+        docker("tag", SIM_TAGS["bash-c"], self.tag)  # our own copy: other work may rebuild the shared tag
         write_models(self.root / "models")
         self.write_stacks()
         self.prod = free_port()

@@ -35,6 +35,8 @@ from pathlib import Path
 
 import numpy as np
 
+from b70deploy.sim.image import TAGS as SIM_TAGS
+
 HERE = Path(__file__).resolve().parent
 BOOTS_FILE = HERE / "rolling_boots.json"
 PLOT_FILE = HERE / "rolling_sim.png"
@@ -57,7 +59,7 @@ def _health(port: int) -> int | None:
         return None
 
 
-def measure(n: int, image: str = "b70sim/vllm:bash-c") -> dict[str, list[float]]:
+def measure(n: int, image: str = SIM_TAGS["bash-c"]) -> dict[str, list[float]]:
     """n real sim boots: seconds from docker run to /health 200, and the drain (docker stop)."""
     boots, stops = [], []
     for i in range(n):

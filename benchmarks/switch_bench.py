@@ -43,6 +43,8 @@ from typing import Any
 
 import yaml
 
+from b70deploy.sim.image import TAGS as SIM_TAGS
+
 REPO = Path(__file__).resolve().parents[1]
 READY_MARK = "Starting vLLM"  # "Starting vLLM server on http://..." / "Starting vLLM API server 0 on http://..."
 HEALTH_URL = "http://127.0.0.1:8000/health"  # inside the container
@@ -193,7 +195,7 @@ class Bench:
         self.projects = [self.project, f"{self.project}-dark"]
         self.tags = {"bash-c": f"b70bench-{self.suffix}/vllm:bash-c"}
         for variant, tag in self.tags.items():
-            docker("tag", f"b70sim/vllm:{variant}", tag)
+            docker("tag", SIM_TAGS[variant], tag)
         write_models(self.root / "models")
         self.write_stacks()
         cfg = {

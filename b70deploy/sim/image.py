@@ -40,7 +40,9 @@ from ..errors import OperationError
 from . import server as server_mod
 from .vllm_tree import VARIANTS, Variant, vllm_files
 
-REPO = "b70sim/vllm"
+# B70SIM_REPO: a checkout of its own on a shared engine (parallel work trees would rebuild each
+# other's images under one tag).
+REPO = os.environ.get("B70SIM_REPO", "b70sim/vllm")
 TAGS = {v.name: f"{REPO}:{v.name}" for v in VARIANTS}
 LABEL_INPUTS = "b70sim.inputs"
 LABEL_VARIANT = "b70sim.variant"

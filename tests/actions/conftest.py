@@ -27,6 +27,7 @@ from kit.sshd import stop as stop_sshd
 from simkit import unavailable
 
 from b70deploy.sim.box import write_models
+from b70deploy.sim.image import TAGS as SIM_TAGS
 
 
 @pytest.fixture
@@ -116,7 +117,7 @@ def fleet(engines: list[Engine], tmp_path: Path) -> Iterator[Fleet]:
         "project": project, "deploy_dir": str(tmp_path / "deploy"), "state_dir": str(tmp_path / "state"),
         "stacks_dir": str(tmp_path / "stacks"), "models_dir": str(tmp_path / "models"), "device_dir": None,
         "bind_address": "127.0.0.1", "load_threshold": 1000,
-        "image_map": {"intel/vllm:latest": "b70sim/vllm:bash-c"},
+        "image_map": {"intel/vllm:latest": SIM_TAGS["bash-c"]},
         "stack_overlay": {"env": {"B70SIM_BOOT_SECONDS": "1.0"}, "settle_seconds": 0.5},
         "timeouts": {"health": 40, "rollback": 40, "poll_interval": 0.2},
         "nodes": nodes,

@@ -13,6 +13,8 @@ import requests
 from kit.simnode import SimNode, docker
 from simkit import CLI, cli_env
 
+from b70deploy.sim.image import TAGS as SIM_TAGS
+
 pytestmark = pytest.mark.docker
 
 
@@ -112,7 +114,7 @@ def test_rollback_by_stack_restores_exact_bytes_pinned_to_the_image_that_ran(nod
     ran = node.running_image()
     node.cli("switch", "beta", "--yes", check=True)
     # The tag moves to another image: a rollback must still run the image that ran alpha.
-    docker("tag", "b70sim/vllm:bash-c-drift", node.tags["bash-c"])
+    docker("tag", SIM_TAGS["bash-c-drift"], node.tags["bash-c"])
     assert docker("image", "inspect", "-f", "{{.Id}}", node.tags["bash-c"]).stdout.strip() != ran
     r = node.cli("rollback", "alpha", "--yes", check=True)
     assert "node on revision 3 (alpha)" in r.stdout

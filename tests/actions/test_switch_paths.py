@@ -9,6 +9,8 @@ import json
 import yaml
 from kit.simnode import SimNode, docker
 
+from b70deploy.sim.image import TAGS as SIM_TAGS
+
 
 def serves(node: SimNode) -> str | None:
     ids = docker("ps", "-q", "--filter", f"label=com.docker.compose.project={node.project}",
@@ -81,7 +83,7 @@ def test_no_auto_rollback_leaves_the_failed_stack_and_status_names_the_fix(node:
 def test_patch_drift_stops_the_switch_before_anything_stops(node: SimNode) -> None:
     node.cli("switch", "alpha", "--yes", check=True)
     before = {p.name: p.read_bytes() for p in node.deploy.iterdir() if p.is_file()}
-    docker("tag", "b70sim/vllm:bash-c-drift", f"{node.project}/vllm:drift")
+    docker("tag", SIM_TAGS["bash-c-drift"], f"{node.project}/vllm:drift")
     try:
         set_config(node, image_map={"intel/vllm:drift": f"{node.project}/vllm:drift"})
         add_stack(node, "drifted", {"extends": "alpha", "image": "intel/vllm:drift"})

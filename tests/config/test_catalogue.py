@@ -15,6 +15,7 @@ from b70deploy.config.node import load_node
 from b70deploy.config.resources import data_dir
 from b70deploy.errors import UserError
 from b70deploy.render.vllm_args import container_command, speculative_json
+from b70deploy.sim.image import TAGS as SIM_TAGS
 
 
 @pytest.fixture(scope="module")
@@ -247,12 +248,12 @@ def test_overlay_error_names_the_node_config(scratch: Scratch) -> None:
 def test_overlay_applies_to_every_stack(scratch: Scratch) -> None:
     scratch.copy_shipped()
     cfg = scratch.write_config({"stack_overlay": {"gpu_memory_utilization": 0.9, "env": {"ZE_AFFINITY_MASK": "0"}},
-                                "image_map": {"intel/vllm:latest": "b70sim/vllm:bash-c"}})
+                                "image_map": {"intel/vllm:latest": SIM_TAGS["bash-c"]}})
     cat = load_node(str(cfg)).catalogue()
     for stack in cat.load_all():
         assert stack.gpu_memory_utilization == 0.9
         assert stack.env["ZE_AFFINITY_MASK"] == "0"
-    assert cat.load("eagle3").image == "b70sim/vllm:bash-c"
+    assert cat.load("eagle3").image == SIM_TAGS["bash-c"]
     assert cat.load("tq-256k").image == "vllm-xpu:0.19.0-tr5"
 
 

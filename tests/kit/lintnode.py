@@ -9,9 +9,11 @@ from pathlib import Path
 import yaml
 from simkit import unique
 
-SIM_BASH_C = "b70sim/vllm:bash-c"
-SIM_SERVE = "b70sim/vllm:serve"
-SIM_DRIFT = "b70sim/vllm:bash-c-drift"
+from b70deploy.sim.image import TAGS as SIM_TAGS
+
+SIM_BASH_C = SIM_TAGS["bash-c"]
+SIM_SERVE = SIM_TAGS["serve"]
+SIM_DRIFT = SIM_TAGS["bash-c-drift"]
 
 
 

@@ -17,6 +17,7 @@ from b70deploy.actions.prepare import prepare_deploy, switch_view
 from b70deploy.config.node import load_node
 from b70deploy.render.files import COMPOSE_FILE, DOTENV_FILE
 from b70deploy.sim.box import write_models
+from b70deploy.sim.image import TAGS as SIM_TAGS
 
 DRAFT_COPY = "/models/Qwen/Qwen3-30B-A3B-EAGLE3.b70-mpe262144"
 
@@ -62,5 +63,5 @@ def test_with_the_image_render_is_exactly_what_a_switch_writes(tmp_path: Path) -
     assert "marlin_utils.py" in mounts and DRAFT_COPY in json.dumps(vllm["command"])
     res = run_cli(None, "--config", str(node_path), "render", "eagle3", in_process=True)
     assert res.returncode == 0 and "not resolved" not in res.stderr, res.stderr
-    assert "note: image: b70sim/vllm:bash-c pinned to sha256:" in res.stderr
+    assert f"note: image: {SIM_TAGS['bash-c']} pinned to sha256:" in res.stderr
     assert "# ---- patches/" in res.stdout

@@ -39,7 +39,7 @@ def test_entrypoint_shapes() -> None:
         in bash_c
     assert 'ENTRYPOINT ["vllm", "serve"]' in image.image_config(by_name["serve"], "h")
     assert "LABEL b70sim.inputs=h" in bash_c
-    assert set(image.TAGS.values()) == {"b70sim/vllm:bash-c", "b70sim/vllm:serve", "b70sim/vllm:bash-c-drift"}
+    assert set(image.TAGS.values()) == {f"{image.REPO}:{n}" for n in ("bash-c", "serve", "bash-c-drift")}
 
 
 def test_vllm_tree_marlin_check_and_drift() -> None:
