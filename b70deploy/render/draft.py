@@ -59,6 +59,15 @@ def copy_name(draft_rel: str, n: int) -> str:
     return f"{draft_rel.rstrip('/')}.b70-mpe{n}"
 
 
+_COPY = re.compile(r"^(?P<draft>.+)\.b70-mpe(?P<n>[1-9][0-9]{0,7})$")
+
+
+def copy_origin(name: str) -> tuple[str, int] | None:
+    """The inverse of copy_name: (draft_rel, n) for a copy's name, else None."""
+    m = _COPY.match(name)
+    return (m.group("draft"), int(m.group("n"))) if m else None
+
+
 def _edit_config(text: str, n: int) -> str:
     """Change only the one value, keeping the file's formatting when the key occurs once."""
     pat = re.compile(rf'("{FIELD}"\s*:\s*)(-?\d+)')

@@ -1,19 +1,75 @@
-"""The `vllm serve` argument list for a stack (pure: no files, no Docker)."""
+"""The `vllm serve` argument list for a stack, and back (pure: no files, no Docker).
+
+One table, FLAGS, says which stack key becomes which flag; `serve_flags` reads it to render a
+stack, `parse_serve_args` reads it to turn a hand-written command back into stack keys.
+"""
 
 from __future__ import annotations
 
 import json
-from typing import Any
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
 
 from ..config.schema import Stack
 
 CONTAINER_PORT = 8000
 CONTAINER_MODELS = "/models"
 MODEL_REF = "${VLLM_MODEL}"  # interpolated by Compose from .env (the post's pitfall 2)
+SPEC_FLAG = "--speculative-config"
+MODEL_FLAG = "--model"
+_NUMBER = re.compile(r"^-\d")
+
+Kind = Literal["names", "fixed", "value", "toggle", "switch", "speculative"]
+
+
+@dataclass(frozen=True)
+class Flag:
+    """One `vllm serve` flag and the stack key it renders from (dotted: tool_calling.parser).
+
+    names: the flag then every value (nargs="+"); fixed: always `fixed`, no stack key;
+    value: the flag and str(value), left out when None or `skip`; toggle: the flag when true,
+    `off` when false; switch: the flag when true, nothing when false; speculative: the JSON.
+    """
+
+    flag: str
+    kind: Kind
+    key: str = ""
+    skip: object = None
+    off: str = ""
+    fixed: str = ""
+    parse: Callable[[str], Any] = str
+
+
+FLAGS: tuple[Flag, ...] = (
+    Flag("--served-model-name", "names", "served_model_names"),
+    Flag("--host", "fixed", fixed="0.0.0.0"),
+    Flag("--port", "fixed", fixed=str(CONTAINER_PORT)),
+    Flag("--dtype", "value", "dtype", skip="auto"),
+    Flag("--max-model-len", "value", "max_model_len", parse=int),
+    Flag("--kv-cache-dtype", "value", "kv_cache_dtype", skip="auto"),
+    Flag("--gpu-memory-utilization", "value", "gpu_memory_utilization", parse=float),
+    Flag("--enable-prefix-caching", "toggle", "prefix_caching", off="--no-enable-prefix-caching"),
+    Flag("--enforce-eager", "switch", "enforce_eager"),
+    Flag("--attention-backend", "value", "attention_backend"),
+    Flag("--max-num-seqs", "value", "max_num_seqs", parse=int),
+    Flag("--max-num-batched-tokens", "value", "max_num_batched_tokens", parse=int),
+    Flag("--tool-call-parser", "value", "tool_calling.parser"),
+    Flag("--enable-auto-tool-choice", "switch", "tool_calling.auto_tool_choice"),
+    Flag(SPEC_FLAG, "speculative", "speculative"),
+)
 
 
 def container_model_path(rel: str) -> str:
     return f"{CONTAINER_MODELS}/{rel}"
+
+
+def model_rel_path(path: str) -> str | None:
+    """The inverse of container_model_path: `rel` for /models/rel, else None."""
+    prefix = f"{CONTAINER_MODELS}/"
+    rel = path[len(prefix):].strip("/") if path.startswith(prefix) else ""
+    return rel or None
 
 
 def speculative_json(stack: Stack, *, draft_path: str | None = None) -> str | None:
@@ -34,33 +90,36 @@ def speculative_json(stack: Stack, *, draft_path: str | None = None) -> str | No
     return json.dumps(conf, sort_keys=True, separators=(",", ":"))
 
 
+def _value(stack: Stack, key: str) -> Any:
+    value: Any = stack
+    for part in key.split("."):
+        value = getattr(value, part)
+    return value
+
+
+def _text(value: object) -> str:
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
 def serve_flags(stack: Stack, *, draft_path: str | None = None) -> list[str]:
-    """Every flag after the model argument."""
-    args: list[str] = ["--served-model-name", *stack.served_model_names,
-                       "--host", "0.0.0.0", "--port", str(CONTAINER_PORT)]
-    if stack.dtype != "auto":
-        args += ["--dtype", stack.dtype]
-    args += ["--max-model-len", str(stack.max_model_len)]
-    if stack.kv_cache_dtype != "auto":
-        args += ["--kv-cache-dtype", stack.kv_cache_dtype]
-    if stack.gpu_memory_utilization is not None:
-        args += ["--gpu-memory-utilization", f"{stack.gpu_memory_utilization:g}"]
-    args.append("--enable-prefix-caching" if stack.prefix_caching else "--no-enable-prefix-caching")
-    if stack.enforce_eager:
-        args.append("--enforce-eager")
-    if stack.attention_backend:
-        args += ["--attention-backend", stack.attention_backend]
-    if stack.max_num_seqs is not None:
-        args += ["--max-num-seqs", str(stack.max_num_seqs)]
-    if stack.max_num_batched_tokens is not None:
-        args += ["--max-num-batched-tokens", str(stack.max_num_batched_tokens)]
-    if stack.tool_calling.parser:
-        args += ["--tool-call-parser", stack.tool_calling.parser]
-    if stack.tool_calling.auto_tool_choice:
-        args.append("--enable-auto-tool-choice")
-    spec = speculative_json(stack, draft_path=draft_path)
-    if spec is not None:
-        args += ["--speculative-config", spec]
+    """Every flag after the model argument: FLAGS in order, then extra_args verbatim."""
+    args: list[str] = []
+    for f in FLAGS:
+        if f.kind == "fixed":
+            args += [f.flag, f.fixed]
+        elif f.kind == "speculative":
+            spec = speculative_json(stack, draft_path=draft_path)
+            args += [] if spec is None else [f.flag, spec]
+        else:
+            value = _value(stack, f.key)
+            if f.kind == "names":
+                args += [f.flag, *value]
+            elif f.kind == "toggle":
+                args.append(f.flag if value else f.off)
+            elif f.kind == "switch":
+                args += [f.flag] if value else []
+            elif value is not None and value != f.skip:
+                args += [f.flag, _text(value)]
     return args + list(stack.extra_args)
 
 
@@ -72,3 +131,108 @@ def container_command(stack: Stack, *, model: str = MODEL_REF, draft_path: str |
     """
     head = ["vllm", "serve"] if stack.entrypoint_style == "bash-c" else []
     return [*head, model, *serve_flags(stack, draft_path=draft_path)]
+
+
+# ---------------------------------------------------------------- back: argv -> stack keys
+
+
+@dataclass
+class ParsedServe:
+    """A `vllm serve` argv (after `vllm serve`) read through FLAGS.
+
+    values: stack key -> value (dotted keys; speculative is the JSON text); raw: the same
+    key -> its tokens as written; fixed: the host/port flags the stack always renders itself;
+    extra: every other token, in order.
+    """
+
+    model: str | None = None
+    values: dict[str, Any] = field(default_factory=dict)
+    raw: dict[str, list[str]] = field(default_factory=dict)
+    fixed: dict[str, str] = field(default_factory=dict)
+    extra: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+
+def _is_flag(token: str) -> bool:
+    return token.startswith("-") and not _NUMBER.match(token)
+
+
+def _flag_name(token: str) -> tuple[str, str | None]:
+    """(normalized flag, inline value). vLLM reads --max_model_len as --max-model-len (vllm/utils.py,
+    FlexibleArgumentParser.parse_known_args: underscores in a long option's name become dashes)."""
+    name, eq, inline = token.partition("=")
+    if name.startswith("--") and "." not in name:
+        name = "--" + name[2:].replace("_", "-")
+    return name, inline if eq else None
+
+
+_BY_FLAG: dict[str, Flag] = {f.flag: f for f in FLAGS} | {f.off: f for f in FLAGS if f.off}
+
+
+def parse_serve_args(argv: Sequence[str]) -> ParsedServe:
+    """Read the tokens after `vllm serve` (model first or as --model, then flags). A flag of
+    FLAGS whose value does not parse, and every flag FLAGS lacks, stay verbatim in `extra`."""
+    out = ParsedServe()
+    tokens = list(argv)
+    i = 0
+    while i < len(tokens):
+        token = tokens[i]
+        j = i + 1
+        while j < len(tokens) and not _is_flag(tokens[j]):
+            j += 1
+        following = tokens[i + 1:j]
+        if not _is_flag(token):  # a positional: vLLM's one is the model (model_tag)
+            if out.model is None:
+                out.model = token
+            else:
+                out.extra.append(token)
+            i += 1
+            continue
+        name, inline = _flag_name(token)
+        f = _BY_FLAG.get(name)
+        if name == MODEL_FLAG and (inline is not None or following):
+            out.model, rest = (inline, following) if inline is not None else (following[0], following[1:])
+        elif f is None:
+            out.extra += tokens[i:j]
+            rest = []
+        else:
+            rest = _read(out, f, name, token, inline, following)
+        for stray in rest:  # positionals after a flag's own values: the model, if not yet given
+            if out.model is None:
+                out.model = stray
+            else:
+                out.extra.append(stray)
+        i = j
+    return out
+
+
+def _read(out: ParsedServe, f: Flag, name: str, token: str, inline: str | None,
+          following: list[str]) -> list[str]:
+    """Store one known flag in `out`; return the positionals it does not consume."""
+    if f.kind in ("toggle", "switch"):
+        if inline is not None:
+            out.extra.append(token)
+        else:
+            out.values[f.key], out.raw[f.key] = name == f.flag, [token]
+        return following
+    if f.kind == "names":
+        names = ([inline] if inline is not None else []) + (following if inline is None else [])
+        if names:
+            out.values[f.key], out.raw[f.key] = names, [token, *(following if inline is None else [])]
+            return [] if inline is None else following
+        out.extra.append(token)
+        return following
+    if inline is None and not following:
+        out.extra.append(token)
+        out.notes.append(f"{name} has no value: kept verbatim in extra_args")
+        return []
+    value, rest = (inline, following) if inline is not None else (following[0], following[1:])
+    if f.kind == "fixed":
+        out.fixed[name] = value
+        return rest
+    try:
+        out.values[f.key], out.raw[f.key] = f.parse(value), [name, value]
+    except ValueError:
+        out.extra += [name, value]
+        out.notes.append(f"{name} {value!r} is not a {f.parse.__name__}: kept verbatim in extra_args")
+    return rest
