@@ -78,6 +78,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "capture": ("bench", 'Fail-open proxy: tee /v1 request bodies (and response metadata) to disk, always forward.'),
     "replay": ("bench", 'Send captured requests verbatim; report outcome, tok/s and acceptance per request.'),
     "sim": ("sim", 'The simulated vLLM node (no GPU, no registry).'),
+    "stack": ("stack", 'Make stack files from what already runs.'),
 }
 
 

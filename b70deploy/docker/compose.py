@@ -40,3 +40,14 @@ class Compose:
         if tail is not None:
             argv += ["--tail", str(tail)]
         return [*argv, service]
+
+
+def config_of(compose_file: Path, *, env_file: Path | None = None) -> list[str]:
+    """`docker compose config` of an operator's own compose file, as Compose reads it: every
+    profile on (a vllm service often sits behind one), ${VAR} from `env_file` or else the .env
+    beside the file (and the shell), env_file: contents merged into each service's environment."""
+    argv = ["docker", "compose", "--project-directory", str(compose_file.parent), "-f", str(compose_file),
+            "--profile", "*"]
+    if env_file is not None:
+        argv += ["--env-file", str(env_file)]
+    return [*argv, "config", "--format", "json"]

@@ -188,6 +188,10 @@ def stack_from_compose(service: Mapping[str, Any], *, image: ImageEntrypoint | N
             flag = next(f.flag for f in FLAGS if f.key == key)
             raise UserError(f"the command has no {flag}", where=where, fix=f"add {flag} to the command ({why})")
     extra = list(parsed.extra)
+    secret = next((t for t in extra if t.startswith("--") and is_secret(t[2:].split("=")[0].replace("-", "_"))), None)
+    if secret is not None:  # a stack file is 0644 and printed: no secret goes into it
+        raise UserError(f"the command passes {secret.split('=')[0]} in clear", where=where,
+                        fix="move it into the node's secrets_env_file (e.g. VLLM_API_KEY=...) and drop the flag")
     for key, value in parsed.values.items():
         if key == "speculative":
             try:

@@ -1,0 +1,127 @@
+"""`stack from-compose COMPOSE --name NAME`: a hand-made compose file becomes a catalogue stack."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from ..config.names import check_name
+from ..config.node import Node
+from ..docker.compose import config_of
+from ..docker.image_inspect import ImageFacts, ImageInspector
+from ..docker.proc import last_line, run
+from ..errors import B70Error, UserError
+from ..render.from_compose import SERVE, FromCompose, stack_from_compose
+from ..state.fsio import write_atomic
+
+VLLM_SERVICE = "vllm"
+
+
+@dataclass
+class Converted:
+    path: Path
+    text: str               # the stack file as written
+    service: str
+    project: str | None     # the compose project name Compose gives the file
+    result: FromCompose
+
+    def to_json(self) -> dict[str, Any]:
+        r = self.result
+        return {"stack": self.path.stem, "file": str(self.path), "service": self.service, "stack_doc": r.doc,
+                "sources": r.sources, "node": {**({"project": self.project} if self.project else {}), **r.node},
+                "withheld_env": r.withheld, "notes": r.notes}
+
+
+@dataclass
+class StackFromCompose:
+    node: Node
+    compose_file: Path
+    name: str
+    env_file: Path | None = None
+    service: str | None = None
+    out: Path | None = None
+
+    def target(self) -> Path:
+        """Where the stack file goes: --out, else <stacks_dir>/<name>.yaml (checked, nothing read)."""
+        check_name(self.name, what="stack name", where="--name")
+        if self.out is None:
+            return self.node.stacks_dir / f"{self.name}.yaml"
+        if self.out.name != f"{self.name}.yaml":
+            raise UserError(f"--out {self.out} is not named {self.name}.yaml", where="--out",
+                            fix=f"a catalogue names a stack by its file: write to DIR/{self.name}.yaml")
+        return self.out
+
+    def plan(self) -> list[str]:
+        """The one command that reads the file, and the file that will be written."""
+        return [" ".join(config_of(self.compose_file, env_file=self.env_file)), f"write {self.target()}"]
+
+    def run(self) -> Converted:
+        path = self.target()
+        if path.exists():
+            raise UserError(f"{path} already exists", where="--name",
+                            fix="choose another --name (or --out), or remove that file first")
+        for given, what in ((self.compose_file, "COMPOSE"), (self.env_file, "--env")):
+            if given is not None and not given.is_file():
+                raise UserError(f"{what} {given} is not a file", where=str(given), fix="check the path")
+        config = self._config()
+        name, service = self._service(config)
+        where = f"{self.compose_file}: services.{name}"
+        result = stack_from_compose(service, image=self._image(str(service.get("image") or "")), where=where)
+        text = self._text(result, name)
+        write_atomic(path, text.encode())
+        project = config.get("name")
+        return Converted(path, text, name, str(project) if project else None, result)
+
+    def _config(self) -> dict[str, Any]:
+        result = run(config_of(self.compose_file, env_file=self.env_file), timeout=60, check=False)
+        if result.returncode != 0:
+            raise UserError(f"docker compose refuses it: {last_line(result.stderr)}", where=str(self.compose_file),
+                            fix=f"docker compose -f {self.compose_file} config shows the whole error")
+        try:
+            data = json.loads(result.stdout)
+        except ValueError:
+            raise UserError("docker compose config did not print JSON", where=str(self.compose_file),
+                            fix="update Docker Compose to v2") from None
+        return data if isinstance(data, dict) else {}
+
+    def _service(self, config: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+        services: dict[str, Any] = config.get("services") or {}
+        if self.service is not None:
+            pick = self.service
+        elif VLLM_SERVICE in services:
+            pick = VLLM_SERVICE
+        else:
+            serving = [n for n, s in services.items() if _serves(s)]
+            pick = serving[0] if len(serving) == 1 else ""
+        if pick not in services:
+            known = ", ".join(sorted(services)) or "none"
+            raise UserError(f"no service {pick!r}" if pick else f"cannot tell which service runs vLLM ({known})",
+                            where=str(self.compose_file), fix=f"name it with --service (one of: {known})")
+        return pick, services[pick]
+
+    def _image(self, ref: str) -> ImageFacts | None:
+        """The image's entrypoint facts, or None when the engine lacks the image (or cannot be asked)."""
+        if not ref:
+            return None
+        try:
+            with ImageInspector(self.node.state_dir) as inspector:
+                return inspector.facts(ref)
+        except B70Error:
+            return None
+
+    def _text(self, result: FromCompose, service: str) -> str:
+        head = [f"# Written by `b70deploy stack from-compose` from {self.compose_file} (service {service}).",
+                f"# entrypoint_style from {result.sources.get('entrypoint_style', 'the command')}."]
+        head += [f"# note: {' '.join(n.splitlines())}" for n in result.notes]
+        body = yaml.safe_dump(result.doc, sort_keys=False, allow_unicode=True, width=1000)
+        return "\n".join(head) + "\n" + body
+
+
+def _serves(service: Any) -> bool:
+    command = service.get("command") if isinstance(service, dict) else None
+    words = [str(w) for w in command] if isinstance(command, list) else []
+    return any(words[i:i + 2] == SERVE for i in range(len(words)))

@@ -1,0 +1,133 @@
+"""render/from_compose and vllm_args.parse_serve_args on resolved compose services (pure, no engine)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+from kit.scratch import SHIPPED_STACKS
+
+from b70deploy.config.catalogue import Catalogue
+from b70deploy.config.resources import data_dir
+from b70deploy.config.schema import Stack
+from b70deploy.errors import UserError
+from b70deploy.render.from_compose import stack_from_compose
+from b70deploy.render.vllm_args import container_command, parse_serve_args, serve_flags
+
+MODELS_BIND = {"type": "bind", "source": "/srv/models", "target": "/models", "read_only": True}
+BASH_C = ["/bin/bash", "-c", 'source /opt/intel/oneapi/setvars.sh --force && exec "$$@"', "--"]
+
+
+@dataclass
+class Facts:
+    ref: str
+    id: str
+    entrypoint_style: str
+
+
+def service(command: list[str], **over: Any) -> dict[str, Any]:
+    return {"image": "intel/vllm:latest", "command": command, "volumes": [MODELS_BIND], **over}
+
+
+SERVE = ["vllm", "serve", "/models/Qwen/Qwen3-30B-A3B-W4A16", "--served-model-name", "qwen3-30b-a3b-w4a16",
+         "--max-model-len", "131072"]
+
+
+@pytest.mark.parametrize("name", SHIPPED_STACKS)
+def test_parse_reads_back_every_flag_serve_flags_writes(name: str) -> None:
+    stack = Catalogue(data_dir("stacks")).load(name)
+    parsed = parse_serve_args(["/models/x", *serve_flags(stack)])
+    assert parsed.model == "/models/x" and parsed.extra == list(stack.extra_args)
+    assert parsed.fixed == {"--host": "0.0.0.0", "--port": "8000"}
+    assert parsed.values["max_model_len"] == stack.max_model_len
+    assert parsed.values["served_model_names"] == stack.served_model_names
+    assert parsed.values["prefix_caching"] is stack.prefix_caching
+
+
+def test_parse_forms_vllm_accepts() -> None:
+    parsed = parse_serve_args(["--model=/models/m", "--max_model_len", "4096", "--dtype=float16",
+                               "--tensor-parallel-size", "1", "--swap-space", "-1", "--enforce-eager",
+                               "--no-enable-prefix-caching", "--max-num-seqs", "many"])
+    assert parsed.model == "/models/m"
+    assert parsed.values == {"max_model_len": 4096, "dtype": "float16", "enforce_eager": True,
+                             "prefix_caching": False}
+    assert parsed.extra == ["--tensor-parallel-size", "1", "--swap-space", "-1", "--max-num-seqs", "many"]
+    assert "not a int" in parsed.notes[0]
+
+
+def test_report_shape_maps_keys_and_keeps_the_rest() -> None:
+    cmd = ["vllm", "serve", "--model", "/models/Qwen/Qwen3-30B-A3B-W4A16", "--served-model-name", "a", "b",
+           "--max-model-len", "262144", "--dtype", "half", "--kv-cache-dtype", "fp8", "--enable-auto-tool-choice",
+           "--tool-call-parser", "hermes", "--speculative-config",
+           '{"method": "ngram", "num_speculative_tokens": 5, "prompt_lookup_max": 4, "prompt_lookup_min": 2}',
+           "--port", "8001", "--block-size", "64"]
+    env = {"ZE_AFFINITY_MASK": "0", "HF_TOKEN": "canary-secret", "PRICE": "$$5"}
+    out = stack_from_compose(service(cmd, entrypoint=BASH_C, environment=env))
+    doc = out.doc
+    assert doc["entrypoint_style"] == "bash-c" and "entrypoint" in out.sources["entrypoint_style"]
+    assert doc["model"] == {"path": "Qwen/Qwen3-30B-A3B-W4A16"}
+    assert doc["served_model_names"] == ["a", "b"] and doc["max_model_len"] == 262144
+    assert doc["tool_calling"] == {"parser": "hermes", "auto_tool_choice": True}
+    assert doc["speculative"] == {"method": "ngram", "num_speculative_tokens": 5, "prompt_lookup_max": 4,
+                                  "prompt_lookup_min": 2}
+    # half is a dtype vLLM takes and the schema does not: the flag stays, verbatim.
+    assert doc["extra_args"] == ["--block-size", "64", "--dtype", "half"]
+    assert doc["env"] == {"PRICE": "$5", "ZE_AFFINITY_MASK": "0"} and out.withheld == ["HF_TOKEN"]
+    assert "canary-secret" not in repr(out)
+    assert out.node == {"models_dir": "/srv/models"}
+    assert any("--port 8001" in n for n in out.notes)
+    stack = Stack.model_validate({"name": "x", **doc})
+    assert container_command(stack, model="/models/Qwen/Qwen3-30B-A3B-W4A16")[:2] == ["vllm", "serve"]
+
+
+def test_image_decides_the_style_over_the_file() -> None:
+    bare = SERVE[2:]
+    out = stack_from_compose(service(bare), image=Facts("intel/vllm:latest", "sha256:" + "ab" * 32, "bash-c"))
+    assert out.doc["entrypoint_style"] == "bash-c" and out.sources["entrypoint_style"].startswith("image")
+    assert any("lacks `vllm serve`" in n for n in out.notes)
+    shaped = stack_from_compose(service(bare))
+    assert shaped.doc["entrypoint_style"] == "vllm-serve" and "shape" in shaped.sources["entrypoint_style"]
+
+
+def test_weights_elsewhere_and_draft_copy_come_back() -> None:
+    bind = {"type": "bind", "source": "/data/hf", "target": "/hf", "read_only": True}
+    spec = '{"method":"eagle3","model":"/hf/Qwen/D.b70-mpe262144","num_speculative_tokens":3}'
+    out = stack_from_compose({"image": "intel/vllm:latest", "volumes": [bind],
+                              "command": [*SERVE[:2], "/hf/Qwen/M", *SERVE[3:], "--speculative-config", spec]})
+    assert out.doc["model"] == {"path": "Qwen/M"} and out.node["models_dir"] == "/data/hf"
+    assert out.doc["speculative"] == {"method": "eagle3", "model": "Qwen/D", "num_speculative_tokens": 3,
+                                      "draft_max_position_embeddings": 262144}
+
+
+@pytest.mark.parametrize(("svc", "says"), [
+    (service([]), "no command"),
+    ({**service(SERVE), "image": "Bad Image"}, "not an image reference"),
+    (service(["vllm", "serve", "Qwen/Qwen3-30B-A3B"]), "not inside a bind-mounted folder"),
+    (service(SERVE[:5]), "no --max-model-len"),
+    (service([*SERVE, "--api-key", "sk-canary"]), "--api-key in clear"),
+    (service([*SERVE, "--max-num-seqs", "64", "--max-num-batched-tokens", "8"]), "max_num_batched_tokens"),
+])
+def test_refused_services_name_the_problem(svc: dict[str, Any], says: str) -> None:
+    with pytest.raises(UserError) as e:
+        stack_from_compose(svc, where="f.yml: services.vllm")
+    assert says in str(e.value) and str(e.value).startswith("f.yml: services.vllm: ")
+    assert "sk-canary" not in str(e.value)
+
+
+def test_what_the_stack_cannot_hold_is_named() -> None:
+    svc = service(SERVE, volumes=[MODELS_BIND, {"type": "volume", "source": "hf", "target": "/root/.cache"},
+                                  {"type": "bind", "source": "/srv/p/marlin_utils.py", "read_only": False,
+                                   "target": "/opt/venv/lib/python3.12/site-packages/vllm/x/marlin_utils.py"}],
+                  ports=[{"target": 8000, "published": "8000", "host_ip": "127.0.0.1"}],
+                  devices=[{"source": "/dev/dri", "target": "/dev/dri"}], group_add=["992", "render"],
+                  healthcheck={"test": ["CMD", "true"]}, environment={"UNSET": None})
+    out = stack_from_compose(svc)
+    assert out.doc["mounts"] == [{"source": "/srv/p/marlin_utils.py",
+                                  "target": "/opt/venv/lib/python3.12/site-packages/vllm/x/marlin_utils.py"}]
+    assert out.node == {"models_dir": "/srv/models", "ports": {"prod": 8000}, "bind_address": "127.0.0.1",
+                        "device_dir": "/dev/dri", "gids": {"gid992": 992}}
+    text = "\n".join(out.notes)
+    for piece in ("named volume at /root/.cache", "read-write", "patch from-file", "group_add names render",
+                  "not carried over (no stack key): healthcheck", "UNSET has no value"):
+        assert piece in text
