@@ -77,6 +77,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "bench": ("bench", 'Measure prefill, decode or aggregate tok/s of a server (one results file per run).'),
     "capture": ("bench", 'Fail-open proxy: tee /v1 request bodies (and response metadata) to disk, always forward.'),
     "replay": ("bench", 'Send captured requests verbatim; report outcome, tok/s and acceptance per request.'),
+    "patch": ("patch", 'Make patch definitions from corrected files.'),
     "sim": ("sim", 'The simulated vLLM node (no GPU, no registry).'),
     "stack": ("stack", 'Make stack files from what already runs.'),
 }

@@ -24,6 +24,7 @@ RULES: list[tuple[tuple[str, ...], Rule]] = []  # (the finding ids the rule may 
 NGRAM_SWEEP = "+24% C=1, +14% C=2, +12% C=3, +2% C=4, -45% C=12"
 NGRAM_CROSSOVER = 4
 MARLIN_PATCH = "marlin-xpu-carveout"
+MARLIN_FILE = "/model_executor/layers/quantization/utils/marlin_utils.py"
 SPEC_DRAFT_METHODS = ("eagle", "eagle3", "mtp")
 
 
@@ -204,8 +205,12 @@ def host_mounts(ctx: LintContext) -> Iterator[Finding]:
 @rule("marlin-carveout-missing")
 def marlin(ctx: LintContext) -> Iterator[Finding]:
     m = ctx.stack.model
+    # The shipped patch, or the operator's own corrected marlin_utils.py: a patch made from it
+    # (`patch from-file`, any name) or the file mounted as a hand-made compose file had it.
+    targets = [*(p.target for p in ctx.patched), *(h.target for h in ctx.stack.mounts)]
+    own = any(t.endswith(MARLIN_FILE) for t in targets)
     if m.quantization == "compressed-tensors" and m.architecture in ("moe", "hybrid-moe") \
-            and MARLIN_PATCH not in ctx.stack.patches:
+            and MARLIN_PATCH not in ctx.stack.patches and not own:
         yield _f(ctx, "marlin-carveout-missing", "error",
                  "compressed-tensors (W4A16) MoE on XPU is routed to the CUDA-only Marlin kernel: EngineCore "
                  "crashes with `no attribute 'gptq_marlin_repack'` after loading weights",
