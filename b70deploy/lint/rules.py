@@ -13,7 +13,7 @@ import yaml
 
 from ..render import draft as draft_mod
 from ..render.files import COMPOSE_FILE, DOTENV_FILE
-from ..render.vllm_args import CONTAINER_MODELS
+from ..render.vllm_args import CONTAINER_MODELS, FLAG_BY_NAME, Flag, flag_name
 from . import kv
 from .findings import Finding, LintContext, Severity
 
@@ -152,6 +152,25 @@ def tool_parser(ctx: LintContext) -> Iterator[Finding]:
         yield _f(ctx, "tool-parser-missing", "error",
                  "--enable-auto-tool-choice without --tool-call-parser: vLLM refuses to start",
                  "set tool_calling.parser: hermes (and drop the flag from extra_args)")
+
+
+@rule("flag-twice")
+def flag_twice(ctx: LintContext) -> Iterator[Finding]:
+    """A flag a stack key renders, given again (in extra_args): vLLM's argparse keeps the last
+    one, so what runs is not what the key, the boot expectations and the other rules read."""
+    seen: dict[Flag, str] = {}
+    for token in _command(ctx):
+        name, _ = flag_name(token)
+        f = FLAG_BY_NAME.get(name) if token.startswith("--") else None
+        if f is None:
+            continue
+        if f in seen:
+            where = f"the stack's {f.key}" if f.key else "the stack"
+            yield _f(ctx, "flag-twice", "error",
+                     f"the command has {seen[f]} and then {name} again: vLLM takes the last one, so {where} "
+                     "is not what runs", f"set it with the stack key ({f.key or f.flag}) and drop {name} from "
+                     "extra_args")
+        seen[f] = name
 
 
 @rule("production-aliases")

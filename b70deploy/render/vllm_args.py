@@ -157,7 +157,7 @@ def _is_flag(token: str) -> bool:
     return token.startswith("-") and not _NUMBER.match(token)
 
 
-def _flag_name(token: str) -> tuple[str, str | None]:
+def flag_name(token: str) -> tuple[str, str | None]:
     """(normalized flag, inline value). vLLM reads --max_model_len as --max-model-len (vllm/utils.py,
     FlexibleArgumentParser.parse_known_args: underscores in a long option's name become dashes)."""
     name, eq, inline = token.partition("=")
@@ -166,7 +166,7 @@ def _flag_name(token: str) -> tuple[str, str | None]:
     return name, inline if eq else None
 
 
-_BY_FLAG: dict[str, Flag] = {f.flag: f for f in FLAGS} | {f.off: f for f in FLAGS if f.off}
+FLAG_BY_NAME: dict[str, Flag] = {f.flag: f for f in FLAGS} | {f.off: f for f in FLAGS if f.off}
 
 
 def parse_serve_args(argv: Sequence[str]) -> ParsedServe:
@@ -188,8 +188,8 @@ def parse_serve_args(argv: Sequence[str]) -> ParsedServe:
                 out.extra.append(token)
             i += 1
             continue
-        name, inline = _flag_name(token)
-        f = _BY_FLAG.get(name)
+        name, inline = flag_name(token)
+        f = FLAG_BY_NAME.get(name)
         if name == MODEL_FLAG and (inline is not None or following):
             out.model, rest = (inline, following) if inline is not None else (following[0], following[1:])
         elif f is None:

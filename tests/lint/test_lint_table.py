@@ -151,6 +151,10 @@ def case_image_missing(node: Node) -> LintContext:
     return ctx
 
 
+def case_flag_twice(node: Node) -> LintContext:
+    return _ctx(node, "w4a16", extra_args=["--max_model_len=4096"])
+
+
 def case_compose(node: Node) -> LintContext:
     ctx = _ctx(node, "w4a16")
     ctx.compose_error = "services.vllm.ports: invalid port"
@@ -171,6 +175,7 @@ CASES: list[tuple[str, str, Callable[[Node], LintContext], str]] = [
     ("hybrid-not-eager", "error", case_hybrid_eager, "enforce_eager: true"),
     ("gptq-bfloat16", "error", case_gptq, "dtype: float16"),
     ("tool-parser-missing", "error", case_tool, "tool_calling.parser: hermes"),
+    ("flag-twice", "error", case_flag_twice, "(max_model_len)"),
     ("model-missing", "error", case_model_missing, "model.path"),
     ("draft-missing", "error", case_draft_missing, "speculative.model"),
     ("mount-missing", "error", case_mount_missing, "mounts[].source"),
@@ -250,3 +255,18 @@ def test_production_aliases_belong_to_the_production_family(node: Node) -> None:
     other = _node(node, production=node.config.production.model_copy(update={"model_family": "qwen3.5-35b-a3b"}))
     assert [f.id for f in lint_stack(_ctx(other, "w4a16")) if f.id == "production-aliases"] == ["production-aliases"]
     assert not [f for f in lint_stack(_ctx(other, "qwen35")) if f.id == "production-aliases"]
+
+
+def test_an_own_corrected_marlin_utils_counts_as_the_carveout(node: Node) -> None:
+    """A patch made by `patch from-file` (any name) or the corrected file mounted as the hand-made
+    compose file had it (`stack from-compose` keeps it as a mount) fixes what the rule is about."""
+    from b70deploy.render.patches import PatchedFile
+
+    target = "/opt/venv/lib/python3.12/site-packages/vllm/model_executor/layers/quantization/utils/marlin_utils.py"
+    mounted = _ctx(node, "w4a16", patches=[], mounts=[HostMount(source="/srv/p/marlin_utils.py", target=target)])
+    patched = _ctx(node, "w4a16", patches=["marlin-mine"])
+    patched.patched = [PatchedFile(patch="marlin-mine", target=target, data=b"", original_sha256="0", sha256="1",
+                                   image_id="sha256:1")]
+    elsewhere = _ctx(node, "w4a16", patches=[], mounts=[HostMount(source="/srv/p/x.py", target="/opt/x.py")])
+    ids = [[f.id for f in lint_stack(c)] for c in (mounted, patched, elsewhere)]
+    assert "marlin-carveout-missing" not in ids[0] + ids[1] and "marlin-carveout-missing" in ids[2]
