@@ -10,7 +10,9 @@ Module map: each room is one concern; a change goes to the room its concern name
                  shipped data folders (resources)
     render/      stack + node -> deploy files: templates to compose/.env/vllm.env (files), the
                  vLLM argv (vllm_args), /dev/dri gids (devices), secret masking (masking),
-                 edits of files inside images (patches), the EAGLE draft copy (draft)
+                 edits of files inside images (patches), the EAGLE draft copy (draft); and
+                 back: a compose service -> a stack (from_compose), a corrected file -> a
+                 patch's edits (patch_derive)
     docker/      the engine: SDK client and containers (engine), which engine (endpoint),
                  `docker compose` argv (compose), subprocesses (proc), image probing
                  (image_inspect), and DockerNode (node): the real side of the deploy seam
@@ -26,7 +28,7 @@ Module map: each room is one concern; a change goes to the room its concern name
     ui/          terminal output: live progress (progress), tables and JSON (output)
     actions/     one verb, one object: its fields are the options, plan() says what it will do,
                  run() does it (switch, rollback, resume, node_ops, dark, rollout, inspect, diff,
-                 stacks, prepare)
+                 stacks, prepare, stack_from_compose, patch_from_file)
     lint/        preflight rules over a LintContext, and gathering that context
     bench/       prefill/decode/aggregate benchmarks, compare, capture proxy, replay
     sim/         the simulated vLLM: HTTP server, image builder, model folders

@@ -149,3 +149,39 @@ def test_compose_refusing_the_file_is_bad_input(scratch: Scratch) -> None:
     result = run_cli(scratch.config, "stack", "from-compose", str(path), "--name", "x", in_process=True)
     assert result.returncode == 2 and "docker compose refuses it" in result.stderr
     assert "UNSET_MODEL" in result.stderr and not (scratch.stacks / "x.yaml").exists()
+
+
+def test_lint_still_checks_the_flags_kept_in_extra_args(scratch: Scratch) -> None:
+    """Auto tool choice without a parser is no valid tool_calling: the flag stays verbatim, and
+    lint reads it from the rendered command; a stack key's flag repeated there is caught too."""
+    path = _hand_made(scratch.root / "h", 'vllm serve "${VLLM023_MODEL}" --served-model-name m '
+                                          "--max-model-len 4096 --enable-auto-tool-choice")
+    made = run_cli(scratch.config, "stack", "from-compose", str(path), "--name", "tools", "--json", in_process=True)
+    assert made.returncode == 0, made.stderr
+    assert json.loads(made.stdout)["stack_doc"]["extra_args"] == ["--enable-auto-tool-choice"]
+    scratch.write_stack("twice", {"extends": "tools", "extra_args": ["--max-model-len", "8192"]})
+    result = run_cli(scratch.config, "lint", "tools", "twice", "--no-docker", "--json", in_process=True)
+    assert result.returncode == 2, result.stderr
+    found = {n: [f["id"] for f in s["findings"]] for n, s in json.loads(result.stdout)["stacks"].items()}
+    assert "tool-parser-missing" in found["tools"] and "flag-twice" in found["twice"], found
+
+
+@pytest.mark.docker
+@pytest.mark.parametrize(("variant", "command", "style"), [
+    ("bash-c", "/models/Qwen/M --served-model-name m --max-model-len 4096", "bash-c"),
+    ("serve", "vllm serve /models/Qwen/M --served-model-name m --max-model-len 4096", "vllm-serve"),
+])
+def test_entrypoint_style_is_read_from_the_image_on_the_engine(scratch: Scratch, sim_images: dict[str, str],
+                                                               variant: str, command: str, style: str) -> None:
+    """The image on the engine decides, over the command's shape (each is the wrong shape here)."""
+    folder = scratch.root / "h"
+    folder.mkdir()
+    (folder / "docker-compose.yml").write_text(yaml.safe_dump({"services": {"vllm": {
+        "image": sim_images[variant], "command": command, "volumes": ["/srv/models:/models:ro"]}}}))
+    result = run_cli(scratch.config, "stack", "from-compose", str(folder / "docker-compose.yml"), "--name", "s",
+                     "--json", in_process=True)
+    assert result.returncode == 0, result.stderr
+    out = json.loads(result.stdout)
+    assert out["stack_doc"]["entrypoint_style"] == style
+    assert out["sources"]["entrypoint_style"].startswith(f"image {sim_images[variant]} (")
+    assert any("vllm serve" in n for n in out["notes"])
