@@ -15,7 +15,7 @@ from ..config.names import check_name
 from ..config.node import Node
 from ..config.validation import validate
 from ..docker.image_inspect import ImageInspector
-from ..errors import UserError
+from ..errors import OperationError, UserError
 from ..render.patch_derive import derive_patch_body
 from ..render.patches import PatchSpec, materialize, sha256
 from ..state.fsio import write_atomic
@@ -64,17 +64,14 @@ class PatchFromFile:
     image: str
     name: str
 
-    def destination(self) -> Path:
+    def plan(self) -> Path:
+        """The patch file to write, <patches_dir>/<name>.yaml; the name is checked before it
+        becomes a path. Nothing is read."""
         check_name(self.name, what="patch name", where="--name")
         return self.node.patches_dir / f"{self.name}.yaml"
 
-    def plan(self) -> list[str]:
-        """What run() reads and writes (nothing is read here)."""
-        return [f"read {self.target} from image {self.image}", f"diff it against {self.file}",
-                f"write {self.destination()}"]
-
     def run(self) -> Authored:
-        path = self.destination()
+        path = self.plan()
         if path.exists():
             raise UserError(f"{path} already exists", where="--name",
                             fix="choose another --name, or remove that patch file first")
@@ -115,7 +112,9 @@ class PatchFromFile:
             spec = validate(PatchSpec, doc, where=str(path))
             # The same code a switch runs: the edit applied to this image's file gives FILE's bytes.
             made = materialize([spec], self.image, inspector)[0]
-        assert made.data == corrected.encode(), "derived edits do not rebuild the corrected file"
+        if made.data != corrected.encode():
+            raise OperationError(f"the edits derived for {rel} do not rebuild {self.file} in the deploy code",
+                                 fix="report this with both files; write the patch by hand meanwhile")
         head = (f"# Written by `b70deploy patch from-file` from {self.file} against {self.image}\n"
                 f"# (image {facts.id}, vLLM {facts.vllm_version or 'unknown'}): original sha256 "
                 f"{made.original_sha256}, corrected sha256 {made.sha256}.\n")

@@ -36,6 +36,12 @@ class Converted:
                 "withheld_env": r.withheld, "notes": r.notes}
 
 
+@dataclass(frozen=True)
+class Plan:
+    path: Path          # the stack file to write
+    argv: list[str]     # the one command that reads the compose file
+
+
 @dataclass
 class StackFromCompose:
     node: Node
@@ -45,29 +51,26 @@ class StackFromCompose:
     service: str | None = None
     out: Path | None = None
 
-    def target(self) -> Path:
-        """Where the stack file goes: --out, else <stacks_dir>/<name>.yaml (checked, nothing read)."""
+    def plan(self) -> Plan:
+        """Where the stack goes (--out, else <stacks_dir>/<name>.yaml) and how the file is read;
+        the name is checked before it becomes a path. Nothing is read or run."""
         check_name(self.name, what="stack name", where="--name")
-        if self.out is None:
-            return self.node.stacks_dir / f"{self.name}.yaml"
-        if self.out.name != f"{self.name}.yaml":
-            raise UserError(f"--out {self.out} is not named {self.name}.yaml", where="--out",
+        path = self.out if self.out is not None else self.node.stacks_dir / f"{self.name}.yaml"
+        if path.name != f"{self.name}.yaml":
+            raise UserError(f"--out {path} is not named {self.name}.yaml", where="--out",
                             fix=f"a catalogue names a stack by its file: write to DIR/{self.name}.yaml")
-        return self.out
-
-    def plan(self) -> list[str]:
-        """The one command that reads the file, and the file that will be written."""
-        return [" ".join(config_of(self.compose_file, env_file=self.env_file)), f"write {self.target()}"]
+        return Plan(path, config_of(self.compose_file, env_file=self.env_file))
 
     def run(self) -> Converted:
-        path = self.target()
+        plan = self.plan()
+        path = plan.path
         if path.exists():
             raise UserError(f"{path} already exists", where="--name",
                             fix="choose another --name (or --out), or remove that file first")
         for given, what in ((self.compose_file, "COMPOSE"), (self.env_file, "--env")):
             if given is not None and not given.is_file():
                 raise UserError(f"{what} {given} is not a file", where=str(given), fix="check the path")
-        config = self._config()
+        config = self._config(plan.argv)
         name, service = self._service(config)
         where = f"{self.compose_file}: services.{name}"
         result = stack_from_compose(service, image=self._image(str(service.get("image") or "")), where=where)
@@ -76,8 +79,8 @@ class StackFromCompose:
         project = config.get("name")
         return Converted(path, text, name, str(project) if project else None, result)
 
-    def _config(self) -> dict[str, Any]:
-        result = run(config_of(self.compose_file, env_file=self.env_file), timeout=60, check=False)
+    def _config(self, argv: list[str]) -> dict[str, Any]:
+        result = run(argv, timeout=60, check=False)
         if result.returncode != 0:
             raise UserError(f"docker compose refuses it: {last_line(result.stderr)}", where=str(self.compose_file),
                             fix=f"docker compose -f {self.compose_file} config shows the whole error")
