@@ -186,7 +186,9 @@ def stack_from_compose(service: Mapping[str, Any], *, image: ImageEntrypoint | N
                      ("max_model_len", "a stack states its context length")):
         if key not in parsed.values:
             flag = next(f.flag for f in FLAGS if f.key == key)
-            raise UserError(f"the command has no {flag}", where=where, fix=f"add {flag} to the command ({why})")
+            given = next((parsed.extra[i:i + 2] for i, t in enumerate(parsed.extra) if t == flag), None)
+            what = f"has {' '.join(given)}, which a stack cannot state" if given else f"has no {flag}"
+            raise UserError(f"the command {what}", where=where, fix=f"give {flag} a value in the command ({why})")
     extra = list(parsed.extra)
     secret = next((t for t in extra if t.startswith("--") and is_secret(t[2:].split("=")[0].replace("-", "_"))), None)
     if secret is not None:  # a stack file is 0644 and printed: no secret goes into it

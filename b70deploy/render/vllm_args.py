@@ -20,8 +20,23 @@ MODEL_REF = "${VLLM_MODEL}"  # interpolated by Compose from .env (the post's pit
 SPEC_FLAG = "--speculative-config"
 MODEL_FLAG = "--model"
 _NUMBER = re.compile(r"^-\d")
+_HUMAN_INT = re.compile(r"^(\d+(?:\.\d+)?)([kmgtKMGT]?)$")
 
 Kind = Literal["names", "fixed", "value", "toggle", "switch", "speculative"]
+
+
+def human_int(text: str) -> int:
+    """A token count as vLLM reads --max-model-len (vllm/engine/arg_utils.py, human_readable_int):
+    an integer, 25.6k / 1m (x1000 steps), or 16K / 1M (x1024 steps, whole numbers only)."""
+    m = _HUMAN_INT.match(text.strip())
+    if not m:
+        raise ValueError(f"not a token count: {text!r}")
+    number, suffix = str(m.group(1)), str(m.group(2))
+    if suffix and suffix.islower():
+        return int(float(number) * 1000 ** ("kmgt".index(suffix) + 1))
+    if "." in number:
+        raise ValueError(f"decimals only with k/m/g/t: {text!r}")
+    return int(number) * 1024 ** ("KMGT".index(suffix) + 1 if suffix else 0)
 
 
 @dataclass(frozen=True)
@@ -47,7 +62,7 @@ FLAGS: tuple[Flag, ...] = (
     Flag("--host", "fixed", fixed="0.0.0.0"),
     Flag("--port", "fixed", fixed=str(CONTAINER_PORT)),
     Flag("--dtype", "value", "dtype", skip="auto"),
-    Flag("--max-model-len", "value", "max_model_len", parse=int),
+    Flag("--max-model-len", "value", "max_model_len", parse=human_int),
     Flag("--kv-cache-dtype", "value", "kv_cache_dtype", skip="auto"),
     Flag("--gpu-memory-utilization", "value", "gpu_memory_utilization", parse=float),
     Flag("--enable-prefix-caching", "toggle", "prefix_caching", off="--no-enable-prefix-caching"),
@@ -234,5 +249,6 @@ def _read(out: ParsedServe, f: Flag, name: str, token: str, inline: str | None,
         out.values[f.key], out.raw[f.key] = f.parse(value), [name, value]
     except ValueError:
         out.extra += [name, value]
-        out.notes.append(f"{name} {value!r} is not a {f.parse.__name__}: kept verbatim in extra_args")
+        out.notes.append(f"{name} {value!r} is not a {f.key.replace('_', ' ')} a stack can hold: kept verbatim "
+                         "in extra_args")
     return rest

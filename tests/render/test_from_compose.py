@@ -53,7 +53,9 @@ def test_parse_forms_vllm_accepts() -> None:
     assert parsed.values == {"max_model_len": 4096, "dtype": "float16", "enforce_eager": True,
                              "prefix_caching": False}
     assert parsed.extra == ["--tensor-parallel-size", "1", "--swap-space", "-1", "--max-num-seqs", "many"]
-    assert "not a int" in parsed.notes[0]
+    assert "is not a max num seqs a stack can hold" in parsed.notes[0]
+    assert [parse_serve_args(["--max-model-len", v]).values.get("max_model_len") for v in
+            ("131072", "128K", "25.6k", "1m", "1.5K", "auto")] == [131072, 131072, 25600, 1_000_000, None, None]
 
 
 def test_report_shape_maps_keys_and_keeps_the_rest() -> None:
@@ -105,6 +107,7 @@ def test_weights_elsewhere_and_draft_copy_come_back() -> None:
     ({**service(SERVE), "image": "Bad Image"}, "not an image reference"),
     (service(["vllm", "serve", "Qwen/Qwen3-30B-A3B"]), "not inside a bind-mounted folder"),
     (service(SERVE[:5]), "no --max-model-len"),
+    (service([*SERVE[:5], "--max-model-len", "auto"]), "has --max-model-len auto, which a stack cannot state"),
     (service([*SERVE, "--api-key", "sk-canary"]), "--api-key in clear"),
     (service([*SERVE, "--max-num-seqs", "64", "--max-num-batched-tokens", "8"]), "max_num_batched_tokens"),
 ])
