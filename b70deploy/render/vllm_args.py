@@ -21,6 +21,7 @@ SPEC_FLAG = "--speculative-config"
 MODEL_FLAG = "--model"
 _NUMBER = re.compile(r"^-\d")
 _HUMAN_INT = re.compile(r"^(\d+(?:\.\d+)?)([kmgtKMGT]?)$")
+_SCALE = {"": 1, "k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
 
 Kind = Literal["names", "fixed", "value", "toggle", "switch", "speculative"]
 
@@ -32,11 +33,11 @@ def human_int(text: str) -> int:
     if not m:
         raise ValueError(f"not a token count: {text!r}")
     number, suffix = str(m.group(1)), str(m.group(2))
-    if suffix and suffix.islower():
-        return int(float(number) * 1000 ** ("kmgt".index(suffix) + 1))
+    if suffix.islower():
+        return int(float(number) * _SCALE[suffix])
     if "." in number:
         raise ValueError(f"decimals only with k/m/g/t: {text!r}")
-    return int(number) * 1024 ** ("KMGT".index(suffix) + 1 if suffix else 0)
+    return int(number) * _SCALE[suffix]
 
 
 @dataclass(frozen=True)
