@@ -6,6 +6,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from kit.scratch import SHIPPED_STACKS
 
 from b70deploy.config.catalogue import Catalogue
@@ -13,7 +15,8 @@ from b70deploy.config.resources import data_dir
 from b70deploy.config.schema import Stack
 from b70deploy.errors import UserError
 from b70deploy.render.from_compose import stack_from_compose
-from b70deploy.render.vllm_args import container_command, parse_serve_args, serve_flags
+from b70deploy.render.masking import is_secret
+from b70deploy.render.vllm_args import FLAGS, container_command, flag_name, parse_serve_args, serve_flags
 
 MODELS_BIND = {"type": "bind", "source": "/srv/models", "target": "/models", "read_only": True}
 BASH_C = ["/bin/bash", "-c", 'source /opt/intel/oneapi/setvars.sh --force && exec "$$@"', "--"]
@@ -134,3 +137,69 @@ def test_what_the_stack_cannot_hold_is_named() -> None:
     for piece in ("named volume at /root/.cache", "read-write", "patch from-file", "group_add names render",
                   "not carried over (no stack key): healthcheck", "UNSET has no value"):
         assert piece in text
+
+
+# ---------------------------------------------------------------- the inverse, on random valid stacks
+
+TOKENS = st.text(st.characters(blacklist_categories=("Cs", "Cc")), min_size=1, max_size=12)
+ALIASES = st.from_regex(r"[a-z0-9][a-z0-9._:/-]{0,12}", fullmatch=True)
+RULED = {n for f in FLAGS for n in (f.flag, f.off) if n} | {"--model"}
+
+
+def _extra_ok(args: list[str]) -> bool:
+    """extra_args that name no flag FLAGS renders (lint's flag-twice refuses those)."""
+    return not any(flag_name(a)[0] in RULED for a in args if a.startswith("--"))
+
+
+@st.composite
+def stacks(draw: st.DrawFn) -> dict[str, Any]:
+    spec = draw(st.one_of(
+        st.none(),
+        st.builds(lambda n, lo, hi: {"method": "ngram", "num_speculative_tokens": n, "prompt_lookup_min": lo,
+                                     "prompt_lookup_max": lo + hi}, st.integers(1, 8), st.integers(1, 4),
+                  st.integers(0, 4)),
+        st.builds(lambda n, mpe: {"method": "eagle3", "model": "Qwen/D", "num_speculative_tokens": n,
+                                  **({"draft_max_position_embeddings": mpe} if mpe else {})},
+                  st.integers(1, 5), st.sampled_from([None, 262144])),
+        st.builds(lambda t: {"method": "suffix", "tuning": t},
+                  st.dictionaries(st.sampled_from(["suffix_cache_max_depth", "x_y"]),
+                                  st.one_of(st.integers(0, 99), st.booleans(), TOKENS), max_size=2)),
+    ))
+    parser = draw(st.sampled_from([None, "hermes", "qwen3_xml"]))
+    doc: dict[str, Any] = {
+        "image": "intel/vllm:latest", "entrypoint_style": draw(st.sampled_from(["bash-c", "vllm-serve"])),
+        "model": {"path": "Qwen/M"}, "served_model_names": draw(st.lists(ALIASES, min_size=1, max_size=3,
+                                                                          unique=True)),
+        "dtype": draw(st.sampled_from(["auto", "float16", "bfloat16"])),
+        "max_model_len": draw(st.integers(256, 1_000_000)),
+        "kv_cache_dtype": draw(st.sampled_from(["auto", "fp8", "k3v4_nc"])),
+        "gpu_memory_utilization": draw(st.sampled_from([None, 0.5, 0.92, 0.875])),
+        "prefix_caching": draw(st.booleans()), "enforce_eager": draw(st.booleans()),
+        "attention_backend": draw(st.sampled_from([None, "FLASH_ATTN", "TRITON_ATTN"])),
+        "max_num_seqs": draw(st.sampled_from([None, 1, 64])),
+        "max_num_batched_tokens": draw(st.sampled_from([None, 8192])),
+        "tool_calling": {"parser": parser, "auto_tool_choice": parser is not None and draw(st.booleans())},
+        "extra_args": draw(st.lists(TOKENS, max_size=4).filter(_extra_ok)),
+        "env": draw(st.dictionaries(st.from_regex(r"[A-Z][A-Z0-9_]{0,8}", fullmatch=True).filter(
+            lambda k: not is_secret(k)), TOKENS.filter(lambda v: "\n" not in v and "\r" not in v), max_size=3)),
+    }
+    if spec is not None:
+        doc["speculative"] = spec
+    return doc
+
+
+@settings(max_examples=150, deadline=None)
+@given(doc=stacks())
+def test_from_compose_inverts_render_on_random_stacks(doc: dict[str, Any]) -> None:
+    """What Compose would hand back for a rendered stack (a literal `$` as `$$`) maps to a stack that
+    renders the same command and env."""
+    stack = Stack.model_validate({"name": "s", **doc})
+    model = "/models/Qwen/M"
+    copy = stack.speculative and stack.speculative.draft_max_position_embeddings
+    draft = f"/models/Qwen/D.b70-mpe{copy}" if copy else None
+    command = container_command(stack, model=model, draft_path=draft)
+    service = {"image": stack.image, "command": [a.replace("$", "$$") for a in command],
+               "environment": {k: v.replace("$", "$$") for k, v in stack.env.items()}, "volumes": [MODELS_BIND]}
+    back = Stack.model_validate({"name": "s", **stack_from_compose(service).doc})
+    assert container_command(back, model=model, draft_path=draft) == command
+    assert back.env == stack.env and back.entrypoint_style == stack.entrypoint_style
