@@ -25,7 +25,7 @@ from ..docker.image_inspect import entrypoint_style
 from ..errors import UserError
 from .draft import copy_origin
 from .masking import is_secret
-from .vllm_args import CONTAINER_PORT, FLAGS, SPEC_FLAG, model_rel_path, parse_serve_args
+from .vllm_args import CONTAINER_PORT, FLAGS, SPEC_FLAG, ParsedServe, model_rel_path, parse_serve_args
 
 SERVE = ["vllm", "serve"]
 # Service keys the stack or the node config account for; any other is named in the notes.
@@ -152,32 +152,54 @@ def stack_from_compose(service: Mapping[str, Any], *, image: ImageEntrypoint | N
     `image`: the entrypoint facts of the service's image, None when the engine does not have it
     (the compose file's own entrypoint, else the command's shape, decides). `where` names the
     service in errors (e.g. "docker-compose.yml: services.vllm"). Raises UserError when the
-    service cannot be a stack (no image, no model, a model outside any bind mount).
+    service cannot be a stack (no image, no model, a model outside any bind mount, a secret
+    on the command line, values that make no valid stack).
     """
     ref = str(service.get("image") or "")
     if not IMAGE_RE.match(ref):
         raise UserError(f"image {ref!r} is not an image reference" if ref else "the service has no image",
                         where=where, fix="give the service an image: such as intel/vllm:latest")
+    out = FromCompose(doc={"image": ref})
+    parsed = parse_serve_args(_serve_args(service, image, where, out))
+    out.notes += parsed.notes
+    binds = _binds(service)
+    _required(parsed, binds, where, out)
+    extra = _flags(parsed, binds, where, out)
+    if extra:
+        out.doc["extra_args"] = extra
+    _environment(service, out)
+    _mounts(service, out)
+    _node_facts(service, parsed.fixed.get("--port", str(CONTAINER_PORT)), out)
+    try:
+        Stack.model_validate({"name": "from-compose", **out.doc})
+    except ValidationError as exc:
+        key, what, fix = first_error(exc, Stack)
+        raise UserError(f"the command gives a stack that does not validate: {key}: {what}", where=where,
+                        fix=fix) from None
+    return out
+
+
+def _serve_args(service: Mapping[str, Any], image: ImageEntrypoint | None, where: str,
+                out: FromCompose) -> list[str]:
+    """The tokens after `vllm serve`, with the entrypoint style that will run them."""
     command = _argv(service.get("command"))
     if not command:
         raise UserError("the service has no command", where=where,
                         fix="write the vllm serve command into the compose file's command:")
-    out = FromCompose(doc={"image": ref})
-    style = _style(service, image, command, out)
-    out.doc["entrypoint_style"] = style
+    style = out.doc["entrypoint_style"] = _style(service, image, command, out)
     if command[:2] == SERVE:
         if style == "vllm-serve":
             out.notes.append("the command repeats `vllm serve` under an ENTRYPOINT [vllm, serve] image; the stack "
                              "renders the model and flags only")
-        args = command[2:]
-    else:
-        if style == "bash-c":
-            out.notes.append("the command lacks `vllm serve` for a bash -c entrypoint (it fails with `exec: --: "
-                             "invalid option`); the stack renders it")
-        args = command
-    parsed = parse_serve_args(args)
-    out.notes += parsed.notes
-    binds = _binds(service)
+        return command[2:]
+    if style == "bash-c":
+        out.notes.append("the command lacks `vllm serve` for a bash -c entrypoint (it fails with `exec: --: "
+                         "invalid option`); the stack renders it")
+    return command
+
+
+def _required(parsed: ParsedServe, binds: Sequence[Mapping[str, Any]], where: str, out: FromCompose) -> None:
+    """The model, the served names and the length a stack must state; no secret on the command line."""
     if parsed.model is None:
         raise UserError("the command names no model", where=where,
                         fix="give the model path after `vllm serve` (or as --model)")
@@ -189,11 +211,16 @@ def stack_from_compose(service: Mapping[str, Any], *, image: ImageEntrypoint | N
             given = next((parsed.extra[i:i + 2] for i, t in enumerate(parsed.extra) if t == flag), None)
             what = f"has {' '.join(given)}, which a stack cannot state" if given else f"has no {flag}"
             raise UserError(f"the command {what}", where=where, fix=f"give {flag} a value in the command ({why})")
-    extra = list(parsed.extra)
-    secret = next((t for t in extra if t.startswith("--") and is_secret(t[2:].split("=")[0].replace("-", "_"))), None)
+    secret = next((t for t in parsed.extra if t.startswith("--")
+                   and is_secret(t[2:].split("=")[0].replace("-", "_"))), None)
     if secret is not None:  # a stack file is 0644 and printed: no secret goes into it
         raise UserError(f"the command passes {secret.split('=')[0]} in clear", where=where,
                         fix="move it into the node's secrets_env_file (e.g. VLLM_API_KEY=...) and drop the flag")
+
+
+def _flags(parsed: ParsedServe, binds: Sequence[Mapping[str, Any]], where: str, out: FromCompose) -> list[str]:
+    """Set the stack keys the flags give; return extra_args: the flags kept verbatim."""
+    extra = list(parsed.extra)
     for key, value in parsed.values.items():
         if key == "speculative":
             try:
@@ -209,9 +236,7 @@ def stack_from_compose(service: Mapping[str, Any], *, image: ImageEntrypoint | N
                          "(--enable-prefix-caching): set prefix_caching: false if the model needs that")
     # A value the schema refuses (say --dtype half) stays a flag: same command, lint still reads it.
     for top in sorted({k.split(".")[0] for k in parsed.values} - {"served_model_names", "max_model_len"}):
-        if top not in out.doc:
-            continue
-        bad = value_error(Stack, [top], out.doc[top])
+        bad = value_error(Stack, [top], out.doc[top]) if top in out.doc else None
         if bad is not None:
             del out.doc[top]
             extra += _flag_tokens(top, parsed.raw)
@@ -221,18 +246,7 @@ def stack_from_compose(service: Mapping[str, Any], *, image: ImageEntrypoint | N
         if value != fixed:
             out.notes.append(f"{name} {value} becomes {name} {fixed}: the stack's container listens on "
                              f"0.0.0.0:{CONTAINER_PORT}; the node's ports.prod publishes it")
-    if extra:
-        out.doc["extra_args"] = extra
-    _environment(service, out)
-    _mounts(service, out)
-    _node_facts(service, parsed.fixed.get("--port", str(CONTAINER_PORT)), out)
-    try:
-        Stack.model_validate({"name": "from-compose", **out.doc})
-    except ValidationError as exc:
-        key, what, fix = first_error(exc, Stack)
-        raise UserError(f"the command gives a stack that does not validate: {key}: {what}", where=where,
-                        fix=fix) from None
-    return out
+    return extra
 
 
 def _environment(service: Mapping[str, Any], out: FromCompose) -> None:
