@@ -268,15 +268,25 @@ class ServeConfig:
     reasoning_parser: str | None = None
 
 
+# vllm/entrypoints/openai/cli_args.py, validate_parsed_serve_args: raised after argparse, so the
+# server dies with this traceback (exit 1), not argparse's usage (exit 2).
+TOOL_PARSER_ERROR = "TypeError: Error: --enable-auto-tool-choice requires --tool-call-parser"
+
+
+class InvalidServeArgs(Exception):
+    """Flags argparse took but vLLM's own validation refuses; the message is the exception line."""
+
+
 def parse_serve_args(argv: Sequence[str]) -> ServeConfig:
-    """Parse `vllm serve` flags; bad flags exit 2 with usage on stderr, as argparse does."""
+    """Parse `vllm serve` flags; bad flags exit 2 with usage on stderr, as argparse does; flags
+    vLLM's validation refuses raise InvalidServeArgs."""
     parser = build_parser()
     ns = parser.parse_args(list(argv))
     model = ns.model or ns.model_tag or DEFAULT_MODEL
     if ns.model and ns.model_tag and ns.model != ns.model_tag:
         parser.error(f"model given twice: {ns.model_tag!r} and --model {ns.model!r}")
     if ns.enable_auto_tool_choice and not ns.tool_call_parser:
-        parser.error("--enable-auto-tool-choice requires --tool-call-parser to be set")
+        raise InvalidServeArgs(TOOL_PARSER_ERROR)
     if not 0 < ns.gpu_memory_utilization <= 1:
         parser.error("--gpu-memory-utilization must be in (0, 1]")
     return ServeConfig(
@@ -1384,7 +1394,14 @@ def shutdown_lines() -> None:
 
 def serve(argv: Sequence[str], env: Mapping[str, str] | None = None,
           on_ready: Callable[[Server], None] | None = None) -> int:
-    cfg = parse_serve_args(argv)
+    try:
+        cfg = parse_serve_args(argv)
+    except InvalidServeArgs as e:
+        emit_raw("\n".join(f"{proc_prefix(API)}{t}" for t in (
+            "Traceback (most recent call last):",
+            '  File "/opt/b70sim/vllm/entrypoints/openai/cli_args.py", in validate_parsed_serve_args',
+            str(e))), err=True)
+        return 1
     env = os.environ if env is None else env
     try:
         knobs = Knobs.from_env(env)

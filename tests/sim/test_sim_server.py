@@ -18,6 +18,7 @@ from b70deploy.config.catalogue import Catalogue
 from b70deploy.config.resources import data_dir
 from b70deploy.render.vllm_args import container_command
 from b70deploy.sim import server as sim
+from b70deploy.vllmlog.diagnosis import diagnose
 
 PREFIX_RE = re.compile(r"^(INFO|WARNING|ERROR) \d\d-\d\d \d\d:\d\d:\d\d \[[\w.]+:\d+\] ")
 
@@ -61,13 +62,22 @@ def test_all_flags() -> None:
 
 
 @pytest.mark.parametrize("argv", [["m", "--no-such-flag"], ["m", "--speculative-config", "{bad"],
-                                  ["m", "--enable-auto-tool-choice"], ["m", "--max-model-len", "lots"]])
+                                  ["m", "--max-model-len", "lots"]])
 def test_bad_flags_exit_2_with_usage(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as exc:
         sim.parse_serve_args(argv)
     assert exc.value.code == 2
     err = capsys.readouterr().err
     assert err.startswith("usage: vllm serve") and "error:" in err
+
+
+def test_auto_tool_choice_without_a_parser_dies_with_vllms_type_error(capsys: pytest.CaptureFixture[str]) -> None:
+    assert sim.serve(["m", "--enable-auto-tool-choice"], {}) == 1
+    err = capsys.readouterr().err.splitlines()
+    assert err[-1].endswith(") TypeError: Error: --enable-auto-tool-choice requires --tool-call-parser")
+    assert err[-1].startswith("(APIServer pid=")
+    d = diagnose(err)
+    assert d is not None and d.id == "tool-parser-missing"
 
 
 @pytest.mark.parametrize(("raw", "want"), [("131072", 131072), ("1k", 1000), ("1K", 1024), ("256K", 262144),
