@@ -125,8 +125,9 @@ BLOCK_SIZE = 16
 GIB = 1024**3
 
 MARLIN_ERROR = "AttributeError: '_OpNamespace' '_C' object has no attribute 'gptq_marlin_repack'"
+# vllm/config/speculative.py, SpeculativeConfig._validate_suffix_decoding (backticks, not quotes).
 ARCTIC_ERROR = ("ImportError: Arctic Inference is required for suffix decoding. "
-                "Install via 'pip install arctic-inference==0.1.1'.")
+                "Install via `pip install arctic-inference==0.1.1`.")
 ENGINE_FAILED = "RuntimeError: Engine core initialization failed. See root cause above. Failed core proc(s): {}"
 # What the real 0.21.0 CPU build's worker raised on the first request (head_dim 16).
 DIE_CAUSE = "Unsupported CPU attention configuration: head_dim=16 isa=2 kv_cache_idx=0"
