@@ -80,6 +80,8 @@ Natural failures (as the real server's arise)
     suffix speculative decoding without an importable `arctic_inference` -> Arctic ImportError;
     KV tokens < --max-model-len -> KV ValueError; a compressed-tensors MoE model whose image
     marlin_utils.check_moe_marlin_supports_layer returns True on XPU -> Marlin AttributeError.
+    A thinking model's weights: a config.json key "b70sim_think_tokens" sets B70SIM_THINK_TOKENS
+    (unless the environment does).
     Bad weights: a config.json key "b70sim_fail" (one of B70SIM_FAIL's modes) fails every container of
     that model, the way the post's community Qwen3.6 CT-INT4 quant spoke word-salad.
     Quantization: /models/<path>/config.json quantization_config.quant_method, else the path name
@@ -1418,6 +1420,9 @@ def serve(argv: Sequence[str], env: Mapping[str, str] | None = None,
     if isinstance(broken, str) and broken in FAIL_MODES:
         # The weights themselves are bad (the post's Qwen3.6 quant): every container of them fails.
         knobs = dataclasses.replace(knobs, fail=knobs.fail | {broken})
+    think = (model_config or {}).get("b70sim_think_tokens")
+    if not knobs.think_tokens and isinstance(think, int) and think >= 2:
+        knobs = dataclasses.replace(knobs, think_tokens=think)  # a thinking model's weights
     spec = cfg.speculative or {}
     draft_config = read_model_config(str(spec["model"]), knobs.models_dir) if spec.get("model") else None
     plan = plan_boot(cfg, knobs, image, model_config, draft_config)

@@ -8,12 +8,14 @@ from __future__ import annotations
 import json
 import threading
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 import requests
 
 from b70deploy.sim import server as sim
+from b70deploy.sim.box import write_models
 
 WEATHER = [{"type": "function", "function": {"name": "get_weather", "parameters": {
     "type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}]
@@ -28,7 +30,7 @@ def serve() -> Iterator[Serve]:
     """serve(*flags, **env) -> the URL of a sim on 127.0.0.1 (boot 0, fast decode); stopped after the test."""
     running: list[tuple[sim.Server, threading.Thread]] = []
 
-    def start(*flags: str, **env: str) -> str:
+    def start(*flags: str, model: str = "/models/Qwen/Qwen3-30B-A3B", **env: str) -> str:
         info: dict[str, sim.Server] = {}
         ready = threading.Event()
 
@@ -37,7 +39,7 @@ def serve() -> Iterator[Serve]:
             ready.set()
 
         knobs = {"B70SIM_BOOT_SECONDS": "0", "B70SIM_DECODE_TPS": "2000", "B70SIM_PREFILL_TPS": "1e6", **env}
-        argv = ["/models/Qwen/Qwen3-30B-A3B", "--served-model-name", "m", "--max-model-len", "8192",
+        argv = [model, "--served-model-name", "m", "--max-model-len", "8192",
                 "--enable-auto-tool-choice", "--tool-call-parser", "hermes", "--host", "127.0.0.1", "--port", "0",
                 *flags]
         thread = threading.Thread(target=sim.serve, args=(argv, knobs, on_ready), daemon=True)
@@ -146,3 +148,12 @@ def test_speculative_steps_come_out_grouped_and_usage_counts_tokens(serve: Serve
     drafts = next(float(line.rsplit(" ", 1)[1]) for line in metrics.splitlines()
                   if line.startswith("vllm:spec_decode_num_drafts_total{"))
     assert drafts == len(texts) - 1  # every chunk after the first is one decode step
+
+
+def test_the_qwen35_weights_think_like_the_reports_model(serve: Serve, tmp_path: Path) -> None:
+    models = write_models(tmp_path / "models")
+    url = serve(model="/models/Qwen/Qwen3.5-35B-A3B-GPTQ-Int4", B70SIM_MODELS_DIR=str(models))
+    text = chat(url, max_tokens=64, messages=[{"role": "user", "content": "Hello"}])["choices"][0]["message"]["content"]
+    assert text.startswith("<think>\n")  # a visible trace: no reasoning parser on the shipped stack
+    off = chat(url, max_tokens=64, messages=[{"role": "user", "content": "Hello"}], chat_template_kwargs=OFF)
+    assert "<think>" not in off["choices"][0]["message"]["content"]
