@@ -6,10 +6,12 @@ Thinking models: a Qwen3 reply starts with a reasoning trace that counts against
 so a 128-token tool-call budget can end in finish_reason "length" on a healthy stack. Every
 chat check therefore asks for `chat_template_kwargs: {"enable_thinking": false}` (the switch
 Qwen3's template reads, vllm/reasoning/qwen3_reasoning_parser.py; other templates ignore an
-unknown variable), and when the stack's model_family is not one known to honour it, the
-tool call gets room to think first. The reply's `reasoning` field (vLLM 0.21; older
-`reasoning_content`) is read too: the coherence check judges whatever text came back. The
-completion check uses /v1/completions, where no chat template runs and nothing thinks.
+unknown variable). A model that thinks anyway (a family not known to honour the switch, or a
+thinking-only checkpoint) gets room to think before its call: at once when the stack's
+model_family is not a Qwen3 one, else on a second try when the first ran out while thinking.
+The reply's `reasoning` field (vLLM 0.21; older `reasoning_content`) is read too: the
+coherence check judges whatever text came back. The completion check uses /v1/completions,
+where no chat template runs and nothing thinks.
 """
 
 from __future__ import annotations
@@ -72,20 +74,26 @@ def _post(url: str, body: dict[str, Any], timeout: float) -> dict[str, Any]:
     return data
 
 
+def _out_of_budget_thinking(choice: dict[str, Any]) -> bool:
+    message = choice["message"]
+    thought = reasoning_of(message) or "<think>" in (message.get("content") or "")
+    return choice.get("finish_reason") == "length" and bool(thought) and not message.get("tool_calls")
+
+
 def _tool_call(base_url: str, stack: Stack, timeout: float) -> tuple[bool, str]:
     body = tool_call_body(stack)
     choice = _post(f"{base_url}/v1/chat/completions", body, timeout)["choices"][0]
-    message = choice["message"]
-    calls = message.get("tool_calls") or []
+    if _out_of_budget_thinking(choice) and body["max_tokens"] == TOOL_TOKENS:
+        body["max_tokens"] = TOOL_TOKENS + THINKING_ALLOWANCE  # it thinks in spite of the switch
+        choice = _post(f"{base_url}/v1/chat/completions", body, timeout)["choices"][0]
+    calls = choice["message"].get("tool_calls") or []
     reason = choice.get("finish_reason")
     if reason == "tool_calls" and calls:
         json.loads(calls[0]["function"]["arguments"])
         return True, f"tool call {calls[0]['function']['name']} with finish_reason tool_calls"
-    thought = reasoning_of(message) or ("<think>" in (message.get("content") or ""))
-    if reason == "length" and thought:
+    if _out_of_budget_thinking(choice):
         return False, (f"tool call: the model was still thinking when its {body['max_tokens']} tokens ran out "
-                       "(finish_reason length, no call): set model_family to the model's family so thinking "
-                       "can be switched off, or check the chat template")
+                       "(finish_reason length, no call): a trace that long is a model stuck thinking")
     return False, f"tool call: finish_reason {reason!r}, {len(calls)} tool calls"
 
 

@@ -39,6 +39,8 @@ Knobs (environment variables, all optional)
     B70SIM_MODELS_DIR        where MODEL paths under /models are looked up on the host (default: as given)
     B70SIM_THINK_TOKENS      a thinking model (Qwen3-style): every chat reply first spends this many tokens
                              on a `<think>...</think>` trace (default 0: no trace); see "Thinking" below
+    B70SIM_THINK_ALWAYS      1: the chat template has no enable_thinking switch, the model always thinks
+                             (Qwen3-*-Thinking-2507, whose template opens the trace itself)
     B70SIM_VERSION           the vLLM version reported (default: the image's vllm.__version__, else
                              0.21.1.dev17+g0a4756bb5)
 
@@ -342,6 +344,7 @@ class Knobs:
     models_dir: str | None = None
     version: str | None = None
     think_tokens: int = 0
+    think_always: bool = False
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> Knobs:
@@ -374,6 +377,7 @@ class Knobs:
             models_dir=env.get("B70SIM_MODELS_DIR") or None,
             version=env.get("B70SIM_VERSION") or None,
             think_tokens=int(think_raw),
+            think_always=env.get("B70SIM_THINK_ALWAYS", "") not in ("", "0"),
         )
 
 
@@ -1338,7 +1342,7 @@ class Handler(BaseHTTPRequestHandler):
         eng = self.engine
         garbage = "garbage" in eng.knobs.fail
         call = None if garbage else self._tool_call(body, msgs)
-        think = eng.knobs.think_tokens if thinking_on(body) and not garbage else 0
+        think = eng.knobs.think_tokens if (eng.knobs.think_always or thinking_on(body)) and not garbage else 0
         trace = think_pieces(think)
         if len(trace) >= max_tokens:
             return ChatReply(trace[:max_tokens], [], "length")  # the budget ran out while thinking

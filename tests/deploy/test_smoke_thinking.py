@@ -81,3 +81,18 @@ def test_garbage_still_fails_the_completion_the_tool_call_and_the_coherence_chec
     assert passed == ["/v1/models lists every alias (m)"]
     assert [f.split(" ", 1)[0] for f in failed] == ["completion", "tool", "coherence:"]
     assert "word-salad" in failed[2] and "garò" in failed[2]
+
+
+def test_a_model_that_thinks_in_spite_of_the_switch_gets_room_on_a_second_try(serve: Serve) -> None:
+    # a thinking-only checkpoint (Qwen3-*-Thinking-2507): the template ignores enable_thinking
+    url = serve("--reasoning-parser", "qwen3", B70SIM_THINK_TOKENS="300", B70SIM_THINK_ALWAYS="1")
+    passed, failed = run_smoke(url, stack("qwen3-30b-a3b"), timeout=10)
+    assert failed == [] and any(p.startswith("tool call get_weather") for p in passed), (passed, failed)
+
+
+def test_a_trace_longer_than_the_allowance_fails_and_says_so(serve: Serve) -> None:
+    url = serve("--reasoning-parser", "qwen3", B70SIM_THINK_TOKENS=str(TOOL_TOKENS + THINKING_ALLOWANCE + 10),
+                B70SIM_THINK_ALWAYS="1")
+    _, failed = run_smoke(url, stack("qwen3-30b-a3b"), timeout=30)
+    assert failed == [f"tool call: the model was still thinking when its {TOOL_TOKENS + THINKING_ALLOWANCE} tokens "
+                      "ran out (finish_reason length, no call): a trace that long is a model stuck thinking"]
