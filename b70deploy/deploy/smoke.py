@@ -48,8 +48,14 @@ def thinking_switchable(stack: Stack) -> bool:
     return stack.model_family is not None and THINKING_SWITCH.match(stack.model_family) is not None
 
 
+def thinking_budget(stack: Stack) -> int:
+    """TOOL_TOKENS plus the allowance, within half the context (the rest holds the prompt and
+    the tools: vLLM refuses a request whose prompt plus max_tokens exceeds max_model_len)."""
+    return min(TOOL_TOKENS + THINKING_ALLOWANCE, max(TOOL_TOKENS, stack.max_model_len // 2))
+
+
 def tool_call_body(stack: Stack) -> dict[str, Any]:
-    budget = TOOL_TOKENS if thinking_switchable(stack) else TOOL_TOKENS + THINKING_ALLOWANCE
+    budget = TOOL_TOKENS if thinking_switchable(stack) else thinking_budget(stack)
     return {"model": stack.served_model_names[0], "temperature": 0, "max_tokens": budget,
             "tools": [WEATHER_TOOL], "tool_choice": "auto", "chat_template_kwargs": NO_THINKING,
             "messages": [{"role": "user", "content": "What is the weather in Paris right now?"}]}
@@ -84,7 +90,7 @@ def _tool_call(base_url: str, stack: Stack, timeout: float) -> tuple[bool, str]:
     body = tool_call_body(stack)
     choice = _post(f"{base_url}/v1/chat/completions", body, timeout)["choices"][0]
     if _out_of_budget_thinking(choice) and body["max_tokens"] == TOOL_TOKENS:
-        body["max_tokens"] = TOOL_TOKENS + THINKING_ALLOWANCE  # it thinks in spite of the switch
+        body["max_tokens"] = thinking_budget(stack)  # it thinks in spite of the switch
         choice = _post(f"{base_url}/v1/chat/completions", body, timeout)["choices"][0]
     calls = choice["message"].get("tool_calls") or []
     reason = choice.get("finish_reason")

@@ -45,10 +45,10 @@ def serve() -> Iterator[Serve]:
         thread.join(5)
 
 
-def stack(family: str | None) -> Stack:
+def stack(family: str | None, max_model_len: int = 8192) -> Stack:
     doc: dict[str, Any] = {
         "name": "t", "image": "intel/vllm:latest", "model": {"path": "Qwen/Qwen3-30B-A3B"},
-        "served_model_names": ["m"], "max_model_len": 8192, "model_family": family,
+        "served_model_names": ["m"], "max_model_len": max_model_len, "model_family": family,
         "smoke": {"completion": {"prompt": "The capital of France is", "expect": "Paris", "max_tokens": 4},
                   "tool_call": True, "aliases": True, "coherence": True}}
     return Stack.model_validate(doc)
@@ -67,6 +67,9 @@ def test_the_budget_leaves_room_to_think_only_where_thinking_cannot_be_switched_
     assert tool_call_body(stack("qwen3-30b-a3b"))["max_tokens"] == TOOL_TOKENS
     assert tool_call_body(stack("llama-3.1-8b"))["max_tokens"] == TOOL_TOKENS + THINKING_ALLOWANCE
     assert tool_call_body(stack(None))["chat_template_kwargs"] == {"enable_thinking": False}
+    # a short context keeps room for the prompt: vLLM refuses prompt + max_tokens > max_model_len
+    assert tool_call_body(stack(None, max_model_len=512))["max_tokens"] == 256
+    assert tool_call_body(stack(None, max_model_len=256))["max_tokens"] == TOOL_TOKENS
 
 
 def test_without_a_reasoning_parser_the_trace_in_content_still_passes(serve: Serve) -> None:
