@@ -190,7 +190,9 @@ def stream(endpoint: Endpoint, path: str, body: dict[str, Any], *, clock_zero: f
         t.ttft_s = first - start
         t.first_to_last_s = (last or first) - first
         if t.completion_tokens is None:
-            t.completion_tokens = t.content_chunks  # no usage chunk: one token per chunk is the best guess
+            # No usage chunk: a chunk per token is the best guess (an undercount under speculative
+            # decoding, where a chunk carries a whole step).
+            t.completion_tokens = t.content_chunks
         t.ok = True
         return t
     except (OSError, http.client.HTTPException, InterruptedError) as e:

@@ -1,16 +1,29 @@
 """Smoke tests against a served stack over real HTTP: is it serving, and serving sense?
 
 /health only says the engine is up; the post's Qwen3.6 was "healthy" and spoke word-salad.
+
+Thinking models: a Qwen3 reply starts with a reasoning trace that counts against max_tokens,
+so a 128-token tool-call budget can end in finish_reason "length" on a healthy stack. Every
+chat check therefore asks for `chat_template_kwargs: {"enable_thinking": false}` (the switch
+Qwen3's template reads, vllm/reasoning/qwen3_reasoning_parser.py; other templates ignore an
+unknown variable). A model that thinks anyway (a family not known to honour the switch, or a
+thinking-only checkpoint) gets room to think before its call: at once when the stack's
+model_family is not a Qwen3 one, else on a second try when the first ran out while thinking.
+The reply's `reasoning` field (vLLM 0.21; older `reasoning_content`) is read too: the
+coherence check judges whatever text came back. The completion check uses /v1/completions,
+where no chat template runs and nothing thinks.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 import requests
 
 from ..config.schema import Stack
+from .garbage import garbage_reason
 
 WEATHER_TOOL = {
     "type": "function",
@@ -20,6 +33,43 @@ WEATHER_TOOL = {
         "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
     },
 }
+TOOL_TOKENS = 128
+# Room to reason before the call when thinking cannot be switched off (Qwen3.5 traces run long).
+THINKING_ALLOWANCE = 2048
+# Families whose chat template honours enable_thinking: false (Qwen3, Qwen3.5, Qwen3.6).
+THINKING_SWITCH = re.compile(r"^qwen3", re.IGNORECASE)
+NO_THINKING = {"enable_thinking": False}
+# The report's second check: ~40 tokens of free text, judged without an expected answer.
+COHERENCE_PROMPT = "In two or three plain sentences, describe a quiet morning by the sea."
+COHERENCE_TOKENS = 40
+
+
+def thinking_switchable(stack: Stack) -> bool:
+    return stack.model_family is not None and THINKING_SWITCH.match(stack.model_family) is not None
+
+
+def thinking_budget(stack: Stack) -> int:
+    """TOOL_TOKENS plus the allowance, within half the context (the rest holds the prompt and
+    the tools: vLLM refuses a request whose prompt plus max_tokens exceeds max_model_len)."""
+    return min(TOOL_TOKENS + THINKING_ALLOWANCE, max(TOOL_TOKENS, stack.max_model_len // 2))
+
+
+def tool_call_body(stack: Stack) -> dict[str, Any]:
+    budget = TOOL_TOKENS if thinking_switchable(stack) else thinking_budget(stack)
+    return {"model": stack.served_model_names[0], "temperature": 0, "max_tokens": budget,
+            "tools": [WEATHER_TOOL], "tool_choice": "auto", "chat_template_kwargs": NO_THINKING,
+            "messages": [{"role": "user", "content": "What is the weather in Paris right now?"}]}
+
+
+def coherence_body(stack: Stack) -> dict[str, Any]:
+    return {"model": stack.served_model_names[0], "temperature": 0, "max_tokens": COHERENCE_TOKENS,
+            "chat_template_kwargs": NO_THINKING, "messages": [{"role": "user", "content": COHERENCE_PROMPT}]}
+
+
+def reasoning_of(message: dict[str, Any]) -> str:
+    """The reasoning trace a reasoning parser split off (`reasoning`, or `reasoning_content` before 0.21)."""
+    value = message.get("reasoning") or message.get("reasoning_content")
+    return value if isinstance(value, str) else ""
 
 
 def _post(url: str, body: dict[str, Any], timeout: float) -> dict[str, Any]:
@@ -28,6 +78,39 @@ def _post(url: str, body: dict[str, Any], timeout: float) -> dict[str, Any]:
         raise RuntimeError(f"HTTP {resp.status_code}: {resp.text[:200]}")
     data: dict[str, Any] = resp.json()
     return data
+
+
+def _out_of_budget_thinking(choice: dict[str, Any]) -> bool:
+    message = choice["message"]
+    thought = reasoning_of(message) or "<think>" in (message.get("content") or "")
+    return choice.get("finish_reason") == "length" and bool(thought) and not message.get("tool_calls")
+
+
+def _tool_call(base_url: str, stack: Stack, timeout: float) -> tuple[bool, str]:
+    body = tool_call_body(stack)
+    choice = _post(f"{base_url}/v1/chat/completions", body, timeout)["choices"][0]
+    if _out_of_budget_thinking(choice) and body["max_tokens"] == TOOL_TOKENS:
+        body["max_tokens"] = thinking_budget(stack)  # it thinks in spite of the switch
+        choice = _post(f"{base_url}/v1/chat/completions", body, timeout)["choices"][0]
+    calls = choice["message"].get("tool_calls") or []
+    reason = choice.get("finish_reason")
+    if reason == "tool_calls" and calls:
+        json.loads(calls[0]["function"]["arguments"])
+        return True, f"tool call {calls[0]['function']['name']} with finish_reason tool_calls"
+    if _out_of_budget_thinking(choice):
+        return False, (f"tool call: the model was still thinking when its {body['max_tokens']} tokens ran out "
+                       "(finish_reason length, no call): a trace that long is a model stuck thinking")
+    return False, f"tool call: finish_reason {reason!r}, {len(calls)} tool calls"
+
+
+def _coherence(base_url: str, stack: Stack, timeout: float) -> tuple[bool, str]:
+    message = _post(f"{base_url}/v1/chat/completions", coherence_body(stack), timeout)["choices"][0]["message"]
+    text = " ".join(t for t in (reasoning_of(message), message.get("content") or "") if t)
+    why = garbage_reason(text)
+    if why is None:
+        return True, f"coherence: {COHERENCE_TOKENS} free tokens read as language ({text.strip()[:40]!r})"
+    return False, (f"coherence: {why}: {text.strip()[:80]!r} (garbage output: a bad checkpoint or a numeric "
+                   "fault)")
 
 
 def run_smoke(base_url: str, stack: Stack, *, timeout: float = 120.0) -> tuple[list[str], list[str]]:
@@ -60,20 +143,15 @@ def run_smoke(base_url: str, stack: Stack, *, timeout: float = 120.0) -> tuple[l
                               "(garbage output: a bad checkpoint or a numeric fault)")
         except (requests.RequestException, RuntimeError, KeyError, IndexError, ValueError) as e:
             failed.append(f"completion: {e}")
-    if smoke.tool_call:
+    checks = [(smoke.tool_call, "tool call", _tool_call), (smoke.coherence, "coherence", _coherence)]
+    for wanted, name, check in checks:
+        if not wanted:
+            continue
         try:
-            data = _post(f"{base_url}/v1/chat/completions", {
-                "model": model, "temperature": 0, "max_tokens": 128, "tools": [WEATHER_TOOL], "tool_choice": "auto",
-                "messages": [{"role": "user", "content": "What is the weather in Paris right now?"}]}, timeout)
-            choice = data["choices"][0]
-            calls = choice["message"].get("tool_calls") or []
-            if choice.get("finish_reason") != "tool_calls" or not calls:
-                failed.append(f"tool call: finish_reason {choice.get('finish_reason')!r}, {len(calls)} tool calls")
-            else:
-                json.loads(calls[0]["function"]["arguments"])
-                passed.append(f"tool call {calls[0]['function']['name']} with finish_reason tool_calls")
-        except (requests.RequestException, RuntimeError, KeyError, IndexError, ValueError) as e:
-            failed.append(f"tool call: {e}")
+            ok, what = check(base_url, stack, timeout)
+            (passed if ok else failed).append(what)
+        except (requests.RequestException, RuntimeError, KeyError, IndexError, TypeError, ValueError) as e:
+            failed.append(f"{name}: {e}")
     return passed, failed
 
 

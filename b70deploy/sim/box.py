@@ -32,7 +32,10 @@ MODELS: dict[str, dict[str, Any]] = {
     "Qwen/Qwen3-30B-A3B-GPTQ-Int4": {**QWEN3_30B, "torch_dtype": "float16",
                                      "quantization_config": {"quant_method": "gptq", "bits": 4}},
     "Qwen/Qwen3-30B-A3B-EAGLE3": EAGLE3_DRAFT,
-    "Qwen/Qwen3.5-35B-A3B-GPTQ-Int4": {**HYBRID_35B, "quantization_config": {"quant_method": "gptq"}},
+    # A thinking model ("emits a visible reasoning trace before answering"): the sim reads the marker
+    # (the trace's length is ours; the report gives none).
+    "Qwen/Qwen3.5-35B-A3B-GPTQ-Int4": {**HYBRID_35B, "quantization_config": {"quant_method": "gptq"},
+                                       "b70sim_think_tokens": 300},
     # Boots and runs fast, but this community quant speaks word-salad: the sim reads the marker.
     "community/Qwen3.6-35B-A3B-CT-INT4": {**HYBRID_35B, "quantization_config": {"quant_method": "compressed-tensors"},
                                           "b70sim_fail": "garbage"},

@@ -37,6 +37,10 @@ Knobs (environment variables, all optional)
                              CPU build printed, tests/fixtures/vllm-0.21.0-cpu/die-after-ready.log)
     B70SIM_SPEC_ACCEPT_RATE  speculative decoding: fraction of drafted tokens accepted (default 0.27)
     B70SIM_MODELS_DIR        where MODEL paths under /models are looked up on the host (default: as given)
+    B70SIM_THINK_TOKENS      a thinking model (Qwen3-style): every chat reply first spends this many tokens
+                             on a `<think>...</think>` trace (default 0: no trace); see "Thinking" below
+    B70SIM_THINK_ALWAYS      1: the chat template has no enable_thinking switch, the model always thinks
+                             (Qwen3-*-Thinking-2507, whose template opens the trace itself)
     B70SIM_VERSION           the vLLM version reported (default: the image's vllm.__version__, else
                              0.21.1.dev17+g0a4756bb5)
 
@@ -51,7 +55,23 @@ Tokenizer (deterministic; a client reproduces it with `count_tokens`)
     tokens = re.findall(r"\\w+|[^\\w\\s]", text): each run of word characters is one token, each
     other non-space character is one token. Chat prompts are counted on `chat_prompt_text`
     (ChatML: `<|im_start|>{role}\\n{content}<|im_end|>\\n` per message, tools as JSON, then the
-    assistant header). Generated text is streamed one token per SSE chunk.
+    assistant header).
+
+Streaming (vLLM's OpenAI layer sends one SSE chunk per engine step, `delta_text = output.text`
+in vllm/entrypoints/openai/chat_completion/serving.py, chat_completion_stream_generator)
+    Without speculative decoding a step makes one token, so one token per chunk. With it, a step
+    makes 1 + the accepted draft tokens, and they come out together in one chunk (the same step
+    counts the spec-decode counters record). finish_reason rides on the last content chunk;
+    usage.completion_tokens counts tokens, not chunks.
+
+Thinking (B70SIM_THINK_TOKENS=N, the way Qwen3 replies unless told not to)
+    A chat reply starts with an N-token trace `<think>\n ... \n</think>\n\n` before the answer or
+    the tool call, and the trace counts against max_tokens: a budget below N ends in
+    finish_reason "length" with no answer and no tool call. `chat_template_kwargs:
+    {"enable_thinking": false}` turns the trace off. With `--reasoning-parser` the trace goes to
+    the `reasoning` field (message and delta; the name vLLM 0.21 uses, see
+    tests/fixtures/vllm-0.21.0-cpu/chat-tools.json), else it stays in `content`, tags included.
+    Completions (no chat template) never think.
 
 Log lines follow a real vLLM 0.21.0 (tests/fixtures/vllm-0.21.0-cpu/boot.log): each carries the
 `(APIServer pid=N) ` / `(EngineCore pid=N) ` / `(Worker pid=N) ` prefix of the process that prints
@@ -62,6 +82,8 @@ Natural failures (as the real server's arise)
     suffix speculative decoding without an importable `arctic_inference` -> Arctic ImportError;
     KV tokens < --max-model-len -> KV ValueError; a compressed-tensors MoE model whose image
     marlin_utils.check_moe_marlin_supports_layer returns True on XPU -> Marlin AttributeError.
+    A thinking model's weights: a config.json key "b70sim_think_tokens" sets B70SIM_THINK_TOKENS
+    (unless the environment does).
     Bad weights: a config.json key "b70sim_fail" (one of B70SIM_FAIL's modes) fails every container of
     that model, the way the post's community Qwen3.6 CT-INT4 quant spoke word-salad.
     Quantization: /models/<path>/config.json quantization_config.quant_method, else the path name
@@ -107,8 +129,9 @@ BLOCK_SIZE = 16
 GIB = 1024**3
 
 MARLIN_ERROR = "AttributeError: '_OpNamespace' '_C' object has no attribute 'gptq_marlin_repack'"
+# vllm/config/speculative.py, SpeculativeConfig._validate_suffix_decoding (backticks, not quotes).
 ARCTIC_ERROR = ("ImportError: Arctic Inference is required for suffix decoding. "
-                "Install via 'pip install arctic-inference==0.1.1'.")
+                "Install via `pip install arctic-inference==0.1.1`.")
 ENGINE_FAILED = "RuntimeError: Engine core initialization failed. See root cause above. Failed core proc(s): {}"
 # What the real 0.21.0 CPU build's worker raised on the first request (head_dim 16).
 DIE_CAUSE = "Unsupported CPU attention configuration: head_dim=16 isa=2 kv_cache_idx=0"
@@ -247,17 +270,28 @@ class ServeConfig:
     attention_backend: str | None
     max_num_seqs: int
     max_num_batched_tokens: int | None
+    reasoning_parser: str | None = None
+
+
+# vllm/entrypoints/openai/cli_args.py, validate_parsed_serve_args: raised after argparse, so the
+# server dies with this traceback (exit 1), not argparse's usage (exit 2).
+TOOL_PARSER_ERROR = "TypeError: Error: --enable-auto-tool-choice requires --tool-call-parser"
+
+
+class InvalidServeArgs(Exception):
+    """Flags argparse took but vLLM's own validation refuses; the message is the exception line."""
 
 
 def parse_serve_args(argv: Sequence[str]) -> ServeConfig:
-    """Parse `vllm serve` flags; bad flags exit 2 with usage on stderr, as argparse does."""
+    """Parse `vllm serve` flags; bad flags exit 2 with usage on stderr, as argparse does; flags
+    vLLM's validation refuses raise InvalidServeArgs."""
     parser = build_parser()
     ns = parser.parse_args(list(argv))
     model = ns.model or ns.model_tag or DEFAULT_MODEL
     if ns.model and ns.model_tag and ns.model != ns.model_tag:
         parser.error(f"model given twice: {ns.model_tag!r} and --model {ns.model!r}")
     if ns.enable_auto_tool_choice and not ns.tool_call_parser:
-        parser.error("--enable-auto-tool-choice requires --tool-call-parser to be set")
+        raise InvalidServeArgs(TOOL_PARSER_ERROR)
     if not 0 < ns.gpu_memory_utilization <= 1:
         parser.error("--gpu-memory-utilization must be in (0, 1]")
     return ServeConfig(
@@ -276,6 +310,7 @@ def parse_serve_args(argv: Sequence[str]) -> ServeConfig:
         attention_backend=ns.attention_backend,
         max_num_seqs=ns.max_num_seqs,
         max_num_batched_tokens=ns.max_num_batched_tokens,
+        reasoning_parser=ns.reasoning_parser,
     )
 
 
@@ -308,6 +343,8 @@ class Knobs:
     spec_accept_rate: float = 0.27
     models_dir: str | None = None
     version: str | None = None
+    think_tokens: int = 0
+    think_always: bool = False
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> Knobs:
@@ -321,6 +358,9 @@ class Knobs:
             if not kv_raw.isdigit() or int(kv_raw) <= 0:
                 raise ValueError(f"B70SIM_KV_TOKENS={kv_raw!r} is not a positive integer")
             kv = int(kv_raw)
+        think_raw = env.get("B70SIM_THINK_TOKENS", "") or "0"
+        if not think_raw.isdigit() or (think_raw != "0" and int(think_raw) < 2):
+            raise ValueError(f"B70SIM_THINK_TOKENS={think_raw!r} is not 0 or an integer of at least 2")
         rate = _float_env(env, "B70SIM_SPEC_ACCEPT_RATE", 0.27, positive=False)
         if rate > 1:
             raise ValueError("B70SIM_SPEC_ACCEPT_RATE must be between 0 and 1")
@@ -336,6 +376,8 @@ class Knobs:
             spec_accept_rate=rate,
             models_dir=env.get("B70SIM_MODELS_DIR") or None,
             version=env.get("B70SIM_VERSION") or None,
+            think_tokens=int(think_raw),
+            think_always=env.get("B70SIM_THINK_ALWAYS", "") not in ("", "0"),
         )
 
 
@@ -395,12 +437,12 @@ def kv_lines(kv_tokens: int, max_model_len: int) -> list[str]:
             f"Maximum concurrency for {fmt_int(max_model_len)} tokens per request: {kv_tokens / max_model_len:.2f}x"]
 
 
-def kv_too_small_message(max_model_len: int, kv_tokens: int, kv_dtype: str, version: str) -> str:
+def kv_too_small_message(max_model_len: int, kv_tokens: int, kv_dtype: str) -> str:
     bpt = kv_bytes_per_token(kv_dtype)
     need, have = max_model_len * bpt / GIB, kv_tokens * bpt / GIB
     estimate = kv_tokens // BLOCK_SIZE * BLOCK_SIZE
-    whose = "model's" if version_tuple(version) >= (0, 24) else "models's"
-    return (f"ValueError: To serve at least one request with the {whose} max seq len ({max_model_len}), "
+    # vllm/v1/core/kv_cache_utils.py spells it "models's" (sic), 0.21 and current alike.
+    return (f"ValueError: To serve at least one request with the models's max seq len ({max_model_len}), "
             f"({need:.2f} GiB KV cache is needed, which is larger than the available KV cache memory "
             f"({have:.2f} GiB). Based on the available memory, the estimated maximum model length is "
             f"{estimate}. Try increasing `gpu_memory_utilization` or decreasing `max_model_len` when "
@@ -642,7 +684,7 @@ def plan_boot(cfg: ServeConfig, knobs: Knobs, image: ImageFacts, model_config: d
     plan.add("INFO", "gpu_worker.py:298", f"Available KV cache memory: "
              f"{kv * kv_bytes_per_token(cfg.kv_cache_dtype) / GIB:.2f} GiB", 0.8, WORKER)
     if kv < max_len:
-        return plan.crash("v1/core/kv_cache_utils.py", kv_too_small_message(max_len, kv, cfg.kv_cache_dtype, version))
+        return plan.crash("v1/core/kv_cache_utils.py", kv_too_small_message(max_len, kv, cfg.kv_cache_dtype))
     size, conc = kv_lines(kv, max_len)
     plan.add("INFO", "kv_cache_utils.py:1710", size, 0.85, ENGINE)
     plan.add("INFO", "kv_cache_utils.py:1711", conc, 0.85, ENGINE)
@@ -723,6 +765,87 @@ def spec_step_counts(n_tokens: int, k: int, rate: float) -> list[int]:
         steps.append(accepted)
         produced += accepted + 1
     return steps
+
+
+# ---------------------------------------------------------------- engine steps and thinking (pure)
+
+THINK_OPEN, THINK_CLOSE = "<think>\n", "\n</think>\n\n"
+REASONING = ("Okay, the user wants an answer. Let me think about what they asked, check the facts I know, "
+             "and decide whether a tool would help before I reply in a short and plain way.")
+
+
+def step_sizes(n_tokens: int, k: int, rate: float) -> list[int]:
+    """Tokens each engine step emits: the first from prefill, then 1 + the accepted drafts of each
+    decode step (spec_step_counts); one per step without speculative decoding (k=0)."""
+    if not k:
+        return [1] * n_tokens
+    return [1] + [a + 1 for a in spec_step_counts(n_tokens, k, rate)] if n_tokens else []
+
+
+def think_pieces(n: int) -> list[str]:
+    """A Qwen3-style trace of exactly n tokens: `<think>`, n-2 reasoning tokens, `</think>` (n >= 2)."""
+    return [THINK_OPEN, *_cycle(REASONING, n - 2), THINK_CLOSE] if n >= 2 else []
+
+
+def thinking_on(body: Mapping[str, Any]) -> bool:
+    """Qwen3's chat template thinks unless `chat_template_kwargs.enable_thinking` is false
+    (vllm/reasoning/qwen3_reasoning_parser.py: `chat_kwargs.get("enable_thinking", True)`)."""
+    kwargs = body.get("chat_template_kwargs")
+    return not (isinstance(kwargs, dict) and kwargs.get("enable_thinking") is False)
+
+
+def reasoning_text(trace: Sequence[str]) -> str:
+    """What a reasoning parser puts in `reasoning`: the trace without its tags."""
+    return "".join(trace).replace(THINK_OPEN, "").replace(THINK_CLOSE, "")
+
+
+@dataclass(frozen=True)
+class ChatReply:
+    """One chat reply as tokens: the thinking trace (cut to the budget), then the answer's or the
+    tool call's tokens; `call` is None unless a whole tool call fit."""
+
+    trace: list[str]
+    body: list[str]
+    reason: str
+    call: dict[str, Any] | None = None
+
+    @property
+    def tokens(self) -> list[str]:
+        return [*self.trace, *self.body]
+
+
+def chat_delta(reply: ChatReply, start: int, group: Sequence[str], *, parser: bool) -> dict[str, Any]:
+    """The delta of one engine step's tokens (reply.tokens[start:start+len(group)]): trace tokens
+    go to `reasoning` with a reasoning parser, else to `content` as text; the rest is content or
+    the tool call's arguments (the first piece also names the call)."""
+    cut = max(0, min(len(group), len(reply.trace) - start))
+    trace, rest = group[:cut], group[cut:]
+    delta: dict[str, Any] = {}
+    text = "" if parser else "".join(trace)
+    if parser and reasoning_text(trace):
+        delta["reasoning"] = reasoning_text(trace)
+    if reply.call is not None and rest:
+        fn: dict[str, Any] = {"arguments": "".join(rest)}
+        tc: dict[str, Any] = {"index": 0, "function": fn}
+        if start + cut == len(reply.trace):  # the call's first tokens
+            tc.update(id=reply.call["id"], type="function")
+            fn["name"] = reply.call["function"]["name"]
+        delta["tool_calls"] = [tc]
+    else:
+        text += "".join(rest)
+    if text:
+        delta["content"] = text
+    return delta
+
+
+def chat_message(reply: ChatReply, *, parser: bool) -> dict[str, Any]:
+    """The non-streamed message: `reasoning` from the trace with a parser (a trace cut short by
+    max_tokens is all reasoning, as qwen3_reasoning_parser.extract_reasoning says), content after."""
+    trace = "".join(reply.trace)
+    content = ("" if parser else trace) + ("" if reply.call else "".join(reply.body))
+    return {"role": "assistant", "content": content or None,
+            "tool_calls": [reply.call] if reply.call else [],
+            "reasoning": (reasoning_text(reply.trace) or None) if parser else None}
 
 
 # ---------------------------------------------------------------- HTTP server
@@ -851,6 +974,26 @@ class Engine:
                 with self.lock:
                     self.decoding -= 1
 
+    def spec_rate(self, prompt_tokens: int) -> float:
+        """The fraction of drafted tokens the target accepts for this prompt."""
+        if self.draft_max_positions is not None and prompt_tokens > self.draft_max_positions:
+            # The field report (2026-07-06 follow-up): acceptance is exactly zero once the prompt
+            # crosses the draft config's max_position_embeddings (2048): every draft is rejected.
+            return 0.0
+        return self.knobs.spec_accept_rate
+
+    def stream_steps(self, prompt_tokens: int, toks: list[str]) -> Iterator[list[str]]:
+        """The tokens grouped by engine step (step_sizes, the same steps `finish` counts), each
+        group out when its last token is due on the timing model's schedule."""
+        sizes = iter(step_sizes(len(toks), self.spec_k(), self.spec_rate(prompt_tokens)))
+        group: list[str] = []
+        want = next(sizes, 0)
+        for tok in self.stream_tokens(prompt_tokens, toks):
+            group.append(tok)
+            if len(group) == want:
+                yield group
+                group, want = [], next(sizes, 0)
+
     def finish(self, reason: str, prompt_tokens: int, completion_tokens: int) -> None:
         k = self.spec_k()
         with self.lock:
@@ -858,12 +1001,7 @@ class Engine:
             self.success[engine_reason] = self.success.get(engine_reason, 0) + 1
             if not k:
                 return
-            rate = self.knobs.spec_accept_rate
-            if self.draft_max_positions is not None and prompt_tokens > self.draft_max_positions:
-                # The field report (2026-07-06 follow-up): acceptance is exactly zero once the prompt
-                # crosses the draft config's max_position_embeddings (2048): every draft is rejected.
-                rate = 0.0
-            steps = spec_step_counts(completion_tokens, k, rate)
+            steps = spec_step_counts(completion_tokens, k, self.spec_rate(prompt_tokens))
             self.drafts += len(steps)
             self.draft_tokens += k * len(steps)
             for a in steps:
@@ -1115,9 +1253,11 @@ class Handler(BaseHTTPRequestHandler):
                 return
             self._start_stream()
             base = {"id": rid, "object": "text_completion", "created": created, "model": model}
-            for i, tok in enumerate(eng.stream_tokens(n_prompt, toks)):
-                last = i == len(toks) - 1
-                self._chunk(_sse({**base, "choices": [{"index": 0, "text": tok, "logprobs": None,
+            sent = 0
+            for group in eng.stream_steps(n_prompt, toks):
+                sent += len(group)
+                last = sent == len(toks)
+                self._chunk(_sse({**base, "choices": [{"index": 0, "text": "".join(group), "logprobs": None,
                                                        "finish_reason": reason if last else None,
                                                        "stop_reason": None}]}))
             eng.finish(reason, n_prompt, len(toks))
@@ -1158,52 +1298,63 @@ class Handler(BaseHTTPRequestHandler):
         prompt_text = chat_prompt_text(msgs, body.get("tools") or None)
         n_prompt = count_tokens(prompt_text)
         max_tokens = self._limits(body, n_prompt, 64, chat=True)
-        garbage = "garbage" in eng.knobs.fail
-        call = None if garbage else self._tool_call(body, msgs)
-        last_user = next((message_text(m.get("content")) for m in reversed(msgs) if m.get("role") == "user"), "")
-        if call is not None:
-            toks = pieces(call["function"]["arguments"])[:max_tokens] or ["{}"]
-            reason = "tool_calls"
-        else:
-            toks, reason = generate(last_user, max_tokens, chat=True, garbage=garbage,
-                                    ignore_eos=bool(body.get("ignore_eos")))
+        reply = self._chat_reply(body, msgs, max_tokens)
+        toks = reply.tokens
         rid, created = eng.new_id("chatcmpl"), int(time.time())
         eng.maybe_die()
         usage_wanted = bool((body.get("stream_options") or {}).get("include_usage"))
+        parser = eng.cfg.reasoning_parser is not None
         base = {"id": rid, "object": "chat.completion.chunk", "created": created, "model": model}
         with eng.request(n_prompt, n_prompt + len(toks)):
             if not body.get("stream"):
-                text = "".join(eng.stream_tokens(n_prompt, toks))
-                eng.finish(reason, n_prompt, len(toks))
-                message: dict[str, Any] = {"role": "assistant", "content": None if call else text,
-                                           "tool_calls": [call] if call else [], "reasoning": None}
+                for _ in eng.stream_tokens(n_prompt, toks):
+                    pass
+                eng.finish(reply.reason, n_prompt, len(toks))
                 self._json(200, {"id": rid, "object": "chat.completion", "created": created, "model": model,
-                                 "choices": [{"index": 0, "message": message, "logprobs": None,
-                                              "finish_reason": reason, "stop_reason": None}],
+                                 "choices": [{"index": 0, "message": chat_message(reply, parser=parser),
+                                              "logprobs": None, "finish_reason": reply.reason,
+                                              "stop_reason": None}],
                                  "usage": self._usage(n_prompt, len(toks))})
                 return
             self._start_stream()
             self._chunk(_sse({**base, "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""},
                                                    "logprobs": None, "finish_reason": None}]}))
-            for i, tok in enumerate(eng.stream_tokens(n_prompt, toks)):
-                if call is not None:
-                    fn: dict[str, Any] = {"arguments": tok}
-                    tc: dict[str, Any] = {"index": 0, "function": fn}
-                    if i == 0:
-                        tc.update(id=call["id"], type="function")
-                        fn["name"] = call["function"]["name"]
-                    delta: dict[str, Any] = {"tool_calls": [tc]}
-                else:
-                    delta = {"content": tok}
-                # vLLM 0.21 puts finish_reason on the last content chunk (no empty-delta chunk after it).
+            sent = 0
+            for group in eng.stream_steps(n_prompt, toks):
+                delta = chat_delta(reply, sent, group, parser=parser)
+                sent += len(group)
+                # vLLM 0.21 puts finish_reason on the last content chunk (no empty-delta chunk after it),
+                # and sends no chunk for a step whose delta is empty (a bare `</think>`) unless it is the last.
                 choice: dict[str, Any] = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": None}
-                if i == len(toks) - 1:
-                    choice.update(finish_reason=reason, stop_reason=None)
+                if sent == len(toks):
+                    choice.update(finish_reason=reply.reason, stop_reason=None)
+                elif not delta:
+                    continue
                 self._chunk(_sse({**base, "choices": [choice]}))
-            eng.finish(reason, n_prompt, len(toks))
+            eng.finish(reply.reason, n_prompt, len(toks))
             if usage_wanted:
                 self._chunk(_sse({**base, "choices": [], "usage": self._usage(n_prompt, len(toks))}))
             self._end_stream()
+
+    def _chat_reply(self, body: Mapping[str, Any], msgs: list[dict[str, Any]], max_tokens: int) -> ChatReply:
+        """The reply's tokens: a thinking model's trace first (B70SIM_THINK_TOKENS, unless the request
+        turns thinking off), then the tool call or the answer in what is left of max_tokens."""
+        eng = self.engine
+        garbage = "garbage" in eng.knobs.fail
+        call = None if garbage else self._tool_call(body, msgs)
+        think = eng.knobs.think_tokens if (eng.knobs.think_always or thinking_on(body)) and not garbage else 0
+        trace = think_pieces(think)
+        if len(trace) >= max_tokens:
+            return ChatReply(trace[:max_tokens], [], "length")  # the budget ran out while thinking
+        left = max_tokens - len(trace)
+        if call is not None:
+            args = pieces(call["function"]["arguments"]) or ["{}"]
+            if len(args) > left:
+                return ChatReply(trace, args[:left], "length")  # the call never closed: no tool call
+            return ChatReply(trace, args, "tool_calls", call)
+        last_user = next((message_text(m.get("content")) for m in reversed(msgs) if m.get("role") == "user"), "")
+        toks, reason = generate(last_user, left, chat=True, garbage=garbage, ignore_eos=bool(body.get("ignore_eos")))
+        return ChatReply(trace, toks, reason)
 
 
 def make_handler(engine: Engine) -> type[Handler]:
@@ -1250,7 +1401,14 @@ def shutdown_lines() -> None:
 
 def serve(argv: Sequence[str], env: Mapping[str, str] | None = None,
           on_ready: Callable[[Server], None] | None = None) -> int:
-    cfg = parse_serve_args(argv)
+    try:
+        cfg = parse_serve_args(argv)
+    except InvalidServeArgs as e:
+        emit_raw("\n".join(f"{proc_prefix(API)}{t}" for t in (
+            "Traceback (most recent call last):",
+            '  File "/opt/b70sim/vllm/entrypoints/openai/cli_args.py", in validate_parsed_serve_args',
+            str(e))), err=True)
+        return 1
     env = os.environ if env is None else env
     try:
         knobs = Knobs.from_env(env)
@@ -1266,6 +1424,9 @@ def serve(argv: Sequence[str], env: Mapping[str, str] | None = None,
     if isinstance(broken, str) and broken in FAIL_MODES:
         # The weights themselves are bad (the post's Qwen3.6 quant): every container of them fails.
         knobs = dataclasses.replace(knobs, fail=knobs.fail | {broken})
+    think = (model_config or {}).get("b70sim_think_tokens")
+    if not knobs.think_tokens and isinstance(think, int) and think >= 2:
+        knobs = dataclasses.replace(knobs, think_tokens=think)  # a thinking model's weights
     spec = cfg.speculative or {}
     draft_config = read_model_config(str(spec["model"]), knobs.models_dir) if spec.get("model") else None
     plan = plan_boot(cfg, knobs, image, model_config, draft_config)

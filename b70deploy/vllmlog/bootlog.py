@@ -86,7 +86,8 @@ _ASYNC_OFF = re.compile(r"Async scheduling (?:not supported with .* will be disa
 _ASYNC_ON = re.compile(r"Asynchronous scheduling is enabled", re.IGNORECASE)
 _SERVER = re.compile(r"Starting vLLM (?:API )?server|Application startup complete", re.IGNORECASE)
 _NOTEWORTHY = [
-    re.compile(r"gptq_gemm kernel is buggy", re.IGNORECASE),
+    # vllm/model_executor/layers/quantization/gptq.py: "Currently, the 4-bit gptq_gemm kernel for GPTQ is buggy."
+    re.compile(r"gptq_gemm kernel (?:for GPTQ )?is buggy", re.IGNORECASE),
     re.compile(r"max_num_scheduled_tokens is set to \d+", re.IGNORECASE),
 ]
 

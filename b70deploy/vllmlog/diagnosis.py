@@ -148,6 +148,26 @@ def _group_fix(m: re.Match[str], lines: Sequence[str]) -> tuple[str, dict[str, A
             {"group": name})
 
 
+# The two Battlemage crash signatures the field report checked every boot for (it saw neither).
+# vllm-project/vllm#27408, "vLLM crashes with SIGABRT on Intel Arc B-series (Battlemage) GPUs during
+# model inspection": the compute runtime aborts in drm_neo.cpp inside the registry's inspection
+# subprocess (registry._run_in_subprocess re-raises it as "Error raised in subprocess:" + its stderr).
+BMG_SIGABRT_ISSUE = "vLLM #27408 (SIGABRT on Intel Arc B-series GPUs during model inspection)"
+# vllm-project/vllm#41663, "XPU TP=2 on dual Intel Arc Pro B70 (Battlemage): GP fault + xe BCS engine
+# reset": a `VLLM::Worker` general protection fault, then xe BCS engine resets, with TP=2 (kernel
+# log lines: arch/x86/kernel/traps.c "%s[%d] general protection fault ip:.. sp:.. error:..", and
+# drivers/gpu/drm/xe/xe_guc_submit.c "Engine reset: engine_class=%s, logical_mask: 0x%x, guc_id=%d").
+BMG_GP_FAULT_ISSUE = "vLLM #41663 (TP=2 on dual Arc Pro B70: GP fault + xe BCS engine reset)"
+_BMG_DRIVER_FIX = ("update the host's xe driver (kernel) and GuC firmware and the image's compute runtime "
+                   "(libze-intel-gpu, intel-opencl-icd), then retry; roll back meanwhile")
+
+
+def _worker_died_fix(m: re.Match[str], lines: Sequence[str]) -> tuple[str, dict[str, Any]]:
+    return (f"the worker {m.group(1)} died without a Python error, a native crash: check the host's kernel "
+            "log (`dmesg`, `journalctl -k`) for `general protection fault` and `Engine reset: engine_class=bcs` "
+            f"({BMG_GP_FAULT_ISSUE}); roll back if it repeats", {"worker": m.group(1)})
+
+
 CATALOGUE: tuple[Signature, ...] = (
     Signature("bare-flags-bash-c", "the bash -c entrypoint exec'd a bare flag",
               # bash's $0 is the trailing "--": a bare model path fails as "--: line 1: /models/...".
@@ -188,6 +208,15 @@ CATALOGUE: tuple[Signature, ...] = (
                          r"level.?zero\b.*\berror|\bUR error\b", re.IGNORECASE),
               "a driver or device fault, not the stack: check dmesg and the GPU (xpu-smi), then retry; "
               "roll back if it repeats"),
+    Signature("bmg-inspect-sigabrt", f"the GPU runtime aborted (SIGABRT): {BMG_SIGABRT_ISSUE}",
+              re.compile(r"models\.registry'\]' died with <Signals\.SIGABRT: 6>|"
+                         r"Abort was called at \d+ line in file|[/\w.-]*drm_neo\.cpp\b"),
+              f"a Battlemage driver/runtime fault, not the stack ({BMG_SIGABRT_ISSUE}): {_BMG_DRIVER_FIX}"),
+    Signature("bmg-tp2-gp-fault", f"a worker hit a general protection fault: {BMG_GP_FAULT_ISSUE}",
+              re.compile(r"VLLM::Worker\S*\[\d+\] general protection fault|"
+                         r"Engine reset: engine_class=bcs\b"),
+              f"serve on one GPU (tensor parallel size 1): TP=2 on dual B70 reproduces {BMG_GP_FAULT_ISSUE}; "
+              f"or {_BMG_DRIVER_FIX}"),
     Signature("cpu-attention-unsupported", "the CPU attention backend does not support this model",
               # vLLM's CPU build, a head_dim its kernels lack: boots, answers /health, dies on the first request.
               re.compile(r"Unsupported CPU attention configuration"), _cpu_attention_fix),
@@ -205,6 +234,10 @@ CATALOGUE: tuple[Signature, ...] = (
               "set tool_calling.parser: hermes (or auto_tool_choice: false)"),
     Signature("worker-failed", "a worker process raised an error (the cause is quoted)",
               _WORKER_FAILED, _worker_fix, rank=CAUSE),
+    # vllm/v1/executor/multiproc_executor.py: logger.error("Worker proc %s died unexpectedly, shutting
+    # down executor.", proc_name): the worker vanished (a signal), so no Python traceback names a cause.
+    Signature("worker-died", "a worker process died without an error (a native crash)",
+              re.compile(r"Worker proc (\S+) died unexpectedly"), _worker_died_fix, rank=CAUSE),
     Signature("engine-init-failed", "the engine core failed to start (cause above it in the log)",
               re.compile(r"Engine core initialization failed|EngineCore failed to start"),
               "read the first error above this line; run `b70deploy diagnose --log FILE` on the full log",
@@ -409,11 +442,41 @@ def _compile_stall_for(d: Diagnosis, stack: Stack) -> tuple[str, dict[str, Any]]
             "and roll back", {})
 
 
+def _tensor_parallel(stack: Stack) -> int:
+    """The tensor parallel size extra_args asks for (1 when it does not)."""
+    args = stack.extra_args
+    for i, a in enumerate(args):
+        for flag in ("--tensor-parallel-size", "-tp"):
+            if a == flag and i + 1 < len(args) and args[i + 1].isdigit():
+                return int(args[i + 1])
+            if a.startswith(flag + "=") and a.split("=", 1)[1].isdigit():
+                return int(a.split("=", 1)[1])
+    return 1
+
+
+def _gp_fault_for(d: Diagnosis, stack: Stack) -> tuple[str, dict[str, Any]] | None:
+    tp = _tensor_parallel(stack)
+    if tp > 1:
+        return (f"remove --tensor-parallel-size {tp} from extra_args and serve on one GPU: TP={tp} on dual B70 "
+                f"reproduces {BMG_GP_FAULT_ISSUE}; or {_BMG_DRIVER_FIX}", {"tensor_parallel_size": tp})
+    return (f"the stack already serves on one GPU (no --tensor-parallel-size), so this is not the TP=2 path of "
+            f"{BMG_GP_FAULT_ISSUE}: {_BMG_DRIVER_FIX}", {"tensor_parallel_size": 1})
+
+
+def _worker_died_for(d: Diagnosis, stack: Stack) -> tuple[str, dict[str, Any]] | None:
+    tp = _tensor_parallel(stack)
+    if tp < 2:
+        return None
+    return (f"{d.fix}; with --tensor-parallel-size {tp} on dual Battlemage this is most likely "
+            f"{BMG_GP_FAULT_ISSUE}: serve on one GPU", {"tensor_parallel_size": tp})
+
+
 _FOR_STACK: dict[str, StackFix] = {
     "marlin-on-xpu": _marlin_for, "bare-flags-bash-c": _bash_c_for, "arctic-inference-missing": _arctic_for,
     "kv-too-small": _kv_too_small_for, "kv-no-memory": _kv_no_memory_for, "mamba-state-copy": _mamba_for,
     "gptq-bfloat16": _gptq_bf16_for, "model-not-found": _model_missing_for, "bad-cli-argument": _flag_for,
     "tool-parser-missing": _tool_parser_for, "compile-stall": _compile_stall_for,
+    "bmg-tp2-gp-fault": _gp_fault_for, "worker-died": _worker_died_for,
 }
 
 

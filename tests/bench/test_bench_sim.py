@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import requests
 from simkit import run_cli
 
 from b70deploy.bench.client import Endpoint
@@ -119,3 +120,34 @@ def test_cli_bench_writes_a_results_file_and_compare_plots(sim_factory: SimFacto
     rows: list[dict[str, Any]] = json.loads(r.stdout)
     dec = next(x for x in rows if x["metric"] == "decode")
     assert within(dec["ratios"]["new-stack (test)"], 1.5)
+
+
+def _served(url: str) -> tuple[float, float]:
+    """(generation tokens, finished requests) as the server's /metrics counts them."""
+    text = requests.get(f"{url}/metrics", timeout=5).text
+
+    def total(name: str) -> float:
+        return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(name + "{"))
+
+    return total("vllm:generation_tokens_total"), total("vllm:request_success_total")
+
+
+@pytest.mark.parametrize("api", ["completions", "chat"])
+def test_token_counts_hold_when_speculative_steps_group_tokens_per_chunk(sim_factory: SimFactory, api: str) -> None:
+    # vLLM streams one chunk per engine step; with ngram drafts a step carries several tokens
+    spec = json.dumps({"method": "ngram", "num_speculative_tokens": 5, "prompt_lookup_max": 4,
+                       "prompt_lookup_min": 2})
+    sim = sim_factory("sim-ng", prefill_tps=1e6, decode_tps=400, speculative=spec, accept_rate=0.6)
+    tokens0, requests0 = _served(sim.url)
+    doc = run_bench(Endpoint.parse(sim.url), BenchConfig(metric="decode", ctx=256, n_prompts=3, max_tokens=120,
+                                                          api=api, model="sim-ng"), {}, show_progress=False)
+    tokens1, requests1 = _served(sim.url)
+    timed = [doc["warmup"], *doc["samples"]]
+    # the server's own count, less one token for each prompt-calibration request (make_probe asks for 1)
+    server = (tokens1 - tokens0) - (requests1 - requests0 - len(timed))
+    counted = sum(s["completion_tokens"] for s in timed)
+    chunks = sum(s["content_chunks"] for s in timed)
+    assert abs(counted / server - 1) <= 0.01, (counted, server)
+    assert chunks < 0.6 * server  # grouped: a count of chunks would be far off
+    assert all(s["completion_tokens"] == 120 for s in doc["samples"])
+    assert within(doc["result"]["value"], 400), doc["result"]  # decode rate unchanged by the grouping

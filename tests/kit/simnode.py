@@ -72,6 +72,11 @@ def write_stacks(folder: Path, image: str) -> None:
         "garbage": {"extends": "alpha", "env": {"B70SIM_FAIL": "garbage"}},
         "fallback": {"extends": "alpha", "env": {"B70SIM_FAIL": "attn-fallback"}},
         "slow": {"extends": "alpha", "env": {"B70SIM_BOOT_SECONDS": "6"}},
+        # A Qwen3-style thinking model: a 300-token trace before every chat answer, in `reasoning`.
+        "thinking": {"extends": "alpha", "env": {"B70SIM_THINK_TOKENS": "300"},
+                     "extra_args": ["--reasoning-parser", "qwen3"],
+                     "smoke": {**base["smoke"], "coherence": True}},
+        "thinking-garbage": {"extends": "thinking", "env": {"B70SIM_FAIL": "garbage"}},
     }
     for name, doc in docs.items():
         (folder / f"{name}.yaml").write_text(yaml.safe_dump(doc))

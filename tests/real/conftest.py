@@ -80,6 +80,11 @@ def real_stacks(lane: Lane, sim_image: str) -> dict[str, dict[str, object]]:
         # a model folder that is there for the host (lint) but not inside the container: a
         # symlink out of models_dir dangles behind the bind mount
         "real-elsewhere": {**real, "model": {"path": "tiny-elsewhere"}},
+        # the thinking-model smoke requests (chat_template_kwargs, tools, the qwen3 reasoning
+        # parser) against the real server: accepted, and its noise fails the coherence check
+        "real-think": {**real, "tool_calling": {"parser": "hermes", "auto_tool_choice": True},
+                       "extra_args": ["--reasoning-parser", "qwen3"],
+                       "smoke": {"tool_call": True, "aliases": True, "coherence": True}},
         # head_dim 16: /health 200, then the first completion kills the engine
         "real-die": {**real, "model": {"path": "tiny-hd16"},
                      "smoke": {"completion": {"prompt": "Hello", "expect": "anything", "max_tokens": 4},

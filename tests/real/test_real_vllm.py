@@ -104,6 +104,23 @@ def test_random_weights_fail_the_text_smoke_test_and_the_switch_rolls_back(real_
     assert failed["stack"] == "real-noise" and failed["outcome"] == "failed"
 
 
+def test_thinking_smoke_requests_are_taken_by_the_real_server_and_its_noise_fails_coherence(
+        real_node: SimNode) -> None:
+    r = real_node.cli("switch", "real-think", "--yes", timeout=900)
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert "failed at check" in r.stderr, r.stderr
+    # vLLM 0.21 took the requests (enable_thinking, tools, a 256-token budget in a 512 context):
+    # they fail on what came back, never on an HTTP error
+    assert "tool call: finish_reason" in r.stderr and "HTTP 4" not in r.stderr, r.stderr
+    assert "coherence: " in r.stderr, r.stderr
+    judged = r.stderr.split("coherence: ", 1)[1]
+    assert "(garbage output: a bad checkpoint" in judged, judged  # the detector judged the real noise
+    back_on_baseline(real_node)
+    rev = real_node.json("history")[-1]
+    assert rev["stack"] == "real-think" and rev["outcome"] == "failed"
+    assert "'reasoning_parser': 'qwen3'" in real_node.cli("logs", str(rev["number"]), check=True).stdout
+
+
 def test_a_flag_vllm_rejects_is_reported_within_a_second_with_the_real_line(real_node: SimNode) -> None:
     t0 = time.time()
     r = real_node.cli("switch", "real-badflag", "--yes", timeout=900)
