@@ -60,6 +60,9 @@ def node(tmp_path: Path, sim_images: dict[str, str], free_port: Callable[[], int
         docker("rmi", *tags.values(), check=False)
         # The images tn.own_image built: once untagged, only their label finds them.
         simkit.remove_keep_tags(project)
+        volumes = [v for v in docker("volume", "ls", "-q").stdout.split() if v.startswith(f"{project}-")]
+        if volumes:  # companions' named volumes, which the tool itself never removes
+            docker("volume", "rm", *volumes, check=False)
         own = docker("images", "-q", "--filter", f"label={OWN_LABEL}={project}").stdout.split()
         if own:
             docker("rmi", "-f", *sorted(set(own)), check=False)
