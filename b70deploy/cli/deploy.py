@@ -418,16 +418,18 @@ def unlock(ctx: Ctx) -> None:
     click.echo(f"cleared the stale lock of {holder.describe()}" if holder else "no stale lock")
 
 
-@click.command(epilog="Example: b70deploy up ngram --dark")
+@click.command(epilog="Examples: b70deploy drain && b70deploy up ngram --dark | b70deploy up tiny --dark --force")
 @click.argument("stack")
 @click.option("--dark", is_flag=True, required=True, help="Required: run on the dark port, own project.")
 @click.option("--timeout", type=float)
+@click.option("--force", is_flag=True, help="Start even while production's vllm runs (both must fit on the GPU).")
+@click.option("--lock-wait", type=float, default=0.0, help="Wait this long for another b70deploy run to finish.")
 @pass_ctx
-def up(ctx: Ctx, stack: str, dark: bool, timeout: float | None) -> None:
+def up(ctx: Ctx, stack: str, dark: bool, timeout: float | None, force: bool, lock_wait: float) -> None:
     """Run STACK on the dark port for benchmarking; production files are never touched."""
     reporter = make_reporter()
     try:
-        url = DarkUp(ctx.node, stack, timeout=timeout).run(reporter)
+        url = DarkUp(ctx.node, stack, timeout=timeout, force=force, lock_wait=lock_wait).run(reporter)
     finally:
         reporter.close()
     click.echo(f"dark {stack} healthy at {url} (project {ctx.node.dark_project}); `b70deploy down --dark` stops it")
