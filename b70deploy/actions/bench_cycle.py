@@ -79,11 +79,14 @@ class BenchCycle:
         phase, bench_exit = "lock", None
         stopped: BaseException | None = None
         with state.lock(f"bench cycle {self.stack}", wait=self.lock_wait) as lock:
+            def announce(name: str, detail: str) -> None:
+                lock.set_step(name)  # `status` names the phase of a cycle in progress
+                reporter.phase(name, detail)
+
             def enter(name: str, detail: str) -> None:
                 nonlocal phase
-                phase = name
-                lock.set_step(name)
-                reporter.phase(name, detail)
+                phase = name  # where the cycle ends, if it ends here
+                announce(name, detail)
 
             try:
                 try:
@@ -104,7 +107,7 @@ class BenchCycle:
                 except (B70Error, KeyboardInterrupt) as e:
                     stopped = e
             finally:  # also when a signal lands between the two: the node is put back, then it acts
-                details, restored, seen = self._put_back(prod, reporter, dark=dark, drained=drained, enter=enter)
+                details, restored, seen = self._put_back(prod, reporter, dark=dark, drained=drained, announce=announce)
         if stopped is None and seen:
             stopped = Terminated() if signal.SIGTERM in seen else KeyboardInterrupt()
         result = self._result(phase, bench_exit, stopped, drained, restored, details)
@@ -112,19 +115,19 @@ class BenchCycle:
         return result
 
     def _put_back(self, prod: DockerNode, reporter: Reporter, *, dark: bool, drained: bool,
-                  enter: Callable[[str, str], None]) -> tuple[list[str], bool, list[int]]:
+                  announce: Callable[[str, str], None]) -> tuple[list[str], bool, list[int]]:
         """down --dark, then restore: each tried whatever the other did; signals wait."""
         errors: list[str] = []
         restored = False
         with deferred_interrupts() as seen:
             if dark:
-                enter("down --dark", self.node.dark_project)
+                announce("down --dark", self.node.dark_project)
                 try:
                     DarkDown(self.node).run()
                 except B70Error as e:
                     errors.append(f"down --dark failed: {e}")
             if drained:
-                enter("restore", "production, wait for /health")
+                announce("restore", "production, wait for /health")
                 try:
                     restore(prod, reporter, companions=self.node.companions,
                             timeout=self.restore_timeout or self.node.config.timeouts.restore)

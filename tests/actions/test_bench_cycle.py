@@ -107,3 +107,37 @@ def test_bench_cycle_sigint_mid_bench_restores_production_then_a_full_cycle_runs
     assert json.loads((node.root / "full.json").read_text())["result"]["value"] > 0
     assert production_serves(node) == "alpha"
     assert [a["command"] for a in node.json("audit")][-2:] == ["bench cycle beta", "bench cycle beta"]
+
+
+def test_bench_cycle_restores_production_after_a_dark_crash_and_after_sigterm_during_the_dark_boot(
+        node: SimNode) -> None:
+    node.cli("switch", "alpha", "--yes", check=True)
+    r = node.cli("bench", "cycle", "crash", "--", "--metric", "decode", "--ctx", "512", timeout=180)
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert "failed at up --dark: dark crash did not become healthy" in r.stdout
+    assert "production restored and healthy" in r.stdout
+    assert production_serves(node) == "alpha" and project_containers(f"{node.project}-dark") == []
+
+    cycle = subprocess.Popen([*CLI, "bench", "cycle", "slow", "--", "--metric", "decode", "--ctx", "512"],
+                             env=cli_env(node.config, node.extra_env), stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline:
+            holder = node.state / "lock.json"
+            if holder.is_file() and json.loads(holder.read_text()).get("step") == "up --dark" \
+                    and project_containers(f"{node.project}-dark"):
+                break
+            assert cycle.poll() is None, cycle.communicate()
+            time.sleep(0.1)
+        else:
+            pytest.fail("the cycle never started the dark stack")
+        cycle.send_signal(signal.SIGTERM)  # while the dark stack boots (6 s)
+        stdout, stderr = cycle.communicate(timeout=120)
+    finally:
+        if cycle.poll() is None:
+            cycle.kill()
+            cycle.wait()
+    assert cycle.returncode == 143, stdout + stderr
+    assert "interrupted (SIGTERM) at up --dark; production restored and healthy" in stdout, stdout + stderr
+    assert production_serves(node) == "alpha" and project_containers(f"{node.project}-dark") == []
