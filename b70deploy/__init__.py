@@ -13,7 +13,8 @@ Module map: each room is one concern; a change goes to the room its concern name
                  edits of files inside images (patches), the EAGLE draft copy (draft)
     docker/      the engine: SDK client and containers (engine), which engine (endpoint),
                  `docker compose` argv (compose), subprocesses (proc), image probing
-                 (image_inspect), and DockerNode (node): the real side of the deploy seam
+                 (image_inspect), the keep tags that protect revisions' images (keep), and
+                 DockerNode (node): the real side of the deploy seam
     state/       the state dir behind one object (statedir): immutable revisions (revisions),
                  the step journal (journal), the deploy lock (lock), the audit log (audit),
                  atomic files and the one file-mode rule (fsio), who and when (stamps)
@@ -25,8 +26,8 @@ Module map: each room is one concern; a change goes to the room its concern name
                  and stalls (diagnosis)
     ui/          terminal output: live progress (progress), tables and JSON (output)
     actions/     one verb, one object: its fields are the options, plan() says what it will do,
-                 run() does it (switch, rollback, resume, node_ops, dark, rollout, inspect, diff,
-                 stacks, prepare)
+                 run() does it (switch, rollback, resume, node_ops, dark, bench_cycle, gc, rollout,
+                 inspect, diff, stacks, prepare)
     lint/        preflight rules over a LintContext, and gathering that context
     bench/       prefill/decode/aggregate benchmarks, compare, capture proxy, replay
     sim/         the simulated vLLM: HTTP server, image builder, model folders
