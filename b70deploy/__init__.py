@@ -15,7 +15,8 @@ Module map: each room is one concern; a change goes to the room its concern name
                  patch's edits (patch_derive)
     docker/      the engine: SDK client and containers (engine), which engine (endpoint),
                  `docker compose` argv (compose), subprocesses (proc), image probing
-                 (image_inspect), and DockerNode (node): the real side of the deploy seam
+                 (image_inspect), the keep tags that protect revisions' images (keep), and
+                 DockerNode (node): the real side of the deploy seam
     state/       the state dir behind one object (statedir): immutable revisions (revisions),
                  the step journal (journal), the deploy lock (lock), the audit log (audit),
                  atomic files and the one file-mode rule (fsio), who and when (stamps)
@@ -27,8 +28,8 @@ Module map: each room is one concern; a change goes to the room its concern name
                  and stalls (diagnosis)
     ui/          terminal output: live progress (progress), tables and JSON (output)
     actions/     one verb, one object: its fields are the options, plan() says what it will do,
-                 run() does it (switch, rollback, resume, node_ops, dark, rollout, inspect, diff,
-                 stacks, prepare, stack_from_compose, patch_from_file)
+                 run() does it (switch, rollback, resume, node_ops, dark, bench_cycle, gc, rollout,
+                 inspect, diff, stacks, prepare, stack_from_compose, patch_from_file)
     lint/        preflight rules over a LintContext, and gathering that context
     bench/       prefill/decode/aggregate benchmarks, compare, capture proxy, replay
     sim/         the simulated vLLM: HTTP server, image builder, model folders

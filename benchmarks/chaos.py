@@ -64,7 +64,7 @@ import yaml
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
-from switch_bench import sigterm_as_interrupt  # noqa: E402  (benchmarks/ is on sys.path)
+from switch_bench import remove_keep_tags, sigterm_as_interrupt  # noqa: E402  (benchmarks/ is on sys.path)
 
 from b70deploy.sim.box import write_models  # noqa: E402
 from b70deploy.sim.image import TAGS as SIM_TAGS  # noqa: E402
@@ -323,6 +323,7 @@ class ChaosNode:
                 if nets:
                     docker("network", "rm", *nets, check=False)
         with contextlib.suppress(Exception):
+            remove_keep_tags(self.project)
             docker("rmi", self.tag, check=False)
         shutil.rmtree(self.root, ignore_errors=True)
 

@@ -43,6 +43,8 @@ from typing import Any
 
 import yaml
 
+from b70deploy.docker.keep import REPO as KEEP_REPO
+from b70deploy.docker.keep import revision_of
 from b70deploy.sim.image import TAGS as SIM_TAGS
 
 REPO = Path(__file__).resolve().parents[1]
@@ -61,6 +63,14 @@ def free_port() -> int:
 
 def docker(*args: str, check: bool = True, timeout: float = 120) -> subprocess.CompletedProcess[str]:
     return subprocess.run(["docker", *args], capture_output=True, text=True, check=check, timeout=timeout)
+
+
+def remove_keep_tags(project: str) -> None:
+    """The keep tags b70deploy gave this run's revisions (b70deploy/docker/keep.py)."""
+    refs = [ref for ref in docker("images", "--format", "{{.Repository}}:{{.Tag}}", KEEP_REPO).stdout.split()
+            if revision_of(project, ref) is not None]
+    if refs:
+        docker("rmi", *refs, check=False)
 
 
 def parse_docker_time(text: str) -> float:
@@ -283,6 +293,9 @@ class Bench:
                               f"label=com.docker.compose.project={proj}").stdout.split()
                 if nets:
                     docker("network", "rm", *nets, check=False)
+        for proj in self.projects:
+            with contextlib.suppress(Exception):
+                remove_keep_tags(proj)
         if self.tags:
             with contextlib.suppress(Exception):
                 docker("rmi", *self.tags.values(), check=False)

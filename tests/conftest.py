@@ -210,7 +210,9 @@ def no_leaks_at_end(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
         return
     left = leftovers([tmp_path_factory.getbasetemp()])
     for kind, name in left:  # remove anyway, so one failure does not spill into other sessions
-        docker("rm", "-f", name) if kind == "container" else docker("network", "rm", name)
+        argv = {"container": ["rm", "-f"], "network": ["network", "rm"], "volume": ["volume", "rm"],
+                "image": ["rmi"]}[kind]
+        docker(*argv, name)
     assert not left, f"test session {SESSION} left these on the engine: {left}"
 
 

@@ -17,7 +17,7 @@ import sys
 import tarfile
 import tempfile
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NoReturn
@@ -133,6 +133,17 @@ def remove_by_project(name: str) -> None:
     nets = docker("network", "ls", "-q", "--filter", label).stdout.split()
     if nets:
         docker("network", "rm", *nets)
+
+
+def remove_keep_tags(project: str, run: Callable[..., subprocess.CompletedProcess[str]] = docker) -> None:
+    """The keep tags b70deploy gave the revisions of `project` (b70deploy/docker/keep.py), on the
+    engine `run` talks to: a test's revisions must not keep its images alive after it."""
+    from b70deploy.docker.keep import REPO, revision_of
+
+    refs = [ref for ref in run("images", "--format", "{{.Repository}}:{{.Tag}}", REPO).stdout.split()
+            if revision_of(project, ref) is not None]
+    if refs:
+        run("rmi", *refs)
 
 
 @dataclass
@@ -278,7 +289,8 @@ def _under(path: str, roots: Sequence[Path]) -> bool:
 
 
 def leftovers(own_dirs: Sequence[Path] = ()) -> list[tuple[str, str]]:
-    """(kind, name) of every container and network of this session still on the engine.
+    """(kind, name) of every container, network, volume and image reference of this session
+    still on the engine.
 
     A container is this session's when its name or Compose project starts with SESSION, when it
     carries LABEL=SESSION, or when the tool made it (a `b70deploy.role` label, e.g. an image
@@ -295,4 +307,9 @@ def leftovers(own_dirs: Sequence[Path] = ()) -> list[tuple[str, str]]:
             left.append(("container", name))
     left += [("network", n) for n in docker("network", "ls", "--format", "{{.Name}}").stdout.split()
              if n.startswith(SESSION)]
+    left += [("volume", v) for v in docker("volume", "ls", "--format", "{{.Name}}").stdout.split()
+             if v.startswith(SESSION)]
+    # Image references naming the session: test tags, and the tool's keep tags of session projects.
+    left += [("image", ref) for ref in docker("images", "--format", "{{.Repository}}:{{.Tag}}").stdout.split()
+             if SESSION in ref]
     return left

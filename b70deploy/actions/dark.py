@@ -1,5 +1,8 @@
 """Dark mode: a stack on the dark port under its own compose project, for benchmarking
-while production is drained. Never touches the deploy dir, revisions or current pointer."""
+while production is drained. Never touches the deploy dir, revisions or current pointer.
+
+Only one vLLM fits on the GPU: `up --dark` takes the deploy lock (no switch starts
+production under it) and refuses while production's vllm container runs, unless forced."""
 
 from __future__ import annotations
 
@@ -10,6 +13,7 @@ from ..config.node import Node
 from ..deploy.nodeio import VLLM
 from ..docker.node import DockerNode
 from ..errors import OperationError, UserError
+from ..state.statedir import StateDir
 from ..ui.progress import Reporter
 from ..vllmlog.diagnosis import for_stack
 from .prepare import Deployable, prepare_deploy
@@ -19,11 +23,16 @@ def dark_dir(node: Node) -> Path:
     return node.state_dir / "dark"
 
 
+HOLDS_GPU = ("running", "restarting")
+
+
 @dataclass
 class DarkUp:
     node: Node
     stack: str
     timeout: float | None = None
+    force: bool = False   # the operator knows both fit (e.g. a small model), or production is elsewhere
+    lock_wait: float = 0.0
 
     @property
     def io(self) -> DockerNode:
@@ -41,8 +50,20 @@ class DarkUp:
         return ready
 
     def run(self, reporter: Reporter) -> str:
-        reporter.phase("preflight", "render with patches, lint")
+        with StateDir(self.node.state_dir).lock(f"up --dark {self.stack}", wait=self.lock_wait):
+            return self.run_locked(reporter)
+
+    def run_locked(self, reporter: Reporter) -> str:
+        """The up itself, for a caller that holds the deploy lock (bench cycle); the dark URL."""
+        reporter.phase("preflight", "render with patches, lint, production drained")
         ready = self.plan()
+        held = DockerNode.production(self.node).container_status()
+        if held in HOLDS_GPU and not self.force:
+            raise OperationError(f"production's vllm ({self.node.project}) is {held}: it holds the GPU, and only one "
+                                 "vLLM fits; nothing was started",
+                                 fix="`b70deploy drain` first (`b70deploy restore` after), or --force if both fit")
+        if held in HOLDS_GPU:
+            reporter.info(f"warning: production's vllm is {held}; starting the dark stack anyway (--force)")
         io = self.io
         done = io.ensure_draft(ready.stack)
         if done:

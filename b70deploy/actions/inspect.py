@@ -10,13 +10,14 @@ from dotenv import dotenv_values
 from ..config.node import Node
 from ..deploy.health import probe_health
 from ..deploy.nodeio import VLLM
-from ..docker.engine import find_container, state_of
+from ..docker.engine import find_container, image_ids, state_of
+from ..docker.keep import recovery
 from ..docker.node import DockerNode
 from ..errors import UserError
 from ..render.files import RUNTIME_ENV_FILE
 from ..state.journal import Journal
 from ..state.lock import Holder, clear_stale, holder_info
-from ..state.revisions import Revision, RevisionStore
+from ..state.revisions import HEALTHY_OUTCOMES, Revision, RevisionStore
 from ..state.statedir import StateDir
 from .diff import unified
 
@@ -59,6 +60,7 @@ def status(node: Node) -> dict[str, Any]:
                               "revision": run.context.get("revision"), "previous": run.context.get("previous"),
                               "fix": "b70deploy resume (finish it) or b70deploy rollback (undo it)"}
     out["differs"], out["fix"] = differences(node, cur, out)
+    out["rollback_images_gone"] = gone_targets(history(node), cur.number if cur else None)
     return out
 
 
@@ -93,7 +95,31 @@ def differences(node: Node, cur: Revision | None, st: dict[str, Any]) -> tuple[l
 
 
 def history(node: Node) -> list[dict[str, Any]]:
-    return RevisionStore(node.state_dir).index()
+    """Every revision's summary, with `image_gone` (None: the engine did not answer) and, for a
+    gone image, `image_fix`: how to get that exact image back."""
+    store = RevisionStore(node.state_dir)
+    rows = store.index()
+    present = _image_ids()
+    for row in rows:
+        image_id = row.get("image_id")
+        row["image_gone"] = None if present is None or not image_id else image_id not in present
+        if row["image_gone"]:
+            meta = store.get(row["number"]).meta
+            row["image_fix"] = recovery(meta.image_ref, meta.image_id, meta.repo_digest)
+    return rows
+
+
+def gone_targets(rows: list[dict[str, Any]], current: int | None) -> list[dict[str, Any]]:
+    """Rollback targets (revisions that ran healthy, other than the current one) whose image is gone."""
+    return [{"revision": r["number"], "stack": r["stack"], "image_id": r["image_id"], "fix": r["image_fix"]}
+            for r in rows if r["image_gone"] and r["number"] != current and r["outcome"] in HEALTHY_OUTCOMES]
+
+
+def _image_ids() -> set[str] | None:
+    try:
+        return image_ids()
+    except Exception:  # the engine may be down; the records must still be shown
+        return None
 
 
 def _fmt(v: Any) -> str:

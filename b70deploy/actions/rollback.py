@@ -10,6 +10,7 @@ from ..config.schema import Smoke, Stack
 from ..deploy.driver import Outcome
 from ..deploy.plan import DeployPlan, Kind
 from ..docker import engine
+from ..docker.keep import recovery
 from ..docker.node import DockerNode
 from ..errors import UserError
 from ..state.revisions import Revision
@@ -85,11 +86,11 @@ class Rollback:
         target = resolve_target(StateDir(self.node.state_dir), self.target)
         if target.status.outcome == "failed" and reporter is not None:
             reporter.info(f"warning: revision {target.number} failed when it was deployed")
-        image_id = target.meta.image_id
-        if image_id and not DockerNode.production(self.node).image_present(image_id):
-            raise UserError(f"the image that ran revision {target.number} is gone: {image_id} "
-                            f"(was {target.meta.image_ref})",
-                            fix=f"docker load or pull that exact image (tag {target.meta.image_ref} may have moved)")
+        meta = target.meta
+        if meta.image_id and not DockerNode.production(self.node).image_present(meta.image_id):
+            raise UserError(f"the image that ran revision {target.number} is gone: {meta.image_id} "
+                            f"(was {meta.image_ref}); nothing was stopped",
+                            fix=recovery(meta.image_ref, meta.image_id, meta.repo_digest))
         return revision_plan(self.node, target, self.opts, kind="rollback", restored_from=target.number,
                              message=self.opts.message or f"rollback to revision {target.number}")
 

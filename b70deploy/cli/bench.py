@@ -1,14 +1,17 @@
-"""Bench commands: bench (prefill | decode | aggregate), bench sweep, bench compare, capture, replay."""
+"""Bench commands: bench (prefill | decode | aggregate), bench sweep, bench compare, bench cycle,
+capture, replay."""
 
 from __future__ import annotations
 
 import logging
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import click
 
+from ..actions.bench_cycle import BenchCycle
 from ..bench import compare as cmp
 from ..bench import metrics, stats
 from ..bench import replay as rp
@@ -22,6 +25,7 @@ from ..bench.run import BenchConfig, resolve_model, run_bench
 from ..errors import UserError
 from ..state.stamps import now_iso
 from ..ui.output import emit_json, table, warn
+from ..ui.progress import make_reporter
 from .base import Ctx, pass_ctx
 
 BENCH_EPILOG = """\b
@@ -233,6 +237,68 @@ def compare(files: tuple[Path, ...], plot_out: Path | None, title: str | None, a
     if plot_out is not None:
         render(m, plot_out, title=title)
         click.echo(f"chart: {plot_out}", err=as_json)
+
+
+def _bench_call(click_ctx: click.Context, stack: str, args: tuple[str, ...]) -> Callable[[str], int]:
+    """BENCH ARGS as `bench` (or `bench sweep`) against a URL: parsed now, so a bad flag fails
+    before the drain; run later in this process, its exit code returned."""
+    if any(a == "--endpoint" or a.startswith("--endpoint=") for a in args):
+        raise UserError("bench cycle points the bench at the dark stack itself", where="--endpoint",
+                        fix="drop --endpoint from the arguments after --")
+    command: click.Command = sweep if args[:1] == ("sweep",) else bench
+    argv = [*(args[1:] if command is sweep else args), "--stack", stack]
+
+    def make(url: str) -> click.Context:
+        return command.make_context(f"bench{' sweep' if command is sweep else ''}", [*argv, "--endpoint", url],
+                                    parent=click_ctx)
+
+    if command is bench and make("http://127.0.0.1:1").params.get("metric") is None:
+        raise UserError("which metric?", where="BENCH ARGS", fix="e.g. -- --metric decode --ctx 8192, or -- sweep ...")
+
+    def call(url: str) -> int:
+        try:
+            with make(url) as sub:
+                command.invoke(sub)
+        except SystemExit as e:  # the bench says interrupted (130) or failed (1) this way
+            return e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+        return 0
+
+    return call
+
+
+@bench.command(context_settings={"ignore_unknown_options": True}, epilog="""\b
+Examples:
+  b70deploy bench cycle w4a16 -- --metric decode --ctx 32768 --n-prompts 5
+  b70deploy bench cycle ngram --verify-wait 60 -- sweep --concurrency 1,2,4,12 --ctx 8192
+Everything after -- goes to `bench` (or `bench sweep`), pointed at the dark stack. Ctrl-C or
+SIGTERM at any point still removes the dark stack and restores production.""")
+@click.argument("stack")
+@click.argument("bench_args", nargs=-1, type=click.UNPROCESSED)
+@click.option("--verify-wait", type=float, default=30.0, show_default=True,
+              help="Seconds to wait for the node to go idle after the drain.")
+@click.option("--timeout", type=float, help="Seconds to wait for the dark stack's /health (default: node timeouts).")
+@click.option("--lock-wait", type=float, default=0.0, help="Wait this long for another b70deploy run to finish.")
+@click.option("--json", "as_json", is_flag=True, help="Print the cycle's outcome as JSON (the bench prints its own).")
+@pass_ctx
+@click.pass_context
+def cycle(click_ctx: click.Context, ctx: Ctx, stack: str, bench_args: tuple[str, ...], verify_wait: float,
+          timeout: float | None, lock_wait: float, as_json: bool) -> None:
+    """Drain, verify, up --dark STACK, bench, down --dark, restore: production always comes back."""
+    action = BenchCycle(ctx.node, stack, _bench_call(click_ctx, stack, bench_args), verify_wait=verify_wait,
+                        timeout=timeout, lock_wait=lock_wait)
+    reporter = make_reporter(quiet=as_json)
+    try:
+        result = action.run(reporter)
+    finally:
+        reporter.close()
+    if as_json:
+        emit_json(result.to_dict())
+    else:
+        for line in result.details:
+            click.echo(line, err=True)
+        click.echo(result.summary)
+    if not result.ok:
+        sys.exit(result.exit_code)
 
 
 @click.command(epilog="""\b

@@ -1,5 +1,5 @@
 """Deploy commands: switch, rollback, resume, drain, verify, restore, status, history,
-logs, pin, unpin, prune, audit, unlock, up/down --dark. Each builds its action from the
+logs, pin, unpin, prune, gc, audit, unlock, up/down --dark. Each builds its action from the
 flags and prints what it returns."""
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ import click
 
 from ..actions import inspect
 from ..actions.dark import DarkDown, DarkUp
+from ..actions.gc import Gc
 from ..actions.node_ops import Drain, Restore, Verify
 from ..actions.resume import Resume
 from ..actions.rollback import Rollback
@@ -297,6 +298,9 @@ def status(ctx: Ctx, as_json: bool, select: str | None, node_name: str | None) -
                    f"fix: {run['fix']}")
     elif st["differs"]:
         click.echo(f"DIFFERS: {'; '.join(st['differs'])}; fix: {st['fix']}")
+    for gone in st["rollback_images_gone"]:
+        click.echo(f"IMAGE GONE: rollback to revision {gone['revision']} ({gone['stack']}) needs "
+                   f"{str(gone['image_id'])[:19]}; fix: {gone['fix']}")
 
 
 @click.command(epilog="Examples: b70deploy history --json | b70deploy history --node gpu2")
@@ -315,8 +319,12 @@ def history(ctx: Ctx, as_json: bool, last: int, node_name: str | None) -> None:
         return
     table(["rev", "stack", "kind", "outcome", "pin", "created", "image", "KV tokens", "healthy s", "message"],
           [[r["number"], r["stack"], r["kind"], r["outcome"], "*" if r["pinned"] else "", r["created"],
-            r["image_ref"], f"{r['kv_cache_tokens']:,}" if r.get("kv_cache_tokens") else "",
+            r["image_ref"] + (" (GONE)" if r["image_gone"] else ""),
+            f"{r['kv_cache_tokens']:,}" if r.get("kv_cache_tokens") else "",
             r.get("time_to_healthy") or "", r["message"]] for r in rows])
+    for r in rows:
+        if r["image_gone"]:
+            click.echo(f"revision {r['number']}: image {str(r['image_id'])[:19]} is gone; fix: {r['image_fix']}")
 
 
 @click.command(epilog="Example: b70deploy logs 12")
@@ -354,7 +362,37 @@ def unpin(ctx: Ctx, revision: int) -> None:
 def prune(ctx: Ctx, keep: int | None) -> None:
     """Delete old revisions, keeping the newest N, every pinned one and the current one."""
     gone = inspect.prune(ctx.node, keep)
-    click.echo(f"pruned {len(gone)} revisions" + (f": {', '.join(map(str, gone))}" if gone else ""))
+    click.echo(f"pruned {len(gone)} revisions" + (f": {', '.join(map(str, gone))}; `b70deploy gc` frees their "
+                                                  "images" if gone else ""))
+
+
+@click.command(epilog="Examples: b70deploy gc --dry-run | b70deploy gc --json")
+@click.option("--dry-run", is_flag=True, help="List what would be removed, and why; change nothing.")
+@click.option("--json", "as_json", is_flag=True, help="Print the items as JSON.")
+@pass_ctx
+def gc(ctx: Ctx, dry_run: bool, as_json: bool) -> None:
+    """Remove what no revision needs: the keep tags (and images) of pruned revisions."""
+    action = Gc(ctx.node)
+    if dry_run:
+        items = action.plan()
+        if as_json:
+            emit_json([i.to_dict() for i in items])
+            return
+        for i in items:
+            click.echo(f"would remove {i.name}: {i.reason}" + (f" (frees image {i.frees[:19]})" if i.frees else ""))
+        click.echo(f"{len(items)} item(s); dry run, nothing changed")
+        return
+    reporter = make_reporter(quiet=as_json)
+    try:
+        done = action.run(reporter)
+    finally:
+        reporter.close()
+    if as_json:
+        emit_json([d.to_dict() for d in done])
+    else:
+        click.echo(f"gc: removed {sum(d.ok for d in done)} of {len(done)} item(s)")
+    if not all(d.ok for d in done):
+        sys.exit(1)
 
 
 @click.command(epilog="Example: b70deploy audit -n 20")
@@ -380,16 +418,18 @@ def unlock(ctx: Ctx) -> None:
     click.echo(f"cleared the stale lock of {holder.describe()}" if holder else "no stale lock")
 
 
-@click.command(epilog="Example: b70deploy up ngram --dark")
+@click.command(epilog="Examples: b70deploy drain && b70deploy up ngram --dark | b70deploy up tiny --dark --force")
 @click.argument("stack")
 @click.option("--dark", is_flag=True, required=True, help="Required: run on the dark port, own project.")
 @click.option("--timeout", type=float)
+@click.option("--force", is_flag=True, help="Start even while production's vllm runs (both must fit on the GPU).")
+@click.option("--lock-wait", type=float, default=0.0, help="Wait this long for another b70deploy run to finish.")
 @pass_ctx
-def up(ctx: Ctx, stack: str, dark: bool, timeout: float | None) -> None:
+def up(ctx: Ctx, stack: str, dark: bool, timeout: float | None, force: bool, lock_wait: float) -> None:
     """Run STACK on the dark port for benchmarking; production files are never touched."""
     reporter = make_reporter()
     try:
-        url = DarkUp(ctx.node, stack, timeout=timeout).run(reporter)
+        url = DarkUp(ctx.node, stack, timeout=timeout, force=force, lock_wait=lock_wait).run(reporter)
     finally:
         reporter.close()
     click.echo(f"dark {stack} healthy at {url} (project {ctx.node.dark_project}); `b70deploy down --dark` stops it")

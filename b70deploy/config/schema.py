@@ -319,6 +319,51 @@ class Timeouts(Strict):
     smoke: float = Field(default=120.0, gt=0, le=3600)
 
 
+# Docker's own rule for a volume name (the engine refuses others).
+VOLUME_NAME_RE = re.compile(r"^[a-zA-Z0-9][a-zA-Z0-9_.-]+$")
+
+
+class CompanionVolume(Strict):
+    """A companion's data: a named volume, created by Compose under exactly this name (no
+    project prefix: renaming the project must not orphan open-webui's data), or a bind of an
+    absolute host path. The tool never removes either (no `down -v`)."""
+
+    source: str
+    target: str
+    read_only: bool = False
+
+    @model_validator(mode="before")
+    @classmethod
+    def _short_syntax(cls, v: Any) -> Any:
+        """`SOURCE:TARGET[:ro|rw]`, as in a compose file."""
+        if not isinstance(v, str):
+            return v
+        parts = v.split(":")
+        if len(parts) not in (2, 3) or (len(parts) == 3 and parts[2] not in ("ro", "rw")):
+            raise invalid(f"volume {v!r} is not SOURCE:TARGET[:ro]",
+                          "write e.g. open-webui:/app/backend/data or /srv/webui:/data:ro")
+        return {"source": parts[0], "target": parts[1], "read_only": parts[2:] == ["ro"]}
+
+    @field_validator("source")
+    @classmethod
+    def _source(cls, v: str) -> str:
+        if not (v.startswith("/") or VOLUME_NAME_RE.match(v)) or ":" in v:
+            raise invalid(f"volume source {v!r} is neither a volume name nor an absolute host path",
+                          "use a name of letters, digits, '_', '.', '-' (a named volume) or /a/host/path (a bind)")
+        return v
+
+    @field_validator("target")
+    @classmethod
+    def _target(cls, v: str) -> str:
+        if not v.startswith("/") or ":" in v:
+            raise invalid(f"volume target {v!r} is not an absolute path in the container", "e.g. /app/backend/data")
+        return v
+
+    @property
+    def is_bind(self) -> bool:
+        return self.source.startswith("/")
+
+
 class Companion(Strict):
     """A service sharing the compose project (the post's open-webui)."""
 
@@ -328,6 +373,7 @@ class Companion(Strict):
     port: int | None = Field(default=None, ge=1, le=65535)
     container_port: int | None = Field(default=None, ge=1, le=65535)
     environment: EnvMap = Field(default_factory=dict)  # keys become unquoted YAML keys in the compose file
+    volumes: list[CompanionVolume] = Field(default_factory=list)
 
     @field_validator("name")
     @classmethod

@@ -63,6 +63,20 @@ class NodeIO(Protocol):
     def image_id(self, ref: str) -> str | None:
         """The id `ref` names on this engine now, None when absent."""
 
+    def image_tags(self, image_id: str) -> tuple[str, ...]:
+        """Every reference naming the image, ours included."""
+
+    # ---- keep tags (docker/keep.py): what `docker image prune` must not take
+    def keep_image(self, image_id: str, revision: int) -> None:
+        """Tag the image with this project's keep tag for `revision`."""
+
+    def kept_images(self) -> dict[int, str]:
+        """This project's keep tags: revision -> image id."""
+
+    def release_image(self, revision: int) -> tuple[bool, str | None]:
+        """Remove the keep tag of `revision`; the engine deletes the image when that was its last
+        tag. (image deleted, None), or (False, why the engine refused)."""
+
     # ---- the serving container
     def wait_healthy(self, *, timeout: float, reporter: Reporter) -> WaitResult:
         """Poll /health while watching the vllm container and its log; ends at once on a

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from dotenv import dotenv_values
 
+from ..docker.keep import recovery
 from ..errors import OperationError, UserError
 from ..render.files import COMPOSE_FILE
 from ..state.revisions import Revision, RevisionStore, Verdict
@@ -94,17 +95,25 @@ def _preflight(r: Run) -> None:
 
 
 def _record(r: Run) -> None:
-    if r.revision is not None:  # a resumed run: the killed one stored (and noted) it already
-        return
-    p = r.plan
-    r.previous = r.store.current()
-    r.revision = r.store.create(
-        stack=p.stack.name, kind=p.kind, files=p.files, image_ref=p.image.ref, image_id=p.image.id,
-        repo_digest=p.image.repo_digest, operator=operator(), message=p.message, created=now_iso(),
-        restored_from=p.restored_from, stack_doc=p.stack.model_dump(mode="json"))
-    r.runner.note(revision=r.revision.number, previous=r.previous.number if r.previous else None)
-    r.info(f"revision {r.revision.number} ({p.stack.name}); previous: "
-           + (f"{r.previous.number} ({r.previous.meta.stack})" if r.previous else "none"))
+    if r.revision is None:  # else a resumed run: the killed one stored (and noted) it already
+        p = r.plan
+        r.previous = r.store.current()
+        r.revision = r.store.create(
+            stack=p.stack.name, kind=p.kind, files=p.files, image_ref=p.image.ref, image_id=p.image.id,
+            repo_digest=p.image.repo_digest, operator=operator(), message=p.message, created=now_iso(),
+            restored_from=p.restored_from, stack_doc=p.stack.model_dump(mode="json"))
+        r.runner.note(revision=r.revision.number, previous=r.previous.number if r.previous else None)
+        r.info(f"revision {r.revision.number} ({p.stack.name}); previous: "
+               + (f"{r.previous.number} ({r.previous.meta.stack})" if r.previous else "none"))
+    _keep(r, r.revision)
+
+
+def _keep(r: Run, rev: Revision) -> None:
+    """Tag the revision's image as ours, so `docker image prune` cannot delete what a rollback
+    to it needs (docker/keep.py). Idempotent: a resumed run tags again."""
+    image_id = rev.meta.image_id
+    if image_id and r.io.image_present(image_id):
+        r.io.keep_image(image_id, rev.number)
 
 
 def _unrecord(r: Run) -> None:
@@ -136,6 +145,7 @@ def _snapshot(r: Run) -> None:
         outcome = "deployed" if r.io.probe_health() == 200 else "superseded"
     r.store.update_status(adopted.number, outcome=outcome, updated=now_iso())
     r.previous = r.store.get(adopted.number)
+    _keep(r, r.previous)
     r.runner.note(previous=adopted.number, adopted=adopted.number)
     r.info(f"live files differed from every revision: kept them as revision {adopted.number}")
 
@@ -214,9 +224,11 @@ def _undo_activate(r: Run) -> None:
         r.info("no previous revision to return to: vllm stopped")
         return
     r.info(f"rolling back to revision {r.previous.number} ({r.previous.meta.stack})")
-    if r.previous.meta.image_id and not r.io.image_present(r.previous.meta.image_id):
-        raise OperationError(f"the image that ran revision {r.previous.number} ({r.previous.meta.image_id}) is gone",
-                             fix="docker load that exact image, then b70deploy rollback")
+    meta = r.previous.meta
+    if meta.image_id and not r.io.image_present(meta.image_id):
+        raise OperationError(f"the image that ran revision {r.previous.number} ({meta.image_id}) is gone",
+                             fix=f"{recovery(meta.image_ref, meta.image_id, meta.repo_digest)}, "
+                                 "then b70deploy rollback")
     r.io.write_deployed(r.previous.read_files())
     r.io.up([VLLM])
     r.rollback_wait = r.io.wait_healthy(timeout=r.plan.timeouts.rollback, reporter=r.reporter)
@@ -324,7 +336,7 @@ def steps(plan: DeployPlan) -> list[Step[Run]]:
     stopped = ", ".join([VLLM, *plan.companions])
     return [
         Step("preflight", "compose config, image present, lint", _preflight),
-        Step("record", "store the new files as an immutable revision", _record, _unrecord,
+        Step("record", "store the new files as an immutable revision, keep-tag its image", _record, _unrecord,
              "mark the revision failed/aborted"),
         Step("snapshot", "keep the live deploy dir if no revision holds it", _snapshot),
         Step("drain", f"compose stop {stopped}", _drain, _undo_drain,

@@ -14,7 +14,7 @@ from typing import Any
 
 import docker
 from docker.context import ContextAPI
-from docker.errors import DockerException, ImageNotFound
+from docker.errors import APIError, DockerException, ImageNotFound
 
 from ..errors import OperationError, UserError
 from . import endpoint
@@ -83,6 +83,35 @@ def image_present(image_id: str) -> bool:
         return True
     except ImageNotFound:
         return False
+
+
+def image_ids() -> set[str]:
+    """The id of every image on the engine (one request, for views that check many revisions)."""
+    return {str(i) for i in client().api.images(quiet=True, all=True)}
+
+
+def tag_image(image_id: str, ref: str) -> None:
+    """Point `ref` (repo:tag) at `image_id`, moving it if it named another image."""
+    repo, tag = ref.rsplit(":", 1)
+    client().images.get(image_id).tag(repo, tag)
+
+
+def tagged(repo: str) -> dict[str, str]:
+    """Every reference of `repo` on the engine -> the id of the image it names."""
+    return {t: str(img.id) for img in client().images.list(name=repo) for t in img.tags if t.startswith(f"{repo}:")}
+
+
+def untag(ref: str) -> tuple[bool, str | None]:
+    """Remove the reference `ref`; the engine deletes the image too when that was its last tag.
+    (whether the image was deleted, None) or (False, why the engine refused: e.g. a container
+    uses the image and this is its last tag)."""
+    try:
+        result = client().api.remove_image(ref)
+    except ImageNotFound:
+        return False, None
+    except APIError as e:
+        return False, str(e.explanation or e)
+    return any("Deleted" in entry for entry in result or []), None
 
 
 def find_container(project: str, service: str) -> Any | None:

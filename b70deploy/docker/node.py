@@ -21,6 +21,7 @@ from ..state.fsio import file_mode, fsync_dir, sweep_temp, write_atomic, write_t
 from ..vllmlog.diagnosis import diagnose
 from . import engine
 from .compose import Compose
+from .keep import REPO, keep_tag, revision_of
 from .proc import last_line, run
 
 if TYPE_CHECKING:
@@ -141,6 +142,19 @@ class DockerNode:
 
     def image_id(self, ref: str) -> str | None:
         return engine.image_info(ref).id if engine.image_present(ref) else None
+
+    def image_tags(self, image_id: str) -> tuple[str, ...]:
+        return engine.image_info(image_id).tags if engine.image_present(image_id) else ()
+
+    def keep_image(self, image_id: str, revision: int) -> None:
+        engine.tag_image(image_id, keep_tag(self.project, revision))
+
+    def kept_images(self) -> dict[int, str]:
+        found = {revision_of(self.project, ref): image for ref, image in engine.tagged(REPO).items()}
+        return {n: image for n, image in found.items() if n is not None}
+
+    def release_image(self, revision: int) -> tuple[bool, str | None]:
+        return engine.untag(keep_tag(self.project, revision))
 
     # ---- the serving container
     def wait_healthy(self, *, timeout: float, reporter: Reporter) -> WaitResult:

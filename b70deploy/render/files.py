@@ -133,6 +133,7 @@ def render(stack: Stack, node: Node, devices: DeviceAccess, *, secrets: Mapping[
         group_add=devices.group_add,
         shm_size=node.config.shm_size,
         companions=node.config.companions,
+        volumes=sorted({v.source for c in node.config.companions for v in c.volumes if not v.is_bind}),
         bind_address=node.config.bind_address,
     )
     interp = interpolation_values(stack, node, port=port, image=image)

@@ -7,7 +7,7 @@ helper), and the unit tests import its pure parts (flag parsing, tokenizer, log 
 
 Commands
     serve [MODEL] [flags]      the fake vLLM OpenAI server (flags: see `build_parser`)
-    webui --port N             a tiny HTTP companion (the post's open-webui stand-in)
+    webui --port N [--data D]  a tiny HTTP companion (the post's open-webui stand-in; keeps D/webui.db)
     --version                  print the version and exit
 
 Knobs (environment variables, all optional)
@@ -1507,11 +1507,26 @@ class WebuiHandler(BaseHTTPRequestHandler):
         self.wfile.write(body)
 
 
+def keep_webui_data(folder: str) -> None:
+    """webui.db: made once with a random id (what a lost volume would change), one line per start."""
+    os.makedirs(folder, exist_ok=True)
+    db = os.path.join(folder, "webui.db")
+    if not os.path.exists(db):
+        with open(db, "w") as f:
+            f.write(f"created {os.urandom(8).hex()}\n")
+    with open(db, "a") as f:
+        f.write(f"start {time.time():.3f}\n")
+
+
 def webui(argv: Sequence[str]) -> int:
     p = argparse.ArgumentParser(prog="sim-webui", description="A tiny web UI stand-in that answers HTTP.")
     p.add_argument("--host", default="0.0.0.0")
     p.add_argument("--port", type=int, default=8080)
+    p.add_argument("--data", action="append", default=[], metavar="DIR",
+                   help="Keep state here as open-webui keeps webui.db in its data dir (repeatable).")
     ns = p.parse_args(list(argv))
+    for folder in ns.data:
+        keep_webui_data(folder)
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, _on_sigterm)
     httpd = Server((ns.host, ns.port), WebuiHandler)

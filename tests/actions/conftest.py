@@ -20,7 +20,7 @@ import yaml
 from filelock import FileLock
 from kit.engines import ENGINES, Engine, Fleet, _start, _stop, _unmount_under, free_port
 from kit.engines import write_stacks as write_fleet_stacks
-from kit.simnode import SimNode, docker, write_stacks
+from kit.simnode import OWN_LABEL, SimNode, docker, write_stacks
 from kit.sshd import SSH, SSHD, SshServer
 from kit.sshd import start as start_sshd
 from kit.sshd import stop as stop_sshd
@@ -58,6 +58,14 @@ def node(tmp_path: Path, sim_images: dict[str, str], free_port: Callable[[], int
         for proj in (project, f"{project}-dark"):
             simkit.remove_by_project(proj)
         docker("rmi", *tags.values(), check=False)
+        # The images tn.own_image built: once untagged, only their label finds them.
+        simkit.remove_keep_tags(project)
+        volumes = [v for v in docker("volume", "ls", "-q").stdout.split() if v.startswith(f"{project}-")]
+        if volumes:  # companions' named volumes, which the tool itself never removes
+            docker("volume", "rm", *volumes, check=False)
+        own = docker("images", "-q", "--filter", f"label={OWN_LABEL}={project}").stdout.split()
+        if own:
+            docker("rmi", "-f", *sorted(set(own)), check=False)
 
 
 @pytest.fixture(scope="session")
@@ -136,6 +144,7 @@ def fleet(engines: list[Engine], tmp_path: Path) -> Iterator[Fleet]:
                             f"label=com.docker.compose.project={project}").stdout.split()
             if nets:
                 e.docker("network", "rm", *nets)
+            simkit.remove_keep_tags(project, e.docker)
 
 
 @pytest.fixture(scope="session")

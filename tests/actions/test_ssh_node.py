@@ -83,6 +83,8 @@ def duo(ssh_engine: tuple[Engine, SshServer], sim_images: dict[str, str], tmp_pa
             nets = far_engine.docker("network", "ls", "-q", "--filter", label).stdout.split()
             if nets:
                 far_engine.docker("network", "rm", *nets)
+        simkit.remove_keep_tags(project)
+        simkit.remove_keep_tags(project, far_engine.docker)
         simkit.docker("rmi", tag)
         far_engine.docker("rmi", tag)
 

@@ -248,3 +248,16 @@ def test_lint_errors_stop_the_preflight_in_one_line_with_one_fix(root: Path) -> 
     assert "\n" not in line and "\\n" not in line and line.count("fix: ") == 1, line
     assert line.startswith("lint found 2 error(s) in beta: [patch-unknown] no patch named 'x' in /p; [image-missing]")
     assert bench.node.deployed == stack_files("alpha")
+
+
+def test_every_recorded_revision_keeps_its_image_tagged_even_after_a_kill_in_record(root: Path) -> None:
+    """The keep tag is made in record (docker/keep.py); a run killed there tags on resume."""
+    b = Bench(root)
+    b.node.trap = ("kill", "record")  # the keep tag is record's one effect on the node
+    with pytest.raises(Killed):
+        b.switch()
+    assert 3 not in b.node.kept
+    assert b.resume().ok
+    assert b.node.kept == {3: "img-beta"}
+    assert b.rollback().ok  # back to alpha: a new revision, pinned to alpha's image, tagged too
+    assert b.node.kept[4] == "img-alpha"

@@ -13,6 +13,10 @@ from typing import Any
 import simkit
 import yaml
 
+from b70deploy.sim.image import TAGS as SIM_TAGS
+
+OWN_LABEL = "b70test.node"  # on the images SimNode.own_image builds: the project that owns them
+
 
 def docker(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
     result = simkit.docker(*args)
@@ -46,6 +50,18 @@ class SimNode:
     @property
     def deploy(self) -> Path:
         return self.root / "deploy"
+
+    def own_image(self, name: str) -> str:
+        """An image only this node's test names (the sim image plus a label): `docker image prune`
+        can delete it once nothing tags it, unlike the shared sim images. Tagged
+        `<project>/own:<name>`; the `node` fixture removes every image labelled with the project."""
+        tag = f"{self.project}/own:{name}"
+        # FROM the shared sim image, never from one of ours: an image with children is never pruned.
+        dockerfile = f"FROM {SIM_TAGS['bash-c']}\nLABEL {OWN_LABEL}={self.project} b70test.own={name}\n"
+        built = subprocess.run(["docker", "build", "-q", "-t", tag, "-"], input=dockerfile, capture_output=True,
+                               text=True, timeout=120, check=False)
+        assert built.returncode == 0, built.stderr
+        return docker("image", "inspect", "-f", "{{.Id}}", tag).stdout.strip()
 
     def running_image(self) -> str:
         out = docker("ps", "-q", "--filter", f"label=com.docker.compose.project={self.project}",

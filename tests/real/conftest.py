@@ -120,4 +120,5 @@ def real_node(lane: Lane, sim_images: dict[str, str], tmp_path_factory: pytest.T
     finally:
         for proj in (project, f"{project}-dark"):
             simkit.remove_by_project(proj)
+        simkit.remove_keep_tags(project)
         docker("rmi", tag, check=False)

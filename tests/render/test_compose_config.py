@@ -12,6 +12,7 @@ from kit.scratch import MINIMAL_STACK, SHIPPED_STACKS, Scratch, make_dri
 
 from b70deploy.actions.prepare import prepare
 from b70deploy.config.node import load_node
+from b70deploy.errors import UserError
 from b70deploy.render.files import Rendered, _env_q
 from b70deploy.state.fsio import write_tree
 
@@ -150,3 +151,28 @@ def test_odd_characters_render_to_a_file_compose_parses(scratch: Scratch, compos
     r = render(stack, load_node(str(scratch.config)), DeviceAccess(device_dir=None))
     vllm = compose(_write(r, scratch.root / "deploy"))["services"]["vllm"]
     assert vllm["command"][-len(ODD_ARGS):] == [dollars(a) for a in ODD_ARGS]
+
+
+def test_companion_volumes_resolve_with_fixed_names_in_prod_and_dark(scratch: Scratch, compose: Config) -> None:
+    """Named volumes keep the name the operator wrote (no project prefix, so a renamed project
+    or the dark project finds the same data); binds stay binds; `:ro` is kept."""
+    scratch.copy_shipped()
+    node = load_node(str(scratch.write_config({"companions": [
+        {"name": "open-webui", "image": "ghcr.io/open-webui/open-webui:main",
+         "volumes": ["open-webui:/app/backend/data", {"source": "/srv/webui-cfg", "target": "/cfg",
+                                                      "read_only": True}]}]})))
+    for port, project, folder in ((None, None, "deploy"), (node.config.ports.dark, "b70-dark", "dark")):
+        doc = compose(_write(prepare(node, "tq-256k", port=port, project=project).rendered, scratch.root / folder))
+        assert doc["volumes"] == {"open-webui": {"name": "open-webui"}}
+        vols = doc["services"]["open-webui"]["volumes"]
+        assert [(v["type"], v["source"], v["target"], v.get("read_only", False)) for v in vols] == [
+            ("volume", "open-webui", "/app/backend/data", False), ("bind", "/srv/webui-cfg", "/cfg", True)]
+
+
+@pytest.mark.parametrize("volume,why", [("webui", "is not SOURCE:TARGET"), ("webui:data", "not an absolute path"),
+                                        ("we bui:/data", "neither a volume name"), ("/a:/b:rx", "SOURCE:TARGET")])
+def test_a_bad_companion_volume_is_one_line_naming_the_key(scratch: Scratch, volume: str, why: str) -> None:
+    cfg = scratch.write_config({"companions": [{"name": "w", "image": "img:1", "volumes": [volume]}]})
+    with pytest.raises(UserError) as e:
+        load_node(str(cfg))
+    assert why in str(e.value) and "companions" in str(e.value) and "\n" not in str(e.value)

@@ -1,0 +1,98 @@
+"""`gc`: remove what no revision needs any more, each thing with the reason it may go.
+
+The plan is a list of items of a few kinds; `run` removes them under the deploy lock, so a
+switch never records a revision while its image is being released. Kinds today:
+
+    keep-tag   the keep tag (docker/keep.py) of a revision that was pruned; the engine
+               deletes the image with it when no other tag names it and no container uses it
+
+A pinned or the current revision is never pruned (state/revisions.py), so its tag stays.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import asdict, dataclass
+from typing import Any, Literal
+
+from ..config.node import Node
+from ..deploy.nodeio import NodeIO
+from ..docker.keep import keep_tag
+from ..docker.node import DockerNode
+from ..state.statedir import StateDir
+from ..ui.progress import Reporter
+
+ItemKind = Literal["keep-tag"]
+
+
+@dataclass(frozen=True)
+class Item:
+    kind: ItemKind
+    name: str                  # what goes, as the operator would name it
+    reason: str
+    revision: int | None = None
+    frees: str | None = None   # what else goes with it: the image, when nothing else names it
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class Removed:
+    item: Item
+    ok: bool
+    detail: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**self.item.to_dict(), "ok": self.ok, "detail": self.detail}
+
+
+@dataclass
+class Gc:
+    node: Node
+    io: NodeIO | None = None  # the production DockerNode unless a test gives a fake
+
+    @property
+    def _io(self) -> NodeIO:
+        return self.io if self.io is not None else DockerNode.production(self.node)
+
+    def plan(self) -> list[Item]:
+        """What would go, and why; nothing changes."""
+        return self._keep_tags(self._io)
+
+    def _keep_tags(self, io: NodeIO) -> list[Item]:
+        store = StateDir(self.node.state_dir).revisions
+        alive = set(store.numbers())
+        kept = io.kept_images()
+        doomed = {n: image for n, image in kept.items() if n not in alive}
+        # An image goes with its tag when every reference to it is a doomed keep tag.
+        going = Counter(doomed.values())
+        items = []
+        for n, image in sorted(doomed.items()):
+            refs = io.image_tags(image)
+            last = len(refs) == going[image] and n == max(m for m, i in doomed.items() if i == image)
+            items.append(Item("keep-tag", keep_tag(self.node.project, n), f"revision {n} was pruned", revision=n,
+                              frees=image if last else None))
+        return items
+
+    def run(self, reporter: Reporter) -> list[Removed]:
+        state = StateDir(self.node.state_dir)
+        io = self._io
+        with state.lock("gc"):
+            items = self.plan()
+            reporter.phase("gc", f"{len(items)} item(s) to remove")
+            done = [self._remove(io, item, reporter) for item in items]
+        state.audit.record("gc", "ok" if all(d.ok for d in done) else "failed",
+                           removed=[d.item.name for d in done if d.ok])
+        return done
+
+    def _remove(self, io: NodeIO, item: Item, reporter: Reporter) -> Removed:
+        """One branch per ItemKind."""
+        assert item.revision is not None  # a keep-tag item always names its revision
+        deleted, refused = io.release_image(item.revision)
+        if refused:
+            result = Removed(item, False, f"kept: {refused}")
+        else:
+            result = Removed(item, True, "tag and image removed" if deleted else "tag removed")
+        reporter.info(f"{item.name}: {result.detail}")
+        return result

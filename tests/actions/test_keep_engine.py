@@ -1,0 +1,116 @@
+"""Keep tags on the real engine with the sim image (issue 11 item 3): `docker image prune`
+after the tag moved does not break a rollback; `gc` frees what pruned revisions kept.
+
+Each test builds images only it names (SimNode.own_image, labelled with a token), and prunes
+with `--filter label=...`: the same prune of dangling images, scoped so the other sessions
+sharing this engine keep theirs."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import requests
+from kit.simnode import SimNode, docker
+
+from b70deploy.docker.keep import keep_tag
+from b70deploy.sim.image import TAGS as SIM_TAGS
+
+pytestmark = pytest.mark.docker
+
+
+def prune(node: SimNode) -> None:
+    """`docker image prune -f`, for the images this test built only."""
+    docker("image", "prune", "-f", "--filter", f"label=b70test.node={node.project}")
+
+
+def present(image_id: str) -> bool:
+    return docker("image", "inspect", image_id, check=False).returncode == 0
+
+
+def tags_of(image_id: str) -> list[str]:
+    out = docker("image", "inspect", "-f", "{{json .RepoTags}}", image_id).stdout
+    return sorted(json.loads(out) or [])
+
+
+def serves(node: SimNode) -> str:
+    """The stack the node answers with: its container's label, after a completion that says Paris."""
+    url = f"http://127.0.0.1:{node.prod}"
+    model = requests.get(f"{url}/v1/models", timeout=5).json()["data"][0]["id"]
+    done = requests.post(f"{url}/v1/completions", timeout=10,
+                         json={"model": model, "prompt": "The capital of France is", "max_tokens": 4}).json()
+    assert "Paris" in done["choices"][0]["text"], done
+    ids = docker("ps", "-q", "--filter", f"label=com.docker.compose.project={node.project}",
+                 "--filter", "label=com.docker.compose.service=vllm").stdout.split()
+    return docker("inspect", "-f", '{{index .Config.Labels "b70deploy.stack"}}', ids[0]).stdout.strip()
+
+
+def test_prune_after_the_tag_moved_keeps_the_rollback_and_gc_frees_what_pruned_revisions_kept(
+        node: SimNode) -> None:
+    old = node.own_image("old")
+    docker("tag", old, node.tags["bash-c"])  # intel/vllm:latest names `old` (image_map)
+    node.cli("switch", "alpha", "--yes", check=True)
+    assert node.running_image() == old
+    assert keep_tag(node.project, 1) in tags_of(old)
+    # A re-pull moves the tag: `old` keeps only our tag. Without it, it would be dangling.
+    new = node.own_image("new")
+    docker("tag", new, node.tags["bash-c"])
+    docker("rmi", f"{node.project}/own:old", f"{node.project}/own:new")
+    assert tags_of(old) == [keep_tag(node.project, 1)]
+    node.cli("switch", "beta", "--yes", check=True)
+    assert node.running_image() == new
+    prune(node)
+    assert present(old), "docker image prune deleted the image revision 1 needs"
+
+    # The tag moves on again (the companion, started from the tag, leaves `new` with it).
+    docker("tag", SIM_TAGS["bash-c-drift"], node.tags["bash-c"])
+    r = node.cli("rollback", "1", "--yes", check=True)
+    assert "node on revision 3 (alpha)" in r.stdout
+    assert serves(node) == "alpha" and node.running_image() == old
+
+    # Revision 2 (beta, on `new`) is pruned; 1 is pinned, 3 is current: only 2's keep tag holds `new`.
+    node.cli("pin", "1", check=True)
+    assert "pruned 1 revisions: 2" in node.cli("prune", "--keep", "1", check=True).stdout
+    plan = node.json("gc", "--dry-run")
+    assert [(i["name"], i["reason"], i["frees"]) for i in plan] == [
+        (keep_tag(node.project, 2), "revision 2 was pruned", new)]
+    assert present(new)  # a dry run changes nothing
+    done = node.json("gc")
+    assert [(d["name"], d["ok"], d["detail"]) for d in done] == [
+        (keep_tag(node.project, 2), True, "tag and image removed")]
+    assert not present(new)
+    assert tags_of(old) == [keep_tag(node.project, 1), keep_tag(node.project, 3)]  # pinned and current stay
+    prune(node)
+    assert present(old) and serves(node) == "alpha"
+    assert node.json("gc", "--dry-run") == []
+
+
+def test_a_gone_image_is_named_by_status_and_history_and_rollback_refuses_before_anything_stops(
+        node: SimNode) -> None:
+    old = node.own_image("old")
+    docker("tag", old, node.tags["bash-c"])
+    node.cli("switch", "alpha", "--yes", check=True)
+    docker("tag", node.own_image("new"), node.tags["bash-c"])
+    docker("rmi", f"{node.project}/own:old", f"{node.project}/own:new")
+    node.cli("switch", "beta", "--yes", check=True)
+    # Someone removes our tag by hand, then prunes: the image is gone.
+    docker("rmi", keep_tag(node.project, 1))
+    prune(node)
+    assert not present(old)
+
+    row = node.json("history")[0]
+    assert row["number"] == 1 and row["image_gone"] is True and "docker load" in row["image_fix"]
+    text = node.cli("history", check=True).stdout
+    assert "(GONE)" in text and f"revision 1: image {old[:19]} is gone; fix: docker load" in text
+    st = node.json("status")
+    assert [(g["revision"], g["stack"]) for g in st["rollback_images_gone"]] == [(1, "alpha")]
+    assert "IMAGE GONE: rollback to revision 1 (alpha)" in node.cli("status", check=True).stdout
+
+    before = docker("ps", "-q", "--filter", f"label=com.docker.compose.project={node.project}",
+                    "--filter", "label=com.docker.compose.service=vllm").stdout.split()
+    r = node.cli("rollback", "1", "--yes")
+    assert r.returncode == 2 and "is gone" in r.stderr and "nothing was stopped" in r.stderr
+    assert "fix: docker load -i FILE" in r.stderr and "Traceback" not in r.stderr
+    after = docker("ps", "-q", "--filter", f"label=com.docker.compose.project={node.project}",
+                   "--filter", "label=com.docker.compose.service=vllm").stdout.split()
+    assert after == before and serves(node) == "beta"
