@@ -4,6 +4,8 @@ rollback later, the data it made first is still there."""
 
 from __future__ import annotations
 
+import time
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -18,7 +20,16 @@ def webui_db(node: SimNode) -> list[str]:
     ids = docker("ps", "-q", "--filter", f"label=com.docker.compose.project={node.project}",
                  "--filter", "label=com.docker.compose.service=webui").stdout.split()
     assert len(ids) == 1, ids
-    return docker("exec", ids[0], "cat", "/app/backend/data/webui.db").stdout.splitlines()
+    # A companion that compose just (re)started may not have written its start line yet: wait
+    # for a line at or after the container's own start (one clock: the host's).
+    stamp = docker("inspect", "-f", "{{.State.StartedAt}}", ids[0]).stdout.strip()  # RFC 3339, UTC, ns
+    since = datetime.fromisoformat(stamp[:19]).replace(tzinfo=UTC).timestamp() - 1.0
+    deadline = time.monotonic() + 15
+    while True:
+        lines = docker("exec", ids[0], "cat", "/app/backend/data/webui.db", check=False).stdout.splitlines()
+        if (lines and float(lines[-1].split()[1]) >= since) or time.monotonic() > deadline:
+            return lines
+        time.sleep(0.1)
 
 
 def test_companion_data_survives_switch_drain_restore_and_rollback(node: SimNode, tmp_path: Path) -> None:
