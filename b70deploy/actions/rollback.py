@@ -10,17 +10,20 @@ from ..config.schema import Smoke, Stack
 from ..deploy.driver import Outcome
 from ..deploy.plan import DeployPlan, Kind
 from ..docker import engine
+from ..docker.image_inspect import ImageInspector
 from ..docker.node import DockerNode
 from ..errors import UserError
 from ..state.revisions import Revision
 from ..state.statedir import StateDir
 from ..ui.progress import Reporter
+from .handmade import check_drift, check_files
 from .switch import Confirm, DeployOptions, driver
 
 
 def resolve_target(state: StateDir, spec: str | None) -> Revision:
     """No spec: the revision before the current one (after a killed run: the one the node was
-    on when it started). A number: that revision. A stack name: its newest healthy revision."""
+    on when it started). A number: that revision. A stack name: its newest revision that ran
+    healthy or was imported (never run: the rollback is what proves it)."""
     store = state.revisions
     if spec is None:
         run = state.interrupted_run()
@@ -40,10 +43,11 @@ def resolve_target(state: StateDir, spec: str | None) -> Revision:
         return older
     if spec.isdigit():
         return store.get(int(spec))
-    found = store.latest_healthy(stack=spec)
+    found = store.latest_restorable(spec)
     if found is None:
-        raise UserError(f"no revision of stack {spec!r} ever ran healthy",
-                        fix="`b70deploy history` lists revisions; give a revision number instead")
+        raise UserError(f"no revision of stack {spec!r} ever ran healthy or was imported",
+                        fix="`b70deploy history` lists revisions; give a revision number, or `b70deploy import` "
+                            "a saved copy --as that stack")
     return found
 
 
@@ -55,7 +59,7 @@ def stack_of(node: Node, rev: Revision) -> Stack:
     try:
         return node.catalogue().load(rev.meta.stack)
     except UserError:
-        return Stack(name="adopted", image="unknown", model={"path": "unknown"},  # type: ignore[arg-type]
+        return Stack(name=rev.meta.stack, image="unknown", model={"path": "unknown"},  # type: ignore[arg-type]
                      served_model_names=["unknown"], max_model_len=256,
                      smoke=Smoke(completion=None, tool_call=False, aliases=False))
 
@@ -90,8 +94,21 @@ class Rollback:
             raise UserError(f"the image that ran revision {target.number} is gone: {image_id} "
                             f"(was {target.meta.image_ref})",
                             fix=f"docker load or pull that exact image (tag {target.meta.image_ref} may have moved)")
+        if target.meta.kind in ("adopt", "import"):
+            self._check_handmade(target, reporter)
         return revision_plan(self.node, target, self.opts, kind="rollback", restored_from=target.number,
                              message=self.opts.message or f"rollback to revision {target.number}")
+
+    def _check_handmade(self, target: Revision, reporter: Reporter | None) -> None:
+        """Files the tool did not render get the preflight an import had: compose config, the
+        image, lint; and, when their image tag moved, the patched files' drift check."""
+        with ImageInspector(self.node.state_dir) as inspector:
+            checked = check_files(self.node, target.read_files(), name=target.meta.stack,
+                                  where=f"revision {target.number}", inspector=inspector)
+            notes = check_drift(target, checked.image.ref, inspector)
+        if reporter is not None:
+            for line in notes + checked.warnings:
+                reporter.info(f"warning: {line}")
 
     def run(self, reporter: Reporter, *, confirm: Confirm | None = None) -> Outcome:
         return driver(self.node, reporter, self.opts).execute(

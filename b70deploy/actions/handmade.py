@@ -1,0 +1,241 @@
+"""Deployments the tool did not render (`adopt`, `import`) and their preflight.
+
+    folder_files    a hand-made compose file, its .env and the files it reads from its folder
+    image_patches   each bind-mounted file that replaces a file of the image, as a patch record
+                    (a unified diff against the exact image's file, both hashes)
+    check_files     the preflight `import` and `rollback` run on such files: docker compose
+                    config, the image present, and the lint rules over what the command says
+    check_drift     a rollback to such files when their image tag has moved: each patched file
+                    must still be the one the record was made against
+    stack_from_compose  the one mapping from a hand-made vllm command to a Stack (for lint)
+"""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+import io
+import json
+import posixpath
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from dotenv import dotenv_values
+from pydantic import ValidationError
+
+from ..config.compose_folder import own_files, references
+from ..config.node import Node
+from ..config.schema import Stack
+from ..deploy.nodeio import VLLM
+from ..docker.engine import ImageInfo, image_info
+from ..docker.image_inspect import ImageInspector
+from ..docker.node import compose_config
+from ..errors import UserError
+from ..lint import LintContext, lint_stack
+from ..render.files import COMPOSE_FILE, DOTENV_FILE, Rendered
+from ..render.masking import is_secret, mask
+from ..render.patches import EditError, apply_unified_diff, sha256
+from ..render.vllm_args import CONTAINER_MODELS
+from ..state.revisions import Revision
+
+
+def folder_files(compose: Path, env: Path | None) -> dict[str, bytes]:
+    """The deployment a compose file describes: itself (as docker-compose.yml), the .env
+    Compose interpolates from, and every env_file and bind-mounted file it reads from its folder."""
+    try:
+        text = compose.read_bytes()
+    except OSError as e:
+        raise UserError(f"cannot read {compose}: {e.strerror}", fix="give the path of a saved compose file") from None
+    files = {COMPOSE_FILE: text}
+    if env is not None:
+        try:
+            files[DOTENV_FILE] = env.read_bytes()
+        except OSError as e:
+            raise UserError(f"cannot read {env}: {e.strerror}", fix="give the .env saved with it (--env FILE)") \
+                from None
+    folder = compose.parent
+    for ref in references(text):
+        path = folder / ref.name
+        if not path.exists():
+            raise UserError(f"{ref.kind} {ref.name} of service {ref.service} is not in {folder}", where=str(compose),
+                            fix=f"put the file back at {path} (the deployment needs it), then run again")
+    for name in own_files(text, lambda n: (folder / n).is_file()):
+        files[name] = (folder / name).read_bytes()
+    return files
+
+
+def env_summary(files: Mapping[str, bytes]) -> dict[str, str]:
+    """Each env file's keys, fit to print: secret-looking values masked, the others left out."""
+    out = {}
+    for name, data in sorted(files.items()):
+        if name.endswith(".env"):
+            shown = []
+            for key, value in dotenv_values(stream=io.StringIO(data.decode(errors="replace"))).items():
+                shown.append(f"{key}={mask(value or '')}" if is_secret(key) else key)
+            out[name] = ", ".join(shown)
+    return out
+
+
+@dataclass(frozen=True)
+class PatchRecord:
+    file: str                 # in the deploy dir (and the revision)
+    target: str               # absolute, inside the container
+    package_target: str | None  # relative to the vllm package, as patches/*.yaml name targets
+    image_id: str
+    vllm_version: str | None
+    original_sha256: str
+    sha256: str
+    diff: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {k: getattr(self, k) for k in self.__dataclass_fields__}
+
+
+def image_patches(files: Mapping[str, bytes], image_ref: str,
+                  inspector: ImageInspector) -> tuple[list[PatchRecord], list[str]]:
+    """Patch records for the vllm service's bind-mounted files that replace a file of the
+    image, and a note for each mounted file that does not (new, or identical)."""
+    records: list[PatchRecord] = []
+    notes: list[str] = []
+    image_id = inspector.image_id(image_ref)
+    pkg = inspector.vllm_package_dir(image_ref)
+    for ref in references(files.get(COMPOSE_FILE, b"")):
+        if ref.kind != "mount" or ref.service != VLLM or ref.name not in files or ref.target is None:
+            continue
+        original = inspector.read_file(image_ref, ref.target)
+        mine = files[ref.name]
+        if original is None:
+            notes.append(f"{ref.name} -> {ref.target}: the image has no such file; kept as a plain file")
+            continue
+        if original == mine:
+            notes.append(f"{ref.name} -> {ref.target}: identical to the image's file")
+            continue
+        try:
+            old, new = original.decode("utf-8"), mine.decode("utf-8")
+        except UnicodeDecodeError:
+            notes.append(f"{ref.name} -> {ref.target}: not UTF-8 text; kept as a plain file, no diff")
+            continue
+        diff = "".join(difflib.unified_diff(old.splitlines(keepends=True), new.splitlines(keepends=True),
+                                            fromfile=f"a{ref.target}", tofile=f"b{ref.target}"))
+        rel = posixpath.relpath(ref.target, pkg) if pkg and ref.target.startswith(pkg + "/") else None
+        records.append(PatchRecord(file=ref.name, target=ref.target, package_target=rel, image_id=image_id,
+                                   vllm_version=inspector.vllm_version(image_ref), original_sha256=sha256(original),
+                                   sha256=sha256(mine), diff=diff))
+    return records, notes
+
+
+def stack_from_compose(name: str, image: str, style: str, command: list[str]) -> Stack | None:
+    """The stack a hand-made vllm command amounts to, as far as lint needs one: model, aliases,
+    dtype, lengths, KV, caching, eager, tools, speculative; other flags stay in extra_args.
+    None when the command does not map (e.g. a model outside /models)."""
+    argv = command[2:] if style == "bash-c" and command[:2] == ["vllm", "serve"] else list(command)
+    p = argparse.ArgumentParser(add_help=False, exit_on_error=False)
+    p.add_argument("model", nargs="?")
+    p.add_argument("--model", dest="model_flag")
+    p.add_argument("--served-model-name", nargs="+", default=[])
+    for flag in ("--dtype", "--kv-cache-dtype", "--attention-backend", "--tool-call-parser", "--quantization",
+                 "--speculative-config", "--host", "--port"):
+        p.add_argument(flag)
+    for flag in ("--max-model-len", "--max-num-seqs", "--max-num-batched-tokens"):
+        p.add_argument(flag, type=int)
+    p.add_argument("--gpu-memory-utilization", type=float)
+    p.add_argument("--enable-prefix-caching", action=argparse.BooleanOptionalAction, default=True)
+    p.add_argument("--enforce-eager", action="store_true")
+    p.add_argument("--enable-auto-tool-choice", action="store_true")
+    try:
+        ns, extra = p.parse_known_args(argv)
+        model = ns.model or ns.model_flag or ""
+        spec = json.loads(ns.speculative_config) if ns.speculative_config else None
+    except (argparse.ArgumentError, ValueError):
+        return None
+    if not model.startswith(f"{CONTAINER_MODELS}/"):
+        return None
+    doc: dict[str, Any] = {
+        "name": name, "image": image, "entrypoint_style": style if style in ("bash-c", "vllm-serve") else "bash-c",
+        "model": {"path": model.removeprefix(f"{CONTAINER_MODELS}/"), "quantization": ns.quantization},
+        "served_model_names": ns.served_model_name or [model], "dtype": ns.dtype or "auto",
+        "max_model_len": ns.max_model_len or 262144, "kv_cache_dtype": ns.kv_cache_dtype or "auto",
+        "gpu_memory_utilization": ns.gpu_memory_utilization, "prefix_caching": ns.enable_prefix_caching,
+        "enforce_eager": ns.enforce_eager, "attention_backend": ns.attention_backend,
+        "max_num_seqs": ns.max_num_seqs, "max_num_batched_tokens": ns.max_num_batched_tokens,
+        "tool_calling": {"parser": ns.tool_call_parser, "auto_tool_choice": ns.enable_auto_tool_choice},
+        "extra_args": extra}
+    if isinstance(spec, dict):
+        known = ("method", "num_speculative_tokens", "prompt_lookup_min", "prompt_lookup_max")
+        draft = spec.get("model")
+        doc["speculative"] = {**{k: spec[k] for k in known if k in spec},
+                              "tuning": {k: v for k, v in spec.items() if k not in (*known, "model")}}
+        if isinstance(draft, str):
+            doc["speculative"]["model"] = draft.removeprefix(f"{CONTAINER_MODELS}/")
+    try:
+        return Stack.model_validate({k: v for k, v in doc.items() if v is not None})
+    except ValidationError:
+        return None
+
+
+@dataclass
+class Checked:
+    image: ImageInfo
+    compose: dict[str, Any]
+    warnings: list[str] = field(default_factory=list)
+
+
+def check_files(node: Node, files: Mapping[str, bytes], *, name: str, where: str,
+                inspector: ImageInspector) -> Checked:
+    """The preflight of a hand-made deployment: Compose accepts the files, the image is on the
+    engine, and no lint rule finds an error in what the command says. Raises UserError."""
+    doc, error = compose_config(files, node.project)
+    if doc is None:
+        raise UserError(f"docker compose config rejects the files: {error}", where=where,
+                        fix="give the .env saved with this compose file (--env FILE); every ${VAR} must be set")
+    vllm = (doc.get("services") or {}).get(VLLM)
+    if not isinstance(vllm, dict) or not vllm.get("image"):
+        raise UserError(f"no service {VLLM!r} with an image in the compose file", where=where,
+                        fix=f"b70deploy drives a service named {VLLM}: rename the vLLM service")
+    info = image_info(str(vllm["image"]))  # a missing image is a UserError naming it
+    facts = inspector.facts(info.ref)
+    command = [str(a) for a in vllm.get("command") or []]
+    checked = Checked(image=info, compose=doc)
+    stack = stack_from_compose(name, info.ref, facts.entrypoint_style, command)
+    if stack is None:
+        checked.warnings.append("the vllm command does not map to a stack (model outside /models, or a flag "
+                                "lint cannot read): only compose config and the image were checked")
+        return checked
+    ctx = LintContext(node=node, stack=stack, rendered=Rendered(stack=name, files=dict(files), command=command),
+                      models_dir=node.models_dir if node.models_dir.is_dir() else None, image=facts,
+                      compose_config=doc)
+    findings = lint_stack(ctx)
+    errors = [f for f in findings if f.severity == "error"]
+    if errors:
+        raise UserError(f"lint found {len(errors)} error(s): " + "; ".join(f"[{f.id}] {f.message}" for f in errors),
+                        where=where, fix=errors[0].fix)
+    checked.warnings += [f.one_line() for f in findings]
+    return checked
+
+
+def check_drift(rev: Revision, image_ref: str, inspector: ImageInspector) -> list[str]:
+    """`rev`'s patch records against the image `image_ref` names now. The same image: nothing to
+    say. A moved tag: each replaced file must be unchanged in the new image (else the mounted
+    copy would undo upstream's changes); raises UserError naming the file and, when the recorded
+    diff no longer applies, its first mismatching line."""
+    now = inspector.image_id(image_ref)
+    if rev.meta.image_id in (None, now):
+        return []
+    notes = [f"image {image_ref} now names {now[:19]}, revision {rev.number} recorded {str(rev.meta.image_id)[:19]}"]
+    for rec in rev.meta.patches or []:
+        current = inspector.read_file(image_ref, rec["target"])
+        if current is not None and sha256(current) == rec["original_sha256"]:
+            notes.append(f"{rec['file']}: {rec['target']} unchanged in the new image")
+            continue
+        why = "is gone from the new image" if current is None else "changed in the new image"
+        if current is not None:
+            try:
+                apply_unified_diff(current.decode("utf-8", "replace"), rec["diff"])
+                why += " (the recorded edit still applies to it: redo the corrected file from the new one)"
+            except EditError as e:
+                why += f" and the recorded edit no longer applies: {e}"
+        raise UserError(f"revision {rev.number} mounts {rec['file']} over {rec['target']}, which {why}",
+                        fix=f"docker tag {rev.meta.image_id} {image_ref} to run the image it was made for")
+    return notes
