@@ -19,6 +19,7 @@ from typing import Any
 import platformdirs
 import yaml
 
+from ..config.compose_folder import references
 from ..config.node import CWD_NAME, SYSTEM_PATH
 from ..config.schema import NodeConfig
 from ..config.validation import validate
@@ -33,6 +34,7 @@ from ..state.fsio import write_atomic
 from ..state.stamps import now_iso
 
 SYSTEM_STATE = Path("/var/lib/b70deploy")
+OPENAI_BASE = "OPENAI_API_BASE_URL"
 
 
 @dataclass(frozen=True)
@@ -54,6 +56,7 @@ class Discovery:
 
     projects: list[discover.LiveProject]
     compose: dict[str, Any] | None         # `docker compose config` of the chosen project
+    compose_text: bytes                    # its compose file as written (env_file names survive there)
     chosen: discover.LiveProject | None
     access: devices.DeviceAccess
     device_dir: Path
@@ -112,8 +115,12 @@ def gather(project: str | None, device_dir: Path = Path("/dev/dri")) -> Discover
                         fix="say which one is production: b70deploy init --project NAME")
     elif found:
         chosen = found[0]
-    return Discovery(projects=found, compose=discover.project_config(chosen) if chosen else None, chosen=chosen,
-                     access=devices.scan(device_dir), device_dir=device_dir)
+    text = b""
+    if chosen is not None and len(chosen.config_files) == 1:
+        with contextlib.suppress(OSError):  # on another host (docker_host): the labels' paths are not here
+            text = chosen.config_files[0].read_bytes()
+    return Discovery(projects=found, compose=discover.project_config(chosen) if chosen else None, compose_text=text,
+                     chosen=chosen, access=devices.scan(device_dir), device_dir=device_dir)
 
 
 def _port(spec: dict[str, Any], want: int | None = None) -> tuple[int, int, str | None] | None:
@@ -126,8 +133,8 @@ def _port(spec: dict[str, Any], want: int | None = None) -> tuple[int, int, str 
     return None
 
 
-def plan(d: Discovery) -> InitPlan:
-    """The config and the provenance of each value (pure: reads only `d`)."""
+def plan(d: Discovery, state_dir: Path | None = None) -> InitPlan:
+    """The config and the provenance of each value (pure: reads only `d` and the process's uid)."""
     out = InitPlan(config={})
     cfg, facts, notes = out.config, out.facts, out.notes
 
@@ -148,9 +155,11 @@ def plan(d: Discovery) -> InitPlan:
             + " (no GPU devices: render without group_add)")
         notes.append(f"no GPU device nodes under {d.device_dir}: the node renders without devices")
     root = os.geteuid() == 0
-    state = SYSTEM_STATE if root else Path(platformdirs.user_state_dir("b70deploy"))
-    put("state_dir", str(state), "running as root: the system state folder" if root else
-        "not root: the user state folder (platformdirs)")
+    if state_dir is not None:
+        put("state_dir", str(state_dir.absolute()), "--state-dir")
+    else:
+        put("state_dir", str(SYSTEM_STATE if root else Path(platformdirs.user_state_dir("b70deploy"))),
+            "running as root: the system state folder" if root else "not root: the user state folder (platformdirs)")
     p, doc = d.chosen, d.compose
     if p is None or doc is None:
         notes.append("no running vLLM compose project found: project, deploy_dir, ports and models_dir keep "
@@ -192,7 +201,9 @@ def plan(d: Discovery) -> InitPlan:
         notes.append(f"no bind mount at {CONTAINER_MODELS} in service {VLLM}: models_dir keeps its default")
     else:
         put("models_dir", models["source"], f"the bind mount at {CONTAINER_MODELS} of service {VLLM}")
-    env_files = [str(e["path"] if isinstance(e, dict) else e) for e in vllm.get("env_file") or []]
+    # Compose's resolved config inlines env_file into environment: the file's own text names it.
+    env_files = [str(p.working_dir / r.name) for r in references(d.compose_text)
+                 if r.kind == "env_file" and r.service == VLLM]
     if len(env_files) == 1:
         put("secrets_env_file", env_files[0], f"env_file of service {VLLM} (its runtime environment: "
             "stacks b70deploy renders pass it into vllm.env, 0600)")
@@ -211,8 +222,11 @@ def plan(d: Discovery) -> InitPlan:
         got = _port(spec)
         if got is not None:
             comp["port"], comp["container_port"] = got[0], got[1]
-        if spec.get("environment"):
-            comp["environment"] = {str(k): "" if v is None else str(v) for k, v in spec["environment"].items()}
+        # The rendered compose file sets OPENAI_API_BASE_URL itself (to the vllm service).
+        env = {str(k): "" if v is None else str(v) for k, v in (spec.get("environment") or {}).items()
+               if k != OPENAI_BASE}
+        if env:
+            comp["environment"] = env
         companions.append(comp)
     if companions:
         put("companions", companions, f"the other services of project {p.name} "
@@ -224,10 +238,11 @@ def plan(d: Discovery) -> InitPlan:
 class Init:
     target: Path
     project: str | None = None
+    state_dir: Path | None = None
     device_dir: Path = Path("/dev/dri")
 
     def plan(self) -> InitPlan:
-        result = plan(gather(self.project, self.device_dir))
+        result = plan(gather(self.project, self.device_dir), self.state_dir)
         validate(NodeConfig, result.config, where=f"{self.target} (as init would write it)")
         return result
 

@@ -21,16 +21,19 @@ from .base import Ctx, pass_ctx
               help="Where to write it (default: the global --config, else /etc/b70deploy/node.yaml as root, "
                    "./b70deploy.yaml otherwise). Never overwritten.")
 @click.option("--project", metavar="NAME", help="The compose project that is production, when several run vLLM.")
+@click.option("--state-dir", type=click.Path(path_type=Path), metavar="DIR",
+              help="Revisions, journal, lock (default: /var/lib/b70deploy as root, else the user state folder).")
 @click.option("--json", "as_json", is_flag=True, help="Print the config, the source of each value and the notes "
                                                         "as JSON (secret values masked).")
 @pass_ctx
-def init(ctx: Ctx, to_stdout: bool, target: str | None, project: str | None, as_json: bool) -> None:
+def init(ctx: Ctx, to_stdout: bool, target: str | None, project: str | None, state_dir: Path | None,
+         as_json: bool) -> None:
     """Discover the node and write its config: gids, compose project, port, models dir, companions.
 
     Every value is shown with where it came from (container labels, `docker compose config`
     of the project's files, the /dev/dri device nodes). An existing config is never replaced.
     """
-    action = Init(default_target(target or ctx.config_path), project=project)
+    action = Init(default_target(target or ctx.config_path), project=project, state_dir=state_dir)
     result = action.plan()
     if to_stdout:
         click.echo(result.text(), nl=False)
