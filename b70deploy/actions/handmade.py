@@ -126,10 +126,12 @@ def image_patches(files: Mapping[str, bytes], image_ref: str,
     return records, notes
 
 
-def stack_from_compose(name: str, image: str, style: str, command: list[str]) -> Stack | None:
+def stack_from_compose(name: str, image: str, style: str, command: list[str],
+                       model_family: str | None = None) -> Stack | None:
     """The stack a hand-made vllm command amounts to, as far as lint needs one: model, aliases,
     dtype, lengths, KV, caching, eager, tools, speculative; other flags stay in extra_args.
-    None when the command does not map (e.g. a model outside /models)."""
+    None when the command does not map (e.g. a model outside /models). `model_family` is the
+    catalogue's word for the model, which no command states."""
     argv = command[2:] if style == "bash-c" and command[:2] == ["vllm", "serve"] else list(command)
     p = argparse.ArgumentParser(add_help=False, exit_on_error=False)
     p.add_argument("model", nargs="?")
@@ -153,8 +155,10 @@ def stack_from_compose(name: str, image: str, style: str, command: list[str]) ->
     if not model.startswith(f"{CONTAINER_MODELS}/"):
         return None
     doc: dict[str, Any] = {
-        "name": name, "image": image, "entrypoint_style": style if style in ("bash-c", "vllm-serve") else "bash-c",
-        "model": {"path": model.removeprefix(f"{CONTAINER_MODELS}/"), "quantization": ns.quantization},
+        "name": name, "image": image, "model_family": model_family,
+        "entrypoint_style": style if style in ("bash-c", "vllm-serve") else "bash-c",
+        "model": {"path": model.removeprefix(f"{CONTAINER_MODELS}/"),
+                  **({"quantization": ns.quantization} if ns.quantization else {})},
         "served_model_names": ns.served_model_name or [model], "dtype": ns.dtype or "auto",
         "max_model_len": ns.max_model_len or 262144, "kv_cache_dtype": ns.kv_cache_dtype or "auto",
         "gpu_memory_utilization": ns.gpu_memory_utilization, "prefix_caching": ns.enable_prefix_caching,
@@ -198,7 +202,11 @@ def check_files(node: Node, files: Mapping[str, bytes], *, name: str, where: str
     facts = inspector.facts(info.ref)
     command = [str(a) for a in vllm.get("command") or []]
     checked = Checked(image=info, compose=doc)
-    stack = stack_from_compose(name, info.ref, facts.entrypoint_style, command)
+    try:
+        family = node.catalogue().load(name).model_family
+    except UserError:  # a name the catalogue does not have: no family to compare with
+        family = None
+    stack = stack_from_compose(name, info.ref, facts.entrypoint_style, command, family)
     if stack is None:
         checked.warnings.append("the vllm command does not map to a stack (model outside /models, or a flag "
                                 "lint cannot read): only compose config and the image were checked")

@@ -45,9 +45,20 @@ class Fact:
 
     def shown(self) -> str:
         """The value fit to print: secret-looking environment values masked."""
-        if self.key.endswith(".environment") and isinstance(self.value, dict):
-            return ", ".join(f"{k}={mask(str(v)) if is_secret(k) else v}" for k, v in self.value.items())
+        if self.key == "companions":
+            return "; ".join(_companion(c) for c in self.value)
         return str(self.value)
+
+
+def _companion(c: dict[str, Any]) -> str:
+    parts = [f"image {c['image']}"]
+    if c.get("command"):
+        parts.append(f"command {' '.join(c['command'])}")
+    if c.get("port"):
+        parts.append(f"port {c['port']}->{c.get('container_port') or c['port']}")
+    if c.get("environment"):
+        parts.append("env " + ", ".join(f"{k}={mask(v)}" if is_secret(k) else k for k, v in c["environment"].items()))
+    return f"{c['name']} ({', '.join(parts)})"
 
 
 @dataclass
