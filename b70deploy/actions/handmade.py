@@ -36,7 +36,7 @@ from ..errors import UserError
 from ..lint import LintContext, lint_stack
 from ..render.files import COMPOSE_FILE, DOTENV_FILE, Rendered
 from ..render.masking import is_secret, mask
-from ..render.patches import EditError, apply_unified_diff, sha256
+from ..render.patches import EditError, ImageFiles, apply_unified_diff, sha256
 from ..render.vllm_args import CONTAINER_MODELS
 from ..state.revisions import Revision
 
@@ -94,7 +94,7 @@ class PatchRecord:
 
 
 def image_patches(files: Mapping[str, bytes], image_ref: str,
-                  inspector: ImageInspector) -> tuple[list[PatchRecord], list[str]]:
+                  inspector: ImageFiles) -> tuple[list[PatchRecord], list[str]]:
     """Patch records for the vllm service's bind-mounted files that replace a file of the
     image, and a note for each mounted file that does not (new, or identical)."""
     records: list[PatchRecord] = []
@@ -223,7 +223,7 @@ def check_files(node: Node, files: Mapping[str, bytes], *, name: str, where: str
     return checked
 
 
-def check_drift(rev: Revision, image_ref: str, inspector: ImageInspector) -> list[str]:
+def check_drift(rev: Revision, image_ref: str, inspector: ImageFiles) -> list[str]:
     """`rev`'s patch records against the image `image_ref` names now. The same image: nothing to
     say. A moved tag: each replaced file must be unchanged in the new image (else the mounted
     copy would undo upstream's changes); raises UserError naming the file and, when the recorded

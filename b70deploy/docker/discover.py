@@ -49,11 +49,9 @@ class LiveProject:
         return [s.name for s in self.services.values() if s.runs_vllm]
 
 
-def _runs_vllm(attrs: dict[str, Any]) -> bool:
-    """`vllm serve` in the entrypoint or the command (either entrypoint style)."""
-    cfg = attrs.get("Config") or {}
-    argv = [str(a) for a in (cfg.get("Entrypoint") or []) + (cfg.get("Cmd") or [])]
-    words = [a.rsplit("/", 1)[-1] for a in argv]
+def _runs_vllm(command: str) -> bool:
+    """`vllm serve` in the container's command line (the list API joins entrypoint and command)."""
+    words = [a.rsplit("/", 1)[-1] for a in command.split()]
     return any(a == "vllm" and b == "serve" for a, b in itertools.pairwise(words))
 
 
@@ -64,20 +62,23 @@ def _paths(label: str | None) -> list[Path]:
 def live_projects() -> list[LiveProject]:
     """Every Compose project with a container on this engine, by name."""
     projects: dict[str, LiveProject] = {}
-    for c in engine.client().containers.list(all=True, filters={"label": PROJECT}):
-        labels = c.labels or {}
+    # sparse: the list API's own fields, no inspect per container (on a busy engine one may be
+    # gone between the list and its inspect).
+    for c in engine.client().containers.list(all=True, sparse=True, filters={"label": PROJECT}):
+        attrs = c.attrs or {}
+        labels = attrs.get("Labels") or {}
         name = labels[PROJECT]
         project = projects.get(name)
         if project is None:
             project = projects[name] = LiveProject(
                 name=name, working_dir=Path(labels.get(WORKING_DIR, ".")),
                 config_files=_paths(labels.get(CONFIG_FILES)), env_files=_paths(labels.get(ENV_FILE)))
-        service = labels.get(SERVICE, c.name)
-        attrs = c.attrs or {}
+        service = labels.get(SERVICE, "?")
+        names = attrs.get("Names") or [service]
         project.services[service] = LiveService(
-            name=service, container=str(c.name), status=str((attrs.get("State") or {}).get("Status", "?")),
-            image_ref=str((attrs.get("Config") or {}).get("Image", "")), image_id=str(attrs.get("Image", "")),
-            runs_vllm=_runs_vllm(attrs))
+            name=service, container=str(names[0]).lstrip("/"), status=str(attrs.get("State", "?")),
+            image_ref=str(attrs.get("Image", "")), image_id=str(attrs.get("ImageID", "")),
+            runs_vllm=_runs_vllm(str(attrs.get("Command", ""))))
     return sorted(projects.values(), key=lambda p: p.name)
 
 
