@@ -7,13 +7,15 @@ Module map: each room is one concern; a change goes to the room its concern name
     config/      what the operator writes: stack and node schema (schema), the catalogue with
                  `extends:` (catalogue), node config loading (node), one-line validation errors
                  (validation), safe names (names), the secrets env file (secrets_file),
-                 shipped data folders (resources)
+                 shipped data folders (resources), the files a compose file reads from its
+                 folder (compose_folder)
     render/      stack + node -> deploy files: templates to compose/.env/vllm.env (files), the
                  vLLM argv (vllm_args), /dev/dri gids (devices), secret masking (masking),
                  edits of files inside images (patches), the EAGLE draft copy (draft)
     docker/      the engine: SDK client and containers (engine), which engine (endpoint),
                  `docker compose` argv (compose), subprocesses (proc), image probing
-                 (image_inspect), and DockerNode (node): the real side of the deploy seam
+                 (image_inspect), the hand-run Compose projects on an engine (discover), and
+                 DockerNode (node): the real side of the deploy seam
     state/       the state dir behind one object (statedir): immutable revisions (revisions),
                  the step journal (journal), the deploy lock (lock), the audit log (audit),
                  atomic files and the one file-mode rule (fsio), who and when (stamps)
@@ -26,7 +28,8 @@ Module map: each room is one concern; a change goes to the room its concern name
     ui/          terminal output: live progress (progress), tables and JSON (output)
     actions/     one verb, one object: its fields are the options, plan() says what it will do,
                  run() does it (switch, rollback, resume, node_ops, dark, rollout, inspect, diff,
-                 stacks, prepare)
+                 stacks, prepare, init, adopt, imports; handmade: the files and preflight of a
+                 deployment the tool did not render)
     lint/        preflight rules over a LintContext, and gathering that context
     bench/       prefill/decode/aggregate benchmarks, compare, capture proxy, replay
     sim/         the simulated vLLM: HTTP server, image builder, model folders
