@@ -1,6 +1,7 @@
 """The pure parts of taking over a hand-run node: which files a compose file reads from its
 folder, the command -> stack mapping lint uses, init's config from what discovery found,
-which revision `rollback STACK` picks, and the drift check of a moved image tag."""
+which revision `rollback STACK` picks, the drift check of a moved image tag, and the masking
+of an adopted env_file in `diff REV REV`."""
 
 from __future__ import annotations
 
@@ -9,10 +10,13 @@ from typing import Any
 
 import pytest
 import yaml
+from kit.scratch import Scratch
 
 from b70deploy.actions.handmade import PatchRecord, check_drift, stack_from_compose
 from b70deploy.actions.init import Discovery, Fact, plan
+from b70deploy.actions.inspect import diff_revisions
 from b70deploy.config.compose_folder import Reference, references
+from b70deploy.config.node import load_node
 from b70deploy.docker.discover import LiveProject, LiveService
 from b70deploy.docker.node import deployed_names
 from b70deploy.errors import UserError
@@ -197,3 +201,16 @@ def test_a_moved_tag_is_caught_when_it_changed_a_replaced_file(tmp_path: Path) -
     assert "docker tag sha256:old intel/vllm:latest" in str(err.value)
     with pytest.raises(UserError, match="still applies"):
         check_drift(rev, "intel/vllm:latest", Image("sha256:new", {"/t.py": ORIGINAL + b"# more\n"}))
+
+
+def test_diff_of_two_adopted_revisions_masks_every_runtime_env_value(scratch: Scratch) -> None:
+    node = load_node(str(scratch.config))
+    store = RevisionStore(node.state_dir)
+    for n, zone in ((1, "0"), (2, "1")):
+        store.create(stack="ngram", kind="adopt", image_ref="img", image_id=None, repo_digest=None, operator="t",
+                     message="", created="now", outcome="deployed",
+                     files={".env": f"VLLM_PORT=800{n}\n".encode(),
+                            "vllm023.env": f"ZE_AFFINITY_MASK=zone{zone}\nHF_TOKEN=tok{n}\n".encode()})
+    text, _ = diff_revisions(node, 1, 2)
+    assert "zone0" not in text and "zone1" not in text and "tok1" not in text and "tok2" not in text
+    assert "ZE_AFFINITY_MASK=****(sha256:" in text and "VLLM_PORT=8002" in text   # .env stays readable
