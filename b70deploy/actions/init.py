@@ -252,15 +252,21 @@ class Init:
     state_dir: Path | None = None
     device_dir: Path = Path("/dev/dri")
 
+    to_stdout: bool = False   # --print: nothing is written, so an existing file is no obstacle
+
     def plan(self) -> InitPlan:
+        self._refuse_existing()  # before asking the engine anything
         result = plan(gather(self.project, self.device_dir), self.state_dir)
         validate(NodeConfig, result.config, where=f"{self.target} (as init would write it)")
         return result
 
     def run(self, result: InitPlan) -> Path:
         """Write the config; an existing file is never replaced."""
-        if self.target.exists():
-            raise UserError(f"{self.target} exists: init never overwrites a node config",
-                            fix="move it away first, pass --config ANOTHER_PATH, or use --print")
+        self._refuse_existing()
         write_atomic(self.target, result.text().encode(), mode=0o600 if result.secret else 0o644)
         return self.target
+
+    def _refuse_existing(self) -> None:
+        if not self.to_stdout and self.target.exists():
+            raise UserError(f"{self.target} exists: init never overwrites a node config",
+                            fix="move it away first, pass --config ANOTHER_PATH, or use --print")

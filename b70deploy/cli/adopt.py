@@ -33,7 +33,8 @@ def init(ctx: Ctx, to_stdout: bool, target: str | None, project: str | None, sta
     Every value is shown with where it came from (container labels, `docker compose config`
     of the project's files, the /dev/dri device nodes). An existing config is never replaced.
     """
-    action = Init(default_target(target or ctx.config_path), project=project, state_dir=state_dir)
+    action = Init(default_target(target or ctx.config_path), project=project, state_dir=state_dir,
+                  to_stdout=to_stdout)
     result = action.plan()
     if to_stdout:
         click.echo(result.text(), nl=False)

@@ -190,6 +190,8 @@ def test_day_one_init_adopt_import_then_rollback_by_name(hand_node: HandNode) ->
     assert patch["target"] == MARLIN_TARGET and patch["package_target"] == MARLIN_REL
     assert "+    if current_platform.is_rocm() or current_platform.is_xpu():" in patch["diff"]
     assert "already adopted: revision 1" in node.cli("adopt", "--as", "ngram").stdout
+    status = node.json("status")
+    assert status["current"]["number"] == 1 and status["differs"] == [] and status["health"] == 200
     assert [h["number"] for h in history(node)] == [1]
 
     # ---- import the saved copies
