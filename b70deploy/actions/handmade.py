@@ -8,6 +8,7 @@
     check_drift     a rollback to such files when their image tag has moved: each patched file
                     must still be the one the record was made against
     stack_from_compose  the one mapping from a hand-made vllm command to a Stack (for lint)
+    env_summary     env files fit to print: keys, secret values masked
 """
 
 from __future__ import annotations

@@ -17,6 +17,7 @@ from typing import Any
 from ..config.names import check_name
 from ..config.node import Node
 from ..docker.image_inspect import ImageInspector
+from ..errors import UserError
 from ..render.files import COMPOSE_FILE, DOTENV_FILE
 from ..state.stamps import now_iso, operator
 from ..state.statedir import StateDir
@@ -40,6 +41,9 @@ def stack_name(compose: Path, text: bytes) -> str:
     m = _STACK_LABEL.search(text)
     if m:
         return m.group(1).decode()
+    if not compose.name.startswith(f"{COMPOSE_FILE}.") or compose.name == f"{COMPOSE_FILE}.":
+        raise UserError(f"{compose.name} names no stack (no b70deploy label, no .SUFFIX after {COMPOSE_FILE})",
+                        where=str(compose), fix="say which stack it is: --as STACK")
     return compose.name.removeprefix(f"{COMPOSE_FILE}.").lower()
 
 

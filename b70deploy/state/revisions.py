@@ -55,7 +55,7 @@ class Meta:
     files: dict[str, str]       # name -> sha256
     stack_doc: dict[str, Any] | None = None  # the merged stack it was rendered from (expectations, smoke)
     # Hand-made files mounted over files of the image (adopt, import): each as a unified diff
-    # against the image's own file, with both hashes, so a moved tag is caught (see state.drift).
+    # against the image's own file, with both hashes, so a moved tag is caught (actions.handmade.check_drift).
     patches: list[dict[str, Any]] | None = None
 
     @classmethod
