@@ -21,7 +21,7 @@ from ..docker.node import DockerNode
 from ..errors import UserError
 from ..render.files import COMPOSE_FILE
 from ..state.statedir import StateDir
-from .handmade import env_summary, image_patches
+from .handmade import check_env_names, env_summary, image_patches
 
 
 @dataclass
@@ -68,6 +68,7 @@ class Adopt:
         live = DockerNode.production(node).read_deployed()
         if COMPOSE_FILE not in live:
             raise UserError(f"no {COMPOSE_FILE} in deploy_dir {node.deploy_dir}", fix="check deploy_dir")
+        check_env_names(live[COMPOSE_FILE], where=str(node.deploy_dir / COMPOSE_FILE))
         return container, live
 
     def run(self) -> Adopted:

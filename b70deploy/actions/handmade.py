@@ -9,6 +9,7 @@
                     must still be the one the record was made against
     stack_from_compose  the one mapping from a hand-made vllm command to a Stack (for lint)
     env_summary     env files fit to print: keys, secret values masked
+    check_env_names env files must be named *.env (kept 0600 by that name)
 """
 
 from __future__ import annotations
@@ -56,6 +57,7 @@ def folder_files(compose: Path, env: Path | None) -> dict[str, bytes]:
         except OSError as e:
             raise UserError(f"cannot read {env}: {e.strerror}", fix="give the .env saved with it (--env FILE)") \
                 from None
+    check_env_names(text, where=str(compose))
     folder = compose.parent
     for ref in references(text):
         path = folder / ref.name
@@ -65,6 +67,16 @@ def folder_files(compose: Path, env: Path | None) -> dict[str, bytes]:
     for name in own_files(text, lambda n: (folder / n).is_file()):
         files[name] = (folder / name).read_bytes()
     return files
+
+
+def check_env_names(compose_text: bytes, *, where: str) -> None:
+    """Env files are kept 0600 by their name (state.fsio.file_mode: `*.env`); an env_file named
+    otherwise would be stored and written back world-readable, so it is refused."""
+    for ref in references(compose_text):
+        if ref.kind == "env_file" and not ref.name.endswith(".env"):
+            raise UserError(f"env_file {ref.name} of service {ref.service} does not end in .env: b70deploy keeps "
+                            "env files 0600 by that name", where=where,
+                            fix=f"rename it to {ref.name}.env and change env_file: to match")
 
 
 def env_summary(files: Mapping[str, bytes]) -> dict[str, str]:

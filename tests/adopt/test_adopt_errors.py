@@ -59,6 +59,8 @@ def test_import_refuses_what_it_cannot_keep(node_cfg: Path) -> None:
     (folder / ".env.tq-rollback").write_text(f"VLLM_IMAGE={absent}\n")
     fails(node_cfg, "import", str(missing_env), "--as", "tq-256k", says=f"image {absent} is not on this engine")
     fails(node_cfg, "import", str(missing_env), "--as", "TQ 256k", says="stack name (--as) 'TQ 256k' is not allowed")
+    listed = hand_compose(folder, "docker-compose.yml.listed", env_file="secrets.list")
+    fails(node_cfg, "import", str(listed), says="env_file secrets.list of service vllm does not end in .env")
     plain = hand_compose(folder, "docker-compose.yml")
     fails(node_cfg, "import", str(plain), says="names no stack")
     nothing_written(node_cfg)
