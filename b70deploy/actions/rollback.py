@@ -51,6 +51,18 @@ def resolve_target(state: StateDir, spec: str | None) -> Revision:
     return found
 
 
+def handmade_origin(state: StateDir, rev: Revision) -> Revision | None:
+    """The adopt or import `rev`'s bytes come from (itself, or through rollbacks of rollbacks),
+    None when the tool rendered them."""
+    seen: set[int] = set()
+    while rev.meta.kind == "rollback" and rev.meta.restored_from is not None and rev.number not in seen:
+        seen.add(rev.number)
+        if not state.revisions.exists(rev.meta.restored_from):
+            return None  # pruned: its bytes were checked when that rollback ran
+        rev = state.revisions.get(rev.meta.restored_from)
+    return rev if rev.meta.kind in ("adopt", "import") else None
+
+
 def stack_of(node: Node, rev: Revision) -> Stack:
     """The stack a revision was rendered from: its own record, else the catalogue, else a
     bare one that only checks /health (a snapshot of a hand-made deployment)."""
@@ -89,23 +101,27 @@ class Rollback:
         target = resolve_target(StateDir(self.node.state_dir), self.target)
         if target.status.outcome == "failed" and reporter is not None:
             reporter.info(f"warning: revision {target.number} failed when it was deployed")
+        if target.status.outcome == "unproven" and reporter is not None:
+            reporter.info(f"revision {target.number} was imported and never ran under b70deploy: the health gate "
+                          "decides, and the previous revision comes back if it fails")
         image_id = target.meta.image_id
         if image_id and not DockerNode.production(self.node).image_present(image_id):
             raise UserError(f"the image that ran revision {target.number} is gone: {image_id} "
                             f"(was {target.meta.image_ref})",
                             fix=f"docker load or pull that exact image (tag {target.meta.image_ref} may have moved)")
-        if target.meta.kind in ("adopt", "import"):
-            self._check_handmade(target, reporter)
+        origin = handmade_origin(StateDir(self.node.state_dir), target)
+        if origin is not None:
+            self._check_handmade(target, origin, reporter)
         return revision_plan(self.node, target, self.opts, kind="rollback", restored_from=target.number,
                              message=self.opts.message or f"rollback to revision {target.number}")
 
-    def _check_handmade(self, target: Revision, reporter: Reporter | None) -> None:
+    def _check_handmade(self, target: Revision, origin: Revision, reporter: Reporter | None) -> None:
         """Files the tool did not render get the preflight an import had: compose config, the
-        image, lint; and, when their image tag moved, the patched files' drift check."""
+        image, lint; and, when their image tag moved, the drift check of `origin`'s patch records."""
         with ImageInspector(self.node.state_dir) as inspector:
             checked = check_files(self.node, target.read_files(), name=target.meta.stack,
                                   where=f"revision {target.number}", inspector=inspector)
-            notes = check_drift(target, checked.image.ref, inspector)
+            notes = check_drift(origin, checked.image.ref, inspector)
         if reporter is not None:
             for line in notes + checked.warnings:
                 reporter.info(f"warning: {line}")

@@ -156,7 +156,7 @@ def history(node: HandNode) -> list[dict[str, Any]]:
     return rows
 
 
-def test_day_one_init_adopt_import_then_rollback_by_name(hand_node: HandNode) -> None:
+def test_day_one_init_adopt_import_then_rollback_by_name(hand_node: HandNode, sim_images: dict[str, str]) -> None:
     node, folder = hand_node, hand_node.folder
     RAN.clear()
 
@@ -236,6 +236,16 @@ def test_day_one_init_adopt_import_then_rollback_by_name(hand_node: HandNode) ->
     rows = history(node)
     assert (rows[-1]["kind"], rows[-1]["stack"], rows[-1]["restored_from"]) == ("rollback", "ngram", 1)
     assert node.json("status")["current"]["number"] == rows[-1]["number"]
+
+    # ---- drift from day one: intel/vllm:latest moves to an image whose marlin_utils.py was
+    # reworded; a rollback to the pre-ngram copy (which mounts the corrected file) is refused
+    # before anything stops, naming the file and the line that no longer matches.
+    serving = node.json("status")["current"]["number"]
+    docker("tag", sim_images["bash-c-drift"], node.tags["bash-c"])
+    refused = node.cli("rollback", "w4a16", "--yes", code=2)
+    assert "vllm-patches/marlin_utils.py" in refused.stderr and "no longer applies" in refused.stderr, refused.stderr
+    assert node.json("status")["current"]["number"] == serving
+    assert NGRAM in node.vllm_container()["Args"]
 
     # ---- the canary: in no output, log or state file but the 0600 env copies
     for args in (("status",), ("history",), ("audit",), ("audit", "--json"), ("diff", "1", "2"),

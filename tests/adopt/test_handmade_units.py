@@ -15,6 +15,7 @@ from kit.scratch import Scratch
 from b70deploy.actions.handmade import PatchRecord, check_drift, stack_from_compose
 from b70deploy.actions.init import Discovery, Fact, plan
 from b70deploy.actions.inspect import diff_revisions
+from b70deploy.actions.rollback import handmade_origin
 from b70deploy.config.compose_folder import Reference, references
 from b70deploy.config.node import load_node
 from b70deploy.docker.discover import LiveProject, LiveService
@@ -23,6 +24,7 @@ from b70deploy.errors import UserError
 from b70deploy.render.devices import DeviceAccess
 from b70deploy.render.patches import sha256
 from b70deploy.state.revisions import RevisionStore
+from b70deploy.state.statedir import StateDir
 
 COMPOSE = """
 services:
@@ -158,6 +160,14 @@ def test_rollback_by_name_takes_a_healthy_revision_or_an_unproven_import(tmp_pat
     assert found is not None and found.number == 1
     assert store.latest_restorable("w4a16") is None
     assert store.latest_healthy("tq-256k") is None      # history's meaning of healthy is unchanged
+
+
+def test_a_rollback_to_an_import_is_still_hand_made(tmp_path: Path) -> None:
+    store = _store(tmp_path)
+    state = StateDir(tmp_path)
+    origin = handmade_origin(state, store.get(3))       # the rollback that restored import 2
+    assert origin is not None and origin.number == 2
+    assert handmade_origin(state, store.get(4)) is None  # rendered by a switch
 
 
 class Image:
