@@ -65,7 +65,6 @@ def _companion(c: dict[str, Any]) -> str:
 class Discovery:
     """What the engine and the host said (the impure half of init)."""
 
-    projects: list[discover.LiveProject]
     compose: dict[str, Any] | None         # `docker compose config` of the chosen project
     compose_text: bytes                    # its compose file as written (env_file names survive there)
     chosen: discover.LiveProject | None
@@ -113,10 +112,11 @@ def default_target(given: str | None) -> Path:
 
 
 def gather(project: str | None, device_dir: Path = Path("/dev/dri")) -> Discovery:
-    found = discover.vllm_projects()
+    projects = discover.live_projects()
+    found = [p for p in projects if p.vllm_services]
     chosen = None
     if project is not None:
-        chosen = next((p for p in discover.live_projects() if p.name == project), None)
+        chosen = next((p for p in projects if p.name == project), None)
         if chosen is None:
             raise UserError(f"no container of compose project {project!r} on this engine",
                             fix="start it (docker compose --profile gpu up -d) or name a project from "
@@ -130,8 +130,8 @@ def gather(project: str | None, device_dir: Path = Path("/dev/dri")) -> Discover
     if chosen is not None and len(chosen.config_files) == 1:
         with contextlib.suppress(OSError):  # on another host (docker_host): the labels' paths are not here
             text = chosen.config_files[0].read_bytes()
-    return Discovery(projects=found, compose=discover.project_config(chosen) if chosen else None, compose_text=text,
-                     chosen=chosen, access=devices.scan(device_dir), device_dir=device_dir)
+    return Discovery(compose=discover.project_config(chosen) if chosen else None, compose_text=text, chosen=chosen,
+                     access=devices.scan(device_dir), device_dir=device_dir)
 
 
 def _port(spec: dict[str, Any], want: int | None = None) -> tuple[int, int, str | None] | None:
@@ -182,6 +182,9 @@ def plan(d: Discovery, state_dir: Path | None = None) -> InitPlan:
         "compose file lives in, which b70deploy now writes")
     services = doc.get("services") or {}
     runs = p.vllm_services
+    if not runs:
+        raise UserError(f"no container of project {p.name} runs `vllm serve`", where=str(p.working_dir),
+                        fix="start its vLLM service, or name the production project with --project")
     if VLLM not in runs:
         raise UserError(f"project {p.name}: service {runs[0]!r} runs vLLM, b70deploy drives a service named "
                         f"{VLLM!r}", where=", ".join(map(str, p.config_files)),

@@ -82,10 +82,6 @@ def live_projects() -> list[LiveProject]:
     return sorted(projects.values(), key=lambda p: p.name)
 
 
-def vllm_projects() -> list[LiveProject]:
-    return [p for p in live_projects() if p.vllm_services]
-
-
 def project_config(project: LiveProject) -> dict[str, Any]:
     """`docker compose config` of the project's own files, as Compose resolves them."""
     argv = ["docker", "compose", "--project-directory", str(project.working_dir), "-p", project.name]

@@ -97,7 +97,7 @@ def discovery(services: dict[str, Any], *, files: list[str] | None = None, vllm_
         live.services[name] = LiveService(name, f"b70-vllm-{name}-1", "running", "img", "sha256:1",
                                           runs_vllm=name == vllm_service)
     text = yaml.safe_dump({"services": {"vllm": {"env_file": "vllm023.env"}}}).encode()
-    return Discovery(projects=[live], compose={"services": services}, compose_text=text, chosen=live,
+    return Discovery(compose={"services": services}, compose_text=text, chosen=live,
                      access=DeviceAccess(Path("/dev/dri") if gids else None, gids or {}, ()),
                      device_dir=Path("/dev/dri"))
 
@@ -134,7 +134,9 @@ def test_init_says_what_it_could_not_find() -> None:
     assert "adopt takes one file named docker-compose.yml" in notes
     with pytest.raises(UserError, match="b70deploy drives a service named 'vllm'"):
         plan(discovery({"llm": {"image": "x"}}, vllm_service="llm"))
-    empty = Discovery(projects=[], compose=None, compose_text=b"", chosen=None, access=DeviceAccess(None),
+    with pytest.raises(UserError, match="runs `vllm serve`"):
+        plan(discovery({"web": {"image": "x"}}, vllm_service="none"))
+    empty = Discovery(compose=None, compose_text=b"", chosen=None, access=DeviceAccess(None),
                       device_dir=Path("/dev/dri"))
     assert "no running vLLM compose project" in " ".join(plan(empty).notes)
     assert Fact("ports.prod", 8000, "x").shown() == "8000"
