@@ -7,7 +7,8 @@ Module map: each room is one concern; a change goes to the room its concern name
     config/      what the operator writes: stack and node schema (schema), the catalogue with
                  `extends:` (catalogue), node config loading (node), one-line validation errors
                  (validation), safe names (names), the secrets env file (secrets_file),
-                 shipped data folders (resources)
+                 shipped data folders (resources), the files a compose file reads from its
+                 folder (compose_folder)
     render/      stack + node -> deploy files: templates to compose/.env/vllm.env (files), the
                  vLLM argv (vllm_args), /dev/dri gids (devices), secret masking (masking),
                  edits of files inside images (patches), the EAGLE draft copy (draft); and
@@ -15,7 +16,8 @@ Module map: each room is one concern; a change goes to the room its concern name
                  patch's edits (patch_derive)
     docker/      the engine: SDK client and containers (engine), which engine (endpoint),
                  `docker compose` argv (compose), subprocesses (proc), image probing
-                 (image_inspect), the keep tags that protect revisions' images (keep), and
+                 (image_inspect), the keep tags that protect revisions' images (keep), the
+                 hand-run Compose projects on an engine (discover), and
                  DockerNode (node): the real side of the deploy seam
     state/       the state dir behind one object (statedir): immutable revisions (revisions),
                  the step journal (journal), the deploy lock (lock), the audit log (audit),
@@ -29,7 +31,8 @@ Module map: each room is one concern; a change goes to the room its concern name
     ui/          terminal output: live progress (progress), tables and JSON (output)
     actions/     one verb, one object: its fields are the options, plan() says what it will do,
                  run() does it (switch, rollback, resume, node_ops, dark, bench_cycle, gc, rollout,
-                 inspect, diff, stacks, prepare, stack_from_compose, patch_from_file)
+                 inspect, diff, stacks, prepare, stack_from_compose, patch_from_file, init, adopt,
+                 imports; handmade: the files and preflight of a deployment the tool did not render)
     lint/        preflight rules over a LintContext, and gathering that context
     bench/       prefill/decode/aggregate benchmarks, compare, capture proxy, replay
     sim/         the simulated vLLM: HTTP server, image builder, model folders

@@ -14,7 +14,7 @@ from ..docker.engine import find_container, image_ids, state_of
 from ..docker.keep import recovery
 from ..docker.node import DockerNode
 from ..errors import UserError
-from ..render.files import RUNTIME_ENV_FILE
+from ..render.files import DOTENV_FILE
 from ..state.journal import Journal
 from ..state.lock import Holder, clear_stale, holder_info
 from ..state.revisions import HEALTHY_OUTCOMES, Revision, RevisionStore
@@ -147,8 +147,11 @@ def diff_revisions(node: Node, a: int, b: int) -> tuple[str, list[list[str]]]:
     store = RevisionStore(node.state_dir)
     ra, rb = store.get(a), store.get(b)
     files_a, files_b = ra.read_files(), rb.read_files()
-    # Which runtime keys came from the secrets file is not recorded: mask every runtime value.
-    keys = _env_keys(files_a.get(RUNTIME_ENV_FILE, b"")) | _env_keys(files_b.get(RUNTIME_ENV_FILE, b""))
+    # Which runtime keys came from the secrets file is not recorded: mask every runtime value,
+    # that is every env file's but the .env Compose interpolates from (vllm.env, or an adopted
+    # deployment's env_file such as vllm023.env).
+    keys = {k for files in (files_a, files_b) for name, data in files.items()
+            if name.endswith(".env") and name != DOTENV_FILE for k in _env_keys(data)}
     text = unified(files_a, files_b, old_label=f"rev{a}", new_label=f"rev{b}", secret_keys=keys)
     facts_a = {**ra.status.facts, "vllm_version": ra.status.vllm_version}
     facts_b = {**rb.status.facts, "vllm_version": rb.status.vllm_version}

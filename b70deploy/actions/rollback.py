@@ -10,18 +10,21 @@ from ..config.schema import Smoke, Stack
 from ..deploy.driver import Outcome
 from ..deploy.plan import DeployPlan, Kind
 from ..docker import engine
+from ..docker.image_inspect import ImageInspector
 from ..docker.keep import recovery
 from ..docker.node import DockerNode
 from ..errors import UserError
 from ..state.revisions import Revision
 from ..state.statedir import StateDir
 from ..ui.progress import Reporter
+from .handmade import check_drift, check_files
 from .switch import Confirm, DeployOptions, driver
 
 
 def resolve_target(state: StateDir, spec: str | None) -> Revision:
     """No spec: the revision before the current one (after a killed run: the one the node was
-    on when it started). A number: that revision. A stack name: its newest healthy revision."""
+    on when it started). A number: that revision. A stack name: its newest revision that ran
+    healthy or was imported (never run: the rollback is what proves it)."""
     store = state.revisions
     if spec is None:
         run = state.interrupted_run()
@@ -41,11 +44,24 @@ def resolve_target(state: StateDir, spec: str | None) -> Revision:
         return older
     if spec.isdigit():
         return store.get(int(spec))
-    found = store.latest_healthy(stack=spec)
+    found = store.latest_restorable(spec)
     if found is None:
-        raise UserError(f"no revision of stack {spec!r} ever ran healthy",
-                        fix="`b70deploy history` lists revisions; give a revision number instead")
+        raise UserError(f"no revision of stack {spec!r} ever ran healthy or was imported",
+                        fix="`b70deploy history` lists revisions; give a revision number, or `b70deploy import` "
+                            "a saved copy --as that stack")
     return found
+
+
+def handmade_origin(state: StateDir, rev: Revision) -> Revision | None:
+    """The adopt or import `rev`'s bytes come from (itself, or through rollbacks of rollbacks),
+    None when the tool rendered them."""
+    seen: set[int] = set()
+    while rev.meta.kind == "rollback" and rev.meta.restored_from is not None and rev.number not in seen:
+        seen.add(rev.number)
+        if not state.revisions.exists(rev.meta.restored_from):
+            return None  # pruned: its bytes were checked when that rollback ran
+        rev = state.revisions.get(rev.meta.restored_from)
+    return rev if rev.meta.kind in ("adopt", "import") else None
 
 
 def stack_of(node: Node, rev: Revision) -> Stack:
@@ -56,7 +72,7 @@ def stack_of(node: Node, rev: Revision) -> Stack:
     try:
         return node.catalogue().load(rev.meta.stack)
     except UserError:
-        return Stack(name="adopted", image="unknown", model={"path": "unknown"},  # type: ignore[arg-type]
+        return Stack(name=rev.meta.stack, image="unknown", model={"path": "unknown"},  # type: ignore[arg-type]
                      served_model_names=["unknown"], max_model_len=256,
                      smoke=Smoke(completion=None, tool_call=False, aliases=False))
 
@@ -86,13 +102,30 @@ class Rollback:
         target = resolve_target(StateDir(self.node.state_dir), self.target)
         if target.status.outcome == "failed" and reporter is not None:
             reporter.info(f"warning: revision {target.number} failed when it was deployed")
+        if target.status.outcome == "unproven" and reporter is not None:
+            reporter.info(f"revision {target.number} was imported and never ran under b70deploy: the health gate "
+                          "decides, and the previous revision comes back if it fails")
         meta = target.meta
         if meta.image_id and not DockerNode.production(self.node).image_present(meta.image_id):
             raise UserError(f"the image that ran revision {target.number} is gone: {meta.image_id} "
                             f"(was {meta.image_ref}); nothing was stopped",
                             fix=recovery(meta.image_ref, meta.image_id, meta.repo_digest))
+        origin = handmade_origin(StateDir(self.node.state_dir), target)
+        if origin is not None:
+            self._check_handmade(target, origin, reporter)
         return revision_plan(self.node, target, self.opts, kind="rollback", restored_from=target.number,
                              message=self.opts.message or f"rollback to revision {target.number}")
+
+    def _check_handmade(self, target: Revision, origin: Revision, reporter: Reporter | None) -> None:
+        """Files the tool did not render get the preflight an import had: compose config, the
+        image, lint; and, when their image tag moved, the drift check of `origin`'s patch records."""
+        with ImageInspector(self.node.state_dir) as inspector:
+            checked = check_files(self.node, target.read_files(), name=target.meta.stack,
+                                  where=f"revision {target.number}", inspector=inspector)
+            notes = check_drift(origin, checked.image.ref, inspector)
+        if reporter is not None:
+            for line in notes + checked.warnings:
+                reporter.info(f"warning: {line}")
 
     def run(self, reporter: Reporter, *, confirm: Confirm | None = None) -> Outcome:
         return driver(self.node, reporter, self.opts).execute(

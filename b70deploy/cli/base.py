@@ -81,6 +81,9 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "patch": ("patch", 'Make patch definitions from corrected files.'),
     "sim": ("sim", 'The simulated vLLM node (no GPU, no registry).'),
     "stack": ("stack", 'Make stack files from what already runs.'),
+    "init": ("adopt", "Discover the node and write its config: gids, compose project, port, models dir, companions."),
+    "adopt": ("adopt", "Record the live hand-made deployment as a revision (kind adopt); nothing is restarted."),
+    "import": ("adopt", "Keep a saved compose copy as a revision of STACK (kind import) that `rollback STACK` runs."),
 }
 
 
@@ -94,7 +97,8 @@ class LazyGroup(click.Group):
         if cmd_name not in COMMANDS:
             return None
         module = importlib.import_module(f"{__package__}.{COMMANDS[cmd_name][0]}")
-        command = getattr(module, cmd_name)
+        # A command named for a Python keyword (`import`) is defined as `import_`.
+        command = getattr(module, cmd_name, None) or getattr(module, f"{cmd_name}_")
         assert isinstance(command, click.Command)
         return command
 

@@ -105,15 +105,15 @@ def _record(r: Run) -> None:
         r.runner.note(revision=r.revision.number, previous=r.previous.number if r.previous else None)
         r.info(f"revision {r.revision.number} ({p.stack.name}); previous: "
                + (f"{r.previous.number} ({r.previous.meta.stack})" if r.previous else "none"))
-    _keep(r, r.revision)
+    keep(r.io, r.revision)
 
 
-def _keep(r: Run, rev: Revision) -> None:
+def keep(io: NodeIO, rev: Revision) -> None:
     """Tag the revision's image as ours, so `docker image prune` cannot delete what a rollback
     to it needs (docker/keep.py). Idempotent: a resumed run tags again."""
     image_id = rev.meta.image_id
-    if image_id and r.io.image_present(image_id):
-        r.io.keep_image(image_id, rev.number)
+    if image_id and io.image_present(image_id):
+        io.keep_image(image_id, rev.number)
 
 
 def _unrecord(r: Run) -> None:
@@ -134,20 +134,28 @@ def _snapshot(r: Run) -> None:
             return
     image_ref = _dotenv_value(live.get(".env", b""), "VLLM_IMAGE") or "unknown"
     image_id = r.io.image_id(image_ref) if image_ref != "unknown" else None
-    adopted = r.store.create(stack=_label_stack(live) or "adopted", kind="adopt", files=live, image_ref=image_ref,
-                             image_id=image_id, repo_digest=None, operator=operator(),
-                             message="snapshot of the live deploy dir before a switch", created=now_iso())
     # Only what passed the health gate under the tool counts as healthy: files a killed run
     # left behind are kept, as interrupted, never as a rollback target by stack name.
-    if r.after_interrupt:
-        outcome: Verdict = "interrupted"
-    else:
-        outcome = "deployed" if r.io.probe_health() == 200 else "superseded"
-    r.store.update_status(adopted.number, outcome=outcome, updated=now_iso())
-    r.previous = r.store.get(adopted.number)
-    _keep(r, r.previous)
+    adopted = record_live(r.store, r.io, live, stack=_label_stack(live) or "adopted", image_ref=image_ref,
+                          image_id=image_id, message="snapshot of the live deploy dir before a switch",
+                          outcome="interrupted" if r.after_interrupt else None)
+    r.previous = adopted
     r.runner.note(previous=adopted.number, adopted=adopted.number)
     r.info(f"live files differed from every revision: kept them as revision {adopted.number}")
+
+
+def record_live(store: RevisionStore, io: NodeIO, live: Mapping[str, bytes], *, stack: str, image_ref: str,
+                image_id: str | None, message: str, outcome: Verdict | None = None,
+                patches: list[dict[str, Any]] | None = None) -> Revision:
+    """Keep a deployment the tool did not make (the live deploy dir) as a revision of kind
+    adopt: deployed when it answers /health now (a rollback target by stack name), else
+    superseded, unless the caller knows better (`outcome`)."""
+    verdict: Verdict = outcome or ("deployed" if io.probe_health() == 200 else "superseded")
+    rev = store.create(stack=stack, kind="adopt", files=live, image_ref=image_ref, image_id=image_id,
+                       repo_digest=None, operator=operator(), message=message, created=now_iso(),
+                       patches=patches, outcome=verdict)
+    keep(io, rev)
+    return rev
 
 
 def _recent(store: RevisionStore, previous: Revision | None, n: int = 5) -> list[int]:

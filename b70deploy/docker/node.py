@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..config.compose_folder import own_files
 from ..deploy.health import probe_health, wait_healthy
 from ..deploy.smoke import run_smoke, served_version
 from ..deploy.verify import readings, remote_readings
@@ -53,11 +54,16 @@ def compose_config(files: Mapping[str, bytes], project: str) -> tuple[dict[str, 
 
 
 def deployed_names(deploy_dir: Path) -> list[str]:
-    """Files of ours in a deploy dir: compose, env files and patched files."""
+    """Files of ours in a deploy dir: compose, env files and patched files, and every file the
+    compose file reads from the folder (an adopted hand-made deployment's env_file and
+    bind-mounted files)."""
     names = [n for n in OURS if (deploy_dir / n).is_file()]
     patches = deploy_dir / "patches"
     if patches.is_dir():
         names += sorted(p.relative_to(deploy_dir).as_posix() for p in patches.rglob("*") if p.is_file())
+    compose = deploy_dir / COMPOSE_FILE
+    if compose.is_file():
+        names += [n for n in own_files(compose.read_bytes(), lambda n: (deploy_dir / n).is_file()) if n not in names]
     return names
 
 

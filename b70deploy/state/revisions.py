@@ -28,8 +28,10 @@ from typing import Any, Literal
 from ..errors import UserError
 from .fsio import file_mode, fsync_dir, write_atomic
 
-Verdict = Literal["pending", "deployed", "superseded", "failed", "aborted", "interrupted"]
-Kind = Literal["switch", "rollback", "adopt"]
+# "unproven": an imported copy that never ran under the tool (`rollback STACK` accepts it; the
+# rollback's own revision is what proves it).
+Verdict = Literal["pending", "deployed", "superseded", "failed", "aborted", "interrupted", "unproven"]
+Kind = Literal["switch", "rollback", "adopt", "import"]
 HEALTHY_OUTCOMES = ("deployed", "superseded")
 
 
@@ -52,6 +54,9 @@ class Meta:
     message: str
     files: dict[str, str]       # name -> sha256
     stack_doc: dict[str, Any] | None = None  # the merged stack it was rendered from (expectations, smoke)
+    # Hand-made files mounted over files of the image (adopt, import): each as a unified diff
+    # against the image's own file, with both hashes, so a moved tag is caught (actions.handmade.check_drift).
+    patches: list[dict[str, Any]] | None = None
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> Meta:
@@ -169,11 +174,22 @@ class RevisionStore:
                 return self.get(entry["number"])
         return None
 
+    def latest_restorable(self, stack: str) -> Revision | None:
+        """The newest revision of `stack` that ran healthy or was imported and never run: what
+        `rollback STACK` brings back."""
+        for entry in reversed(self.index()):
+            if entry["stack"] != stack:
+                continue
+            if entry["outcome"] in HEALTHY_OUTCOMES or (entry["kind"] == "import" and entry["outcome"] == "unproven"):
+                return self.get(entry["number"])
+        return None
+
     # ------------------------------------------------------------------ writing
 
     def create(self, *, stack: str, kind: Kind, files: Mapping[str, bytes], image_ref: str, image_id: str | None,
                repo_digest: str | None, operator: str, message: str, created: str,
-               restored_from: int | None = None, stack_doc: dict[str, Any] | None = None) -> Revision:
+               restored_from: int | None = None, stack_doc: dict[str, Any] | None = None,
+               patches: list[dict[str, Any]] | None = None, outcome: Verdict = "pending") -> Revision:
         """Store a new revision atomically; its number is one past the highest so far. The
         caller holds the deploy lock, so a half-written `.new-*` folder here is a killed
         run's: it is removed."""
@@ -185,13 +201,14 @@ class RevisionStore:
         meta = Meta(number=number, stack=stack, kind=kind, parent=self.current_number(),
                     restored_from=restored_from, created=created, image_ref=image_ref, image_id=image_id,
                     repo_digest=repo_digest, operator=operator, message=message,
-                    files={name: sha256(data) for name, data in sorted(files.items())}, stack_doc=stack_doc)
+                    files={name: sha256(data) for name, data in sorted(files.items())}, stack_doc=stack_doc,
+                    patches=patches)
         tmp = Path(tempfile.mkdtemp(dir=self.root, prefix=f".new-{number:06d}-"))
         try:
             for name, data in files.items():
                 write_atomic(tmp / "files" / name, data, mode=file_mode(name))
             write_atomic(tmp / "meta.json", _dumps(asdict(meta)), mode=0o644)
-            write_atomic(tmp / "status.json", _dumps(asdict(Status(updated=created))), mode=0o644)
+            write_atomic(tmp / "status.json", _dumps(asdict(Status(outcome=outcome, updated=created))), mode=0o644)
             os.chmod(tmp, 0o700)
             os.rename(tmp, self._dir(number))  # fails if the number was taken: never overwrite
         except BaseException:

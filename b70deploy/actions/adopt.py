@@ -1,0 +1,101 @@
+"""`adopt`: the live hand-made deployment becomes a revision (kind adopt), nothing restarted.
+
+The deploy dir is the hand-made project's folder (`init` writes it so): its compose file,
+.env, every env_file and bind-mounted file it reads (deploy.steps.record_live, as the first
+switch snapshots a deploy dir it does not know), pinned to the image id the vllm container
+runs, with a patch record for each mounted file that replaces one of the image's files.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..config.names import check_name
+from ..config.node import Node
+from ..deploy.nodeio import VLLM
+from ..deploy.steps import record_live
+from ..docker import discover, engine
+from ..docker.image_inspect import ImageInspector
+from ..docker.node import DockerNode
+from ..errors import UserError
+from ..render.files import COMPOSE_FILE
+from ..state.statedir import StateDir
+from .handmade import check_env_names, env_summary, image_patches
+
+
+@dataclass
+class Adopted:
+    revision: int
+    stack: str
+    created: bool             # False: an existing revision already holds these bytes
+    outcome: str
+    image_ref: str
+    image_id: str
+    files: list[str]
+    patches: list[dict[str, Any]] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    env: dict[str, str] = field(default_factory=dict)   # env file -> its keys, secret values masked
+
+    def to_dict(self) -> dict[str, Any]:
+        return {k: getattr(self, k) for k in self.__dataclass_fields__}
+
+
+@dataclass
+class Adopt:
+    node: Node
+    stack: str = "adopted"
+    message: str = ""
+
+    def _live(self) -> tuple[Any, dict[str, bytes]]:
+        """The running vllm container and the deploy dir's files; refuses what adopt cannot keep."""
+        node = self.node
+        container = engine.find_container(node.project, VLLM)
+        if container is None:
+            raise UserError(f"no {VLLM} container in compose project {node.project}",
+                            where=str(node.source or "node config"),
+                            fix="start the hand-made stack (docker compose --profile gpu up -d), or set project: "
+                            "to its compose project (b70deploy init finds it)")
+        labels = container.labels or {}
+        folder = labels.get(discover.WORKING_DIR, "")
+        if folder and folder != str(node.deploy_dir):
+            raise UserError(f"project {node.project} runs from {folder}, not from deploy_dir {node.deploy_dir}",
+                            where=str(node.source or "node config"), fix=f"set deploy_dir: {folder}")
+        files = labels.get(discover.CONFIG_FILES, "")
+        if files and files != str(node.deploy_dir / COMPOSE_FILE):
+            raise UserError(f"project {node.project} runs from {files}, b70deploy reads {COMPOSE_FILE} only",
+                            fix=f"rename it to {node.deploy_dir / COMPOSE_FILE} (one file), then adopt")
+        live = DockerNode.production(node).read_deployed()
+        if COMPOSE_FILE not in live:
+            raise UserError(f"no {COMPOSE_FILE} in deploy_dir {node.deploy_dir}", fix="check deploy_dir")
+        check_env_names(live[COMPOSE_FILE], where=str(node.deploy_dir / COMPOSE_FILE))
+        return container, live
+
+    def run(self) -> Adopted:
+        check_name(self.stack, what="--as stack name")
+        state = StateDir(self.node.state_dir)
+        with state.lock("adopt"):
+            container, live = self._live()
+            store = state.revisions
+            image_ref = str((container.attrs.get("Config") or {}).get("Image", "unknown"))
+            image_id = str(container.attrs.get("Image"))
+            for number in reversed(store.numbers()):
+                rev = store.get(number)
+                if rev.read_files() == live:
+                    return Adopted(revision=number, stack=rev.meta.stack, created=False,
+                                   outcome=rev.status.outcome, image_ref=rev.meta.image_ref,
+                                   image_id=str(rev.meta.image_id), files=sorted(live),
+                                   patches=list(rev.meta.patches or []), env=env_summary(live),
+                                   notes=[f"the deploy dir already is revision {number}: nothing to adopt"])
+            with ImageInspector(self.node.state_dir) as inspector:
+                records, notes = image_patches(live, image_id, inspector)
+            patches = [r.to_dict() for r in records]
+            rev = record_live(store, DockerNode.production(self.node), live, stack=self.stack, image_ref=image_ref,
+                              image_id=image_id, patches=patches,
+                              message=self.message or f"adopted: the hand-made deployment of project "
+                                                      f"{self.node.project}")
+            store.set_current(rev.number)
+            state.audit.record("adopt", "ok", revision=rev.number, summary=f"adopted as revision {rev.number}")
+        return Adopted(revision=rev.number, stack=self.stack, created=True, outcome=rev.status.outcome,
+                       image_ref=image_ref, image_id=image_id, files=sorted(live), patches=patches, notes=notes,
+                       env=env_summary(live))

@@ -1,0 +1,106 @@
+"""`import COMPOSE`: a saved copy of a hand-made deployment becomes a revision (kind import).
+
+The report kept its rollbacks as copies beside the live file (docker-compose.yml.tq-rollback
+with .env.tq-rollback, docker-compose.yml.pre-ngram). An import stores such a copy, the .env
+saved with it and the files it reads from its folder, after the same preflight a rollback
+runs (handmade.check_files), pinned to the image id its tag names now. It never ran under
+the tool, so it is "unproven" until `rollback STACK` runs it healthy.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..config.names import check_name
+from ..config.node import Node
+from ..deploy.steps import keep
+from ..docker.image_inspect import ImageInspector
+from ..docker.node import DockerNode
+from ..errors import UserError
+from ..render.files import COMPOSE_FILE, DOTENV_FILE
+from ..state.stamps import now_iso, operator
+from ..state.statedir import StateDir
+from .handmade import check_files, env_summary, folder_files, image_patches
+
+_STACK_LABEL = re.compile(rb'b70deploy\.stack: "([a-z0-9][a-z0-9._-]*)"')
+
+
+def saved_env(compose: Path) -> Path | None:
+    """The .env saved with a copy: `.env.SUFFIX` beside `docker-compose.yml.SUFFIX`, else the
+    folder's `.env` (the report saved none with its .pre-ngram copy), else none."""
+    suffix = compose.name.removeprefix(f"{COMPOSE_FILE}.") if compose.name.startswith(f"{COMPOSE_FILE}.") else None
+    for candidate in ([compose.parent / f"{DOTENV_FILE}.{suffix}"] if suffix else []) + [compose.parent / DOTENV_FILE]:
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def stack_name(compose: Path, text: bytes) -> str:
+    """The stack an unnamed copy is kept as: its b70deploy label, else the copy's suffix."""
+    m = _STACK_LABEL.search(text)
+    if m:
+        return m.group(1).decode()
+    if not compose.name.startswith(f"{COMPOSE_FILE}.") or compose.name == f"{COMPOSE_FILE}.":
+        raise UserError(f"{compose.name} names no stack (no b70deploy label, no .SUFFIX after {COMPOSE_FILE})",
+                        where=str(compose), fix="say which stack it is: --as STACK")
+    return compose.name.removeprefix(f"{COMPOSE_FILE}.").lower()
+
+
+@dataclass
+class Imported:
+    revision: int
+    stack: str
+    created: bool
+    image_ref: str
+    image_id: str
+    env_file: str | None
+    files: list[str]
+    patches: list[dict[str, Any]] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    env: dict[str, str] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {k: getattr(self, k) for k in self.__dataclass_fields__}
+
+
+@dataclass
+class Import:
+    node: Node
+    compose: Path
+    env: Path | None = None
+    stack: str | None = None
+    message: str = ""
+
+    def run(self) -> Imported:
+        env = self.env or saved_env(self.compose)
+        files = folder_files(self.compose, env)
+        name = check_name(self.stack or stack_name(self.compose, files[COMPOSE_FILE]), what="stack name (--as)")
+        state = StateDir(self.node.state_dir)
+        with state.lock(f"import {self.compose.name}"):
+            store = state.revisions
+            for entry in reversed(store.index()):
+                if entry["kind"] == "import" and entry["stack"] == name:
+                    rev = store.get(entry["number"])
+                    if rev.read_files() == files:
+                        return Imported(revision=rev.number, stack=name, created=False, image_ref=rev.meta.image_ref,
+                                        image_id=str(rev.meta.image_id), env_file=str(env) if env else None,
+                                        files=sorted(files), patches=list(rev.meta.patches or []),
+                                        warnings=[f"already imported as revision {rev.number}: nothing to do"],
+                                        env=env_summary(files))
+            with ImageInspector(self.node.state_dir) as inspector:
+                checked = check_files(self.node, files, name=name, where=str(self.compose), inspector=inspector)
+                records, notes = image_patches(files, checked.image.id, inspector)
+            patches = [r.to_dict() for r in records]
+            rev = store.create(stack=name, kind="import", files=files, image_ref=checked.image.ref,
+                               image_id=checked.image.id, repo_digest=checked.image.repo_digest, operator=operator(),
+                               message=self.message or f"imported from {self.compose}", created=now_iso(),
+                               patches=patches, outcome="unproven")
+            keep(DockerNode.production(self.node), rev)  # `docker image prune` must not take it
+            state.audit.record(f"import {self.compose.name}", "ok", revision=rev.number,
+                               summary=f"imported as revision {rev.number} ({name})")
+        return Imported(revision=rev.number, stack=name, created=True, image_ref=checked.image.ref,
+                        image_id=checked.image.id, env_file=str(env) if env else None, files=sorted(files),
+                        patches=patches, warnings=checked.warnings + notes, env=env_summary(files))

@@ -1,0 +1,275 @@
+"""`init`: discover the node and write its config, every value with where it came from.
+
+From the engine: the running vLLM Compose project (container labels: project, working dir,
+compose and env files), and from `docker compose config` of its files the published port
+and bind address, the models dir (the bind mount at /models), the vllm service's env_file
+and the companions (the project's other services). From the host: the numeric gids that
+own the /dev/dri nodes, and the state dir. Nothing is written over an existing config.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import stat
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import platformdirs
+import yaml
+
+from ..config.compose_folder import references
+from ..config.node import CWD_NAME, SYSTEM_PATH
+from ..config.schema import NodeConfig
+from ..config.validation import validate
+from ..deploy.nodeio import VLLM
+from ..docker import discover
+from ..errors import UserError
+from ..render import devices
+from ..render.files import COMPOSE_FILE, DOTENV_FILE
+from ..render.masking import is_secret, mask
+from ..render.vllm_args import CONTAINER_MODELS, CONTAINER_PORT
+from ..state.fsio import write_atomic
+from ..state.stamps import now_iso
+
+SYSTEM_STATE = Path("/var/lib/b70deploy")
+OPENAI_BASE = "OPENAI_API_BASE_URL"
+
+
+@dataclass(frozen=True)
+class Fact:
+    key: str
+    value: Any
+    source: str
+
+    def shown(self) -> str:
+        """The value fit to print: secret-looking environment values masked."""
+        if self.key == "companions":
+            return "; ".join(_companion(c) for c in self.value)
+        return str(self.value)
+
+
+def _companion(c: dict[str, Any]) -> str:
+    parts = [f"image {c['image']}"]
+    if c.get("command"):
+        parts.append(f"command {' '.join(c['command'])}")
+    if c.get("port"):
+        parts.append(f"port {c['port']}->{c.get('container_port') or c['port']}")
+    if c.get("environment"):
+        parts.append("env " + ", ".join(f"{k}={mask(v)}" if is_secret(k) else k for k, v in c["environment"].items()))
+    return f"{c['name']} ({', '.join(parts)})"
+
+
+@dataclass
+class Discovery:
+    """What the engine and the host said (the impure half of init)."""
+
+    compose: dict[str, Any] | None         # `docker compose config` of the chosen project
+    compose_text: bytes                    # its compose file as written (env_file names survive there)
+    chosen: discover.LiveProject | None
+    access: devices.DeviceAccess
+    device_dir: Path
+
+
+@dataclass
+class InitPlan:
+    config: dict[str, Any]
+    facts: list[Fact] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    def text(self) -> str:
+        """The config file: a header saying where each value came from, then the YAML."""
+        head = [f"# b70deploy node config, written by `b70deploy init` on {now_iso()}.",
+                "# Where each value came from:"]
+        head += [f"#   {f.key}: {f.source}" for f in self.facts]
+        return "\n".join(head) + "\n" + yaml.safe_dump(self.config, sort_keys=False)
+
+    @property
+    def secret(self) -> bool:
+        return any(is_secret(k) for c in self.config.get("companions", []) for k in c.get("environment", {}))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"config": _masked(self.config), "sources": {f.key: f.source for f in self.facts},
+                "notes": self.notes}
+
+
+def _masked(doc: dict[str, Any]) -> dict[str, Any]:
+    out = dict(doc)
+    if "companions" in out:
+        out["companions"] = [{**c, "environment": {k: mask(str(v)) if is_secret(k) else v
+                                                   for k, v in c.get("environment", {}).items()}}
+                             for c in out["companions"]]
+    return out
+
+
+def default_target(given: str | None) -> Path:
+    """--config, else where load_node looks first without one: /etc/b70deploy/node.yaml for
+    root, ./b70deploy.yaml otherwise."""
+    if given:
+        return Path(given)
+    return SYSTEM_PATH if os.geteuid() == 0 else Path.cwd() / CWD_NAME
+
+
+def gather(project: str | None, device_dir: Path = Path("/dev/dri")) -> Discovery:
+    projects = discover.live_projects()
+    found = [p for p in projects if p.vllm_services]
+    chosen = None
+    if project is not None:
+        chosen = next((p for p in projects if p.name == project), None)
+        if chosen is None:
+            raise UserError(f"no container of compose project {project!r} on this engine",
+                            fix="start it (docker compose --profile gpu up -d) or name a project from "
+                            "`docker compose ls`")
+    elif len(found) > 1:
+        raise UserError(f"{len(found)} compose projects run vLLM: {', '.join(p.name for p in found)}",
+                        fix="say which one is production: b70deploy init --project NAME")
+    elif found:
+        chosen = found[0]
+    text = b""
+    if chosen is not None and len(chosen.config_files) == 1:
+        with contextlib.suppress(OSError):  # on another host (docker_host): the labels' paths are not here
+            text = chosen.config_files[0].read_bytes()
+    return Discovery(compose=discover.project_config(chosen) if chosen else None, compose_text=text, chosen=chosen,
+                     access=devices.scan(device_dir), device_dir=device_dir)
+
+
+def _port(spec: dict[str, Any], want: int | None = None) -> tuple[int, int, str | None] | None:
+    """(published, container port, host ip) of the service's first published TCP port
+    (the one to `want` when given)."""
+    for p in spec.get("ports") or []:
+        if not isinstance(p, dict) or not p.get("published") or (want is not None and p.get("target") != want):
+            continue
+        return int(p["published"]), int(p["target"]), p.get("host_ip") or None
+    return None
+
+
+def plan(d: Discovery, state_dir: Path | None = None) -> InitPlan:
+    """The config and the provenance of each value (pure: reads only `d` and the process's uid)."""
+    out = InitPlan(config={})
+    cfg, facts, notes = out.config, out.facts, out.notes
+
+    def put(key: str, value: Any, source: str) -> None:
+        node, *rest = key.split(".")
+        if rest:
+            cfg.setdefault(node, {})[rest[0]] = value
+        else:
+            cfg[node] = value
+        facts.append(Fact(key, value, source))
+
+    if d.access.gids:
+        put("device_dir", str(d.device_dir), "present on this host")
+        put("gids", dict(d.access.gids), f"owners of the device nodes in {d.device_dir} (numeric: the image's "
+            "/etc/group may lack render)")
+    else:
+        put("device_dir", None, f"{d.device_dir}: " + ("; ".join(d.access.notes) or "no device nodes")
+            + " (no GPU devices: render without group_add)")
+        notes.append(f"no GPU device nodes under {d.device_dir}: the node renders without devices")
+    root = os.geteuid() == 0
+    if state_dir is not None:
+        put("state_dir", str(state_dir.absolute()), "--state-dir")
+    else:
+        put("state_dir", str(SYSTEM_STATE if root else Path(platformdirs.user_state_dir("b70deploy"))),
+            "running as root: the system state folder" if root else "not root: the user state folder (platformdirs)")
+    p, doc = d.chosen, d.compose
+    if p is None or doc is None:
+        notes.append("no running vLLM compose project found: project, deploy_dir, ports and models_dir keep "
+                     "their defaults (b70deploy switch deploys from scratch)")
+        return out
+    label = f"container {next(iter(p.services.values())).container}"
+    put("project", p.name, f"label {discover.PROJECT} of {label}")
+    put("deploy_dir", str(p.working_dir), f"label {discover.WORKING_DIR}: the folder the hand-made "
+        "compose file lives in, which b70deploy now writes")
+    services = doc.get("services") or {}
+    runs = p.vllm_services
+    if not runs:
+        raise UserError(f"no container of project {p.name} runs `vllm serve`", where=str(p.working_dir),
+                        fix="start its vLLM service, or name the production project with --project")
+    if VLLM not in runs:
+        raise UserError(f"project {p.name}: service {runs[0]!r} runs vLLM, b70deploy drives a service named "
+                        f"{VLLM!r}", where=", ".join(map(str, p.config_files)),
+                        fix=f"rename the service to {VLLM} in the compose file and `docker compose up -d` it")
+    if p.config_files != [p.working_dir / COMPOSE_FILE]:
+        notes.append(f"compose files {', '.join(map(str, p.config_files))}: adopt takes one file named "
+                     f"{COMPOSE_FILE} in {p.working_dir}; rename (or merge) it first")
+    if p.env_files and p.env_files != [p.working_dir / DOTENV_FILE]:
+        notes.append(f"env file {', '.join(map(str, p.env_files))}: b70deploy reads {DOTENV_FILE} beside the "
+                     "compose file")
+    vllm = services.get(VLLM) or {}
+    port = _port(vllm, CONTAINER_PORT) or _port(vllm)
+    if port is None:
+        notes.append(f"service {VLLM} publishes no port: ports.prod keeps its default")
+    else:
+        published, target, host_ip = port
+        where = f"ports of service {VLLM} ({host_ip or '0.0.0.0'}:{published}->{target})"
+        put("ports.prod", published, where)
+        put("ports.dark", published + 1, "ports.prod + 1 (the report's dark port 8001 beside 8000); change it if "
+            "that port is taken")
+        put("bind_address", host_ip or "0.0.0.0", where)
+        if target != CONTAINER_PORT:
+            notes.append(f"vllm listens on {target} in the hand-made file; stacks b70deploy renders use "
+                         f"{CONTAINER_PORT}")
+    models = next((v for v in vllm.get("volumes") or [] if v.get("type") == "bind"
+                   and v.get("target") == CONTAINER_MODELS), None)
+    if models is None:
+        notes.append(f"no bind mount at {CONTAINER_MODELS} in service {VLLM}: models_dir keeps its default")
+    else:
+        put("models_dir", models["source"], f"the bind mount at {CONTAINER_MODELS} of service {VLLM}")
+    # Compose's resolved config inlines env_file into environment: the file's own text names it.
+    env_files = [str(p.working_dir / r.name) for r in references(d.compose_text)
+                 if r.kind == "env_file" and r.service == VLLM]
+    if len(env_files) == 1:
+        put("secrets_env_file", env_files[0], f"env_file of service {VLLM} (its runtime environment: "
+            "stacks b70deploy renders pass it into vllm.env, 0600)")
+        with contextlib.suppress(OSError):  # another user's file: init only notes modes
+            mode = stat.S_IMODE(Path(env_files[0]).stat().st_mode)
+            if mode & 0o077:
+                notes.append(f"{env_files[0]} is mode {mode:o}: chmod 600 it (it holds secrets)")
+    companions = []
+    for name in sorted(services):
+        if name == VLLM:
+            continue
+        spec = services[name]
+        comp: dict[str, Any] = {"name": name, "image": spec.get("image")}
+        if spec.get("command"):
+            comp["command"] = [str(a) for a in spec["command"]]
+        got = _port(spec)
+        if got is not None:
+            comp["port"], comp["container_port"] = got[0], got[1]
+        # The rendered compose file sets OPENAI_API_BASE_URL itself (to the vllm service).
+        env = {str(k): "" if v is None else str(v) for k, v in (spec.get("environment") or {}).items()
+               if k != OPENAI_BASE}
+        if env:
+            comp["environment"] = env
+        companions.append(comp)
+    if companions:
+        put("companions", companions, f"the other services of project {p.name} "
+            f"({', '.join(c['name'] for c in companions)}): stopped with vllm by a drain, started after it")
+    return out
+
+
+@dataclass
+class Init:
+    target: Path
+    project: str | None = None
+    state_dir: Path | None = None
+    device_dir: Path = Path("/dev/dri")
+
+    to_stdout: bool = False   # --print: nothing is written, so an existing file is no obstacle
+
+    def plan(self) -> InitPlan:
+        self._refuse_existing()  # before asking the engine anything
+        result = plan(gather(self.project, self.device_dir), self.state_dir)
+        validate(NodeConfig, result.config, where=f"{self.target} (as init would write it)")
+        return result
+
+    def run(self, result: InitPlan) -> Path:
+        """Write the config; an existing file is never replaced."""
+        self._refuse_existing()
+        write_atomic(self.target, result.text().encode(), mode=0o600 if result.secret else 0o644)
+        return self.target
+
+    def _refuse_existing(self) -> None:
+        if not self.to_stdout and self.target.exists():
+            raise UserError(f"{self.target} exists: init never overwrites a node config",
+                            fix="move it away first, pass --config ANOTHER_PATH, or use --print")

@@ -1,0 +1,235 @@
+"""The pure parts of taking over a hand-run node: which files a compose file reads from its
+folder, the command -> stack mapping lint uses, init's config from what discovery found,
+which revision `rollback STACK` picks, the drift check of a moved image tag, and the masking
+of an adopted env_file in `diff REV REV`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from kit.scratch import Scratch
+
+from b70deploy.actions.handmade import PatchRecord, check_drift, lint_stack_of
+from b70deploy.actions.init import Discovery, Fact, plan
+from b70deploy.actions.inspect import diff_revisions
+from b70deploy.actions.rollback import handmade_origin
+from b70deploy.config.compose_folder import Reference, references
+from b70deploy.config.node import load_node
+from b70deploy.docker.discover import LiveProject, LiveService
+from b70deploy.docker.node import deployed_names
+from b70deploy.errors import UserError
+from b70deploy.render.devices import DeviceAccess
+from b70deploy.render.patches import sha256
+from b70deploy.state.revisions import RevisionStore
+from b70deploy.state.statedir import StateDir
+
+COMPOSE = """
+services:
+  vllm:
+    image: ${VLLM_IMAGE}
+    env_file: vllm023.env
+    volumes:
+      - ${MODELS_DIR}:/models:ro
+      - ./vllm-patches/marlin_utils.py:/opt/vllm/marlin_utils.py:ro
+      - hf-cache:/root/.cache
+      - /etc/localtime:/etc/localtime:ro
+      - type: bind
+        source: ./extra/../tuning.json
+        target: /opt/tuning.json
+  open-webui:
+    env_file: [webui.env, {path: ../outside.env}]
+    volumes: [{type: volume, source: data, target: /data}]
+"""
+
+
+def test_references_are_the_folders_own_files_only() -> None:
+    assert references(COMPOSE) == [
+        Reference("vllm023.env", "env_file", "vllm"),
+        Reference("vllm-patches/marlin_utils.py", "mount", "vllm", "/opt/vllm/marlin_utils.py"),
+        Reference("tuning.json", "mount", "vllm", "/opt/tuning.json"),
+        Reference("webui.env", "env_file", "open-webui"),
+    ]
+    assert references("services: [") == [] and references("just text") == []
+
+
+def test_deployed_names_include_what_the_compose_file_reads(tmp_path: Path) -> None:
+    (tmp_path / "docker-compose.yml").write_text(COMPOSE)
+    for name in (".env", "vllm023.env", "vllm-patches/marlin_utils.py", "docker-compose.yml.tq-rollback"):
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text("x")
+    (tmp_path / "tuning.json").mkdir()  # a mounted folder is the operator's, never copied
+    assert deployed_names(tmp_path) == ["docker-compose.yml", ".env", "vllm023.env", "vllm-patches/marlin_utils.py"]
+
+
+REPORT_NGRAM = ["vllm", "serve", "/models/Qwen/Qwen3-30B-A3B-W4A16", "--served-model-name", "qwen3-30b-a3b-w4a16",
+                "qwen3-30b-tq-256k", "--port", "8000", "--dtype", "float16", "--max-model-len", "262144",
+                "--kv-cache-dtype", "fp8", "--no-enable-prefix-caching", "--tool-call-parser", "hermes",
+                "--enable-auto-tool-choice", "--async-scheduling", "--speculative-config",
+                '{"method":"eagle3","model":"/models/Qwen/Qwen3-30B-A3B-EAGLE3.b70-mpe262144",'
+                '"num_speculative_tokens":3,"draft_tensor_parallel_size":1}']
+
+
+MODELS = {"type": "bind", "source": "/llms", "target": "/models", "read_only": True}
+
+
+def test_the_hand_made_command_maps_to_the_stack_lint_reads() -> None:
+    service = {"image": "intel/vllm:latest", "command": REPORT_NGRAM, "volumes": [MODELS],
+               "entrypoint": ["/bin/bash", "-c", 'source /opt/intel/oneapi/setvars.sh --force && exec "$@"', "--"]}
+    stack = lint_stack_of("eagle3", service, None, "qwen3-30b-a3b")
+    assert stack is not None
+    assert (stack.model.path, stack.served_model_names, stack.dtype, stack.max_model_len, stack.kv_cache_dtype) == \
+        ("Qwen/Qwen3-30B-A3B-W4A16", ["qwen3-30b-a3b-w4a16", "qwen3-30b-tq-256k"], "float16", 262144, "fp8")
+    assert not stack.prefix_caching and stack.tool_calling.parser == "hermes" and stack.model_family == "qwen3-30b-a3b"
+    assert stack.speculative is not None and stack.speculative.method == "eagle3"
+    # The draft copy's name says which draft and which max_position_embeddings it carries.
+    assert stack.speculative.model == "Qwen/Qwen3-30B-A3B-EAGLE3"
+    assert stack.speculative.draft_max_position_embeddings == 262144
+    assert stack.extra_args == ["--async-scheduling"]   # unknown flags are kept, not dropped
+    served = lint_stack_of("tq", {**service, "entrypoint": ["vllm", "serve"], "command": REPORT_NGRAM[2:]}, None)
+    assert served is not None and served.entrypoint_style == "vllm-serve"
+    assert lint_stack_of("x", {**service, "command": ["vllm", "serve", "/data/model"]}, None) is None
+    assert lint_stack_of("x", {**service, "command": ["vllm", "serve", "/models/m", "--max-model-len", "lots"]},
+                         None) is None
+
+
+def discovery(services: dict[str, Any], *, files: list[str] | None = None, vllm_service: str = "vllm",
+              gids: dict[str, int] | None = None) -> Discovery:
+    folder = Path("/apps/b70-vllm")
+    live = LiveProject(name="b70-vllm", working_dir=folder,
+                       config_files=[folder / f for f in (files or ["docker-compose.yml"])], env_files=[])
+    for name in services:
+        live.services[name] = LiveService(name, f"b70-vllm-{name}-1", "running", "img", "sha256:1",
+                                          runs_vllm=name == vllm_service)
+    text = yaml.safe_dump({"services": {"vllm": {"env_file": "vllm023.env"}}}).encode()
+    return Discovery(compose={"services": services}, compose_text=text, chosen=live,
+                     access=DeviceAccess(Path("/dev/dri") if gids else None, gids or {}, ()),
+                     device_dir=Path("/dev/dri"))
+
+
+VLLM_SPEC = {"image": "intel/vllm:latest",
+             "ports": [{"target": 8000, "published": "8000", "host_ip": "192.168.0.61", "protocol": "tcp"}],
+             "volumes": [{"type": "bind", "source": "/srv/models", "target": "/models", "read_only": True}]}
+WEBUI_SPEC = {"image": "ghcr.io/open-webui/open-webui:main", "ports": [{"target": 8080, "published": "3000"}],
+              "environment": {"OPENAI_API_BASE_URL": "http://vllm:8000/v1", "WEBUI_SECRET_KEY": "hunter2"}}
+
+
+def test_init_writes_the_report_node_from_what_it_found() -> None:
+    got = plan(discovery({"vllm": VLLM_SPEC, "open-webui": WEBUI_SPEC}, gids={"render": 992, "video": 44}),
+               Path("/var/lib/b70deploy"))
+    cfg = got.config
+    assert cfg["project"] == "b70-vllm" and cfg["deploy_dir"] == "/apps/b70-vllm"
+    assert cfg["gids"] == {"render": 992, "video": 44} and cfg["device_dir"] == "/dev/dri"
+    assert cfg["ports"] == {"prod": 8000, "dark": 8001} and cfg["bind_address"] == "192.168.0.61"
+    assert cfg["models_dir"] == "/srv/models" and cfg["secrets_env_file"] == "/apps/b70-vllm/vllm023.env"
+    # The rendered compose file sets OPENAI_API_BASE_URL itself; the secret is masked when shown.
+    assert cfg["companions"] == [{"name": "open-webui", "image": WEBUI_SPEC["image"], "port": 3000,
+                                  "container_port": 8080, "environment": {"WEBUI_SECRET_KEY": "hunter2"}}]
+    assert got.secret and "hunter2" not in str(got.to_dict()) and "hunter2" not in str([f.shown() for f in got.facts])
+    sources = {f.key: f.source for f in got.facts}
+    assert "label com.docker.compose.project" in sources["project"] and "/dev/dri" in sources["gids"]
+    assert got.text().startswith("# b70deploy node config") and yaml.safe_load(got.text()) == cfg
+
+
+def test_init_says_what_it_could_not_find() -> None:
+    got = plan(discovery({"vllm": {"image": "x"}}, files=["compose.yaml", "gpu.override.yml"]))
+    assert got.config["device_dir"] is None
+    notes = " | ".join(got.notes)
+    assert "no GPU device nodes" in notes and "publishes no port" in notes and "no bind mount at /models" in notes
+    assert "adopt takes one file named docker-compose.yml" in notes
+    with pytest.raises(UserError, match="b70deploy drives a service named 'vllm'"):
+        plan(discovery({"llm": {"image": "x"}}, vllm_service="llm"))
+    with pytest.raises(UserError, match="runs `vllm serve`"):
+        plan(discovery({"web": {"image": "x"}}, vllm_service="none"))
+    empty = Discovery(compose=None, compose_text=b"", chosen=None, access=DeviceAccess(None),
+                      device_dir=Path("/dev/dri"))
+    assert "no running vLLM compose project" in " ".join(plan(empty).notes)
+    assert Fact("ports.prod", 8000, "x").shown() == "8000"
+
+
+def _store(tmp_path: Path) -> RevisionStore:
+    store = RevisionStore(tmp_path)
+    common: dict[str, Any] = {"image_ref": "img", "image_id": "sha256:1", "repo_digest": None, "operator": "t",
+                              "message": "", "created": "now"}
+    store.create(stack="ngram", kind="adopt", files={"a": b"1"}, outcome="deployed", **common)
+    store.create(stack="tq-256k", kind="import", files={"a": b"2"}, outcome="unproven", **common)
+    store.create(stack="tq-256k", kind="rollback", files={"a": b"2"}, restored_from=2, **common)
+    store.update_status(3, outcome="failed")
+    store.create(stack="w4a16", kind="switch", files={"a": b"3"}, **common)  # pending: never ran
+    return store
+
+
+def test_rollback_by_name_takes_a_healthy_revision_or_an_unproven_import(tmp_path: Path) -> None:
+    store = _store(tmp_path)
+    picked = store.latest_restorable("tq-256k")
+    assert picked is not None and picked.number == 2   # the failed run of it is skipped, the import is not
+    found = store.latest_restorable("ngram")
+    assert found is not None and found.number == 1
+    assert store.latest_restorable("w4a16") is None
+    assert store.latest_healthy("tq-256k") is None      # history's meaning of healthy is unchanged
+
+
+def test_a_rollback_to_an_import_is_still_hand_made(tmp_path: Path) -> None:
+    store = _store(tmp_path)
+    state = StateDir(tmp_path)
+    origin = handmade_origin(state, store.get(3))       # the rollback that restored import 2
+    assert origin is not None and origin.number == 2
+    assert handmade_origin(state, store.get(4)) is None  # rendered by a switch
+
+
+class Image:
+    """An image as render.patches.ImageFiles sees it: its id now and its files."""
+
+    def __init__(self, image_id: str, files: dict[str, bytes]) -> None:
+        self.id, self.files = image_id, files
+
+    def image_id(self, ref: str) -> str:
+        return self.id
+
+    def read_file(self, ref: str, path: str) -> bytes | None:
+        return self.files.get(path)
+
+    def vllm_package_dir(self, ref: str) -> str | None:
+        return "/opt/venv/lib/python3.12/site-packages/vllm"
+
+    def vllm_version(self, ref: str) -> str | None:
+        return "0.21.1.dev17+g0a4756bb5"
+
+
+ORIGINAL = b"def check(layer):\n    if is_rocm():\n        return False\n    return True\n"
+FIXED = ORIGINAL.replace(b"if is_rocm():", b"if is_rocm() or is_xpu():")
+DIFF = ("--- a/t.py\n+++ b/t.py\n@@ -1,3 +1,3 @@\n def check(layer):\n-    if is_rocm():\n"
+        "+    if is_rocm() or is_xpu():\n         return False\n")
+
+
+def test_a_moved_tag_is_caught_when_it_changed_a_replaced_file(tmp_path: Path) -> None:
+    store = RevisionStore(tmp_path)
+    record = PatchRecord(file="vllm-patches/t.py", target="/t.py", package_target=None, image_id="sha256:old",
+                         vllm_version=None, original_sha256=sha256(ORIGINAL), sha256=sha256(FIXED), diff=DIFF)
+    rev = store.create(stack="ngram", kind="adopt", files={"vllm-patches/t.py": FIXED}, image_ref="intel/vllm:latest",
+                       image_id="sha256:old", repo_digest=None, operator="t", message="", created="now",
+                       patches=[record.to_dict()], outcome="deployed")
+    assert check_drift(rev, "intel/vllm:latest", Image("sha256:old", {})) == []
+    same = check_drift(rev, "intel/vllm:latest", Image("sha256:new", {"/t.py": ORIGINAL}))
+    assert "unchanged in the new image" in same[-1]
+    reworded = ORIGINAL.replace(b"if is_rocm():", b"if current_platform.is_rocm():")
+    with pytest.raises(UserError, match="no longer applies") as err:
+        check_drift(rev, "intel/vllm:latest", Image("sha256:new", {"/t.py": reworded}))
+    assert "docker tag sha256:old intel/vllm:latest" in str(err.value)
+    with pytest.raises(UserError, match="still applies"):
+        check_drift(rev, "intel/vllm:latest", Image("sha256:new", {"/t.py": ORIGINAL + b"# more\n"}))
+
+
+def test_diff_of_two_adopted_revisions_masks_every_runtime_env_value(scratch: Scratch) -> None:
+    node = load_node(str(scratch.config))
+    store = RevisionStore(node.state_dir)
+    for n, zone in ((1, "0"), (2, "1")):
+        store.create(stack="ngram", kind="adopt", image_ref="img", image_id=None, repo_digest=None, operator="t",
+                     message="", created="now", outcome="deployed",
+                     files={".env": f"VLLM_PORT=800{n}\n".encode(),
+                            "vllm023.env": f"ZE_AFFINITY_MASK=zone{zone}\nHF_TOKEN=tok{n}\n".encode()})
+    text, _ = diff_revisions(node, 1, 2)
+    assert "zone0" not in text and "zone1" not in text and "tok1" not in text and "tok2" not in text
+    assert "ZE_AFFINITY_MASK=****(sha256:" in text and "VLLM_PORT=8002" in text   # .env stays readable
