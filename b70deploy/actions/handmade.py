@@ -17,6 +17,7 @@ from __future__ import annotations
 import difflib
 import io
 import posixpath
+import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -160,7 +161,14 @@ def check_files(node: Node, files: Mapping[str, bytes], *, name: str, where: str
                 inspector: ImageInspector) -> Checked:
     """The preflight of a hand-made deployment: Compose accepts the files, the image is on the
     engine, and no lint rule finds an error in what the command says. Raises UserError."""
-    doc, error = compose_config(files, node.project)
+    # Lint reads the bind sources Compose resolved, so the files stay on disk until it is done.
+    with tempfile.TemporaryDirectory(prefix="b70deploy-check-") as tmp:
+        return _check_in(Path(tmp), node, files, name=name, where=where, inspector=inspector)
+
+
+def _check_in(folder: Path, node: Node, files: Mapping[str, bytes], *, name: str, where: str,
+              inspector: ImageInspector) -> Checked:
+    doc, error = compose_config(files, node.project, folder)
     if doc is None:
         raise UserError(f"docker compose config rejects the files: {error}", where=where,
                         fix="give the .env saved with this compose file (--env FILE); every ${VAR} must be set")

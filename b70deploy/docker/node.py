@@ -36,15 +36,19 @@ VLLM = "vllm"
 OURS = (COMPOSE_FILE, ".env", "vllm.env")
 
 
-def compose_config(files: Mapping[str, bytes], project: str) -> tuple[dict[str, Any] | None, str | None]:
-    """`docker compose config` of `files` in a scratch folder: (the resolved config, None) or
-    (None, why Compose refused them)."""
-    with tempfile.TemporaryDirectory(prefix="b70deploy-config-") as tmp:
-        write_tree(Path(tmp), files)
-        try:
-            result = run(Compose(Path(tmp), project).config(fmt="json"), timeout=60, check=False)
-        except B70Error as e:
-            return None, e.what  # the caller says the fix
+def compose_config(files: Mapping[str, bytes], project: str,
+                   folder: Path | None = None) -> tuple[dict[str, Any] | None, str | None]:
+    """`docker compose config` of `files` written into `folder` (default: a scratch folder gone
+    on return; a caller that reads the bind sources afterwards passes its own): (the resolved
+    config, None) or (None, why Compose refused them)."""
+    if folder is None:
+        with tempfile.TemporaryDirectory(prefix="b70deploy-config-") as tmp:
+            return compose_config(files, project, Path(tmp))
+    write_tree(folder, files)
+    try:
+        result = run(Compose(folder, project).config(fmt="json"), timeout=60, check=False)
+    except B70Error as e:
+        return None, e.what  # the caller says the fix
     if result.returncode != 0:
         return None, last_line(result.stderr)
     try:

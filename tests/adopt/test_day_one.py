@@ -148,6 +148,7 @@ def hand_node(tmp_path: Path, sim_images: dict[str, str], free_port: Callable[[]
         yield node
     finally:
         simkit.remove_by_project(project)
+        simkit.remove_keep_tags(project)
         docker("rmi", *tags.values(), check=False)
 
 
