@@ -15,7 +15,7 @@ from ..errors import UserError
 from ..state.revisions import Revision
 from ..state.statedir import StateDir
 from ..ui.progress import Reporter
-from .switch import Confirm, DeployOptions, driver
+from .switch import Confirm, DeployOptions, announced, driver
 
 
 def resolve_target(state: StateDir, spec: str | None) -> Revision:
@@ -94,5 +94,6 @@ class Rollback:
                              message=self.opts.message or f"rollback to revision {target.number}")
 
     def run(self, reporter: Reporter, *, confirm: Confirm | None = None) -> Outcome:
-        return driver(self.node, reporter, self.opts).execute(
-            self.command, lambda: self.plan(reporter), take_stale=True, confirm=confirm)
+        return announced(self.node, "rollback", self.target or "previous", lambda: driver(
+            self.node, reporter, self.opts).execute(self.command, lambda: self.plan(reporter), take_stale=True,
+                                                    confirm=confirm))

@@ -77,6 +77,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "bench": ("bench", 'Measure prefill, decode or aggregate tok/s of a server (one results file per run).'),
     "capture": ("bench", 'Fail-open proxy: tee /v1 request bodies (and response metadata) to disk, always forward.'),
     "replay": ("bench", 'Send captured requests verbatim; report outcome, tok/s and acceptance per request.'),
+    "watch": ("watch", 'Supervise the node after each switch: bake window, automatic rollback, alerts, drift.'),
     "sim": ("sim", 'The simulated vLLM node (no GPU, no registry).'),
 }
 
