@@ -1,0 +1,100 @@
+"""watch on the real engine with the sim (issue 11's must-shows): a stack that dies some
+seconds after a healthy switch is rolled back inside the bake window, and only alerted on
+after it; a hanging or failing webhook does not hold up a switch by more than its timeout."""
+
+from __future__ import annotations
+
+import json
+import signal
+import time
+
+import pytest
+import requests
+from kit.simnode import docker
+from watch.conftest import Watched
+
+pytestmark = pytest.mark.docker
+
+
+def served_aliases(port: int) -> set[str]:
+    """Which stack answers, asked from outside: the failing stacks alone serve alias-late."""
+    data = requests.get(f"http://127.0.0.1:{port}/v1/models", timeout=5).json()
+    return {m["id"] for m in data["data"]}
+
+
+def running_stack(w: Watched) -> str:
+    ids = docker("ps", "-q", "--filter", f"label=com.docker.compose.project={w.node.project}",
+                 "--filter", "label=com.docker.compose.service=vllm").stdout.split()
+    assert len(ids) == 1, ids
+    return docker("inspect", "-f", '{{index .Config.Labels "b70deploy.stack"}}', ids[0]).stdout.strip()
+
+
+def stop_watch(w: Watched) -> None:
+    proc = w.procs[-1]
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(30) == 0
+    time.sleep(0.2)  # the reader thread takes the last lines
+    assert any(" watch.stop" in line for line in w.lines), w.lines
+
+
+def test_a_stack_that_dies_inside_the_bake_window_is_rolled_back(watched: Watched) -> None:
+    w, node = watched, watched.node
+    node.cli("switch", "alpha", "--yes", check=True)
+    w.start_watch()
+    node.cli("switch", "dies", "--yes", check=True)  # healthy through the switch: it dies 4 s after ready
+    assert "alias-late" in served_aliases(node.prod)
+    body = w.hooks.wait_for("watch.rolled-back", timeout=90)
+    assert body["revision"] == 2 and body["stack"] == "dies" and body["to"] == 1 and body["now_on"] == 3
+    assert "[cpu-attention-unsupported]" in body["diagnosis"] and body["logs"] == "b70deploy logs 2"
+    # The node serves the previous stack: asked from outside, not from our records.
+    assert served_aliases(node.prod) == {"qwen3-30b-a3b-w4a16", "alias-b"}
+    done = requests.post(f"http://127.0.0.1:{node.prod}/v1/completions", timeout=10, json={
+        "model": "alias-b", "prompt": "The capital of France is", "max_tokens": 4, "temperature": 0}).json()
+    assert "Paris" in done["choices"][0]["text"]
+    assert running_stack(w) == "alpha"
+    hist = {h["number"]: h for h in node.json("history")}
+    assert hist[3]["kind"] == "rollback" and hist[3]["restored_from"] == 1 and hist[3]["outcome"] == "deployed"
+    assert hist[2]["outcome"] == "failed"
+    assert "EngineDeadError" in node.cli("logs", "2", check=True).stdout
+    assert json.loads((node.state / "watch.json").read_text()) == {"rolled_back": [2]}
+    events = w.hooks.events()
+    assert {"switch.succeeded", "rollback.started", "rollback.succeeded", "watch.rolled-back"} <= set(events)
+    assert events.count("watch.rolled-back") == 1
+    stop_watch(w)
+    assert any("watch.rollback rev 2" in line and "rolling back to revision 1" in line for line in w.lines)
+
+
+def test_the_same_failure_after_the_bake_window_alerts_and_does_not_act(watched: Watched) -> None:
+    w, node = watched, watched.node
+    node.cli("switch", "alpha", "--yes", check=True)
+    w.start_watch()
+    node.cli("switch", "dies-late", "--yes", check=True)  # bake 2 s; it dies 6 s after ready
+    body = w.hooks.wait_for("watch.alert", timeout=90)
+    assert body["revision"] == 2 and "after the 2 s bake window: not acting" in body["outcome"]
+    assert "[cpu-attention-unsupported]" in body["diagnosis"]
+    time.sleep(3)  # several more looks: still no action
+    st = node.json("status")
+    assert st["current"]["number"] == 2 and [h["number"] for h in node.json("history")] == [1, 2]
+    assert "watch.rolled-back" not in w.hooks.events() and "rollback.started" not in w.hooks.events()
+    assert running_stack(w) == "dies-late"  # the restart policy keeps bringing it back; nobody switched
+    stop_watch(w)
+
+
+def test_a_hanging_or_failing_webhook_costs_a_switch_at_most_its_timeout(watched: Watched) -> None:
+    w, node = watched, watched.node
+    node.cli("switch", "alpha", "--yes", check=True)
+    start = time.monotonic()
+    node.cli("switch", "beta", "--yes", check=True)
+    baseline = time.monotonic() - start
+    timeout = 2.0
+    w.write_config(webhooks=[w.hooks.url("hang"), w.hooks.url("fail")], timeout=timeout, retries=2)
+    start = time.monotonic()
+    node.cli("switch", "alpha", "--yes", check=True)
+    hung = time.monotonic() - start
+    assert hung - baseline < timeout + 1.5, (baseline, hung)
+    assert w.hooks.hits["hang"] >= 1 and w.hooks.hits["fail"] >= 3  # they were called, and retried
+    audit = [a for a in node.json("audit") if a["command"] == "notify"]
+    assert {a["outcome"] for a in audit} == {"gave up", "failed"}
+    assert [a["command"] for a in node.json("audit") if a["command"] != "notify"] == \
+        ["switch alpha", "switch beta", "switch alpha"]
+    assert "alias-b" in served_aliases(node.prod) and running_stack(w) == "alpha"
