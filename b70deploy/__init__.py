@@ -26,10 +26,14 @@ Module map: each room is one concern; a change goes to the room its concern name
     ui/          terminal output: live progress (progress), tables and JSON (output)
     actions/     one verb, one object: its fields are the options, plan() says what it will do,
                  run() does it (switch, rollback, resume, node_ops, dark, rollout, inspect, diff,
-                 stacks, prepare)
+                 stacks, prepare, watch)
     lint/        preflight rules over a LintContext, and gathering that context
     bench/       prefill/decode/aggregate benchmarks, compare, capture proxy, replay
     sim/         the simulated vLLM: HTTP server, image builder, model folders
+    watch/       `watch` after a switch: looks in, acts out (decide), what it reads from the node
+                 (observe), the revisions it rolled back (memory), its systemd unit (unit)
+    notify/      what a notification says, secrets masked (event), and its fail-open delivery to
+                 webhooks and a command (deliver)
     cli/         click commands only: parse flags, build an action, print its result
 """
 
