@@ -5,7 +5,9 @@ after it; a hanging or failing webhook does not hold up a switch by more than it
 from __future__ import annotations
 
 import json
+import shutil
 import signal
+import subprocess
 import time
 
 import pytest
@@ -98,3 +100,36 @@ def test_a_hanging_or_failing_webhook_costs_a_switch_at_most_its_timeout(watched
     assert [a["command"] for a in node.json("audit") if a["command"] != "notify"] == \
         ["switch alpha", "switch beta", "switch alpha"]
     assert "alias-b" in served_aliases(node.prod) and running_stack(w) == "alpha"
+
+
+def test_a_stack_whose_smoke_starts_failing_inside_the_bake_window_is_rolled_back(watched: Watched) -> None:
+    w, node = watched, watched.node
+    node.cli("switch", "alpha", "--yes", check=True)
+    w.start_watch()
+    node.cli("switch", "nonsense", "--yes", check=True)  # sense through the switch, word-salad 4 s after ready
+    body = w.hooks.wait_for("watch.rolled-back", timeout=90)
+    assert body["revision"] == 2 and body["to"] == 1
+    assert served_aliases(node.prod) == {"qwen3-30b-a3b-w4a16", "alias-b"} and running_stack(w) == "alpha"
+    stop_watch(w)
+    assert any("smoke failed" in line and "garbage output" in line for line in w.lines), w.lines
+
+
+def test_a_container_started_by_hand_is_drift_and_is_not_acted_on(watched: Watched) -> None:
+    w, node = watched, watched.node
+    node.cli("switch", "alpha", "--yes", check=True)
+    w.start_watch()
+    # Someone runs compose by hand from a copy of the deploy dir, with the stack label changed.
+    hand = node.root / "by-hand"
+    shutil.copytree(node.deploy, hand)
+    compose = hand / "docker-compose.yml"
+    compose.write_text(compose.read_text().replace('b70deploy.stack: "alpha"', 'b70deploy.stack: "handmade"'))
+    up = subprocess.run(["docker", "compose", "--project-directory", str(hand), "-p", node.project,
+                         "--profile", "gpu", "up", "-d", "--force-recreate", "vllm"],
+                        capture_output=True, text=True, timeout=120, check=False)
+    assert up.returncode == 0, up.stderr
+    body = w.hooks.wait_for("watch.drift", timeout=60)
+    assert body["revision"] == 1 and "runs stack handmade" in body["outcome"]
+    time.sleep(2)
+    assert "rollback.started" not in w.hooks.events() and running_stack(w) == "handmade"
+    assert [h["number"] for h in node.json("history")] == [1]
+    stop_watch(w)
