@@ -11,6 +11,9 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+import requests
+from docker.errors import DockerException
+
 from ..config.node import Node
 from ..deploy.nodeio import VLLM
 from ..docker import engine
@@ -60,7 +63,13 @@ class WatchNode:
         emit(_line("watch.start", None, f"watching {self.node.label} every {self.every:g} s"))
         try:
             while True:
-                look = observer.look()
+                try:
+                    look = observer.look()
+                except (B70Error, DockerException, requests.RequestException, OSError) as e:
+                    # The engine restarting, a state file mid-replace: a supervisor keeps going.
+                    emit(_line("watch.note", watching, f"cannot look at the node now: {e}"))
+                    time.sleep(self.every)
+                    continue
                 s = look.subject
                 if s is not None and s.revision != watching and look.busy is None:
                     watching = s.revision

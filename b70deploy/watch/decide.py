@@ -40,7 +40,7 @@ class Problem:
 class Look:
     at: float                                 # epoch seconds
     subject: Subject | None
-    busy: str | None = None                   # a deploy holds the lock: who
+    busy: str | None = None                   # why not to look now (a deploy holds the lock, a drain)
     problems: tuple[Problem, ...] = ()
     drift: tuple[str, ...] = ()
 
@@ -85,8 +85,7 @@ def decide(look: Look, memory: Memory) -> list[Act]:
     s = look.subject
     rev = s.revision if s is not None else 0
     if look.busy is not None:
-        acts = [Act("note", s.revision if s else None, f"a deploy holds the lock ({look.busy}): not looking",
-                    key=f"busy:{look.busy}")]
+        acts = [Act("note", s.revision if s else None, f"{look.busy}: not looking", key=f"busy:{look.busy}")]
     elif s is None:
         acts = []
     elif look.drift:

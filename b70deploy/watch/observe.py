@@ -44,19 +44,21 @@ def committed_at(rev: Revision) -> float | None:
 @dataclass
 class Deaths:
     """The vllm container's deaths, from Docker's event stream (a thread): crashes only, not
-    stops (a `kill` event of the same container just before the `die`)."""
+    stops (a `kill` event of the same container just before the `die`: a drain, docker stop).
+    `stopped` holds the containers stopped that way and not started since."""
 
     node: Node
     times: deque[float] = field(default_factory=lambda: deque(maxlen=1000))
     codes: deque[str] = field(default_factory=lambda: deque(maxlen=1000))
     kills: dict[str, float] = field(default_factory=dict)
+    stopped: set[str] = field(default_factory=set)
     lock: threading.Lock = field(default_factory=threading.Lock)
     stream: Any = None
     thread: threading.Thread | None = None
 
     def start(self) -> Deaths:
         self.stream = engine.client().events(decode=True, filters={
-            "type": "container", "event": ["die", "kill"],
+            "type": "container", "event": ["die", "kill", "start"],
             "label": [f"com.docker.compose.project={self.node.project}", f"com.docker.compose.service={VLLM}"]})
         self.thread = threading.Thread(target=self._run, name="watch-events", daemon=True)
         self.thread.start()
@@ -66,16 +68,25 @@ class Deaths:
         with contextlib.suppress(Exception):  # closed by stop(), or the engine went away
             for ev in self.stream:
                 box, at = str(ev.get("id", "")), float(ev.get("timeNano", time.time_ns())) / 1e9
+                action = ev.get("Action")
                 with self.lock:
-                    if ev.get("Action") == "kill":
+                    if action == "start":
+                        self.stopped.discard(box)
+                    elif action == "kill":
                         self.kills[box] = at
-                    elif at - self.kills.pop(box, float("-inf")) > KILLED_WITHIN:
+                    elif at - self.kills.pop(box, float("-inf")) <= KILLED_WITHIN:
+                        self.stopped.add(box)
+                    else:
                         self.times.append(at)
                         self.codes.append(str((ev.get("Actor") or {}).get("Attributes", {}).get("exitCode", "?")))
 
     def since(self, t: float) -> list[tuple[float, str]]:
         with self.lock:
             return [(at, code) for at, code in zip(self.times, self.codes, strict=True) if at >= t]
+
+    def stopped_on_purpose(self, container_id: str) -> bool:
+        with self.lock:
+            return container_id in self.stopped
 
     def stop(self) -> None:
         if self.stream is not None:
@@ -107,7 +118,8 @@ class Observer:
         state = StateDir(self.node.state_dir)
         holder = holder_info(self.node.state_dir)
         if holder is not None and holder["alive"]:
-            return Look(now, self._subject(state), busy=f"pid {holder['pid']} `{holder['command']}`")
+            who = f"pid {holder['pid']} `{holder['command']}`"
+            return Look(now, self._subject(state), busy=f"a deploy holds the lock ({who})")
         cur = state.revisions.current()
         if cur is None:
             return Look(now, None)
@@ -121,6 +133,8 @@ class Observer:
         found = tuple(drift(self.node, cur, box))
         if found:
             return Look(now, self._subject(state), drift=found)
+        if st.status != "running" and container is not None and self.deaths.stopped_on_purpose(container.id):
+            return Look(now, self._subject(state), busy="vllm was stopped on purpose (drain, docker stop)")
         return Look(now, self._subject(state), problems=tuple(self._problems(cur, container, st, since, now)))
 
     def _subject(self, state: StateDir) -> Subject | None:

@@ -74,7 +74,12 @@ def test_the_same_failure_after_the_bake_window_alerts_and_does_not_act(watched:
     body = w.hooks.wait_for("watch.alert", timeout=90)
     assert body["revision"] == 2 and "after the 2 s bake window: not acting" in body["outcome"]
     assert "[cpu-attention-unsupported]" in body["diagnosis"]
-    time.sleep(3)  # several more looks: still no action
+    # The restart policy brings it back and it dies again: Docker's events show the deaths.
+    deadline = time.monotonic() + 60
+    while not any("watch.alert rev 2: restart loop" in line for line in w.lines):
+        assert time.monotonic() < deadline, w.lines
+        time.sleep(0.5)
+    assert any("watch.alert rev 2: the vllm container died" in line for line in w.lines)
     st = node.json("status")
     assert st["current"]["number"] == 2 and [h["number"] for h in node.json("history")] == [1, 2]
     assert "watch.rolled-back" not in w.hooks.events() and "rollback.started" not in w.hooks.events()
@@ -140,4 +145,22 @@ def test_a_container_started_by_hand_is_drift_and_is_not_acted_on(watched: Watch
     time.sleep(2)
     assert "rollback.started" not in w.hooks.events() and running_stack(w) == "handmade"
     assert [h["number"] for h in node.json("history")] == [1]
+    stop_watch(w)
+
+
+def test_a_drain_inside_the_bake_window_is_not_a_failure(watched: Watched) -> None:
+    w, node = watched, watched.node
+    node.cli("switch", "alpha", "--yes", check=True)
+    w.start_watch()
+    node.cli("switch", "beta", "--yes", check=True)
+    node.cli("drain", check=True)
+    deadline = time.monotonic() + 30
+    while not any("vllm was stopped on purpose" in line for line in w.lines):
+        assert time.monotonic() < deadline, w.lines
+        time.sleep(0.5)
+    time.sleep(2)
+    assert [h["number"] for h in node.json("history")] == [1, 2]
+    assert not any(e.startswith(("watch.", "rollback.")) for e in w.hooks.events())
+    node.cli("restore", check=True)
+    assert "alias-b" in served_aliases(node.prod) and running_stack(w) == "beta"
     stop_watch(w)
