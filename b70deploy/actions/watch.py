@@ -25,7 +25,7 @@ from ..state.stamps import now_iso
 from ..state.statedir import StateDir
 from ..ui.progress import PlainReporter
 from ..watch import memory as saved
-from ..watch.decide import Act, Look, Memory, Subject, decide, remember
+from ..watch.decide import Act, Look, Memory, Subject, decide, in_bake, remember
 from ..watch.observe import Deaths, Observer
 from .rollback import Rollback
 from .switch import DeployOptions
@@ -60,6 +60,7 @@ class WatchNode:
         notifier = Notifier.of(self.node)
         mem = Memory(rolled_back=saved.rolled_back(state.path))
         watching: int | None = None
+        baking = False
         emit(_line("watch.start", None, f"watching {self.node.label} every {self.every:g} s"))
         try:
             while True:
@@ -72,8 +73,12 @@ class WatchNode:
                     continue
                 s = look.subject
                 if s is not None and s.revision != watching and look.busy is None:
-                    watching = s.revision
+                    watching, baking = s.revision, in_bake(look)
                     emit(_line("watch.revision", s.revision, _describe(s, look)))
+                if s is not None and s.revision == watching and baking and not in_bake(look):
+                    baking = False
+                    emit(_line("watch.baked", s.revision, f"revision {s.revision} passed its bake window; "
+                                                          "from now on watch alerts and does not act"))
                 acts = decide(look, mem)
                 for act in acts:
                     mem = self._carry_out(act, mem, notifier, emit)

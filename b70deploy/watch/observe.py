@@ -117,9 +117,11 @@ class Observer:
         since, self.last_look = self.last_look, now
         state = StateDir(self.node.state_dir)
         holder = holder_info(self.node.state_dir)
-        if holder is not None and holder["alive"]:
+        if holder is not None:
             who = f"pid {holder['pid']} `{holder['command']}`"
-            return Look(now, self._subject(state), busy=f"a deploy holds the lock ({who})")
+            busy = f"a deploy holds the lock ({who})" if holder["alive"] else \
+                f"a killed run left the deploy lock ({who}); `b70deploy status` says how to finish it"
+            return Look(now, self._subject(state), busy=busy)
         cur = state.revisions.current()
         if cur is None:
             return Look(now, None)

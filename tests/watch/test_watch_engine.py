@@ -84,6 +84,8 @@ def test_the_same_failure_after_the_bake_window_alerts_and_does_not_act(watched:
     assert st["current"]["number"] == 2 and [h["number"] for h in node.json("history")] == [1, 2]
     assert "watch.rolled-back" not in w.hooks.events() and "rollback.started" not in w.hooks.events()
     assert running_stack(w) == "dies-late"  # the restart policy keeps bringing it back; nobody switched
+    assert any("watch.baked rev 2: revision 2 passed its bake window" in line  # or first seen after it
+               or ("watch.revision rev 2" in line and "bake window over" in line) for line in w.lines), w.lines
     stop_watch(w)
 
 
