@@ -15,6 +15,8 @@ import requests
 from kit.simnode import docker
 from watch.conftest import Watched
 
+from b70deploy.state.lock import DeployLock
+
 pytestmark = pytest.mark.docker
 
 
@@ -165,4 +167,21 @@ def test_a_drain_inside_the_bake_window_is_not_a_failure(watched: Watched) -> No
     assert not any(e.startswith(("watch.", "rollback.")) for e in w.hooks.events())
     node.cli("restore", check=True)
     assert "alias-b" in served_aliases(node.prod) and running_stack(w) == "beta"
+    stop_watch(w)
+
+
+def test_watch_does_not_act_while_a_deploy_holds_the_lock(watched: Watched) -> None:
+    w, node = watched, watched.node
+    node.cli("switch", "alpha", "--yes", check=True)
+    w.start_watch()
+    node.cli("switch", "dies", "--yes", check=True)
+    lock = DeployLock(node.state, "switch other").acquire()  # as a switch starting now would
+    try:
+        time.sleep(8)  # the stack dies 4 s after ready, and again after its restart
+        assert any("a deploy holds the lock" in line and "`switch other`" in line for line in w.lines), w.lines
+        assert "rollback.started" not in w.hooks.events() and [h["number"] for h in node.json("history")] == [1, 2]
+    finally:
+        lock.release()
+    w.hooks.wait_for("watch.rolled-back", timeout=60)  # still inside the bake window: now it acts
+    assert running_stack(w) == "alpha"
     stop_watch(w)
