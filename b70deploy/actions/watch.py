@@ -4,6 +4,7 @@ alert; drift is reported. Foreground, one event per line, ends cleanly on SIGTER
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import time
 from collections.abc import Callable
@@ -128,9 +129,9 @@ class WatchNode:
     def _keep_log(self, state: StateDir, act: Act) -> None:
         """The failed container's log goes with its revision (`logs REV`): the rollback replaces it."""
         assert act.revision is not None
-        container = engine.find_container(self.node.project, VLLM)
-        if container is not None:
-            text = engine.container_log(container)
+        with contextlib.suppress(DockerException, B70Error):  # best effort: the rollback matters more
+            container = engine.find_container(self.node.project, VLLM)
+            text = engine.container_log(container) if container is not None else ""
             if text:
                 state.revisions.save_log(act.revision, text)
 

@@ -96,8 +96,8 @@ class Deaths:
 
 @dataclass
 class Observer:
-    """One node's looks; keeps what spans looks (consecutive bad /health, the last smoke, the
-    /metrics counters, the deaths already reported)."""
+    """One node's looks; keeps what spans looks (consecutive bad /health, the last smoke and its
+    failures, the /metrics counters), reset when the current revision changes."""
 
     node: Node
     deaths: Deaths
@@ -127,6 +127,7 @@ class Observer:
             return Look(now, None)
         if cur.number != self.revision:  # a new revision: nothing carried over from the last one
             self.revision, self.unhealthy, self.finished, self.last_smoke = cur.number, 0, None, 0.0
+            self.smoke_failed = []
             since = max(since, committed_at(cur) or since)
         container = engine.find_container(self.node.project, VLLM)
         st = engine.state_of(container)

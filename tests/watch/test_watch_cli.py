@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import json
 import shlex
+import signal
+import subprocess
+import time
 from pathlib import Path
 
 import pytest
+import simkit
 import yaml
-from simkit import run_cli
+from simkit import CLI, cli_env, run_cli
 
 
 def test_unit_runs_watch_for_this_config_and_stops_with_sigterm(tmp_path: Path) -> None:
@@ -37,3 +42,24 @@ def test_bad_notify_settings_are_one_line_and_exit_2(tmp_path: Path, notify: dic
     [line] = r.stderr.splitlines()
     assert str(config) in line and says in line and "fix:" in line
     assert not (tmp_path / "s").exists()  # nothing changed
+
+
+@pytest.mark.docker
+def test_json_lines_and_a_clean_stop_on_sigterm(tmp_path: Path, docker_engine: None) -> None:
+    config = tmp_path / "node.yaml"
+    config.write_text(yaml.safe_dump({"state_dir": str(tmp_path / "s"), "deploy_dir": str(tmp_path / "d"),
+                                      "project": simkit.unique("j")}))
+    proc = subprocess.Popen([*CLI, "watch", "--json", "--interval", "0.2"], env=cli_env(config),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        time.sleep(3)  # started (imports, the event stream) and looking at an empty node
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, err
+    events = [json.loads(line) for line in out.splitlines()]
+    assert [e["event"] for e in events] == ["watch.start", "watch.stop"]
+    assert events[1]["text"] == "stopped (Terminated)" and "Traceback" not in err
+    assert "bake window: 900 s after a switch" in err  # what it will do, on stderr
