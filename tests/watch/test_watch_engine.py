@@ -46,8 +46,11 @@ def test_a_stack_that_dies_inside_the_bake_window_is_rolled_back(watched: Watche
     node.cli("switch", "alpha", "--yes", check=True)
     w.start_watch()
     node.cli("switch", "dies", "--yes", check=True)  # healthy through the switch: it dies 4 s after ready
+    switched = time.monotonic()
     assert "alias-late" in served_aliases(node.prod)
     body = w.hooks.wait_for("watch.rolled-back", timeout=90)
+    print(f"rolled back and healthy {time.monotonic() - switched:.1f} s after the switch returned "
+          "(the stack dies 4 s after ready)")
     assert body["revision"] == 2 and body["stack"] == "dies" and body["to"] == 1 and body["now_on"] == 3
     assert "[cpu-attention-unsupported]" in body["diagnosis"] and body["logs"] == "b70deploy logs 2"
     # The node serves the previous stack: asked from outside, not from our records.
