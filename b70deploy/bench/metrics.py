@@ -65,7 +65,8 @@ def parse(text: str) -> dict[str, float]:
 
 def finished_requests(text: str) -> dict[str, float]:
     """Finished requests by `finished_reason` (stop, length, abort, error, ...), from vLLM's
-    `vllm:request_success_total` counter (one sample per finished_reason label, per engine),
+    `vllm:request_success_total` counter (one sample per finished_reason, per engine: a real
+    0.21 exports stop, length, abort, error, repetition; tests/fixtures/vllm-0.21.0-cpu/metrics.txt),
     summed over the other labels: watch's error rate is error / all."""
     counts: dict[str, float] = {}
     for family in text_string_to_metric_families(text):
