@@ -32,10 +32,15 @@ Module map: each room is one concern; a change goes to the room its concern name
     actions/     one verb, one object: its fields are the options, plan() says what it will do,
                  run() does it (switch, rollback, resume, node_ops, dark, bench_cycle, gc, rollout,
                  inspect, diff, stacks, prepare, stack_from_compose, patch_from_file, init, adopt,
-                 imports; handmade: the files and preflight of a deployment the tool did not render)
+                 imports, watch; handmade: the files and preflight of a deployment the tool did not
+                 render)
     lint/        preflight rules over a LintContext, and gathering that context
     bench/       prefill/decode/aggregate benchmarks, compare, capture proxy, replay
     sim/         the simulated vLLM: HTTP server, image builder, model folders
+    watch/       `watch` after a switch: looks in, acts out (decide), what it reads from the node
+                 (observe), the revisions it rolled back (memory), its systemd unit (unit)
+    notify/      what a notification says, secrets masked (event), and its fail-open delivery to
+                 webhooks and a command (deliver)
     cli/         click commands only: parse flags, build an action, print its result
 """
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import os
 from typing import Any
 
 from dotenv import dotenv_values
@@ -20,6 +21,8 @@ from ..state.lock import Holder, clear_stale, holder_info
 from ..state.revisions import HEALTHY_OUTCOMES, Revision, RevisionStore
 from ..state.statedir import StateDir
 from .diff import unified
+
+WORKING_DIR = "com.docker.compose.project.working_dir"  # where compose ran: ours is the deploy dir
 
 FACT_ROWS = [
     ("kv_cache_tokens", "GPU KV cache (tokens)"),
@@ -48,7 +51,7 @@ def status(node: Node) -> dict[str, Any]:
         st = state_of(container)
         labels = dict(container.labels) if container is not None else {}
         out["container"] = {"status": st.status, "exit_code": st.exit_code, "image_id": st.image_id,
-                            "stack": labels.get("b70deploy.stack")}
+                            "stack": labels.get("b70deploy.stack"), "working_dir": labels.get(WORKING_DIR)}
     except Exception as e:  # the engine may be down; status must still answer
         out["container"] = {"status": f"unknown ({e})"}
     code = probe_health(f"http://{node.address}:{node.config.ports.prod}/health")
@@ -75,23 +78,33 @@ def differences(node: Node, cur: Revision | None, st: dict[str, Any]) -> tuple[l
         return [f"a stale lock of pid {lock['pid']} (`{lock['command']}`)"], "b70deploy unlock"
     if cur is None:
         return [], None
+    box = st["container"]
+    found = drift(node, cur, box)
+    if found:
+        return found, f"b70deploy rollback {cur.number} (its exact files and image, recreated)"
+    if box.get("status") != "running":
+        return [f"vllm is {box.get('status')}"], "b70deploy restore"
+    return [], None
+
+
+def drift(node: Node, cur: Revision, box: dict[str, Any]) -> list[str]:
+    """How the deploy dir and the vllm container (`box`: its stack label, image id and compose
+    working dir) differ from revision `cur`: a hand-run compose, another tool, a hand edit."""
     found: list[str] = []
     live = DockerNode.production(node).read_deployed()
     want = cur.read_files()
     changed = sorted(n for n in set(live) | set(want) if live.get(n) != want.get(n))
     if changed:
         found.append(f"deploy dir differs from revision {cur.number}: {', '.join(changed)}")
-    box = st["container"]
     if box.get("stack") not in (None, cur.meta.stack):
         found.append(f"the vllm container runs stack {box['stack']}, revision {cur.number} is {cur.meta.stack}")
     if cur.meta.image_id and box.get("image_id") not in (None, cur.meta.image_id):
         found.append(f"the vllm container runs image {str(box['image_id'])[:19]}, revision {cur.number} pins "
                      f"{cur.meta.image_id[:19]}")
-    if found:
-        return found, f"b70deploy rollback {cur.number} (its exact files and image, recreated)"
-    if box.get("status") != "running":
-        return [f"vllm is {box.get('status')}"], "b70deploy restore"
-    return [], None
+    where = box.get("working_dir")
+    if where and os.path.realpath(where) != os.path.realpath(node.deploy_dir):
+        found.append(f"the vllm container was started by compose from {where}, not from the deploy dir")
+    return found
 
 
 def history(node: Node) -> list[dict[str, Any]]:

@@ -18,7 +18,7 @@ from ..state.revisions import Revision
 from ..state.statedir import StateDir
 from ..ui.progress import Reporter
 from .handmade import check_drift, check_files
-from .switch import Confirm, DeployOptions, driver
+from .switch import Confirm, DeployOptions, announced, driver
 
 
 def resolve_target(state: StateDir, spec: str | None) -> Revision:
@@ -128,5 +128,6 @@ class Rollback:
                 reporter.info(f"warning: {line}")
 
     def run(self, reporter: Reporter, *, confirm: Confirm | None = None) -> Outcome:
-        return driver(self.node, reporter, self.opts).execute(
-            self.command, lambda: self.plan(reporter), take_stale=True, confirm=confirm)
+        return announced(self.node, "rollback", self.target or "previous", lambda: driver(
+            self.node, reporter, self.opts).execute(self.command, lambda: self.plan(reporter), take_stale=True,
+                                                    confirm=confirm))

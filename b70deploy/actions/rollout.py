@@ -26,7 +26,7 @@ from ..state.statedir import StateDir
 from ..ui.progress import Reporter
 from .inspect import status
 from .rollback import Rollback
-from .switch import DeployOptions, Switch, driver
+from .switch import DeployOptions, Switch, announced, driver
 
 State = Literal["switched", "rolled-back", "failed", "untouched", "reverted", "revert-failed"]
 
@@ -132,8 +132,8 @@ def _one(p: Prepared, command: str, opts: DeployOptions, take_stale: bool) -> No
     with endpoint.use(p.node.docker_env):
         try:
             # Built (rendered and linted) before any node was drained; run under this node's lock.
-            outcome: Outcome = driver(p.node, p.reporter, opts).execute(command, lambda: p.plan,
-                                                                         take_stale=take_stale)
+            outcome: Outcome = announced(p.node, p.plan.kind, p.plan.stack.name, lambda: driver(
+                p.node, p.reporter, opts).execute(command, lambda: p.plan, take_stale=take_stale))
         except B70Error as e:  # the lock is held, the engine is unreachable: this node did not start
             return NodeResult(name, "failed", f"{name}: {e}", seconds=time.monotonic() - t0)
     if outcome.ok:

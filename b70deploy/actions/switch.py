@@ -10,6 +10,9 @@ from ..deploy.driver import Driver, Outcome
 from ..deploy.plan import DeployPlan, Timeouts
 from ..deploy.steps import plan_lines
 from ..docker.node import DockerNode
+from ..errors import B70Error
+from ..notify.deliver import Notifier
+from ..notify.event import make_event
 from ..state.fsio import read_tree
 from ..state.statedir import StateDir
 from ..ui.progress import Reporter
@@ -32,6 +35,28 @@ class DeployOptions:
 
     def timeouts(self, node: Node) -> Timeouts:
         return Timeouts.of(node, health=self.timeout, rollback=self.rollback_timeout, verify=self.verify_wait)
+
+
+def announced(node: Node, verb: str, stack: str, run: Callable[[], Outcome]) -> Outcome:
+    """`run` a switch or rollback, telling the node's receivers it started and how it ended
+    (fail-open: a receiver costs at most notify.timeout, and never changes the outcome)."""
+    notifier = Notifier.of(node)
+    if not notifier.receivers:
+        return run()
+    notifier.send(make_event(node, f"{verb}.started", stack=stack, revision=None, outcome=f"{verb} {stack} started"))
+    try:
+        outcome = run()
+    except (B70Error, KeyboardInterrupt) as e:
+        notifier.send(make_event(node, f"{verb}.failed", stack=stack, revision=None,
+                                 outcome=str(e) or type(e).__name__))
+        raise
+    else:
+        name = "succeeded" if outcome.ok else "rolled-back" if outcome.rolled_back else "failed"
+        notifier.send(make_event(node, f"{verb}.{name}", stack=outcome.stack, revision=outcome.revision,
+                                 outcome=outcome.summary, diagnosis=outcome.diagnosis))
+        return outcome
+    finally:
+        notifier.close()
 
 
 def driver(node: Node, reporter: Reporter, opts: DeployOptions) -> Driver:
@@ -74,4 +99,5 @@ class Switch:
         return [*lines, *plan_lines(plan), "", text.rstrip("\n") if text else "(no file changes)"]
 
     def run(self, reporter: Reporter, *, confirm: Confirm | None = None) -> Outcome:
-        return driver(self.node, reporter, self.opts).execute(self.command, self.plan, confirm=confirm)
+        return announced(self.node, "switch", self.stack, lambda: driver(self.node, reporter, self.opts).execute(
+            self.command, self.plan, confirm=confirm))

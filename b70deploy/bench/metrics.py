@@ -35,6 +35,7 @@ ACCEPTED = "vllm:spec_decode_num_accepted_tokens_total"
 ACCEPTED_PER_POS = "vllm:spec_decode_num_accepted_tokens_per_pos_total"  # label `position`
 PROMPT_TOKENS = "vllm:prompt_tokens_total"
 GENERATION_TOKENS = "vllm:generation_tokens_total"
+REQUEST_SUCCESS = "vllm:request_success_total"
 WATCHED = (DRAFTS, DRAFT_TOKENS, ACCEPTED, PROMPT_TOKENS, GENERATION_TOKENS)
 
 
@@ -60,6 +61,20 @@ def parse(text: str) -> dict[str, float]:
             elif name in WATCHED:
                 totals[name] = totals.get(name, 0.0) + float(sample.value)
     return totals
+
+
+def finished_requests(text: str) -> dict[str, float]:
+    """Finished requests by `finished_reason` (stop, length, abort, error, ...), from vLLM's
+    `vllm:request_success_total` counter (one sample per finished_reason, per engine: a real
+    0.21 exports stop, length, abort, error, repetition; tests/fixtures/vllm-0.21.0-cpu/metrics.txt),
+    summed over the other labels: watch's error rate is error / all."""
+    counts: dict[str, float] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == REQUEST_SUCCESS:
+                reason = str(sample.labels.get("finished_reason", ""))
+                counts[reason] = counts.get(reason, 0.0) + float(sample.value)
+    return counts
 
 
 def snapshot(endpoint: Endpoint) -> dict[str, float] | None:

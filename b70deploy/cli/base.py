@@ -79,6 +79,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "capture": ("bench", 'Fail-open proxy: tee /v1 request bodies (and response metadata) to disk, always forward.'),
     "replay": ("bench", 'Send captured requests verbatim; report outcome, tok/s and acceptance per request.'),
     "patch": ("patch", 'Make patch definitions from corrected files.'),
+    "watch": ("watch", 'Supervise the node after each switch: bake window, automatic rollback, alerts, drift.'),
     "sim": ("sim", 'The simulated vLLM node (no GPU, no registry).'),
     "stack": ("stack", 'Make stack files from what already runs.'),
     "init": ("adopt", "Discover the node and write its config: gids, compose project, port, models dir, companions."),

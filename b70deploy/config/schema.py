@@ -207,6 +207,9 @@ class Stack(Strict):
     # After /health first answers 200, the stack must stay healthy this long before its
     # checks run: an engine that dies right after ready fails the switch.
     settle_seconds: float = Field(default=5.0, ge=0, le=600)
+    # `watch`: how long after its switch a failure of this stack still rolls back by itself
+    # (none: the node's watch.bake_seconds).
+    bake_seconds: float | None = Field(default=None, ge=0, le=7 * 86400)
     smoke: Smoke = Smoke()
     notes: list[str] = Field(default_factory=list)
 
@@ -389,6 +392,46 @@ class Companion(Strict):
         return Stack._image(v)
 
 
+class Watch(Strict):
+    """`b70deploy watch`: how often it looks, what counts as a failure, and the bake window
+    after a switch inside which a failure rolls back by itself (after it: an alert only)."""
+
+    bake_seconds: float = Field(default=900.0, ge=0, le=7 * 86400)
+    interval: float = Field(default=10.0, gt=0, le=3600)        # seconds between looks
+    smoke_every: float = Field(default=60.0, gt=0, le=86400)    # seconds between smoke requests
+    unhealthy_looks: int = Field(default=3, ge=1, le=1000)      # looks in a row with /health not 200
+    restart_loop: int = Field(default=3, ge=1, le=1000)         # restarts within restart_window
+    restart_window: float = Field(default=600.0, gt=0, le=86400)
+    max_error_rate: float = Field(default=0.5, gt=0, le=1)      # errored / finished requests between looks
+    min_requests: int = Field(default=10, ge=1, le=1_000_000)   # fewer finished requests say nothing
+
+
+class Notify(Strict):
+    """Who is told about switches, rollbacks and watch alerts: webhooks (a JSON POST) and/or a
+    command (argv, the event as JSON on stdin). Fail-open: a receiver that fails or hangs costs a
+    command at most `timeout` seconds, and the failure goes to the audit log."""
+
+    webhooks: list[str] = Field(default_factory=list)
+    command: list[str] | None = Field(default=None, min_length=1)
+    timeout: float = Field(default=5.0, gt=0, le=300)
+    retries: int = Field(default=2, ge=0, le=10)
+
+    @field_validator("webhooks")
+    @classmethod
+    def _urls(cls, v: list[str]) -> list[str]:
+        for url in v:
+            if not re.match(r"^https?://[^\s/]+(/\S*)?$", url):
+                raise invalid("a webhook is not an http(s) URL", "write e.g. https://hooks.example.com/b70")
+        return v
+
+    @field_validator("command")
+    @classmethod
+    def _argv(cls, v: list[str] | None) -> list[str] | None:
+        if v is not None and (not v[0] or any("\x00" in a for a in v)):
+            raise invalid("notify.command needs a program as its first entry", "write e.g. [/usr/local/bin/page, ops]")
+        return v
+
+
 class Production(Strict):
     """The aliases clients use for production, and the model family allowed to serve them (the
     report kept the 30B behind both names through every migration)."""
@@ -430,6 +473,8 @@ class NodeConfig(Strict):
     production: Production = Production()
     shm_size: str = "16g"
     keep_revisions: int = Field(default=20, ge=1, le=100000)
+    watch: Watch = Watch()
+    notify: Notify = Notify()
     # Where the node's Docker Engine is: none means the local default (DOCKER_HOST or the
     # socket); Docker's own transport (ssh, tcp+TLS, unix) does the remote work.
     docker_host: str | None = None

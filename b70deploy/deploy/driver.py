@@ -36,10 +36,12 @@ class Outcome:
     details: list[str] = field(default_factory=list)
     exit_code: int = 0
     rolled_back: bool = False  # failed, and the previous revision serves again
+    diagnosis: str | None = None  # the fatal log signature of a failed boot, with its fix
 
     def to_dict(self) -> dict[str, Any]:
         return {"ok": self.ok, "revision": self.revision, "stack": self.stack, "summary": self.summary,
-                "details": self.details, "exit_code": self.exit_code, "rolled_back": self.rolled_back}
+                "details": self.details, "exit_code": self.exit_code, "rolled_back": self.rolled_back,
+                "diagnosis": self.diagnosis}
 
 
 @dataclass
@@ -220,4 +222,4 @@ class Driver:
             summary = f"switch to {name} {failed}; no previous revision, node serves nothing"
         code = (143 if interrupt == "SIGTERM" else 130) if interrupt else 1
         return Outcome(False, r.revision.number if r.revision else None, name, summary, details, exit_code=code,
-                       rolled_back=rolled_back)
+                       rolled_back=rolled_back, diagnosis=finding.one_line() if finding else None)

@@ -24,6 +24,7 @@ Knobs (environment variables, all optional)
                                              encountered a fatal error.", EngineDeadError, a 500, the API server
                                              shuts down by itself and the process exits 0)
                              garbage         healthy, but every completion is word-salad (no tool calls)
+                             (with B70SIM_FAIL_AFTER, die-after-ready and garbage start that long after ready)
                              attn-fallback   log `Using Triton backend.` instead of Flash Attention
     B70SIM_BOOT_SECONDS      time from start to listening (default 2.0); boot-log lines are spread over it
     B70SIM_KV_TOKENS         GPU KV cache size in tokens; default by --kv-cache-dtype: fp8* 270592,
@@ -33,6 +34,10 @@ Knobs (environment variables, all optional)
     B70SIM_DECODE_TPS        single-stream decode rate, tokens/s (default 13.0)
     B70SIM_BATCH_ALPHA       decode slow-down per extra concurrent stream (default 0.04)
     B70SIM_COMPILE_SECONDS   torch.compile time reported in the log (default 82.14; not slept)
+    B70SIM_FAIL_AFTER        seconds after ready before die-after-ready or garbage start (default 0: at once):
+                             the engine then dies by itself on that timer (a stack that fails an hour after
+                             its switch; the restart policy brings it back, and it dies again), and
+                             completions are sense until then
     B70SIM_DIE_CAUSE         die-after-ready: the worker's error message (default: the one a real vLLM 0.21.0
                              CPU build printed, tests/fixtures/vllm-0.21.0-cpu/die-after-ready.log)
     B70SIM_SPEC_ACCEPT_RATE  speculative decoding: fraction of drafted tokens accepted (default 0.27)
@@ -340,6 +345,7 @@ class Knobs:
     batch_alpha: float = 0.04
     compile_seconds: float = 82.14
     die_cause: str = DIE_CAUSE
+    fail_after: float = 0.0
     spec_accept_rate: float = 0.27
     models_dir: str | None = None
     version: str | None = None
@@ -373,6 +379,7 @@ class Knobs:
             batch_alpha=_float_env(env, "B70SIM_BATCH_ALPHA", 0.04, positive=False),
             compile_seconds=_float_env(env, "B70SIM_COMPILE_SECONDS", 82.14, positive=False),
             die_cause=env.get("B70SIM_DIE_CAUSE") or DIE_CAUSE,
+            fail_after=_float_env(env, "B70SIM_FAIL_AFTER", 0.0, positive=False),
             spec_accept_rate=rate,
             models_dir=env.get("B70SIM_MODELS_DIR") or None,
             version=env.get("B70SIM_VERSION") or None,
@@ -874,6 +881,7 @@ class Engine:
         self.success: dict[str, int] = {"stop": 0, "length": 0, "abort": 0, "error": 0, "repetition": 0}
         self.created_at = time.time()
         self.on_dead: Callable[[], None] | None = None  # set by serve(): shut the HTTP server down
+        self.ready_at: float | None = None  # set by serve() when it listens (B70SIM_FAIL_AFTER counts from it)
         self.drafts = self.draft_tokens = self.accepted = 0
         self.accepted_per_pos: list[int] = [0] * self.spec_k()
         self.ids = random.Random(0x5EED)
@@ -898,12 +906,30 @@ class Engine:
             raise ApiError(404, f"The model `{name}` does not exist.", "NotFoundError")
         return self.cfg.served_names[0]
 
+    def failing(self, mode: str) -> bool:
+        """Whether failure `mode` is on now: from the start, or B70SIM_FAIL_AFTER seconds after ready."""
+        if mode not in self.knobs.fail:
+            return False
+        after = self.knobs.fail_after
+        return after <= 0 or (self.ready_at is not None and time.monotonic() - self.ready_at >= after)
+
     def maybe_die(self) -> None:
         """die-after-ready: the first request that reaches the engine kills it, as vLLM 0.21's CPU
         build did with a head size its attention kernels lack (die-after-ready.log)."""
+        if self.failing("die-after-ready") and self.die():
+            raise ApiError(500, ENGINE_DEAD, "InternalServerError")
+
+    def die_later(self) -> None:
+        """B70SIM_FAIL_AFTER's timer: the engine dies by itself, then the API server shuts down."""
+        if self.die() and self.on_dead is not None:
+            done, self.on_dead = self.on_dead, None
+            done()
+
+    def die(self) -> bool:
+        """The engine's death as the log shows it; False when it was dead already."""
         with self.lock:
-            if self.dead or "die-after-ready" not in self.knobs.fail:
-                return
+            if self.dead:
+                return False
             self.dead = True
         cause = self.knobs.die_cause
         tb = ["Traceback (most recent call last):",
@@ -928,7 +954,7 @@ class Engine:
                      "    outputs = await engine_core.get_output_async()",
                      f"vllm.v1.engine.exceptions.EngineDeadError: {ENGINE_DEAD}"]:
             emit("ERROR", "async_llm.py:704", text, proc=API)
-        raise ApiError(500, ENGINE_DEAD, "InternalServerError")
+        return True
 
     @contextlib.contextmanager
     def request(self, prompt_tokens: int, total_tokens: int) -> Iterator[None]:
@@ -1236,7 +1262,7 @@ class Handler(BaseHTTPRequestHandler):
             text = str(prompt)
             n_prompt = count_tokens(text)
         max_tokens = self._limits(body, n_prompt, 16, chat=False)
-        toks, reason = generate(text, max_tokens, chat=False, garbage="garbage" in eng.knobs.fail,
+        toks, reason = generate(text, max_tokens, chat=False, garbage=eng.failing("garbage"),
                                 ignore_eos=bool(body.get("ignore_eos")))
         rid, created = eng.new_id("cmpl"), int(time.time())
         eng.maybe_die()
@@ -1340,7 +1366,7 @@ class Handler(BaseHTTPRequestHandler):
         """The reply's tokens: a thinking model's trace first (B70SIM_THINK_TOKENS, unless the request
         turns thinking off), then the tool call or the answer in what is left of max_tokens."""
         eng = self.engine
-        garbage = "garbage" in eng.knobs.fail
+        garbage = eng.failing("garbage")
         call = None if garbage else self._tool_call(body, msgs)
         think = eng.knobs.think_tokens if (eng.knobs.think_always or thinking_on(body)) and not garbage else 0
         trace = think_pieces(think)
@@ -1470,6 +1496,11 @@ def serve(argv: Sequence[str], env: Mapping[str, str] | None = None,
     emit_uvicorn("Waiting for application startup.")
     emit_uvicorn("Application startup complete.")
     engine.on_dead = httpd.shutdown
+    engine.ready_at = time.monotonic()
+    if "die-after-ready" in knobs.fail and knobs.fail_after > 0:
+        timer = threading.Timer(knobs.fail_after, engine.die_later)
+        timer.daemon = True  # a SIGTERM before it fires must not wait for it
+        timer.start()
     if on_ready is not None:
         on_ready(httpd)
     try:

@@ -393,3 +393,54 @@ def test_die_after_ready_dies_on_the_first_request() -> None:
     assert r.status_code == 500 and r.json() == real
     thread.join(10)
     assert result == [0]  # the server stopped by itself; the process exits 0 like vLLM's
+
+
+def _serve_in_thread(env: dict[str, str]) -> tuple[Any, threading.Thread, list[int]]:
+    info: dict[str, Any] = {}
+    ready = threading.Event()
+
+    def on_ready(httpd: sim.Server) -> None:
+        info["httpd"] = httpd
+        ready.set()
+
+    argv = [*stack_argv("w4a16-131k"), "--host", "127.0.0.1", "--port", "0"]
+    result: list[int] = []
+    thread = threading.Thread(target=lambda: result.append(sim.serve(argv, env, on_ready)), daemon=True)
+    thread.start()
+    assert ready.wait(10)
+    return info["httpd"], thread, result
+
+
+def _url(httpd: Any) -> str:
+    return f"http://127.0.0.1:{httpd.server_address[1]}"
+
+
+def _complete(url: str) -> requests.Response:
+    return requests.post(f"{url}/v1/completions", timeout=5,
+                         json={"prompt": "The capital of France is", "max_tokens": 4, "temperature": 0})
+
+
+def test_fail_after_dies_by_itself_that_long_after_ready() -> None:
+    env = {"B70SIM_BOOT_SECONDS": "0", "B70SIM_FAIL": "die-after-ready", "B70SIM_FAIL_AFTER": "1.5"}
+    httpd, thread, result = _serve_in_thread(env)
+    url = _url(httpd)
+    start = time.monotonic()
+    r = _complete(url)  # before the timer: requests are served
+    assert r.status_code == 200 and "Paris" in r.json()["choices"][0]["text"]
+    thread.join(10)
+    assert result == [0] and 1.0 < time.monotonic() - start < 5  # no request needed: it died on its own
+
+
+def test_fail_after_turns_completions_to_word_salad_later() -> None:
+    env = {"B70SIM_BOOT_SECONDS": "0", "B70SIM_FAIL": "garbage", "B70SIM_FAIL_AFTER": "1"}
+    httpd, thread, _ = _serve_in_thread(env)
+    url = _url(httpd)
+    try:
+        assert "Paris" in _complete(url).json()["choices"][0]["text"]
+        time.sleep(1.2)
+        later = _complete(url)
+        assert later.status_code == 200 and "Paris" not in later.json()["choices"][0]["text"]
+        assert requests.get(f"{url}/health", timeout=5).status_code == 200  # still "healthy"
+    finally:
+        httpd.shutdown()
+        thread.join(10)

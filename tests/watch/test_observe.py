@@ -1,0 +1,69 @@
+"""The error rate watch reads from /metrics: counter deltas between looks, on a real vLLM
+0.21's /metrics text served over loopback."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from b70deploy.bench.metrics import finished_requests
+from b70deploy.config.node import load_node
+from b70deploy.watch.observe import Deaths, Observer
+
+REAL = (Path(__file__).parents[1] / "fixtures" / "vllm-0.21.0-cpu" / "metrics.txt").read_text()
+
+
+def with_counts(length: int, error: int) -> str:
+    label = 'vllm:request_success_total{engine="0",finished_reason="%s",model_name="tiny-a"} '
+    return REAL.replace(label % "length" + "4.0", label % "length" + f"{length}.0") \
+               .replace(label % "error" + "0.0", label % "error" + f"{error}.0")
+
+
+@pytest.fixture
+def metrics() -> Iterator[tuple[int, list[str]]]:
+    served = [REAL]
+
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, format: str, *args: Any) -> None:
+            pass
+
+        def do_GET(self) -> None:
+            body = served[-1].encode()
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.1}, daemon=True).start()
+    try:
+        yield server.server_address[1], served
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_the_real_counter_parses_by_finished_reason() -> None:
+    assert finished_requests(REAL) == {"stop": 0.0, "length": 4.0, "abort": 0.0, "error": 0.0, "repetition": 0.0}
+
+
+def test_error_rate_between_looks(tmp_path: Path, metrics: tuple[int, list[str]]) -> None:
+    port, served = metrics
+    (tmp_path / "node.yaml").write_text(yaml.safe_dump({
+        "state_dir": str(tmp_path / "s"), "ports": {"prod": port, "dark": port + 1},
+        "watch": {"max_error_rate": 0.5, "min_requests": 10}}))
+    node = load_node(str(tmp_path / "node.yaml"))
+    observer = Observer(node, Deaths(node))
+    assert observer._error_rate() is None  # the first reading only sets the baseline
+    served.append(with_counts(length=10, error=5))  # 6 more, too few to judge
+    assert observer._error_rate() is None
+    served.append(with_counts(length=12, error=15))  # 12 more, 10 of them errors
+    assert observer._error_rate() == "10 of 12 requests since the last look ended in an error"
+    served.append(with_counts(length=30, error=16))  # 19 more, 1 error
+    assert observer._error_rate() is None
