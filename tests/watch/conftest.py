@@ -95,4 +95,5 @@ def watched(tmp_path: Path, sim_images: dict[str, str], free_port: Callable[[], 
                     proc.kill()
                     proc.wait(10)
             simkit.remove_by_project(project)
+            simkit.remove_keep_tags(project)
             docker("rmi", tag, check=False)
