@@ -88,6 +88,14 @@ class NodeIO(Protocol):
         """The EAGLE draft copy with max_position_embeddings raised, when the stack asks for
         one; returns what was done, for the progress line."""
 
+    def prepare_caches(self, image_id: str, keep: Sequence[str]) -> str | None:
+        """The warm-boot cache folder of `image_id` made and marked used, the caches held to the
+        node's cap (never evicting `keep`, image ids); returns the progress line."""
+
+    def warm_weights(self, stack: Stack) -> str:
+        """Read the stack's model (and draft) files into the page cache when they fit in free
+        memory; returns the progress line (what was read, or why not)."""
+
     # ---- time
     def monotonic(self) -> float: ...
 

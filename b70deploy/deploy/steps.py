@@ -1,7 +1,11 @@
 """The switch as a visible list of steps, each with its compensation.
 
-    preflight -> record -> snapshot -> drain -> verify -> activate -> wait-healthy
+    preflight -> warm -> record -> snapshot | drain -> verify -> activate -> wait-healthy
       -> check -> commit -> companions
+
+Everything left of the drain needs no GPU and is labelled "before drain": the clients are
+still served while it runs (the plan itself, render, image pin, patches, lint and compose
+config, is built before the first step).
 
 `switch` and `rollback` share it; they differ only in where the plan's files come from (a
 fresh render, or the exact bytes of an earlier revision). Old and new cannot run side by
@@ -88,6 +92,20 @@ def _preflight(r: Run) -> None:
         compose_check(r.io, p.files)
     for w in p.warnings:
         r.info(f"warning: {w}")
+
+
+# ---------------------------------------------------------------- warm
+
+
+def _warm(r: Run) -> None:
+    """Work the new stack's boot would otherwise do inside the outage: its image's compile
+    caches ready (state/caches.py), its weights read into the page cache (deploy/pagecache.py)."""
+    p = r.plan
+    current = r.store.current()
+    keep = [i for i in (current.meta.image_id if current else None,) if i]
+    for line in (r.io.prepare_caches(p.image.id, keep), r.io.warm_weights(p.stack)):
+        if line:
+            r.info(line)
 
 
 # ---------------------------------------------------------------- record, snapshot
@@ -319,14 +337,18 @@ def _start_companions(r: Run) -> None:
         r.info(f"started {', '.join(r.plan.companions)}")
 
 
+BEFORE_DRAIN = "before drain"  # the label of every step the clients do not wait for
+
+
 def steps(plan: DeployPlan) -> list[Step[Run]]:
     prev = "the previous revision"
     stopped = ", ".join([VLLM, *plan.companions])
     return [
-        Step("preflight", "compose config, image present, lint", _preflight),
-        Step("record", "store the new files as an immutable revision", _record, _unrecord,
+        Step("preflight", f"{BEFORE_DRAIN}: compose config, image present, draft copy, lint verdict", _preflight),
+        Step("warm", f"{BEFORE_DRAIN}: compile caches of the image, weights into the page cache", _warm),
+        Step("record", f"{BEFORE_DRAIN}: store the new files as an immutable revision", _record, _unrecord,
              "mark the revision failed/aborted"),
-        Step("snapshot", "keep the live deploy dir if no revision holds it", _snapshot),
+        Step("snapshot", f"{BEFORE_DRAIN}: keep the live deploy dir if no revision holds it", _snapshot),
         Step("drain", f"compose stop {stopped}", _drain, _undo_drain,
              f"start {prev} again and wait for /health, then companions"),
         Step("verify", "no live connections on the prod port, feeders quiet, load low", _verify),

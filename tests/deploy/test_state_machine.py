@@ -203,7 +203,7 @@ def test_an_interrupt_between_two_steps_is_undone_like_one_inside_a_step(root: P
 
 
 def test_the_matrix_covers_every_step_and_runs_without_docker() -> None:
-    assert STEP_NAMES == ["preflight", "record", "snapshot", "drain", "verify", "activate", "wait-healthy",
+    assert STEP_NAMES == ["preflight", "warm", "record", "snapshot", "drain", "verify", "activate", "wait-healthy",
                           "check", "commit", "companions"]
 
 
