@@ -248,3 +248,12 @@ def test_lint_errors_stop_the_preflight_in_one_line_with_one_fix(root: Path) -> 
     assert "\n" not in line and "\\n" not in line and line.count("fix: ") == 1, line
     assert line.startswith("lint found 2 error(s) in beta: [patch-unknown] no patch named 'x' in /p; [image-missing]")
     assert bench.node.deployed == stack_files("alpha")
+
+
+def test_caches_and_weights_are_ready_before_the_drain_and_the_running_image_is_kept(root: Path) -> None:
+    b = Bench(root)
+    assert b.switch().ok
+    assert b.node.warmed == ["caches img-beta keep img-alpha", "weights beta"]  # alpha's cache may not be evicted
+    steps_seen = [e.split(":", 1)[0] for e in b.node.effects]
+    assert steps_seen.index("warm") < steps_seen.index("drain")
+    assert b.node.effects[steps_seen.index("drain")] == "drain:stop vllm,webui"
