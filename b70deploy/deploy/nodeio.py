@@ -57,6 +57,10 @@ class NodeIO(Protocol):
 
     def stop(self, services: Sequence[str]) -> None: ...
 
+    def discard(self, service: str) -> None:
+        """Remove the service's container at once (SIGKILL): a failed boot whose log is saved,
+        crash-looping under `restart: unless-stopped`, must not cost a graceful stop."""
+
     # ---- images
     def image_present(self, ref: str) -> bool: ...
 

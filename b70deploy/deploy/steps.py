@@ -241,6 +241,7 @@ def _undo_activate(r: Run) -> None:
     if r.previous.meta.image_id and not r.io.image_present(r.previous.meta.image_id):
         raise OperationError(f"the image that ran revision {r.previous.number} ({r.previous.meta.image_id}) is gone",
                              fix="docker load that exact image, then b70deploy rollback")
+    r.io.discard(VLLM)  # its log is kept; a crash-looping container makes compose's stop slow
     r.io.write_deployed(r.previous.read_files())
     r.io.up([VLLM])
     r.rollback_wait = r.io.wait_healthy(timeout=r.plan.timeouts.rollback, reporter=r.reporter)

@@ -3,6 +3,7 @@ images and the container's log, HTTP for /health and the smoke tests."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import tempfile
 import time
@@ -10,6 +11,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from docker import errors as docker_errors
 
 from ..deploy import pagecache
 from ..deploy.health import probe_health, wait_healthy
@@ -133,6 +136,12 @@ class DockerNode:
 
     def stop(self, services: Sequence[str]) -> None:
         run(self.compose.stop(services), timeout=120)
+
+    def discard(self, service: str) -> None:
+        container = engine.find_container(self.project, service)
+        if container is not None:
+            with contextlib.suppress(docker_errors.NotFound):  # gone already
+                container.remove(force=True)
 
     def down(self) -> None:
         run(self.compose.down(), timeout=120)

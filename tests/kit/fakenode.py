@@ -105,6 +105,10 @@ class FakeNode:
         for s in services:
             self.running.pop(s, None)
 
+    def discard(self, service: str) -> None:
+        self._effect(f"discard {service}")
+        self.running.pop(service, None)
+
     def image_present(self, ref: str) -> bool:
         return ref in self.images
 
