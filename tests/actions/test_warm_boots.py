@@ -7,6 +7,7 @@ and the cache folders on the host.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 from pathlib import Path
 
@@ -68,9 +69,15 @@ def test_another_image_id_gets_its_own_cache_folder(node: SimNode) -> None:
     tag = f"{node.project}/vllm:next"
     subprocess.run(["docker", "build", "-q", "-t", tag, "-"], input=f"FROM {node.tags['bash-c']}\nLABEL b70test=next\n",
                    text=True, capture_output=True, check=True)
+    # An image long gone left a cache behind; the cap is below what any folder holds.
+    stale = node.state / "caches" / ("sha256-" + "0" * 64)
+    (stale / "vllm").mkdir(parents=True)
+    (stale / "vllm" / "blob").write_bytes(b"x" * 65536)
+    os.utime(stale, (1, 1))
     try:
         cfg = yaml.safe_load(node.config.read_text())
         cfg["image_map"]["intel/vllm:next"] = tag
+        cfg["cache_max_gib"] = 0.00001
         node.config.write_text(yaml.safe_dump(cfg))
         doc = {"extends": "alpha", "image": "intel/vllm:next"}
         (node.root / "stacks" / "next.yaml").write_text(yaml.safe_dump(doc))
@@ -80,6 +87,8 @@ def test_another_image_id_gets_its_own_cache_folder(node: SimNode) -> None:
         assert second != first and second.name == node.running_image().replace(":", "-", 1)
         assert COLD in boot_log(node) and WARM not in boot_log(node)  # alpha's graphs were not offered to it
         assert first.is_dir() and list(second.glob("vllm/torch_compile_cache/*/rank_0_0/backbone/*"))
+        # Over the cap the least recently used goes; the running image's and the new one's never.
+        assert not stale.exists()
     finally:
         simkit.remove_by_project(node.project)  # nothing may still use the extra image
         docker("rmi", "-f", tag, check=False)
