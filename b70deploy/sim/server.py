@@ -550,6 +550,7 @@ class CompileCache:
 def compile_cache(cfg: ServeConfig, env: Mapping[str, str], version: str) -> CompileCache | None:
     """The cache this boot reads and writes; None with --enforce-eager or VLLM_DISABLE_COMPILE_CACHE=1.
     Root as vllm/envs.py: VLLM_CACHE_ROOT, else $XDG_CACHE_HOME/vllm, else ~/.cache/vllm."""
+    env = {**os.environ, **env}  # vLLM reads the process environment; serve(env=...) adds to it
     if cfg.enforce_eager or env.get("VLLM_DISABLE_COMPILE_CACHE", "0") not in ("", "0"):
         return None
     root = env.get("VLLM_CACHE_ROOT") or os.path.join(
