@@ -216,6 +216,22 @@ def no_leaks_at_end(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
     assert not left, f"test session {SESSION} left these on the engine: {left}"
 
 
+@pytest.fixture(scope="session", autouse=True)
+def sim_compile_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """A sim run on the host keeps its torch.compile cache where vLLM would, ~/.cache/vllm,
+    unless VLLM_CACHE_ROOT says otherwise: point it into the session's temp dir, so no test
+    writes into the machine's home (sims in containers get the tool's own cache mount)."""
+    before = os.environ.get("VLLM_CACHE_ROOT")
+    os.environ["VLLM_CACHE_ROOT"] = str(tmp_path_factory.mktemp("vllm-cache"))
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop("VLLM_CACHE_ROOT", None)
+        else:
+            os.environ["VLLM_CACHE_ROOT"] = before
+
+
 # Modules whose tests must share one pytest-xdist worker: the three-engine fixture uses fixed
 # 10.213.x subnets and is session-scoped (started once, on that worker).
 ONE_WORKER = ("tests/actions/test_rolling_engines.py", "tests/actions/test_ssh_node.py")

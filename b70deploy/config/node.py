@@ -51,6 +51,7 @@ class Node:
     device_dir: Path | None
     secrets_env_file: Path | None
     name: str | None = None   # the inventory name; None for a config without `nodes:`
+    cache_dir: Path = Path()  # the warm-boot caches' root (state/caches.py); default <state_dir>/caches
 
     @property
     def label(self) -> str:
@@ -228,4 +229,5 @@ def _build(cfg: NodeConfig, path: Path | None, stacks_dir: str | None, where: st
         device_dir=absolute(cfg.device_dir, Path("/dev/dri")) if cfg.device_dir else None,
         secrets_env_file=absolute(cfg.secrets_env_file, Path()) if cfg.secrets_env_file else None,
         name=name,
+        cache_dir=absolute(cfg.cache_dir, state / "caches"),
     )

@@ -475,6 +475,10 @@ class NodeConfig(Strict):
     keep_revisions: int = Field(default=20, ge=1, le=100000)
     watch: Watch = Watch()
     notify: Notify = Notify()
+    # Warm boots (state/caches.py): compile/kernel caches per image id, under cache_dir
+    # (default <state_dir>/caches), least recently used image's evicted over cache_max_gib.
+    cache_dir: str | None = None
+    cache_max_gib: float = Field(default=50.0, gt=0, le=100000)
     # Where the node's Docker Engine is: none means the local default (DOCKER_HOST or the
     # socket); Docker's own transport (ssh, tcp+TLS, unix) does the remote work.
     docker_host: str | None = None

@@ -10,6 +10,7 @@ serves again); the outcome says so, or says what could not be undone and the fix
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -63,7 +64,13 @@ class Driver:
         lock.acquire()
         try:
             lock.set_step("plan")
+            t0 = time.monotonic()
             plan = build()  # a rollback reads the killed run's journal: before close_interrupted
+            # Said once it is built: a plan refused as bad input stays a one-line error.
+            self.reporter.phase("plan", "before drain: files rendered or read back, image present and pinned, "
+                                "patches extracted, lint, compose config")
+            self.reporter.info(f"image {plan.image.ref} = {plan.image.id[:19]}; planned in "
+                               f"{time.monotonic() - t0:.2f} s")
             interrupted = self.close_interrupted(by=command)  # we hold the lock: an unfinished run was killed
             if confirm is not None:
                 lock.set_step("confirm")

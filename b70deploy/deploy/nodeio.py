@@ -57,6 +57,10 @@ class NodeIO(Protocol):
 
     def stop(self, services: Sequence[str]) -> None: ...
 
+    def discard(self, service: str) -> None:
+        """Remove the service's container at once (SIGKILL): a failed boot whose log is saved,
+        crash-looping under `restart: unless-stopped`, must not cost a graceful stop."""
+
     # ---- images
     def image_present(self, ref: str) -> bool: ...
 
@@ -101,6 +105,14 @@ class NodeIO(Protocol):
     def ensure_draft(self, stack: Stack) -> str | None:
         """The EAGLE draft copy with max_position_embeddings raised, when the stack asks for
         one; returns what was done, for the progress line."""
+
+    def prepare_caches(self, image_id: str, keep: Sequence[str]) -> str | None:
+        """The warm-boot cache folder of `image_id` made and marked used, the caches held to the
+        node's cap (never evicting `keep`, image ids); returns the progress line."""
+
+    def warm_weights(self, stack: Stack) -> str:
+        """Read the stack's model (and draft) files into the page cache when they fit in free
+        memory; returns the progress line (what was read, or why not)."""
 
     # ---- time
     def monotonic(self) -> float: ...

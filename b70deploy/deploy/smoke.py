@@ -18,12 +18,16 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import requests
 
 from ..config.schema import Stack
 from .garbage import garbage_reason
+
+Probe = Callable[[str, Stack, float], tuple[bool, str]]
 
 WEATHER_TOOL = {
     "type": "function",
@@ -114,45 +118,53 @@ def _coherence(base_url: str, stack: Stack, timeout: float) -> tuple[bool, str]:
 
 
 def run_smoke(base_url: str, stack: Stack, *, timeout: float = 120.0) -> tuple[list[str], list[str]]:
-    """(passed, failed) descriptions for the stack's declared smoke tests."""
+    """(passed, failed) descriptions for the stack's declared smoke tests. The probes run at
+    once (vLLM batches them), so the check costs the slowest one, not their sum; results
+    keep the declared order."""
+    smoke = stack.smoke
+    probes = [(name, probe) for name, probe, on in (
+        ("/v1/models", _aliases, smoke.aliases), ("completion", _completion, smoke.completion is not None),
+        ("tool call", _tool_call, smoke.tool_call), ("coherence", _coherence, smoke.coherence)) if on]
     passed: list[str] = []
     failed: list[str] = []
-    smoke = stack.smoke
-    model = stack.served_model_names[0]
-    if smoke.aliases:
+    if not probes:
+        return passed, failed
+
+    def attempt(named: tuple[str, Probe]) -> tuple[bool, str]:
+        name, probe = named
         try:
-            resp = requests.get(f"{base_url}/v1/models", timeout=timeout)
-            ids = [card.get("id") for card in resp.json().get("data", [])]
-            missing = [a for a in stack.served_model_names if a not in ids]
-            if missing:
-                failed.append(f"/v1/models lacks aliases {missing} (lists {ids})")
-            else:
-                passed.append(f"/v1/models lists every alias ({', '.join(ids)})")
-        except (requests.RequestException, ValueError, AttributeError) as e:
-            failed.append(f"/v1/models: {e}")
-    if smoke.completion is not None:
-        c = smoke.completion
-        try:
-            data = _post(f"{base_url}/v1/completions",
-                         {"model": model, "prompt": c.prompt, "max_tokens": c.max_tokens, "temperature": 0}, timeout)
-            text = data["choices"][0]["text"]
-            if c.expect.lower() in text.lower():
-                passed.append(f"completion {c.prompt!r} -> {text.strip()[:40]!r}")
-            else:
-                failed.append(f"completion {c.prompt!r} returned {text.strip()[:80]!r}, expected {c.expect!r} "
-                              "(garbage output: a bad checkpoint or a numeric fault)")
-        except (requests.RequestException, RuntimeError, KeyError, IndexError, ValueError) as e:
-            failed.append(f"completion: {e}")
-    checks = [(smoke.tool_call, "tool call", _tool_call), (smoke.coherence, "coherence", _coherence)]
-    for wanted, name, check in checks:
-        if not wanted:
-            continue
-        try:
-            ok, what = check(base_url, stack, timeout)
-            (passed if ok else failed).append(what)
+            return probe(base_url, stack, timeout)
         except (requests.RequestException, RuntimeError, KeyError, IndexError, TypeError, ValueError) as e:
-            failed.append(f"{name}: {e}")
+            return False, f"{name}: {e}"
+
+    with ThreadPoolExecutor(max_workers=len(probes), thread_name_prefix="smoke") as pool:
+        for ok, text in pool.map(attempt, probes):
+            (passed if ok else failed).append(text)
     return passed, failed
+
+
+def _aliases(base_url: str, stack: Stack, timeout: float) -> tuple[bool, str]:
+    resp = requests.get(f"{base_url}/v1/models", timeout=timeout)
+    try:
+        ids = [card.get("id") for card in resp.json().get("data", [])]
+    except AttributeError as e:
+        raise ValueError(f"not a model list: {e}") from None
+    missing = [a for a in stack.served_model_names if a not in ids]
+    if missing:
+        return False, f"/v1/models lacks aliases {missing} (lists {ids})"
+    return True, f"/v1/models lists every alias ({', '.join(ids)})"
+
+
+def _completion(base_url: str, stack: Stack, timeout: float) -> tuple[bool, str]:
+    c = stack.smoke.completion
+    assert c is not None  # only run when declared
+    data = _post(f"{base_url}/v1/completions", {"model": stack.served_model_names[0], "prompt": c.prompt,
+                                                "max_tokens": c.max_tokens, "temperature": 0}, timeout)
+    text = data["choices"][0]["text"]
+    if c.expect.lower() in text.lower():
+        return True, f"completion {c.prompt!r} -> {text.strip()[:40]!r}"
+    return False, (f"completion {c.prompt!r} returned {text.strip()[:80]!r}, expected {c.expect!r} "
+                   "(garbage output: a bad checkpoint or a numeric fault)")
 
 
 def served_version(base_url: str, *, timeout: float = 5.0) -> str | None:

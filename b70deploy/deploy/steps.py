@@ -1,7 +1,11 @@
 """The switch as a visible list of steps, each with its compensation.
 
-    preflight -> record -> snapshot -> drain -> verify -> activate -> wait-healthy
+    preflight -> warm -> record -> snapshot | drain -> verify -> activate -> wait-healthy
       -> check -> commit -> companions
+
+Everything left of the drain needs no GPU and is labelled "before drain": the clients are
+still served while it runs (the plan itself, render, image pin, patches, lint and compose
+config, is built before the first step).
 
 `switch` and `rollback` share it; they differ only in where the plan's files come from (a
 fresh render, or the exact bytes of an earlier revision). Old and new cannot run side by
@@ -89,6 +93,20 @@ def _preflight(r: Run) -> None:
         compose_check(r.io, p.files)
     for w in p.warnings:
         r.info(f"warning: {w}")
+
+
+# ---------------------------------------------------------------- warm
+
+
+def _warm(r: Run) -> None:
+    """Work the new stack's boot would otherwise do inside the outage: its image's compile
+    caches ready (state/caches.py), its weights read into the page cache (deploy/pagecache.py)."""
+    p = r.plan
+    current = r.store.current()
+    keep = [i for i in (current.meta.image_id if current else None,) if i]
+    for line in (r.io.prepare_caches(p.image.id, keep), r.io.warm_weights(p.stack)):
+        if line:
+            r.info(line)
 
 
 # ---------------------------------------------------------------- record, snapshot
@@ -191,6 +209,12 @@ def _undo_drain(r: Run) -> None:
     if r.previous is None:
         r.info("no previous revision: the node is left without a running stack")
         return
+    if r.rollback_wait is not None and r.rollback_wait.healthy and r.io.probe_health() == 200:
+        # undo activate has just brought the previous revision back to healthy: only its companions are left
+        if r.plan.companions:
+            r.io.up(r.plan.companions, recreate=False)
+            r.info(f"started {', '.join(r.plan.companions)}")
+        return
     restore(r.io, r.reporter, companions=r.plan.companions, timeout=r.plan.timeouts.rollback)
 
 
@@ -237,6 +261,7 @@ def _undo_activate(r: Run) -> None:
         raise OperationError(f"the image that ran revision {r.previous.number} ({meta.image_id}) is gone",
                              fix=f"{recovery(meta.image_ref, meta.image_id, meta.repo_digest)}, "
                                  "then b70deploy rollback")
+    r.io.discard(VLLM)  # its log is kept; a crash-looping container makes compose's stop slow
     r.io.write_deployed(r.previous.read_files())
     r.io.up([VLLM])
     r.rollback_wait = r.io.wait_healthy(timeout=r.plan.timeouts.rollback, reporter=r.reporter)
@@ -335,18 +360,25 @@ def _undo_commit(r: Run) -> None:
 
 def _start_companions(r: Run) -> None:
     if r.plan.companions:
-        r.io.up(r.plan.companions, recreate=True)
+        # Started, not recreated: compose still recreates one whose config changed (the step
+        # took 1.5-1.8 s forced, 0.8-1.4 s not, on vfs: benchmarks/README.md).
+        r.io.up(r.plan.companions, recreate=False)
         r.info(f"started {', '.join(r.plan.companions)}")
+
+
+BEFORE_DRAIN = "before drain"  # the label of every step the clients do not wait for
 
 
 def steps(plan: DeployPlan) -> list[Step[Run]]:
     prev = "the previous revision"
     stopped = ", ".join([VLLM, *plan.companions])
     return [
-        Step("preflight", "compose config, image present, lint", _preflight),
-        Step("record", "store the new files as an immutable revision, keep-tag its image", _record, _unrecord,
+        Step("preflight", f"{BEFORE_DRAIN}: compose config, image present, draft copy, lint verdict", _preflight),
+        Step("warm", f"{BEFORE_DRAIN}: compile caches of the image, weights into the page cache", _warm),
+        Step("record", f"{BEFORE_DRAIN}: store the new files as an immutable revision, keep-tag its image", _record,
+             _unrecord,
              "mark the revision failed/aborted"),
-        Step("snapshot", "keep the live deploy dir if no revision holds it", _snapshot),
+        Step("snapshot", f"{BEFORE_DRAIN}: keep the live deploy dir if no revision holds it", _snapshot),
         Step("drain", f"compose stop {stopped}", _drain, _undo_drain,
              f"start {prev} again and wait for /health, then companions"),
         Step("verify", "no live connections on the prod port, feeders quiet, load low", _verify),

@@ -3,6 +3,7 @@ images and the container's log, HTTP for /health and the smoke tests."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import tempfile
 import time
@@ -11,13 +12,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from docker import errors as docker_errors
+
 from ..config.compose_folder import own_files
+from ..deploy import pagecache
 from ..deploy.health import probe_health, wait_healthy
 from ..deploy.smoke import run_smoke, served_version
 from ..deploy.verify import readings, remote_readings
 from ..errors import B70Error, OperationError
-from ..render.draft import ensure_draft_copy
+from ..render.draft import copy_name, ensure_draft_copy
 from ..render.files import COMPOSE_FILE
+from ..state import caches
 from ..state.fsio import file_mode, fsync_dir, sweep_temp, write_atomic, write_tree
 from ..vllmlog.diagnosis import diagnose
 from . import engine
@@ -143,6 +148,12 @@ class DockerNode:
     def stop(self, services: Sequence[str]) -> None:
         run(self.compose.stop(services), timeout=120)
 
+    def discard(self, service: str) -> None:
+        container = engine.find_container(self.project, service)
+        if container is not None:
+            with contextlib.suppress(docker_errors.NotFound):  # gone already
+                container.remove(force=True)
+
     def down(self) -> None:
         run(self.compose.down(), timeout=120)
 
@@ -201,6 +212,31 @@ class DockerNode:
             return None
         rel = ensure_draft_copy(self.node.models_dir, spec.model, spec.draft_max_position_embeddings)
         return f"draft copy {rel}: max_position_embeddings {spec.draft_max_position_embeddings}"
+
+    def prepare_caches(self, image_id: str, keep: Sequence[str]) -> str | None:
+        if not self.node.on_this_host:  # compose creates the folder there (create_host_path); no cap from here
+            return f"caches: {image_id[:19]} on {self.node.address}, made by compose; size cap not enforced remotely"
+        root = self.node.cache_dir
+        folder = caches.prepare(root, image_id)
+        if folder is None:
+            return None
+        cap = int(self.node.config.cache_max_gib * caches.GIB)
+        kept = {k for k in (caches.image_key(i) for i in (image_id, *keep)) if k}
+        gone = caches.apply_eviction(root, caches.plan_eviction(caches.scan(root), cap, kept))
+        evicted = f"; evicted the least recently used: {', '.join(g[:19] for g in gone)}" if gone else ""
+        return f"caches: {folder} ({caches.describe(caches.scan(root))}, cap {self.node.config.cache_max_gib:g} GiB)" \
+            + evicted
+
+    def warm_weights(self, stack: Stack) -> str:
+        if not self.node.on_this_host:
+            return f"page cache: not read ahead: the weights are on {self.node.address}"
+        roots = [self.node.models_dir / stack.model.path]
+        spec = stack.speculative
+        if spec is not None and spec.model:
+            rel = copy_name(spec.model, spec.draft_max_position_embeddings) \
+                if spec.draft_max_position_embeddings is not None else spec.model
+            roots.append(self.node.models_dir / rel)
+        return pagecache.warm(roots)
 
     # ---- time
     def monotonic(self) -> float:

@@ -14,6 +14,7 @@ import yaml
 from ..render import draft as draft_mod
 from ..render.files import COMPOSE_FILE, DOTENV_FILE
 from ..render.vllm_args import CONTAINER_MODELS, FLAG_BY_NAME, Flag, flag_name
+from ..state import caches
 from . import kv
 from .findings import Finding, LintContext, Severity
 
@@ -219,6 +220,22 @@ def host_mounts(ctx: LintContext) -> Iterator[Finding]:
                      f"mounts[{i}].source {m.source} does not exist: Compose would create an empty folder there "
                      f"and {m.target} would be empty in the container",
                      "create it first, or correct mounts[].source")
+
+
+@rule("cache-env-overridden")
+def cache_env(ctx: LintContext) -> Iterator[Finding]:
+    """Warm boots set these under `environment:`, which Compose puts over `env_file:` (the
+    stack's env): a stack's own value would be ignored without a word."""
+    if "CACHE_DIR" not in ctx.rendered.interpolation:
+        return
+    ours = caches.container_env()
+    clash = sorted(k for k, v in ctx.stack.env.items() if k in ours and v != ours[k])
+    if clash:
+        yield _f(ctx, "cache-env-overridden", "warning",
+                 f"env sets {', '.join(clash)}, but warm boots point it into the image's cache mount "
+                 f"({caches.CONTAINER_ROOT}) and Compose's environment: wins over env_file:",
+                 f"remove {', '.join(clash)} from the stack's env (to move the caches, set the node config's "
+                 "cache_dir)")
 
 
 @rule("marlin-carveout-missing")

@@ -15,6 +15,7 @@ from ..config.node import Node
 from ..config.resources import data_dir
 from ..config.schema import Stack
 from ..errors import UserError
+from ..state import caches
 from ..state.fsio import file_mode
 from .devices import DeviceAccess
 from .masking import mask_env_text
@@ -98,7 +99,7 @@ def _environment() -> jinja2.Environment:
 
 
 def interpolation_values(stack: Stack, node: Node, *, port: int, image: str | None = None) -> dict[str, str]:
-    return {
+    values = {
         "VLLM_IMAGE": image or stack.image,     # a revision pins the image id that ran
         "VLLM_IMAGE_REF": stack.image,           # the reference it came from (not used by Compose)
         "VLLM_MODEL": container_model_path(stack.model.path),
@@ -106,6 +107,10 @@ def interpolation_values(stack: Stack, node: Node, *, port: int, image: str | No
         "VLLM_BIND_ADDRESS": node.config.bind_address,
         "MODELS_DIR": str(node.models_dir),
     }
+    cache = caches.folder_for(node.cache_dir, image) if image else None
+    if cache is not None:  # only a pinned image id has caches: a tag can move to another image
+        values["CACHE_DIR"] = str(cache)
+    return values
 
 
 def runtime_values(stack: Stack, secrets: Mapping[str, str]) -> dict[str, str]:
@@ -121,6 +126,8 @@ def render(stack: Stack, node: Node, devices: DeviceAccess, *, secrets: Mapping[
     env = _environment()
     port = node.config.ports.prod if port is None else port
     command = container_command(stack, draft_path=draft_path)
+    interp = interpolation_values(stack, node, port=port, image=image)
+    warm = "CACHE_DIR" in interp
     compose = env.get_template("docker-compose.yml.j2").render(
         stack=stack,
         project=project or node.project,
@@ -135,11 +142,14 @@ def render(stack: Stack, node: Node, devices: DeviceAccess, *, secrets: Mapping[
         companions=node.config.companions,
         volumes=sorted({v.source for c in node.config.companions for v in c.volumes if not v.is_bind}),
         bind_address=node.config.bind_address,
+        cache_target=caches.CONTAINER_ROOT if warm else None,
+        cache_env=caches.container_env() if warm else {},
     )
-    interp = interpolation_values(stack, node, port=port, image=image)
     dotenv = env.get_template("env.j2").render(values=list(interp.items()))
     runtime = env.get_template("runtime.env.j2").render(values=list(runtime_values(stack, secrets or {}).items()))
     notes = list(devices.notes)
+    if warm:
+        notes.append(f"warm boots: compile and kernel caches of this image id in {interp['CACHE_DIR']}")
     if devices.group_add:
         notes.append("group_add: numeric gids " + ", ".join(
             f"{name}={gid}" for name, gid in sorted(devices.gids.items(), key=lambda kv: kv[1])))

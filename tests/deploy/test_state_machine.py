@@ -203,7 +203,7 @@ def test_an_interrupt_between_two_steps_is_undone_like_one_inside_a_step(root: P
 
 
 def test_the_matrix_covers_every_step_and_runs_without_docker() -> None:
-    assert STEP_NAMES == ["preflight", "record", "snapshot", "drain", "verify", "activate", "wait-healthy",
+    assert STEP_NAMES == ["preflight", "warm", "record", "snapshot", "drain", "verify", "activate", "wait-healthy",
                           "check", "commit", "companions"]
 
 
@@ -261,3 +261,12 @@ def test_every_recorded_revision_keeps_its_image_tagged_even_after_a_kill_in_rec
     assert b.node.kept == {3: "img-beta"}
     assert b.rollback().ok  # back to alpha: a new revision, pinned to alpha's image, tagged too
     assert b.node.kept[4] == "img-alpha"
+
+
+def test_caches_and_weights_are_ready_before_the_drain_and_the_running_image_is_kept(root: Path) -> None:
+    b = Bench(root)
+    assert b.switch().ok
+    assert b.node.warmed == ["caches img-beta keep img-alpha", "weights beta"]  # alpha's cache may not be evicted
+    steps_seen = [e.split(":", 1)[0] for e in b.node.effects]
+    assert steps_seen.index("warm") < steps_seen.index("drain")
+    assert b.node.effects[steps_seen.index("drain")] == "drain:stop vllm,webui"

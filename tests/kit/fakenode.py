@@ -50,6 +50,7 @@ class FakeNode:
     step: str = ""                                  # the step the runner is in (set by the test's fault hook)
     trap: tuple[str, str] | None = None             # ("fail" | "interrupt" | "kill", step)
     effects: list[str] = field(default_factory=list)
+    warmed: list[str] = field(default_factory=list)  # before-drain work: caches prepared, weights read
 
     # ---- misbehaving on cue
     def _effect(self, what: str) -> None:
@@ -105,6 +106,10 @@ class FakeNode:
         self._effect(f"stop {','.join(services)}")
         for s in services:
             self.running.pop(s, None)
+
+    def discard(self, service: str) -> None:
+        self._effect(f"discard {service}")
+        self.running.pop(service, None)
 
     def image_present(self, ref: str) -> bool:
         return ref in self.images
@@ -176,6 +181,15 @@ class FakeNode:
 
     def ensure_draft(self, stack: Stack) -> str | None:
         return None
+
+    def prepare_caches(self, image_id: str, keep: Sequence[str]) -> str | None:
+        self._effect("caches")
+        self.warmed.append(f"caches {image_id} keep {','.join(keep)}")
+        return None
+
+    def warm_weights(self, stack: Stack) -> str:
+        self.warmed.append(f"weights {stack.name}")
+        return f"page cache: read {stack.name}"
 
     def monotonic(self) -> float:
         return self.clock

@@ -161,7 +161,13 @@ def case_compose(node: Node) -> LintContext:
     return ctx
 
 
+def case_cache_env(node: Node) -> LintContext:
+    stack = node.catalogue().load("w4a16").model_copy(update={"env": {"VLLM_CACHE_ROOT": "/root/.cache/vllm"}})
+    return build_context(node, stack, docker=False, pin_image=BASH_C.id)  # a pinned id: caches are mounted
+
+
 CASES: list[tuple[str, str, Callable[[Node], LintContext], str]] = [
+    ("cache-env-overridden", "warning", case_cache_env, "remove VLLM_CACHE_ROOT"),
     ("command-bare-flags", "error", case_bare_flags, "entrypoint_style: bash-c"),
     ("model-arg-unresolved", "error", case_model_arg, ".env"),
     ("group-names", "error", case_group_names, "numeric gid"),

@@ -348,3 +348,20 @@ def test_stack_mounts_are_read_only_binds_and_bad_paths_are_one_line_errors(node
     for bad in ("relative/path", "/a/../etc", "/", "/with space"):
         with pytest.raises(ValueError, match="is not an absolute path"):
             HostMount(source=bad, target="/x")
+
+
+def test_a_pinned_image_id_gets_its_own_cache_mount_and_a_tag_gets_none(node: Node) -> None:
+    image = "sha256:" + "ab" * 32
+    r = _render(node, "w4a16", image=image)
+    folder = node.cache_dir / ("sha256-" + "ab" * 32)
+    assert _dotenv(r)["CACHE_DIR"] == str(folder)
+    vllm = _compose(r)["services"]["vllm"]
+    mount = [v for v in vllm["volumes"] if v["target"] == "/var/cache/b70deploy"]
+    assert mount == [{"type": "bind", "source": "${CACHE_DIR:?}", "target": "/var/cache/b70deploy",
+                      "bind": {"create_host_path": True}}]
+    assert vllm["environment"]["VLLM_CACHE_ROOT"] == "/var/cache/b70deploy/vllm"
+    assert vllm["environment"]["SYCL_CACHE_PERSISTENT"] == "1"
+    other = _render(node, "w4a16", image="sha256:" + "cd" * 32)
+    assert _dotenv(other)["CACHE_DIR"] != str(folder)
+    plain = _render(node, "w4a16")  # a tag can move to another image: no cache is offered to it
+    assert "CACHE_DIR" not in _dotenv(plain) and "environment" not in _compose(plain)["services"]["vllm"]

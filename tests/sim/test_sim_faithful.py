@@ -58,6 +58,19 @@ ALLOWLIST: list[tuple[str, str]] = [
      'logger.info_once("Using CompressedTensorsWNA16MoEMethod") / ("Using CompressedTensorsWNA16MarlinMoEMethod")'),
     (r"\[backends\.py:\d+\] Dynamo bytecode transform time: [\d.]+ s$",
      'vllm/compilation/backends.py: logger.info_once("Dynamo bytecode transform time: %.2f s", dynamo_time)'),
+    (r"\[backends\.py:\d+\] Using cache directory: \S+/torch_compile_cache/[0-9a-f]{10}/rank_0_0/backbone for "
+     r"vLLM's torch\.compile$",
+     'vllm/compilation/backends.py (VllmBackend.__call__): logger.info("Using cache directory: %s for vLLM\'s '
+     'torch.compile", local_cache_dir)'),
+    (r"\[backends\.py:\d+\] Directly load the compiled graph\(s\) for dynamic shape from the cache, took [\d.]+ s$",
+     'vllm/compilation/backends.py (CompilerManager.compile): logger.info("Directly load the compiled graph(s) '
+     'for dynamic shape from the cache, took %.3f s", elapsed)'),
+    (r"\[backends\.py:\d+\] Cache the graph for dynamic shape for later use$",
+     'vllm/compilation/backends.py (CompilerManager.compile): logger.info("Cache the graph for dynamic shape '
+     'for later use")'),
+    (r"\[backends\.py:\d+\] Compiling a graph for dynamic compile range takes [\d.]+ s$",
+     'vllm/compilation/backends.py (CompilerManager.compile): logger.info("Compiling a graph for dynamic '
+     'compile range takes %.2f s", elapsed)'),
     (r"\[monitor\.py:\d+\] torch\.compile takes [\d.]+ s in total$",
      'vllm/compilation/monitor.py: logger.info_once("torch.compile takes %.2f s in total", ...)'),
     (r"\[gpu_worker\.py:\d+\] Available KV cache memory: [\d.]+ GiB$",
@@ -124,10 +137,12 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def sim_boot(stack: str, *, requests_too: bool = True) -> list[str]:
-    """Boot the sim as a process, ask it a few things, stop it; every line it printed."""
+def sim_boot(stack: str, tmp: Path, *, requests_too: bool = True) -> list[str]:
+    """Boot the sim as a process, ask it a few things, stop it; every line it printed. Its
+    compile cache goes under `tmp`, not the host's ~/.cache/vllm."""
     port = _free_port()
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "B70SIM_BOOT_SECONDS": "0", "B70SIM_DECODE_TPS": "1000"}
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "B70SIM_BOOT_SECONDS": "0", "B70SIM_DECODE_TPS": "1000",
+           "VLLM_CACHE_ROOT": str(tmp / "vllm-cache")}
     proc = subprocess.Popen([sys.executable, "-m", "b70deploy.sim.server", "serve", *stack_argv(stack),
                              "--host", "127.0.0.1", "--port", str(port)],
                             env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, encoding="utf-8")
@@ -155,12 +170,15 @@ def sim_boot(stack: str, *, requests_too: bool = True) -> list[str]:
 
 
 @pytest.fixture(scope="module", params=["w4a16-131k", "ngram"])
-def booted(request: pytest.FixtureRequest) -> Iterator[tuple[str, list[str]]]:
-    yield request.param, sim_boot(request.param)
+def booted(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, list[str]]]:
+    yield request.param, sim_boot(request.param, tmp_path_factory.mktemp("sim"))
 
 
-def test_every_sim_line_is_a_real_template_or_cited(booted: tuple[str, list[str]]) -> None:
-    _, lines = booted
+def test_every_sim_line_is_a_real_template_or_cited(booted: tuple[str, list[str]], tmp_path: Path) -> None:
+    stack, cold = booted
+    warm = sim_boot(stack, tmp_path, requests_too=False) + sim_boot(stack, tmp_path, requests_too=False)
+    assert any("Directly load the compiled graph(s)" in ln for ln in warm)  # the second boot's cache lines
+    lines = cold + warm
     assert any("Application startup complete." in ln for ln in lines), lines[-5:]
     known = real_templates()
     invented = [ln for ln in lines
