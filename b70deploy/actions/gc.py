@@ -5,6 +5,8 @@ switch never records a revision while its image is being released. Kinds today:
 
     keep-tag   the keep tag (docker/keep.py) of a revision that was pruned; the engine
                deletes the image with it when no other tag names it and no container uses it
+    cache      the warm-boot cache folder (state/caches.py) of an image no revision runs
+               any more (on this host only: a remote node's folders are compose's)
 
 A pinned or the current revision is never pruned (state/revisions.py), so its tag stays.
 """
@@ -13,16 +15,18 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Any, Literal
 
 from ..config.node import Node
 from ..deploy.nodeio import NodeIO
 from ..docker.keep import keep_tag
 from ..docker.node import DockerNode
+from ..state import caches
 from ..state.statedir import StateDir
 from ..ui.progress import Reporter
 
-ItemKind = Literal["keep-tag"]
+ItemKind = Literal["keep-tag", "cache"]
 
 
 @dataclass(frozen=True)
@@ -58,7 +62,7 @@ class Gc:
 
     def plan(self) -> list[Item]:
         """What would go, and why; nothing changes."""
-        return self._keep_tags(self._io)
+        return self._keep_tags(self._io) + self._caches()
 
     def _keep_tags(self, io: NodeIO) -> list[Item]:
         store = StateDir(self.node.state_dir).revisions
@@ -75,6 +79,15 @@ class Gc:
                               frees=image if last else None))
         return items
 
+    def _caches(self) -> list[Item]:
+        if not self.node.on_this_host:
+            return []
+        store = StateDir(self.node.state_dir).revisions
+        needed = {caches.image_key(store.get(n).meta.image_id or "") for n in store.numbers()}
+        unused = caches.plan_eviction(caches.scan(self.node.cache_dir), 0, {k for k in needed if k})
+        return [Item("cache", str(self.node.cache_dir / e.key), f"no revision runs image {e.key} "
+                     f"({e.size / caches.GIB:.2f} GiB)") for e in unused]
+
     def run(self, reporter: Reporter) -> list[Removed]:
         state = StateDir(self.node.state_dir)
         io = self._io
@@ -88,6 +101,12 @@ class Gc:
 
     def _remove(self, io: NodeIO, item: Item, reporter: Reporter) -> Removed:
         """One branch per ItemKind."""
+        if item.kind == "cache":
+            key = Path(item.name).name
+            gone = caches.apply_eviction(self.node.cache_dir, [caches.Entry(key, 0, 0.0)])
+            result = Removed(item, bool(gone), "cache folder removed" if gone else "kept: not a cache folder of ours")
+            reporter.info(f"{item.name}: {result.detail}")
+            return result
         assert item.revision is not None  # a keep-tag item always names its revision
         deleted, refused = io.release_image(item.revision)
         if refused:

@@ -10,6 +10,7 @@ from kit.fakenode import FakeNode, stack_files
 
 from b70deploy.actions.gc import Gc
 from b70deploy.config.node import Node, load_node
+from b70deploy.state import caches
 from b70deploy.state.statedir import StateDir
 
 
@@ -70,3 +71,24 @@ def test_gc_leaves_an_image_a_container_still_uses(tmp_path: Path) -> None:
     assert [(d.item.revision, d.ok) for d in done] == [(1, True), (3, False)]
     assert "a container is using image img-b" in done[1].detail
     assert fake.kept[3] == "img-b" and "img-b" in fake.images
+
+
+def test_gc_removes_the_cache_folders_of_images_no_revision_runs(tmp_path: Path) -> None:
+    node, fake = five_revisions(tmp_path)
+    store = StateDir(node.state_dir).revisions
+    running = "sha256:" + "c" * 64
+    store.create(stack="s6", kind="switch", files=stack_files("s6"), image_ref="intel/vllm:latest", image_id=running,
+                 repo_digest=None, operator="t@h", message="", created="2026-11-30T00:00:00+0000")
+    gone = "sha256:" + "9" * 64  # revision 3's image in spirit: pruned, nothing runs it
+    for image in (running, gone):
+        folder = caches.prepare(node.cache_dir, image)
+        assert folder is not None
+        (folder / "vllm" / "blob").write_bytes(b"x" * 4096)
+    stranger = node.cache_dir / "notes"  # not a folder of ours: never planned, never removed
+    stranger.mkdir()
+    items = [i for i in Gc(node, io=fake).plan() if i.kind == "cache"]
+    assert [(Path(i.name).name, i.reason.split(" (")[0]) for i in items] == [
+        (caches.image_key(gone), f"no revision runs image {caches.image_key(gone)}")]
+    done = [d for d in Gc(node, io=fake).run(Quiet()) if d.item.kind == "cache"]
+    assert [(d.ok, d.detail) for d in done] == [(True, "cache folder removed")]
+    assert sorted(p.name for p in node.cache_dir.iterdir()) == sorted([caches.image_key(running) or "", "notes"])
