@@ -70,7 +70,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "pin": ("deploy", 'Keep REVISION forever (prune skips it).'),
     "unpin": ("deploy", 'Let prune remove REVISION again.'),
     "prune": ("deploy", 'Delete old revisions, keeping the newest N, every pinned one and the current one.'),
-    "gc": ("deploy", 'Remove what no revision needs: the keep tags (and images) of pruned revisions.'),
+    "gc": ("deploy", 'Remove what no revision needs: keep tags (and images) of pruned revisions, unused caches.'),
     "audit": ("deploy", 'The audit log: who ran which mutating command, when, and how it ended.'),
     "unlock": ("deploy", 'Clear a stale lock left by a killed run (refused while its process runs).'),
     "up": ("deploy", 'Run STACK on the dark port for benchmarking; production files are never touched.'),

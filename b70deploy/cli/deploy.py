@@ -371,7 +371,7 @@ def prune(ctx: Ctx, keep: int | None) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print the items as JSON.")
 @pass_ctx
 def gc(ctx: Ctx, dry_run: bool, as_json: bool) -> None:
-    """Remove what no revision needs: the keep tags (and images) of pruned revisions."""
+    """Remove what no revision needs: keep tags (and images) of pruned revisions, unused caches."""
     action = Gc(ctx.node)
     if dry_run:
         items = action.plan()
