@@ -15,6 +15,7 @@ from kit.simnode import SimNode, docker
 
 from b70deploy.docker.keep import keep_tag
 from b70deploy.sim.image import TAGS as SIM_TAGS
+from b70deploy.state.caches import image_key
 
 pytestmark = pytest.mark.docker
 
@@ -71,14 +72,20 @@ def test_prune_after_the_tag_moved_keeps_the_rollback_and_gc_frees_what_pruned_r
     # Revision 2 (beta, on `new`) is pruned; 1 is pinned, 3 is current: only 2's keep tag holds `new`.
     node.cli("pin", "1", check=True)
     assert "pruned 1 revisions: 2" in node.cli("prune", "--keep", "1", check=True).stdout
+    # `new`'s warm-boot cache folder goes too: no remaining revision runs it (docs/warm-boots.md).
+    cache = node.state / "caches"
+    assert (cache / str(image_key(new))).is_dir() and (cache / str(image_key(old))).is_dir()
     plan = node.json("gc", "--dry-run")
-    assert [(i["name"], i["reason"], i["frees"]) for i in plan] == [
-        (keep_tag(node.project, 2), "revision 2 was pruned", new)]
-    assert present(new)  # a dry run changes nothing
+    assert [(i["kind"], i["name"], i["reason"].split(" (")[0], i["frees"]) for i in plan] == [
+        ("keep-tag", keep_tag(node.project, 2), "revision 2 was pruned", new),
+        ("cache", str(cache / str(image_key(new))), f"no revision runs image {image_key(new)}", None)]
+    assert present(new) and (cache / str(image_key(new))).is_dir()  # a dry run changes nothing
     done = node.json("gc")
     assert [(d["name"], d["ok"], d["detail"]) for d in done] == [
-        (keep_tag(node.project, 2), True, "tag and image removed")]
-    assert not present(new)
+        (keep_tag(node.project, 2), True, "tag and image removed"),
+        (str(cache / str(image_key(new))), True, "cache folder removed")]
+    assert not present(new) and not (cache / str(image_key(new))).exists()
+    assert (cache / str(image_key(old))).is_dir()
     assert tags_of(old) == [keep_tag(node.project, 1), keep_tag(node.project, 3)]  # pinned and current stay
     prune(node)
     assert present(old) and serves(node) == "alpha"
