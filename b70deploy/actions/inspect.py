@@ -1,24 +1,22 @@
-"""Read-only views: status, history, diff between revisions, logs."""
+"""Read-only views: status, history, diff between revisions, logs.
+
+`history` must start fast on any number of revisions: the engine client, the renderer and
+the differ are imported by the view that uses them, not here."""
 
 from __future__ import annotations
 
 import io
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from dotenv import dotenv_values
-
-from ..config.node import Node
-from ..deploy.health import probe_health
 from ..deploy.nodeio import VLLM
-from ..docker.engine import find_container, state_of
-from ..docker.node import DockerNode
 from ..errors import UserError
-from ..render.files import RUNTIME_ENV_FILE
 from ..state.journal import Journal
 from ..state.lock import Holder, clear_stale, holder_info
 from ..state.revisions import Revision, RevisionStore
 from ..state.statedir import StateDir
-from .diff import unified
+
+if TYPE_CHECKING:
+    from ..config.node import Node
 
 FACT_ROWS = [
     ("kv_cache_tokens", "GPU KV cache (tokens)"),
@@ -35,6 +33,9 @@ FACT_ROWS = [
 
 def status(node: Node) -> dict[str, Any]:
     """What runs, what the records say, and, where they differ, what and the one fix."""
+    from ..deploy.health import probe_health
+    from ..docker.engine import find_container, state_of
+
     store = RevisionStore(node.state_dir)
     cur = store.current()
     out: dict[str, Any] = {"node": node.project, "deploy_dir": str(node.deploy_dir),
@@ -73,6 +74,8 @@ def differences(node: Node, cur: Revision | None, st: dict[str, Any]) -> tuple[l
         return [f"a stale lock of pid {lock['pid']} (`{lock['command']}`)"], "b70deploy unlock"
     if cur is None:
         return [], None
+    from ..docker.node import DockerNode
+
     found: list[str] = []
     live = DockerNode.production(node).read_deployed()
     want = cur.read_files()
@@ -118,6 +121,9 @@ def fact_rows(a: dict[str, Any], b: dict[str, Any]) -> list[list[str]]:
 
 
 def diff_revisions(node: Node, a: int, b: int) -> tuple[str, list[list[str]]]:
+    from ..render.files import RUNTIME_ENV_FILE
+    from .diff import unified
+
     store = RevisionStore(node.state_dir)
     ra, rb = store.get(a), store.get(b)
     files_a, files_b = ra.read_files(), rb.read_files()
@@ -130,6 +136,8 @@ def diff_revisions(node: Node, a: int, b: int) -> tuple[str, list[list[str]]]:
 
 
 def _env_keys(data: bytes) -> set[str]:
+    from dotenv import dotenv_values
+
     return set(dotenv_values(stream=io.StringIO(data.decode(errors="replace"))))
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import socket
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +24,7 @@ from ..render.draft import copy_name
 from ..render.files import render
 from ..render.patches import PatchSpec, deploy_files, find_patch, materialize, mounts_for
 from ..render.vllm_args import container_model_path
-from ..state.revisions import RevisionStore
+from ..state.revisions import Revision, RevisionStore
 from ..vllmlog.bootlog import parse_boot_facts
 from . import Finding, LintContext, lint_stack
 from .findings import STACK_INVALID
@@ -46,21 +47,48 @@ def _memory_key(doc: dict[str, Any]) -> tuple[Any, ...]:
             bool(doc.get("enforce_eager")), doc.get("gpu_memory_utilization"))
 
 
-def measured_kv(node: Node, stack: Stack, image_id: str | None = None) -> MeasuredKV | None:
+class RevisionMemory:
+    """The revisions read newest first, each at most once, grouped by `_memory_key`: a lint of
+    1,000 stacks over 10,000 revisions reads each revision once, not once per stack, and a
+    single preflight still stops at the newest match."""
+
+    def __init__(self, store: RevisionStore) -> None:
+        self.store = store
+        self._unread: list[int] | None = None  # revision numbers not read yet, newest last
+        self._by_key: dict[tuple[Any, ...], list[Revision]] = {}
+
+    def newest(self, key: tuple[Any, ...]) -> Iterator[Revision]:
+        """The revisions whose stack has memory key `key`, newest first."""
+        yield from list(self._by_key.get(key, []))  # all newer than any revision not read yet
+        if self._unread is None:
+            self._unread = [int(e["number"]) for e in self.store.index()]
+        while self._unread:
+            try:
+                rev = self.store.get(self._unread.pop())
+            except (B70Error, OSError, ValueError, KeyError, TypeError):
+                continue
+            doc = rev.meta.stack_doc
+            if not isinstance(doc, dict):
+                continue
+            own = _memory_key(doc)
+            self._by_key.setdefault(own, []).append(rev)
+            if own == key:
+                yield rev
+
+
+def measured_kv(node: Node, stack: Stack, image_id: str | None = None,
+                memory: RevisionMemory | None = None) -> MeasuredKV | None:
     """The newest revision that booted this stack's model, draft and image (by id when Docker
     told us it, else by reference) with the same enforce-eager and memory share, and recorded
     its KV memory: in its facts, or in its saved log when vLLM refused to start."""
     store = RevisionStore(node.state_dir)
     want = _memory_key(stack.model_dump(mode="json"))
-    for entry in reversed(store.index()):
-        try:
-            rev = store.get(int(entry["number"]))
-        except (B70Error, OSError, ValueError, KeyError, TypeError):
-            continue
+    for rev in (memory or RevisionMemory(store)).newest(want):
         doc = rev.meta.stack_doc
+        assert isinstance(doc, dict)  # RevisionMemory keeps only revisions that recorded their stack
         same_image = rev.meta.image_id == image_id if image_id and rev.meta.image_id else \
             rev.meta.image_ref == stack.image
-        if not isinstance(doc, dict) or not same_image or _memory_key(doc) != want:
+        if not same_image:
             continue
         facts = rev.status.facts
         gib, tokens = facts.get("available_kv_gib"), facts.get("kv_cache_tokens")
@@ -99,13 +127,13 @@ def _port_owner(node: Node, client: Any) -> str | None:
 
 def build_context(node: Node, stack: Stack, *, docker: bool = True, inspector: ImageInspector | None = None,
                   check_port: bool = True, pin_image: str | None = None, port: int | None = None,
-                  project: str | None = None) -> LintContext:
+                  project: str | None = None, memory: RevisionMemory | None = None) -> LintContext:
     """Gather the facts for `stack`. With docker and no `inspector`, one is made and closed here.
     `pin_image` (an image id) goes into .env as VLLM_IMAGE, as a switch records it."""
     if docker and inspector is None:
         with ImageInspector(node.state_dir) as own:
             return build_context(node, stack, docker=True, inspector=own, check_port=check_port,
-                                 pin_image=pin_image, port=port, project=project)
+                                 pin_image=pin_image, port=port, project=project, memory=memory)
     skipped: list[str] = []
     models_dir: Path | None = node.models_dir if node.models_dir.is_dir() else None
     if models_dir is None:
@@ -140,7 +168,7 @@ def build_context(node: Node, stack: Stack, *, docker: bool = True, inspector: I
                       draft_path=draft_path_for(stack), image=pin_image, port=port, project=project)
     ctx = LintContext(node=node, stack=stack, rendered=rendered, models_dir=models_dir, image=ctx_image,
                       image_error=image_error, patch_errors=patch_errors, patched=patched, skipped=skipped,
-                      measured_kv=measured_kv(node, stack, ctx_image.id if ctx_image else None))
+                      measured_kv=measured_kv(node, stack, ctx_image.id if ctx_image else None, memory))
     if docker:
         _compose_config(ctx)
         if check_port and inspector is not None:
@@ -161,6 +189,7 @@ def lint_stacks(node: Node, names: list[str], *, docker: bool = True,
     inspector = ImageInspector(node.state_dir) if docker else None
     out: dict[str, tuple[list[Finding], list[str]]] = {}
     catalogue = node.catalogue()
+    memory = RevisionMemory(RevisionStore(node.state_dir))
     try:
         for name in names:
             try:
@@ -169,9 +198,11 @@ def lint_stacks(node: Node, names: list[str], *, docker: bool = True,
                 out[name] = ([Finding(id=STACK_INVALID, severity="error", message=e.what,
                                       fix=e.fix or "correct the stack file", stack=name)], [])
                 continue
-            ctx = build_context(node, stack, docker=docker, inspector=inspector, check_port=check_port)
+            ctx = build_context(node, stack, docker=docker, inspector=inspector, check_port=check_port,
+                                memory=memory)
             out[name] = (lint_stack(ctx), ctx.skipped)
     finally:
+        catalogue.save_cache()
         if inspector is not None:
             inspector.close()
     return out
