@@ -1,7 +1,8 @@
 """Collect what the lint rules read: the shell side of lint (Docker, Compose, sockets, files).
 
 Without Docker (`docker=False`) only the pure facts are gathered and the image, compose
-and port checks are listed in `ctx.skipped`.
+and port checks are listed in `ctx.skipped`; the Docker SDK is then not even imported
+(`lint --all --no-docker` over 1,000 stacks starts without it).
 """
 
 from __future__ import annotations
@@ -11,13 +12,11 @@ import errno
 import socket
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..config.node import Node
 from ..config.schema import Stack
 from ..config.secrets_file import load_secrets
-from ..docker.image_inspect import ImageInspector
-from ..docker.node import compose_config
 from ..errors import B70Error, UserError
 from ..render import devices as devices_mod
 from ..render.draft import copy_name
@@ -29,6 +28,9 @@ from ..vllmlog.bootlog import parse_boot_facts
 from . import Finding, LintContext, lint_stack
 from .findings import STACK_INVALID
 from .kv import MeasuredKV
+
+if TYPE_CHECKING:
+    from ..docker.image_inspect import ImageInspector
 
 
 def draft_path_for(stack: Stack) -> str | None:
@@ -131,6 +133,8 @@ def build_context(node: Node, stack: Stack, *, docker: bool = True, inspector: I
     """Gather the facts for `stack`. With docker and no `inspector`, one is made and closed here.
     `pin_image` (an image id) goes into .env as VLLM_IMAGE, as a switch records it."""
     if docker and inspector is None:
+        from ..docker.image_inspect import ImageInspector
+
         with ImageInspector(node.state_dir) as own:
             return build_context(node, stack, docker=True, inspector=own, check_port=check_port,
                                  pin_image=pin_image, port=port, project=project, memory=memory)
@@ -178,6 +182,8 @@ def build_context(node: Node, stack: Stack, *, docker: bool = True, inspector: I
 
 
 def _compose_config(ctx: LintContext) -> None:
+    from ..docker.node import compose_config
+
     files = dict(ctx.rendered.files)
     files.update(deploy_files(ctx.patched))
     ctx.compose_config, ctx.compose_error = compose_config(files, ctx.node.project)
@@ -186,7 +192,11 @@ def _compose_config(ctx: LintContext) -> None:
 def lint_stacks(node: Node, names: list[str], *, docker: bool = True,
                 check_port: bool = True) -> dict[str, tuple[list[Finding], list[str]]]:
     """Findings and skipped checks per stack. A stack that does not load is one error finding."""
-    inspector = ImageInspector(node.state_dir) if docker else None
+    inspector = None
+    if docker:
+        from ..docker.image_inspect import ImageInspector
+
+        inspector = ImageInspector(node.state_dir)
     out: dict[str, tuple[list[Finding], list[str]]] = {}
     catalogue = node.catalogue()
     memory = RevisionMemory(RevisionStore(node.state_dir))
