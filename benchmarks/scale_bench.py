@@ -246,8 +246,13 @@ def time_sides(root: Path, info: dict[str, Any], sides: dict[str, Path], runs: i
                 continue
             argv = ["env", f"PYTHONPATH={checkout}", sys.executable, "-m", "b70deploy.cli"]
             argv += args if args == ["--help"] else ["--config", str(side_config(root, side, state, info)), *args]
-            print(f"  {label} ({side})", file=sys.stderr)
-            results[label][side] = hyperfine(f"{label} ({side})", argv, runs, warmup, root / "hyperfine.json")
+            for attempt in (1, 2, 3):  # a run that failed (the shared venv being reinstalled) is redone
+                print(f"  {label} ({side})", file=sys.stderr)
+                results[label][side] = got = hyperfine(f"{label} ({side})", argv, runs, warmup,
+                                                       root / "hyperfine.json")
+                if got["exit_codes"] == [0]:
+                    break
+                print(f"  exit codes {got['exit_codes']}: again ({attempt} of 3)", file=sys.stderr)
     return results
 
 

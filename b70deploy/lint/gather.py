@@ -49,49 +49,71 @@ def _memory_key(doc: dict[str, Any]) -> tuple[Any, ...]:
             bool(doc.get("enforce_eager")), doc.get("gpu_memory_utilization"))
 
 
+class _Shelf:
+    """Some revisions, read newest first, each at most once, grouped by `_memory_key`."""
+
+    def __init__(self, numbers: list[int]) -> None:
+        self.unread = numbers  # oldest first: the newest is popped
+        self.by_key: dict[tuple[Any, ...], list[Revision]] = {}
+
+
 class RevisionMemory:
-    """The revisions read newest first, each at most once, grouped by `_memory_key`: a lint of
-    1,000 stacks over 10,000 revisions reads each revision once, not once per stack, and a
-    single preflight still stops at the newest match."""
+    """The revisions that may hold a stack's KV measurement, for a lint of many stacks: the
+    index (one file) picks those of the stack's image, and of these each revision's meta.json
+    is read at most once, newest first, grouped by memory key. A lint of 1,000 stacks over
+    10,000 revisions then reads each revision of a linted image once (not once per stack),
+    and a single preflight still stops at the newest match."""
 
     def __init__(self, store: RevisionStore) -> None:
         self.store = store
-        self._unread: list[int] | None = None  # revision numbers not read yet, newest last
-        self._by_key: dict[tuple[Any, ...], list[Revision]] = {}
+        self._entries: list[dict[str, Any]] | None = None
+        self._shelves: dict[tuple[str, str | None], _Shelf] = {}
 
-    def newest(self, key: tuple[Any, ...]) -> Iterator[Revision]:
-        """The revisions whose stack has memory key `key`, newest first."""
-        yield from list(self._by_key.get(key, []))  # all newer than any revision not read yet
-        if self._unread is None:
-            self._unread = [int(e["number"]) for e in self.store.index()]
-        while self._unread:
+    def newest(self, key: tuple[Any, ...], image_ref: str, image_id: str | None) -> Iterator[Revision]:
+        """The revisions of the image (by id when both know it, else by reference, as
+        measured_kv compares them) whose stack has memory key `key`, newest first."""
+        shelf = self._shelf(image_ref, image_id)
+        yield from list(shelf.by_key.get(key, []))  # all newer than any revision not read yet
+        while shelf.unread:
             try:
-                rev = self.store.get(self._unread.pop())
+                rev = self.store.get(shelf.unread.pop())
             except (B70Error, OSError, ValueError, KeyError, TypeError):
                 continue
             doc = rev.meta.stack_doc
             if not isinstance(doc, dict):
                 continue
             own = _memory_key(doc)
-            self._by_key.setdefault(own, []).append(rev)
+            shelf.by_key.setdefault(own, []).append(rev)
             if own == key:
                 yield rev
+
+    def _shelf(self, image_ref: str, image_id: str | None) -> _Shelf:
+        if (image_ref, image_id) not in self._shelves:
+            if self._entries is None:
+                self._entries = self.store.index()
+            self._shelves[image_ref, image_id] = _Shelf([int(e["number"]) for e in self._entries
+                                                         if _same_image(e, image_ref, image_id)])
+        return self._shelves[image_ref, image_id]
+
+
+def _same_image(entry: dict[str, Any], image_ref: str, image_id: str | None) -> bool:
+    """By id when Docker told us the stack's and the revision recorded one, else by reference."""
+    if image_id and entry.get("image_id"):
+        return bool(entry["image_id"] == image_id)
+    return bool(entry.get("image_ref") == image_ref)
 
 
 def measured_kv(node: Node, stack: Stack, image_id: str | None = None,
                 memory: RevisionMemory | None = None) -> MeasuredKV | None:
     """The newest revision that booted this stack's model, draft and image (by id when Docker
     told us it, else by reference) with the same enforce-eager and memory share, and recorded
-    its KV memory: in its facts, or in its saved log when vLLM refused to start."""
+    its KV memory: in its facts, or in its saved log when vLLM refused to start. `memory`
+    shares the revisions read between the stacks of one lint."""
     store = RevisionStore(node.state_dir)
     want = _memory_key(stack.model_dump(mode="json"))
-    for rev in (memory or RevisionMemory(store)).newest(want):
+    for rev in (memory or RevisionMemory(store)).newest(want, stack.image, image_id):
         doc = rev.meta.stack_doc
         assert isinstance(doc, dict)  # RevisionMemory keeps only revisions that recorded their stack
-        same_image = rev.meta.image_id == image_id if image_id and rev.meta.image_id else \
-            rev.meta.image_ref == stack.image
-        if not same_image:
-            continue
         facts = rev.status.facts
         gib, tokens = facts.get("available_kv_gib"), facts.get("kv_cache_tokens")
         if gib is None and tokens is None:
