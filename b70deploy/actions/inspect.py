@@ -1,7 +1,7 @@
 """Read-only views: status, history, diff between revisions, logs.
 
-`history` must start fast on any number of revisions: the engine client, the renderer and
-the differ are imported by the view that uses them, not here."""
+`history` must start fast on any number of revisions: the engine client, the renderer, the
+differ and the lock (psutil, filelock) are imported by the view that uses them, not here."""
 
 from __future__ import annotations
 
@@ -11,12 +11,11 @@ from typing import TYPE_CHECKING, Any
 from ..deploy.nodeio import VLLM
 from ..errors import UserError
 from ..state.journal import Journal
-from ..state.lock import Holder, clear_stale, holder_info
 from ..state.revisions import Revision, RevisionStore
-from ..state.statedir import StateDir
 
 if TYPE_CHECKING:
     from ..config.node import Node
+    from ..state.lock import Holder
 
 FACT_ROWS = [
     ("kv_cache_tokens", "GPU KV cache (tokens)"),
@@ -35,6 +34,7 @@ def status(node: Node) -> dict[str, Any]:
     """What runs, what the records say, and, where they differ, what and the one fix."""
     from ..deploy.health import probe_health
     from ..docker.engine import find_container, state_of
+    from ..state.lock import holder_info
 
     store = RevisionStore(node.state_dir)
     cur = store.current()
@@ -156,6 +156,8 @@ def logs(node: Node, number: int) -> str:
 
 def set_pin(node: Node, number: int, pinned: bool) -> None:
     """`pin` / `unpin`: a pinned revision is never pruned."""
+    from ..state.statedir import StateDir
+
     state = StateDir(node.state_dir)
     with state.lock("pin" if pinned else "unpin", wait=10.0):
         state.revisions.update_status(number, pinned=pinned)
@@ -163,15 +165,21 @@ def set_pin(node: Node, number: int, pinned: bool) -> None:
 
 def prune(node: Node, keep: int | None) -> list[int]:
     """Delete old revisions, keeping the newest `keep`, every pinned one and the current one."""
+    from ..state.statedir import StateDir
+
     state = StateDir(node.state_dir)
     with state.lock("prune", wait=10.0):
         return state.revisions.prune(keep or node.config.keep_revisions)
 
 
 def audit(node: Node, last: int) -> list[dict[str, Any]]:
+    from ..state.statedir import StateDir
+
     return StateDir(node.state_dir).audit.entries(last)
 
 
 def unlock(node: Node) -> Holder | None:
     """Clear a stale lock left by a killed run (refused while its process runs)."""
+    from ..state.lock import clear_stale
+
     return clear_stale(node.state_dir)

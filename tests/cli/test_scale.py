@@ -76,7 +76,7 @@ def test_plain_rows_on_a_pipe_are_aligned_and_unfolded(node25: Scratch) -> None:
 
 # command -> modules it must not import (top-level package names): what it does not use.
 BUDGET = {
-    ("history",): ("docker", "paramiko", "jinja2", "rich", "tenacity", "dotenv"),
+    ("history",): ("docker", "paramiko", "jinja2", "rich", "tenacity", "dotenv", "psutil", "filelock"),
     ("history", "--all"): ("docker", "paramiko", "jinja2", "rich"),
     ("status",): ("paramiko", "rich", "dotenv"),
     ("stacks",): ("docker", "paramiko", "jinja2", "rich", "requests"),
