@@ -164,6 +164,8 @@ class RevisionStore:
     def index(self) -> list[dict[str, Any]]:
         """Summaries of every revision, oldest first; repaired (see the module docstring) when
         missing, torn, or stale."""
+        if not self.root.is_dir():
+            return []  # nothing stored yet: a read creates no folder
         entries = self._read_index()
         if getattr(self._held, "marked", False):  # inside our own change: the caller writes the index
             return self._repaired(entries)

@@ -170,3 +170,10 @@ def test_a_killed_write_leaves_an_index_that_reads_right(tmp_path: Path, where: 
         assert fresh.index()[1]["outcome"] == "deployed"
     else:
         assert [e["stack"] for e in fresh.index()][-1] == "late"
+
+
+def test_reading_a_store_that_does_not_exist_creates_nothing(tmp_path: Path) -> None:
+    store = RevisionStore(tmp_path / "state")
+    assert store.index() == []
+    assert store.latest_healthy() is None
+    assert not (tmp_path / "state").exists()
