@@ -9,7 +9,6 @@ for its key (checked against the schema); a wrong one is an error naming the fil
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -65,7 +64,7 @@ def _copy_tree(value: Any) -> Any:
         return {k: _copy_tree(v) for k, v in value.items()}
     if isinstance(value, list):
         return [_copy_tree(v) for v in value]
-    return copy.deepcopy(value) if isinstance(value, set | bytearray) else value
+    return set(value) if isinstance(value, set) else value  # YAML !!set; other scalars are immutable
 
 
 def _mark(prov: Provenance, path: str, value: Any, source: str) -> None:
