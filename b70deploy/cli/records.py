@@ -63,7 +63,6 @@ def status(ctx: Ctx, as_json: bool, select: str | None, node_name: str | None) -
         click.echo(f"DIFFERS: {'; '.join(st['differs'])}; fix: {st['fix']}")
 
 
-
 @click.command(epilog="Examples: b70deploy history | b70deploy history -n 100 | b70deploy history --all "
                     "| b70deploy history --json | b70deploy history --node gpu2")
 @click.option("--json", "as_json", is_flag=True, help="Every revision (or the last N) as JSON.")
