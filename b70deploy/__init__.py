@@ -5,10 +5,10 @@ Module map: each room is one concern; a change goes to the room its concern name
     errors.py    the exception tree and exit codes (0 ok, 1 failed, 2 bad input)
 
     config/      what the operator writes: stack and node schema (schema), the catalogue with
-                 `extends:` (catalogue), node config loading (node), one-line validation errors
-                 (validation), safe names (names), the secrets env file (secrets_file),
-                 shipped data folders (resources), the files a compose file reads from its
-                 folder (compose_folder)
+                 `extends:` (catalogue), parsed stack files kept by content hash (doc_cache),
+                 node config loading (node), one-line validation errors (validation), safe
+                 names (names), the secrets env file (secrets_file), shipped data folders
+                 (resources), the files a compose file reads from its folder (compose_folder)
     render/      stack + node -> deploy files: templates to compose/.env/vllm.env (files), the
                  vLLM argv (vllm_args), /dev/dri gids (devices), secret masking (masking),
                  edits of files inside images (patches), the EAGLE draft copy (draft); and

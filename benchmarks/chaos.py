@@ -20,8 +20,9 @@ The outcome is checked from outside the tool, not from its report:
   - over HTTP: /v1/models lists exactly that stack's served names with its max_model_len (alpha
     and beta differ in both), and a completion on its first name answers 200 naming that model;
   - the deploy dir holds byte for byte the files of the current revision (nothing more);
-  - no leftover temp entries: state_dir/revisions holds only NNNNNN dirs, index.json and
-    current, and no `*.tmp` file is anywhere under the state or deploy dir;
+  - no leftover temp entries: state_dir/revisions holds only NNNNNN dirs, index.json,
+    index.lock and current (a killed writer's index.dirty is gone once the store is written
+    again), and no `*.tmp` file is anywhere under the state or deploy dir;
   - every container of the project is named `<project>-<service>-1` (none renamed), vllm and
     webui are running, nothing of the dark project exists;
   - every revision's files hash to what its meta.json lists (no extra file), and no meta.json
@@ -74,7 +75,7 @@ STACKS = {  # name -> (served names, max_model_len): what /v1/models tells apart
     "alpha": (["chaos-alpha", "alias-a"], 131072),
     "beta": (["chaos-beta", "alias-b"], 262144),
 }
-REVISION_ENTRY = re.compile(r"^(\d{6}|index\.json|current)$")
+REVISION_ENTRY = re.compile(r"^(\d{6}|index\.json|index\.lock|current)$")
 
 
 def log(msg: str) -> None:

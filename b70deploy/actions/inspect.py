@@ -1,26 +1,22 @@
-"""Read-only views: status, history, diff between revisions, logs."""
+"""Read-only views: status, history, diff between revisions, logs.
+
+`history` must start fast on any number of revisions: the engine client, the renderer, the
+differ and the lock (psutil, filelock) are imported by the view that uses them, not here."""
 
 from __future__ import annotations
 
 import io
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from dotenv import dotenv_values
-
-from ..config.node import Node
-from ..deploy.health import probe_health
 from ..deploy.nodeio import VLLM
-from ..docker.engine import find_container, image_ids, state_of
-from ..docker.keep import recovery
-from ..docker.node import DockerNode
 from ..errors import UserError
-from ..render.files import DOTENV_FILE
 from ..state.journal import Journal
-from ..state.lock import Holder, clear_stale, holder_info
 from ..state.revisions import HEALTHY_OUTCOMES, Revision, RevisionStore
-from ..state.statedir import StateDir
-from .diff import unified
+
+if TYPE_CHECKING:
+    from ..config.node import Node
+    from ..state.lock import Holder
 
 WORKING_DIR = "com.docker.compose.project.working_dir"  # where compose ran: ours is the deploy dir
 
@@ -39,6 +35,10 @@ FACT_ROWS = [
 
 def status(node: Node) -> dict[str, Any]:
     """What runs, what the records say, and, where they differ, what and the one fix."""
+    from ..deploy.health import probe_health
+    from ..docker.engine import find_container, state_of
+    from ..state.lock import holder_info
+
     store = RevisionStore(node.state_dir)
     cur = store.current()
     out: dict[str, Any] = {"node": node.project, "deploy_dir": str(node.deploy_dir),
@@ -90,6 +90,8 @@ def differences(node: Node, cur: Revision | None, st: dict[str, Any]) -> tuple[l
 def drift(node: Node, cur: Revision, box: dict[str, Any]) -> list[str]:
     """How the deploy dir and the vllm container (`box`: its stack label, image id and compose
     working dir) differ from revision `cur`: a hand-run compose, another tool, a hand edit."""
+    from ..docker.node import DockerNode
+
     found: list[str] = []
     live = DockerNode.production(node).read_deployed()
     want = cur.read_files()
@@ -110,15 +112,15 @@ def drift(node: Node, cur: Revision, box: dict[str, Any]) -> list[str]:
 def history(node: Node) -> list[dict[str, Any]]:
     """Every revision's summary, with `image_gone` (None: the engine did not answer) and, for a
     gone image, `image_fix`: how to get that exact image back."""
-    store = RevisionStore(node.state_dir)
-    rows = store.index()
+    from ..docker.keep import recovery
+
+    rows = RevisionStore(node.state_dir).index()
     present = _image_ids()
     for row in rows:
         image_id = row.get("image_id")
         row["image_gone"] = None if present is None or not image_id else image_id not in present
         if row["image_gone"]:
-            meta = store.get(row["number"]).meta
-            row["image_fix"] = recovery(meta.image_ref, meta.image_id, meta.repo_digest)
+            row["image_fix"] = recovery(row["image_ref"], image_id, row.get("repo_digest"))
     return rows
 
 
@@ -129,6 +131,8 @@ def gone_targets(rows: list[dict[str, Any]], current: int | None) -> list[dict[s
 
 
 def _image_ids() -> set[str] | None:
+    from ..docker.engine import image_ids
+
     try:
         return image_ids()
     except Exception:  # the engine may be down; the records must still be shown
@@ -157,6 +161,9 @@ def fact_rows(a: dict[str, Any], b: dict[str, Any]) -> list[list[str]]:
 
 
 def diff_revisions(node: Node, a: int, b: int) -> tuple[str, list[list[str]]]:
+    from ..render.files import DOTENV_FILE
+    from .diff import unified
+
     store = RevisionStore(node.state_dir)
     ra, rb = store.get(a), store.get(b)
     files_a, files_b = ra.read_files(), rb.read_files()
@@ -172,6 +179,8 @@ def diff_revisions(node: Node, a: int, b: int) -> tuple[str, list[list[str]]]:
 
 
 def _env_keys(data: bytes) -> set[str]:
+    from dotenv import dotenv_values
+
     return set(dotenv_values(stream=io.StringIO(data.decode(errors="replace"))))
 
 
@@ -190,6 +199,8 @@ def logs(node: Node, number: int) -> str:
 
 def set_pin(node: Node, number: int, pinned: bool) -> None:
     """`pin` / `unpin`: a pinned revision is never pruned."""
+    from ..state.statedir import StateDir
+
     state = StateDir(node.state_dir)
     with state.lock("pin" if pinned else "unpin", wait=10.0):
         state.revisions.update_status(number, pinned=pinned)
@@ -197,15 +208,21 @@ def set_pin(node: Node, number: int, pinned: bool) -> None:
 
 def prune(node: Node, keep: int | None) -> list[int]:
     """Delete old revisions, keeping the newest `keep`, every pinned one and the current one."""
+    from ..state.statedir import StateDir
+
     state = StateDir(node.state_dir)
     with state.lock("prune", wait=10.0):
         return state.revisions.prune(keep or node.config.keep_revisions)
 
 
 def audit(node: Node, last: int) -> list[dict[str, Any]]:
+    from ..state.statedir import StateDir
+
     return StateDir(node.state_dir).audit.entries(last)
 
 
 def unlock(node: Node) -> Holder | None:
     """Clear a stale lock left by a killed run (refused while its process runs)."""
+    from ..state.lock import clear_stale
+
     return clear_stale(node.state_dir)

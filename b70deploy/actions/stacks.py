@@ -6,7 +6,6 @@ from typing import Any
 
 from ..config.node import Node
 from ..config.schema import Stack
-from ..render.patches import find_patch
 
 
 def summaries(node: Node) -> list[dict[str, Any]]:
@@ -36,6 +35,8 @@ def check_patches(node: Node, stack: Stack) -> None:
     """Every patch the stack names exists and loads, else a UserError naming the file that
     listed it: for show, render and diff (lint reports the same as patch-unknown, and a
     switch's preflight refuses it)."""
+    from ..render.patches import find_patch  # brings the renderer (jinja2): `stacks` does without
+
     where = ""
     for name in stack.patches:
         if not where and not (node.patches_dir / f"{name}.yaml").is_file():

@@ -1,4 +1,7 @@
-"""Catalogue commands: stacks, show, render, diff."""
+"""Catalogue commands: stacks, show, render, diff.
+
+`stacks` and `show` read only the catalogue: the renderer, the engine client and the differ
+are imported by the commands that use them (`stacks` over 1,000 stacks must stay fast)."""
 
 from __future__ import annotations
 
@@ -7,9 +10,6 @@ from pathlib import Path
 import click
 import yaml
 
-from ..actions.diff import diff_against_dir, switch_files
-from ..actions.inspect import diff_revisions
-from ..actions.prepare import switch_view
 from ..actions.stacks import merged_document, summaries
 from ..errors import UserError
 from ..state.fsio import read_tree, write_tree
@@ -56,6 +56,8 @@ def render(ctx: Ctx, stack: str, out: str | None, as_json: bool, no_docker: bool
     With the image on the engine: compose, .env pinned to the image id, runtime env, the
     patched files and their mounts, the draft copy's path, exactly as a switch writes them.
     Without it: the plain render, and each thing it could not resolve."""
+    from ..actions.prepare import switch_view
+
     view = switch_view(ctx.node, stack, docker=not no_docker)
     for w in view.warnings:
         warn(w)
@@ -93,6 +95,9 @@ def render(ctx: Ctx, stack: str, out: str | None, as_json: bool, no_docker: bool
 def diff(ctx: Ctx, what: tuple[str, ...], as_json: bool) -> None:
     """What `switch STACK` would change in the deploy dir, or how two revisions differ
     (files and boot facts, e.g. KV tokens 453,184 -> 270,592, -40%). Secrets masked."""
+    from ..actions.diff import diff_against_dir, switch_files
+    from ..actions.inspect import diff_revisions
+
     if len(what) == 2 and all(w.isdigit() for w in what):
         text, rows = diff_revisions(ctx.node, int(what[0]), int(what[1]))
         if as_json:

@@ -1,6 +1,6 @@
-"""Deploy commands: switch, rollback, resume, drain, verify, restore, status, history,
-logs, pin, unpin, prune, gc, audit, unlock, up/down --dark. Each builds its action from the
-flags and prints what it returns."""
+"""Deploy commands: switch, rollback, resume, drain, verify, restore, logs, pin, unpin, prune,
+gc, audit, unlock, up/down --dark. Each builds its action from the flags and prints what it
+returns. (`status` and `history` are in records: they must start fast.)"""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from ..actions.gc import Gc
 from ..actions.node_ops import Drain, Restore, Verify
 from ..actions.resume import Resume
 from ..actions.rollback import Rollback
-from ..actions.rollout import Rollout, Verb, status_rows
+from ..actions.rollout import Rollout, Verb
 from ..actions.switch import DeployOptions, Switch
 from ..deploy.driver import Outcome
 from ..deploy.plan import DeployPlan
@@ -249,82 +249,6 @@ def restore(ctx: Ctx, timeout: float | None, lock_wait: float) -> None:
     finally:
         reporter.close()
     click.echo(f"node restored: healthy after {elapsed:.1f} s")
-
-
-@click.command(epilog="Examples: b70deploy status --json | b70deploy status --nodes | b70deploy status --nodes a,b")
-@click.option("--json", "as_json", is_flag=True)
-@click.option("--nodes", "select", is_flag=False, flag_value="all", default=None, metavar="[all|a,b]",
-              help="With an inventory: one row per node (all when no list is given).")
-@click.option("--node", "node_name", metavar="NAME", help="With an inventory: this node's full status.")
-@pass_ctx
-def status(ctx: Ctx, as_json: bool, select: str | None, node_name: str | None) -> None:
-    """What runs now: revision, stack, health, boot facts, image, interrupted runs."""
-    if select is not None:
-        rows = status_rows(ctx.nodes(select))
-        if as_json:
-            emit_json(rows)
-            return
-        table(["node", "endpoint", "address", "rev", "stack", "outcome", "container", "/health", "healthy s", "lock"],
-              [[r["node"], r["endpoint"], r["address"], r["revision"] or "", r["stack"] or "", r["outcome"] or "",
-                r["container"], r["health"], r["time_to_healthy"] or "",
-                "INTERRUPTED" if r["interrupted"] else ("held" if r["lock"] else "")] for r in rows])
-        healthy = sum(1 for r in rows if r["health"] == 200)
-        click.echo(f"{healthy} of {len(rows)} node(s) healthy")
-        return
-    if node_name is not None:
-        ctx.node_name = node_name
-    st = inspect.status(ctx.node)
-    if as_json:
-        emit_json(st)
-        return
-    cur = st["current"]
-    if cur is None:
-        click.echo("no revision deployed")
-    else:
-        click.echo(f"revision {cur['number']}: {cur['stack']} ({cur['outcome']}), image {cur['image_ref']} "
-                   f"= {str(cur['image_id'])[:19]}, deployed {cur['created']}")
-        for key, value in sorted((st.get("facts") or {}).items()):
-            if not isinstance(value, list | dict):
-                click.echo(f"  {key}: {value}")
-    click.echo(f"container: {st['container'].get('status')}; /health: {st['health']}")
-    lock = st.get("lock")
-    if lock:
-        state = "running" if lock["alive"] else "STALE (process gone)"
-        click.echo(f"lock: {state}: pid {lock['pid']} `{lock['command']}` step {lock['step'] or '-'} since "
-                   f"{lock['since']}")
-    run = st.get("interrupted")
-    if run:
-        click.echo(f"INTERRUPTED: `{run['command']}` stopped at step {run['step']} (revision {run['revision']}); "
-                   f"fix: {run['fix']}")
-    elif st["differs"]:
-        click.echo(f"DIFFERS: {'; '.join(st['differs'])}; fix: {st['fix']}")
-    for gone in st["rollback_images_gone"]:
-        click.echo(f"IMAGE GONE: rollback to revision {gone['revision']} ({gone['stack']}) needs "
-                   f"{str(gone['image_id'])[:19]}; fix: {gone['fix']}")
-
-
-@click.command(epilog="Examples: b70deploy history --json | b70deploy history --node gpu2")
-@click.option("--json", "as_json", is_flag=True)
-@click.option("-n", "last", type=int, default=0, help="Only the last N revisions.")
-@click.option("--node", "node_name", metavar="NAME", help="With an inventory: that node's revisions.")
-@pass_ctx
-def history(ctx: Ctx, as_json: bool, last: int, node_name: str | None) -> None:
-    """Every revision: stack, outcome, image, KV tokens, time to healthy."""
-    if node_name is not None:
-        ctx.node_name = node_name
-    rows = inspect.history(ctx.node)
-    rows = rows[-last:] if last else rows
-    if as_json:
-        emit_json(rows)
-        return
-    table(["rev", "stack", "kind", "outcome", "pin", "created", "image", "KV tokens", "healthy s", "message"],
-          [[r["number"], r["stack"], r["kind"], r["outcome"], "*" if r["pinned"] else "", r["created"],
-            r["image_ref"] + (" (GONE)" if r["image_gone"] else ""),
-            f"{r['kv_cache_tokens']:,}" if r.get("kv_cache_tokens") else "",
-            r.get("time_to_healthy") or "", r["message"]] for r in rows])
-    for r in rows:
-        if r["image_gone"]:
-            click.echo(f"revision {r['number']}: image {str(r['image_id'])[:19]} is gone; fix: {r['image_fix']}")
 
 
 @click.command(epilog="Example: b70deploy logs 12")

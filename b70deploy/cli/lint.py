@@ -6,7 +6,6 @@ import sys
 from pathlib import Path
 
 import click
-import docker
 
 from ..actions.inspect import logs
 from ..config.schema import Stack
@@ -62,6 +61,8 @@ def diagnose_revision(ctx: Ctx, rev: str) -> tuple[list[str], Stack | None]:
 
 
 def _container_lines(name: str) -> list[str]:
+    import docker  # only `diagnose --container` talks to the engine
+
     try:
         client = docker.from_env()
         container = client.containers.get(name)

@@ -9,13 +9,13 @@ for its key (checked against the schema); a wrong one is an error naming the fil
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ..errors import UserError
+from .doc_cache import DocCache
 from .names import is_valid_name
 from .schema import Stack
 from .validation import read_yaml, validate, value_error
@@ -33,22 +33,38 @@ def deep_merge(base: dict[str, Any], over: dict[str, Any], *, prov: Provenance |
 
     `conflict` is called before a mapping in `over` replaces a value of `base` that is not
     a mapping (it cannot merge into it): it may raise to refuse the merge."""
-    out = copy.deepcopy(base)
+    out: dict[str, Any] = _copy_tree(base)
+    _merge_into(out, over, prov=prov, source=source, prefix=prefix, conflict=conflict, loc=loc)
+    return out
+
+
+def _merge_into(out: dict[str, Any], over: dict[str, Any], *, prov: Provenance | None, source: str,
+                prefix: str, conflict: Conflict | None, loc: tuple[str, ...]) -> None:
+    """deep_merge on `out` in place (it is the caller's own copy); what comes from `over` is
+    copied, so `out` never shares a part with `over` (a cached document, doc_cache)."""
     for key, value in over.items():
         path = f"{prefix}.{key}" if prefix else key
         here = (*loc, key)
         if value is None:
             out.pop(key, None)
         elif isinstance(value, dict) and isinstance(out.get(key), dict):
-            out[key] = deep_merge(out[key], value, prov=prov, source=source, prefix=path, conflict=conflict,
-                                  loc=here)
+            _merge_into(out[key], value, prov=prov, source=source, prefix=path, conflict=conflict, loc=here)
         else:
             if conflict is not None and isinstance(value, dict) and out.get(key) is not None:
                 conflict(here, out[key])
-            out[key] = copy.deepcopy(value)
+            out[key] = _copy_tree(value)
         if prov is not None:
             _mark(prov, path, value, source)
-    return out
+
+
+def _copy_tree(value: Any) -> Any:
+    """A deep copy of parsed YAML (mappings, lists, scalars), several times faster than
+    copy.deepcopy, which a catalogue of 1,000 stacks spent a third of its time in."""
+    if isinstance(value, dict):
+        return {k: _copy_tree(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_copy_tree(v) for v in value]
+    return set(value) if isinstance(value, set) else value  # YAML !!set; other scalars are immutable
 
 
 def _mark(prov: Provenance, path: str, value: Any, source: str) -> None:
@@ -77,8 +93,10 @@ class ResolvedDoc:
 
 class Catalogue:
     def __init__(self, stacks_dir: Path, *, overlay: dict[str, Any] | None = None,
-                 overlay_source: str = "node config", image_map: dict[str, str] | None = None):
+                 overlay_source: str = "node config", image_map: dict[str, str] | None = None,
+                 cache: DocCache | None = None):
         self.dir = stacks_dir
+        self.cache = cache
         self.overlay = overlay or {}
         self.overlay_source = overlay_source
         self.image_map = image_map or {}
@@ -125,7 +143,7 @@ class Catalogue:
                     raise
                 raise UserError(f"extends: unknown parent stack {current!r}", where=str(child_path),
                                 fix=f"use one of: {', '.join(self.names())}") from None
-            doc = read_yaml(path)
+            doc = self.cache.read(path) if self.cache is not None else read_yaml(path)
             declared = doc.get("name", path.stem)
             if declared != path.stem:
                 raise UserError(f"name: {declared!r} differs from the file name {path.stem!r}",
@@ -153,10 +171,10 @@ class Catalogue:
                 raise UserError(f"{key}: {what}", where=setter, fix=fix)
 
         for path, doc in zip(reversed(chain), reversed(docs), strict=True):
-            merged = deep_merge(merged, doc, prov=prov, source=str(path), conflict=refuse_bad_dropped)
+            _merge_into(merged, doc, prov=prov, source=str(path), prefix="", conflict=refuse_bad_dropped, loc=())
         if self.overlay:
-            merged = deep_merge(merged, self.overlay, prov=prov, source=self.overlay_source,
-                                conflict=refuse_bad_dropped)
+            _merge_into(merged, self.overlay, prov=prov, source=self.overlay_source, prefix="",
+                        conflict=refuse_bad_dropped, loc=())
         merged["name"] = name
         merged["extends"] = docs[0].get("extends")
         return ResolvedDoc(name=name, data=merged, chain=chain, provenance=prov)
@@ -168,4 +186,11 @@ class Catalogue:
         return stack.model_copy(update={"image": mapped}) if mapped else stack
 
     def load_all(self) -> list[Stack]:
-        return [self.load(n) for n in self.names()]
+        stacks = [self.load(n) for n in self.names()]
+        self.save_cache()
+        return stacks
+
+    def save_cache(self) -> None:
+        """Keep the files parsed so far for the next run (see doc_cache)."""
+        if self.cache is not None:
+            self.cache.save()

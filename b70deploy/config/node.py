@@ -12,6 +12,7 @@ import platformdirs
 
 from ..errors import UserError
 from .catalogue import Catalogue
+from .doc_cache import DocCache
 from .resources import data_dir
 from .schema import IMAGE_RE, NodeConfig
 from .validation import read_yaml, validate
@@ -110,7 +111,7 @@ class Node:
     def catalogue(self) -> Catalogue:
         return Catalogue(self.stacks_dir, overlay=self.config.stack_overlay,
                          overlay_source=f"{self.source or 'node config'}: stack_overlay",
-                         image_map=self.config.image_map)
+                         image_map=self.config.image_map, cache=DocCache(self.state_dir))
 
 
 def load_node(explicit: str | None = None, *, stacks_dir: str | None = None, name: str | None = None) -> Node:

@@ -112,12 +112,20 @@ _StrictLoader.add_constructor("tag:yaml.org,2002:int", _StrictLoader.construct_y
 
 def read_yaml(path: Path) -> dict[str, Any]:
     """Parse `path` as a YAML mapping; any problem is a UserError naming the file."""
+    return parse_yaml(yaml_text(path), path)
+
+
+def yaml_text(path: Path) -> str:
     try:
-        text = path.read_text(encoding="utf-8")
+        return path.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise UserError("file not found", where=str(path), fix="check the path") from None
     except (OSError, UnicodeDecodeError) as e:
         raise UserError(f"cannot read: {e}", where=str(path), fix="check permissions and encoding") from None
+
+
+def parse_yaml(text: str, path: Path) -> dict[str, Any]:
+    """`text` (read from `path`) as a YAML mapping, by read_yaml's rules."""
     try:
         doc = yaml.load(text, Loader=_StrictLoader)  # a SafeLoader subclass
     except _Refused as e:

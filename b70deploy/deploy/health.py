@@ -12,14 +12,17 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 import requests
 from tenacity import RetryCallState, RetryError, Retrying, retry_if_result, wait_exponential
 
 from ..docker.engine import LogFollower, find_container, state_of
-from ..ui.progress import Reporter
 from ..vllmlog.diagnosis import Diagnosis, StallWatch
 from .nodeio import WaitResult
+
+if TYPE_CHECKING:
+    from ..ui.progress import Reporter  # an annotation only: `status` probes /health without rich
 
 Diagnose = Callable[[Sequence[str]], Diagnosis | None]
 SETTLE_SECONDS = 1.0

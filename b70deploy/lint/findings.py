@@ -4,14 +4,16 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from ..config.node import Node
 from ..config.schema import Stack
-from ..docker.image_inspect import ImageFacts
 from ..render.files import Rendered
 from ..render.patches import PatchedFile
 from .kv import MeasuredKV
+
+if TYPE_CHECKING:
+    from ..docker.image_inspect import ImageFacts  # an annotation only: --no-docker never loads the SDK
 
 Severity = Literal["error", "warning"]
 STACK_INVALID = "stack-invalid"  # the one finding no rule emits: the stack file does not load

@@ -5,6 +5,7 @@ Same inputs, same bytes: nothing here reads the clock or the environment.
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -85,6 +86,7 @@ def _env_q(value: object) -> str:
     return f'"{escaped}"'
 
 
+@functools.cache  # one per process: jinja2 compiles each template once per Environment
 def _environment() -> jinja2.Environment:
     env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(str(data_dir("templates"))),

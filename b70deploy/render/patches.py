@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import difflib
 import fnmatch
+import functools
 import hashlib
 import posixpath
 import re
@@ -24,7 +25,7 @@ from typing import Protocol
 from pydantic import Field, field_validator, model_validator
 
 from ..config.schema import Strict, invalid
-from ..config.validation import read_yaml, validate
+from ..config.validation import parse_yaml, validate, yaml_text
 from ..errors import UserError
 from .files import Mount
 
@@ -212,7 +213,12 @@ def apply_patch_text(spec: PatchSpec, original: str) -> str:
 
 
 def load_patch(path: Path) -> PatchSpec:
-    raw = read_yaml(path)
+    return _parsed_patch(path, yaml_text(path))
+
+
+@functools.lru_cache(maxsize=64)  # one parse per file content and process: `lint --all` names a patch 800 times
+def _parsed_patch(path: Path, text: str) -> PatchSpec:
+    raw = parse_yaml(text, path)
     raw.setdefault("name", path.stem)
     spec = validate(PatchSpec, raw, where=str(path))
     if spec.name != path.stem:

@@ -6,10 +6,12 @@ from __future__ import annotations
 import re
 from typing import Any
 
+import pytest
+
 from b70deploy.config.node import Node
 from b70deploy.config.schema import Stack
 from b70deploy.lint import kv, lint_stack
-from b70deploy.lint.gather import build_context
+from b70deploy.lint.gather import RevisionMemory, build_context, measured_kv
 from b70deploy.sim.box import EAGLE3_DRAFT, QWEN3_30B
 from b70deploy.state.revisions import RevisionStore
 
@@ -106,3 +108,28 @@ def test_no_false_alarm_on_the_production_configs(node: Node) -> None:
     w4a16 = node.catalogue().load("w4a16")
     _record(node, w4a16, facts={"kv_cache_tokens": 270_592, "available_kv_gib": 12.39})
     assert _kv(node, w4a16) == []
+
+
+def test_a_lint_of_many_stacks_reads_each_revision_once_and_agrees_with_one_at_a_time(
+        node: Node, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`lint --all` shares one RevisionMemory: the same measurement per stack as a preflight of
+    that stack alone, each revision's files read at most once, none of another image read."""
+    first = _first_boot(node)
+    numbers = [_record(node, first, facts={"available_kv_gib": 11.74 + n / 100}) for n in range(3)]
+    w4a16 = node.catalogue().load("w4a16")
+    _record(node, w4a16.model_copy(update={"image": "intel/vllm:older"}), facts={"available_kv_gib": 1.0})
+    alone = {s.name: measured_kv(node, s) for s in (first, w4a16)}
+    assert alone[first.name] is not None and alone[first.name].revision == numbers[-1]
+    reads: list[int] = []
+    real_get = RevisionStore.get
+
+    def counting(self: RevisionStore, number: int) -> Any:
+        reads.append(number)
+        return real_get(self, number)
+
+    monkeypatch.setattr(RevisionStore, "get", counting)
+    memory = RevisionMemory(RevisionStore(node.state_dir))
+    shared = {s.name: measured_kv(node, s, memory=memory) for s in (first, w4a16, first, w4a16)}
+    assert shared == alone
+    assert sorted(reads) == sorted(set(reads)), "a revision read twice"
+    assert 4 not in reads, "a revision of another image was read"

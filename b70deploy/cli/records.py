@@ -1,0 +1,104 @@
+"""Record commands that only read: status and history. Kept apart from the deploy commands
+so they import no switch machinery and start fast (issue 13: under 300 ms with 10,000
+revisions)."""
+
+from __future__ import annotations
+
+import click
+
+from ..actions import inspect
+from ..ui.output import emit_json, plain_rows, table
+from .base import Ctx, pass_ctx
+
+PAGE = 20  # history's default: the newest rows; --all or -n N for more
+
+@click.command(epilog="Examples: b70deploy status --json | b70deploy status --nodes | b70deploy status --nodes a,b")
+@click.option("--json", "as_json", is_flag=True)
+@click.option("--nodes", "select", is_flag=False, flag_value="all", default=None, metavar="[all|a,b]",
+              help="With an inventory: one row per node (all when no list is given).")
+@click.option("--node", "node_name", metavar="NAME", help="With an inventory: this node's full status.")
+@pass_ctx
+def status(ctx: Ctx, as_json: bool, select: str | None, node_name: str | None) -> None:
+    """What runs now: revision, stack, health, boot facts, image, interrupted runs."""
+    if select is not None:
+        from ..actions.rollout import status_rows  # the switch machinery: only for --nodes
+
+        rows = status_rows(ctx.nodes(select))
+        if as_json:
+            emit_json(rows)
+            return
+        table(["node", "endpoint", "address", "rev", "stack", "outcome", "container", "/health", "healthy s", "lock"],
+              [[r["node"], r["endpoint"], r["address"], r["revision"] or "", r["stack"] or "", r["outcome"] or "",
+                r["container"], r["health"], r["time_to_healthy"] or "",
+                "INTERRUPTED" if r["interrupted"] else ("held" if r["lock"] else "")] for r in rows])
+        healthy = sum(1 for r in rows if r["health"] == 200)
+        click.echo(f"{healthy} of {len(rows)} node(s) healthy")
+        return
+    if node_name is not None:
+        ctx.node_name = node_name
+    st = inspect.status(ctx.node)
+    if as_json:
+        emit_json(st)
+        return
+    cur = st["current"]
+    if cur is None:
+        click.echo("no revision deployed")
+    else:
+        click.echo(f"revision {cur['number']}: {cur['stack']} ({cur['outcome']}), image {cur['image_ref']} "
+                   f"= {str(cur['image_id'])[:19]}, deployed {cur['created']}")
+        for key, value in sorted((st.get("facts") or {}).items()):
+            if not isinstance(value, list | dict):
+                click.echo(f"  {key}: {value}")
+    click.echo(f"container: {st['container'].get('status')}; /health: {st['health']}")
+    lock = st.get("lock")
+    if lock:
+        state = "running" if lock["alive"] else "STALE (process gone)"
+        click.echo(f"lock: {state}: pid {lock['pid']} `{lock['command']}` step {lock['step'] or '-'} since "
+                   f"{lock['since']}")
+    run = st.get("interrupted")
+    if run:
+        click.echo(f"INTERRUPTED: `{run['command']}` stopped at step {run['step']} (revision {run['revision']}); "
+                   f"fix: {run['fix']}")
+    elif st["differs"]:
+        click.echo(f"DIFFERS: {'; '.join(st['differs'])}; fix: {st['fix']}")
+    for gone in st["rollback_images_gone"]:
+        click.echo(f"IMAGE GONE: rollback to revision {gone['revision']} ({gone['stack']}) needs "
+                   f"{str(gone['image_id'])[:19]}; fix: {gone['fix']}")
+
+
+@click.command(epilog="Examples: b70deploy history | b70deploy history -n 100 | b70deploy history --all "
+                    "| b70deploy history --json | b70deploy history --node gpu2")
+@click.option("--json", "as_json", is_flag=True, help="Every revision (or the last N) as JSON.")
+@click.option("-n", "last", type=click.IntRange(min=0), default=None,
+              help=f"Only the last N revisions (default {PAGE} in a table; 0 = all).")
+@click.option("--all", "show_all", is_flag=True, help="Every revision, as plain rows (fast on any count).")
+@click.option("--node", "node_name", metavar="NAME", help="With an inventory: that node's revisions.")
+@pass_ctx
+def history(ctx: Ctx, as_json: bool, last: int | None, show_all: bool, node_name: str | None) -> None:
+    """Every revision: stack, outcome, image, KV tokens, time to healthy.
+
+    A table shows the newest revisions and says how many more there are; --json (unless -n)
+    and --all give every one."""
+    if node_name is not None:
+        ctx.node_name = node_name
+    rows = inspect.history(ctx.node)
+    whole = show_all or last == 0 or (as_json and last is None)
+    keep = len(rows) if whole else (last if last is not None else PAGE)
+    shown = rows[max(len(rows) - keep, 0):]
+    if as_json:
+        emit_json(shown)
+        return
+    headers = ["rev", "stack", "kind", "outcome", "pin", "created", "image", "KV tokens", "healthy s", "message"]
+    cells = [[r["number"], r["stack"], r["kind"], r["outcome"], "*" if r["pinned"] else "", r["created"],
+              r["image_ref"] + (" (GONE)" if r["image_gone"] else ""),
+              f"{r['kv_cache_tokens']:,}" if r.get("kv_cache_tokens") else "",
+              r.get("time_to_healthy") or "", r["message"]] for r in shown]
+    if show_all:
+        plain_rows(headers, cells)  # a terminal table of thousands of rows takes rich seconds
+    else:
+        table(headers, cells)
+    for r in shown:
+        if r["image_gone"]:
+            click.echo(f"revision {r['number']}: image {str(r['image_id'])[:19]} is gone; fix: {r['image_fix']}")
+    if last is None and len(shown) < len(rows):
+        click.echo(f"{len(shown)} newest of {len(rows):,} revisions; --all or -n N for more", err=True)
