@@ -131,12 +131,16 @@ def gone_targets(rows: list[dict[str, Any]], current: int | None) -> list[dict[s
 
 
 def _image_ids() -> set[str] | None:
-    from ..docker.engine import image_ids
+    """Every image id on the engine, or None when it does not answer (the records must still
+    be shown). The docker CLI, not the SDK: `history` starts without importing it."""
+    from ..docker.proc import run
+    from ..errors import B70Error
 
     try:
-        return image_ids()
-    except Exception:  # the engine may be down; the records must still be shown
+        result = run(["docker", "image", "ls", "--all", "--quiet", "--no-trunc"], timeout=10, check=False)
+    except B70Error:
         return None
+    return set(result.stdout.split()) if result.returncode == 0 else None
 
 
 def _fmt(v: Any) -> str:

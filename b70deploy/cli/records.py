@@ -99,6 +99,7 @@ def history(ctx: Ctx, as_json: bool, last: int | None, show_all: bool, node_name
         table(headers, cells)
     for r in shown:
         if r["image_gone"]:
-            click.echo(f"revision {r['number']}: image {str(r['image_id'])[:19]} is gone; fix: {r['image_fix']}")
+            click.echo(f"revision {r['number']}: image {str(r['image_id'])[:19]} is gone; fix: {r['image_fix']}",
+                       err=True)
     if last is None and len(shown) < len(rows):
         click.echo(f"{len(shown)} newest of {len(rows):,} revisions; --all or -n N for more", err=True)

@@ -85,11 +85,6 @@ def image_present(image_id: str) -> bool:
         return False
 
 
-def image_ids() -> set[str]:
-    """The id of every image on the engine (one request, for views that check many revisions)."""
-    return {str(i) for i in client().api.images(quiet=True, all=True)}
-
-
 def tag_image(image_id: str, ref: str) -> None:
     """Point `ref` (repo:tag) at `image_id`, moving it if it named another image."""
     repo, tag = ref.rsplit(":", 1)

@@ -21,7 +21,8 @@ FILES = {"docker-compose.yml": b"services: {}\n", ".env": b"VLLM_IMAGE='x'\n"}
 def revisions(state: Path, count: int) -> None:
     store = RevisionStore(state)
     for n in range(1, count + 1):
-        rev = store.create(stack=f"s{n % 3}", kind="switch", files=FILES, image_ref="img:1", image_id="sha256:x",
+        # No image id: whether an image is gone is the keep tests' (tests/actions/test_keep_engine.py).
+        rev = store.create(stack=f"s{n % 3}", kind="switch", files=FILES, image_ref="img:1", image_id=None,
                            repo_digest=None, operator="me", message=f"m{n}", created="2026-11-30T00:00:00")
         store.update_status(rev.number, outcome="superseded", facts={"kv_cache_tokens": 1000 + n})
 
