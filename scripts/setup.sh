@@ -19,6 +19,7 @@ command -v dockerd >/dev/null 2>&1 || need_apt+=(docker.io)
 [ -x /bin/busybox ] && /bin/busybox --list 2>/dev/null | grep -qx wget || need_apt+=(busybox-static)
 command -v ip >/dev/null 2>&1 || need_apt+=(iproute2)
 [ -x /usr/sbin/sshd ] || need_apt+=(openssh-server)
+command -v hyperfine >/dev/null 2>&1 || need_apt+=(hyperfine)  # benchmarks/scale_bench.py times whole commands
 { [ -x /usr/bin/ssh ] && command -v ssh-keygen >/dev/null 2>&1; } || need_apt+=(openssh-client)
 if [ ${#need_apt[@]} -gt 0 ]; then
   if [ "$(id -u)" -ne 0 ]; then

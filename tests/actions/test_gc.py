@@ -6,20 +6,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import yaml
-from kit.fakenode import FakeNode, stack_files
+from kit.fakenode import FakeNode, Quiet, stack_files
 
 from b70deploy.actions.gc import Gc
 from b70deploy.config.node import Node, load_node
 from b70deploy.state import caches
 from b70deploy.state.statedir import StateDir
-
-
-class Quiet:
-    def phase(self, name: str, detail: str = "") -> None: ...
-    def info(self, message: str) -> None: ...
-    def log_line(self, line: str) -> None: ...
-    def tick(self, status: str) -> None: ...
-    def close(self) -> None: ...
 
 
 def five_revisions(tmp_path: Path) -> tuple[Node, FakeNode]:

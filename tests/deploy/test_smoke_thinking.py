@@ -3,46 +3,20 @@ hold for a thinking model, still fail on garbage, and say why when a trace eats 
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from kit.simthread import Serve, loopback_sims
 
 from b70deploy.config.schema import Stack
 from b70deploy.deploy.smoke import THINKING_ALLOWANCE, TOOL_TOKENS, run_smoke, tool_call_body
-from b70deploy.sim import server as sim
-
-Serve = Callable[..., str]
 
 
 @pytest.fixture
 def serve() -> Iterator[Serve]:
-    """serve(*flags, **env) -> the URL of a sim on 127.0.0.1, serving `m` with hermes tool calls."""
-    running: list[tuple[sim.Server, threading.Thread]] = []
-
-    def start(*flags: str, **env: str) -> str:
-        info: dict[str, sim.Server] = {}
-        ready = threading.Event()
-
-        def on_ready(httpd: sim.Server) -> None:
-            info["httpd"] = httpd
-            ready.set()
-
-        knobs = {"B70SIM_BOOT_SECONDS": "0", "B70SIM_DECODE_TPS": "20000", "B70SIM_PREFILL_TPS": "1e6", **env}
-        argv = ["/models/Qwen/Qwen3-30B-A3B", "--served-model-name", "m", "--max-model-len", "8192",
-                "--enable-auto-tool-choice", "--tool-call-parser", "hermes", "--host", "127.0.0.1", "--port", "0",
-                *flags]
-        thread = threading.Thread(target=sim.serve, args=(argv, knobs, on_ready), daemon=True)
-        thread.start()
-        assert ready.wait(10)
-        running.append((info["httpd"], thread))
-        return f"http://127.0.0.1:{info['httpd'].server_address[1]}"
-
-    yield start
-    for httpd, thread in running:
-        httpd.shutdown()
-        thread.join(5)
+    with loopback_sims("20000") as start:
+        yield start
 
 
 def stack(family: str | None, max_model_len: int = 8192) -> Stack:

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from kit.fakenode import FakeNode, stack_files
+from kit.fakenode import FakeNode, Quiet, stack_files
 
 from b70deploy.actions.rollback import resolve_target
 from b70deploy.config.schema import Smoke, Stack
@@ -46,12 +46,6 @@ def root(tmp_path: Path) -> Iterator[Path]:
         yield Path(d)
 
 
-class Quiet:
-    def phase(self, name: str, detail: str = "") -> None: ...
-    def info(self, message: str) -> None: ...
-    def log_line(self, line: str) -> None: ...
-    def tick(self, status: str) -> None: ...
-    def close(self) -> None: ...
 
 
 def stack(name: str) -> Stack:

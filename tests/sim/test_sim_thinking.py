@@ -6,13 +6,13 @@ come out in one chunk while usage still counts tokens."""
 from __future__ import annotations
 
 import json
-import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import requests
+from kit.simthread import Serve, loopback_sims
 
 from b70deploy.sim import server as sim
 from b70deploy.sim.box import write_models
@@ -22,36 +22,10 @@ WEATHER = [{"type": "function", "function": {"name": "get_weather", "parameters"
 ASK = [{"role": "user", "content": "What is the weather in Paris right now?"}]
 OFF = {"enable_thinking": False}
 
-Serve = Callable[..., str]
-
-
 @pytest.fixture
 def serve() -> Iterator[Serve]:
-    """serve(*flags, **env) -> the URL of a sim on 127.0.0.1 (boot 0, fast decode); stopped after the test."""
-    running: list[tuple[sim.Server, threading.Thread]] = []
-
-    def start(*flags: str, model: str = "/models/Qwen/Qwen3-30B-A3B", **env: str) -> str:
-        info: dict[str, sim.Server] = {}
-        ready = threading.Event()
-
-        def on_ready(httpd: sim.Server) -> None:
-            info["httpd"] = httpd
-            ready.set()
-
-        knobs = {"B70SIM_BOOT_SECONDS": "0", "B70SIM_DECODE_TPS": "2000", "B70SIM_PREFILL_TPS": "1e6", **env}
-        argv = [model, "--served-model-name", "m", "--max-model-len", "8192",
-                "--enable-auto-tool-choice", "--tool-call-parser", "hermes", "--host", "127.0.0.1", "--port", "0",
-                *flags]
-        thread = threading.Thread(target=sim.serve, args=(argv, knobs, on_ready), daemon=True)
-        thread.start()
-        assert ready.wait(10)
-        running.append((info["httpd"], thread))
-        return f"http://127.0.0.1:{info['httpd'].server_address[1]}"
-
-    yield start
-    for httpd, thread in running:
-        httpd.shutdown()
-        thread.join(5)
+    with loopback_sims("2000") as start:
+        yield start
 
 
 def chat(url: str, **body: Any) -> dict[str, Any]:
