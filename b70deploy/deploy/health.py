@@ -85,8 +85,8 @@ def wait_healthy(*, project: str, service: str, health_url: str, timeout: float,
         st = state_of(container)
         if st.status in ("exited", "dead", "missing") or st.restart_count > first.restart_count \
                 or st.status == "restarting":
-            follower.ended.wait(1.0)  # let the last lines in
-            found = diagnose(follower.lines) if diagnose is not None else None
+            lines = follower.settle(1.0)  # let the last lines in
+            found = diagnose(lines) if diagnose is not None else None
             raise BootFailed(f"the {service} container exited (code {st.exit_code})", found, st.exit_code)
         stalled = watch.check(clock()) if watch is not None else None
         if stalled is not None:

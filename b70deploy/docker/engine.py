@@ -168,6 +168,7 @@ class LogFollower:
     changed: threading.Event = field(default_factory=threading.Event)
     ended: threading.Event = field(default_factory=threading.Event)
     _thread: threading.Thread | None = None
+    _done: bool = False
 
     def start(self) -> LogFollower:
         self._thread = threading.Thread(target=self._run, name="log-follower", daemon=True)
@@ -190,7 +191,23 @@ class LogFollower:
             self.ended.set()
             self.changed.set()
 
+    def settle(self, seconds: float) -> list[str]:
+        """The log of a container that ended: what the stream brought within `seconds`, or, when
+        it brought nothing (its stream not started yet: a remote engine under load), one read of
+        the whole log instead."""
+        self.ended.wait(seconds)
+        if not self.lines:
+            try:
+                text = self.container.logs(stdout=True, stderr=True).decode(errors="replace")
+            except Exception:  # gone already: nothing more to read
+                text = ""
+            self._done = True  # the stream, should it start now, would repeat these lines
+            self.lines.extend(line.rstrip("\r") for line in text.splitlines())
+        return self.lines
+
     def _emit(self, line: str) -> None:
+        if self._done:
+            return
         self.lines.append(line)
         self.recent.append(line)
         if self.on_line is not None:

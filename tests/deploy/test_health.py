@@ -72,6 +72,10 @@ class FakeFollower:
         self.deliver_until(self.script.clock.now)
         return self
 
+    def settle(self, seconds: float) -> list[str]:
+        self.deliver_until(self.script.clock.now + seconds)
+        return self.lines
+
     def deliver_until(self, t: float) -> None:
         clock = self.script.clock
         while self.pending and self.pending[0][0] <= t:
