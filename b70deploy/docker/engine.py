@@ -110,7 +110,7 @@ def untag(ref: str) -> tuple[bool, str | None]:
 
 
 def find_container(project: str, service: str) -> Any | None:
-    found = client().containers.list(all=True, filters={
+    found = client().containers.list(all=True, ignore_removed=True, filters={  # removed meanwhile: gone
         "label": [f"com.docker.compose.project={project}", f"com.docker.compose.service={service}"]})
     return found[0] if found else None
 
@@ -120,7 +120,7 @@ def remove_strays(project: str, service: str) -> list[str]:
     `<project>-<service>-1`: an interrupted `up --force-recreate` leaves the old one renamed
     `<id>_<project>-<service>-1`, and the next `up` then fails on the name or serves from it."""
     canonical = f"{project}-{service}-1"
-    found = client().containers.list(all=True, filters={
+    found = client().containers.list(all=True, ignore_removed=True, filters={
         "label": [f"com.docker.compose.project={project}", f"com.docker.compose.service={service}"]})
     removed = []
     for c in found:

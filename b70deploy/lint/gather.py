@@ -139,7 +139,7 @@ def _port_owner(node: Node, client: Any) -> str | None:
         except OSError as e:
             if e.errno != errno.EADDRINUSE:
                 return None
-    for c in client.containers.list():
+    for c in client.containers.list(ignore_removed=True):  # one removed meanwhile is not an owner
         ports = (c.attrs.get("NetworkSettings") or {}).get("Ports") or {}
         bound = any(str(b.get("HostPort")) == str(port) for binds in ports.values() if binds for b in binds)
         if bound:
