@@ -73,11 +73,17 @@ def journal(node: SimNode) -> list[dict[str, Any]]:
 
 
 def report_lag(node: SimNode, since: float, *, codes: tuple[str, ...]) -> float:
-    """Seconds from the crashed container's exit to the journaled failure of wait-healthy."""
+    """Seconds from the crashed container's exit to the journaled failure of wait-healthy; 0 when
+    the tool named the failure from its log line before the process was done exiting (the tool
+    then removes the container at once: its exit is our kill, 137)."""
     failed = [e for e in journal(node) if e["event"] == "step-failed" and e["step"] == "wait-healthy"][-1]
-    exits = [t for t, code in died(node, since) if t < failed["ts"] + 5 and code in codes]
-    assert exits, f"no exit with code {codes} seen before the failure was journaled"
-    return float(failed["ts"] - exits[0])
+    ends = [(t, code) for t, code in died(node, since) if t < failed["ts"] + 5 and code in (*codes, "137")]
+    assert ends, f"no exit with code {codes} seen near the journaled failure: {died(node, since)}, {failed}"
+    when, code = ends[0]
+    if code == "137":
+        assert when >= failed["ts"], f"killed before the failure was named: {ends}, {failed}"
+        return 0.0
+    return float(failed["ts"] - when)
 
 
 def back_on_baseline(node: SimNode) -> None:
