@@ -134,7 +134,7 @@ def case_port(node: Node) -> LintContext:
     class NoContainers:
         class containers:  # mimics docker.DockerClient.containers
             @staticmethod
-            def list() -> list[Any]:
+            def list(ignore_removed: bool = False) -> list[Any]:
                 return []
 
     ctx = _ctx(node, "w4a16")
