@@ -31,7 +31,12 @@ cleanup() {
     nets=$(docker network ls -q --filter "label=com.docker.compose.project=$p")
     [ -z "$nets" ] || docker network rm $nets >/dev/null
   done
-  [ -n "${B70_DEMO_DIR:-}" ] || rm -rf "$work"
+  if [ -z "${B70_DEMO_DIR:-}" ]; then
+    # The revisions go with $work, and so do the keep tags that protected their images.
+    tags=$(docker images --format '{{.Repository}}:{{.Tag}}' b70deploy/keep | grep -E "^b70deploy/keep:$project-[0-9]+$" || true)
+    [ -z "$tags" ] || docker rmi $tags >/dev/null
+    rm -rf "$work"
+  fi
 }
 trap cleanup EXIT
 
