@@ -61,6 +61,8 @@ from switch_bench import (
     started_instant,
 )
 
+from b70deploy.docker.compose import Compose
+
 MODEL = "qwen3-30b-a3b-w4a16"  # the bench stacks' served name
 HAND_POLL = 5.0                # the report's by-hand /health poll
 
@@ -135,8 +137,7 @@ class Hand:
     port: int
 
     def argv(self, *args: str) -> list[str]:
-        return ["docker", "compose", "--project-directory", str(self.folder), "-f",
-                str(self.folder / "docker-compose.yml"), "-p", self.project, "--profile", "gpu", *args]
+        return [*Compose(self.folder, self.project).base(), *args]  # the same `docker compose` line
 
     def compose(self, *args: str) -> None:
         subprocess.run(self.argv(*args), capture_output=True, text=True, timeout=300, check=True)

@@ -43,6 +43,7 @@ from typing import Any
 
 import yaml
 
+from b70deploy.docker.compose import Compose
 from b70deploy.docker.keep import REPO as KEEP_REPO
 from b70deploy.docker.keep import revision_of
 from b70deploy.sim.image import TAGS as SIM_TAGS
@@ -309,8 +310,7 @@ class ComposeSide:
     port: int
 
     def argv(self, *args: str) -> list[str]:
-        return ["docker", "compose", "--project-directory", str(self.folder), "-f",
-                str(self.folder / "docker-compose.yml"), "-p", self.project, "--profile", "gpu", *args]
+        return [*Compose(self.folder, self.project).base(), *args]  # the same `docker compose` line
 
     def up_wait(self, wait_timeout: float, *, probe: bool = False) -> tuple[subprocess.CompletedProcess[str], float,
                                                                              float, float, float | None]:

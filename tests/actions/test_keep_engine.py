@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 
 import pytest
-import requests
 from kit.simnode import SimNode, docker
 
 from b70deploy.docker.keep import keep_tag
@@ -34,18 +33,6 @@ def tags_of(image_id: str) -> list[str]:
     return sorted(json.loads(out) or [])
 
 
-def serves(node: SimNode) -> str:
-    """The stack the node answers with: its container's label, after a completion that says Paris."""
-    url = f"http://127.0.0.1:{node.prod}"
-    model = requests.get(f"{url}/v1/models", timeout=5).json()["data"][0]["id"]
-    done = requests.post(f"{url}/v1/completions", timeout=10,
-                         json={"model": model, "prompt": "The capital of France is", "max_tokens": 4}).json()
-    assert "Paris" in done["choices"][0]["text"], done
-    ids = docker("ps", "-q", "--filter", f"label=com.docker.compose.project={node.project}",
-                 "--filter", "label=com.docker.compose.service=vllm").stdout.split()
-    return docker("inspect", "-f", '{{index .Config.Labels "b70deploy.stack"}}', ids[0]).stdout.strip()
-
-
 def test_prune_after_the_tag_moved_keeps_the_rollback_and_gc_frees_what_pruned_revisions_kept(
         node: SimNode) -> None:
     old = node.own_image("old")
@@ -67,7 +54,7 @@ def test_prune_after_the_tag_moved_keeps_the_rollback_and_gc_frees_what_pruned_r
     docker("tag", SIM_TAGS["bash-c-drift"], node.tags["bash-c"])
     r = node.cli("rollback", "1", "--yes", check=True)
     assert "node on revision 3 (alpha)" in r.stdout
-    assert serves(node) == "alpha" and node.running_image() == old
+    assert node.answers() == "alpha" and node.running_image() == old
 
     # Revision 2 (beta, on `new`) is pruned; 1 is pinned, 3 is current: only 2's keep tag holds `new`.
     node.cli("pin", "1", check=True)
@@ -88,7 +75,7 @@ def test_prune_after_the_tag_moved_keeps_the_rollback_and_gc_frees_what_pruned_r
     assert (cache / str(image_key(old))).is_dir()
     assert tags_of(old) == [keep_tag(node.project, 1), keep_tag(node.project, 3)]  # pinned and current stay
     prune(node)
-    assert present(old) and serves(node) == "alpha"
+    assert present(old) and node.answers() == "alpha"
     assert node.json("gc", "--dry-run") == []
 
 
@@ -120,4 +107,4 @@ def test_a_gone_image_is_named_by_status_and_history_and_rollback_refuses_before
     assert "fix: docker load -i FILE" in r.stderr and "Traceback" not in r.stderr
     after = docker("ps", "-q", "--filter", f"label=com.docker.compose.project={node.project}",
                    "--filter", "label=com.docker.compose.service=vllm").stdout.split()
-    assert after == before and serves(node) == "beta"
+    assert after == before and node.answers() == "beta"

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import requests
 import simkit
 import yaml
 
@@ -63,11 +64,27 @@ class SimNode:
         assert built.returncode == 0, built.stderr
         return docker("image", "inspect", "-f", "{{.Id}}", tag).stdout.strip()
 
+    def containers(self, service: str) -> list[str]:
+        return docker("ps", "-q", "--filter", f"label=com.docker.compose.project={self.project}",
+                      "--filter", f"label=com.docker.compose.service={service}").stdout.split()
+
     def running_image(self) -> str:
-        out = docker("ps", "-q", "--filter", f"label=com.docker.compose.project={self.project}",
-                     "--filter", "label=com.docker.compose.service=vllm").stdout.split()
+        out = self.containers("vllm")
         assert len(out) == 1, out
         return docker("inspect", "-f", "{{.Image}}", out[0]).stdout.strip()
+
+    def answers(self) -> str:
+        """Asked of the node from outside: /health, a completion that says Paris, and the stack
+        label of the one vllm container that serves it."""
+        url = f"http://127.0.0.1:{self.prod}"
+        assert requests.get(f"{url}/health", timeout=5).status_code == 200
+        model = requests.get(f"{url}/v1/models", timeout=5).json()["data"][0]["id"]
+        done = requests.post(f"{url}/v1/completions", timeout=10,
+                             json={"model": model, "prompt": "The capital of France is", "max_tokens": 4}).json()
+        assert "Paris" in done["choices"][0]["text"], done
+        ids = self.containers("vllm")
+        assert len(ids) == 1, ids
+        return docker("inspect", "-f", '{{index .Config.Labels "b70deploy.stack"}}', ids[0]).stdout.strip()
 
 
 def write_stacks(folder: Path, image: str) -> None:
