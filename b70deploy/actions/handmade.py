@@ -170,8 +170,11 @@ def _check_in(folder: Path, node: Node, files: Mapping[str, bytes], *, name: str
               inspector: ImageInspector) -> Checked:
     doc, error = compose_config(files, node.project, folder)
     if doc is None:
-        raise UserError(f"docker compose config rejects the files: {error}", where=where,
-                        fix="give the .env saved with this compose file (--env FILE); every ${VAR} must be set")
+        # Compose names our scratch copy; the operator knows the file by `where`.
+        said = str(error).replace(f"{folder}/", "")
+        raise UserError(f"docker compose config rejects the files: {said}", where=where,
+                        fix="`docker compose -f FILE config` shows the whole error; a ${VAR} it needs comes from "
+                            "the .env saved with it (--env FILE)")
     vllm = (doc.get("services") or {}).get(VLLM)
     if not isinstance(vllm, dict) or not vllm.get("image"):
         raise UserError(f"no service {VLLM!r} with an image in the compose file", where=where,
