@@ -16,11 +16,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import platformdirs
 import yaml
 
 from ..config.compose_folder import references
-from ..config.node import CWD_NAME, SYSTEM_PATH
+from ..config.node import CWD_NAME, SYSTEM_PATH, default_state_dir
 from ..config.schema import NodeConfig
 from ..config.validation import validate
 from ..deploy.nodeio import VLLM
@@ -169,7 +168,7 @@ def plan(d: Discovery, state_dir: Path | None = None) -> InitPlan:
     if state_dir is not None:
         put("state_dir", str(state_dir.absolute()), "--state-dir")
     else:
-        put("state_dir", str(SYSTEM_STATE if root else Path(platformdirs.user_state_dir("b70deploy"))),
+        put("state_dir", str(SYSTEM_STATE if root else default_state_dir()),
             "running as root: the system state folder" if root else "not root: the user state folder (platformdirs)")
     p, doc = d.chosen, d.compose
     if p is None or doc is None:

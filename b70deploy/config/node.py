@@ -178,7 +178,7 @@ def _member(cfg: NodeConfig, raw: dict[str, object], path: Path | None, name: st
     # The state store of every node, remote or not, lives here on the operator's machine
     # (we run nothing on the hosts): <state_dir>/nodes/<name>, and likewise the deploy dir.
     base = path.parent if path is not None else Path.cwd()
-    for key, default in (("state_dir", _default_state()), ("deploy_dir", _default_deploy())):
+    for key, default in (("state_dir", default_state_dir()), ("deploy_dir", _default_deploy())):
         if key not in entry:
             top = raw.get(key)
             root = default if not isinstance(top, str) else _absolute(top, base)
@@ -187,7 +187,7 @@ def _member(cfg: NodeConfig, raw: dict[str, object], path: Path | None, name: st
     return _build(node_cfg, path, stacks_dir, f"{where}: nodes.{name}", name=name)
 
 
-def _default_state() -> Path:
+def default_state_dir() -> Path:
     return Path(platformdirs.user_state_dir("b70deploy"))
 
 
@@ -212,7 +212,7 @@ def _build(cfg: NodeConfig, path: Path | None, stacks_dir: str | None, where: st
     def absolute(value: str | None, default: Path) -> Path:
         return default if value is None else _absolute(value, base)
 
-    state = absolute(cfg.state_dir, _default_state())
+    state = absolute(cfg.state_dir, default_state_dir())
     deploy = absolute(cfg.deploy_dir, _default_deploy())
     if deploy.resolve() == state.resolve():
         raise UserError("deploy_dir and state_dir are the same folder", where=where,
