@@ -22,7 +22,7 @@ CLI, their catcher turns them into a result or into a B70Error):
     +-- ApiError                   sim/server.py: the simulator's HTTP error reply (not the package's)
     BaseException
     +-- KeyboardInterrupt          Ctrl-C: the running step and the steps done are undone, exit 130
-    |   +-- Terminated             errors.py: SIGTERM, handled as Ctrl-C is (cli/__init__.py), exit 143
+    |   +-- Terminated             errors.py: SIGTERM, handled as Ctrl-C is (interrupts.py), exit 143
     +-- Killed                     deploy/runner.py: SIGKILL in tests that drive the runner in-process
 """
 

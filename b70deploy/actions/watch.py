@@ -15,6 +15,7 @@ from typing import Any
 import requests
 from docker.errors import DockerException
 
+from .. import interrupts
 from ..config.node import Node
 from ..deploy.nodeio import VLLM
 from ..docker import engine
@@ -65,6 +66,7 @@ class WatchNode:
         emit(_line("watch.start", None, f"watching {self.node.label} every {self.every:g} s"))
         try:
             while True:
+                interrupts.check()  # a SIGTERM swallowed by a finalizer still stops watch
                 try:
                     look = observer.look()
                 except (B70Error, DockerException, requests.RequestException, OSError) as e:

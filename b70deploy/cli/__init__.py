@@ -4,30 +4,23 @@ line and an exit code."""
 from __future__ import annotations
 
 import os
-import signal
 import sys
 from typing import Any, NoReturn
 
 import click
 
+from .. import interrupts
 from ..errors import EXIT_BAD_INPUT, EXIT_FAILED, B70Error, Terminated
 from .base import cli
 
 __all__ = ["cli", "main"]
 
 
-def _terminated(signum: int, frame: object) -> None:
-    raise Terminated(f"signal {signum}")
-
-
 def main(argv: list[str] | None = None) -> None:
     # SIGTERM (systemd, docker stop, kill) interrupts like Ctrl-C: the runner undoes the
     # running step and the ones done, instead of the process ending between two effects.
-    before = signal.signal(signal.SIGTERM, _terminated)
-    try:
+    with interrupts.installed():
         _main(argv)
-    finally:
-        signal.signal(signal.SIGTERM, before)  # main may run inside another program (the tests)
 
 
 def _main(argv: list[str] | None) -> None:

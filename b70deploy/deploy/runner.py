@@ -22,6 +22,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
+from .. import interrupts
 from ..state.journal import Journal
 from ..ui.progress import Reporter
 
@@ -113,6 +114,7 @@ class Runner(Generic[S]):
             started = False  # an interrupt can land between two steps too (a hook, a journal line)
             t0 = time.monotonic()
             try:
+                interrupts.check()  # a signal a finalizer swallowed still stops the run here
                 self.fault("before", step.name)
                 if self.on_step is not None:
                     self.on_step(step.name)

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from b70deploy import interrupts
 from b70deploy.deploy.runner import Runner, Step, StepFailed
+from b70deploy.errors import Terminated
 from b70deploy.state.journal import Journal
 from b70deploy.ui.progress import PlainReporter
 
@@ -61,6 +65,35 @@ def test_no_compensation_when_asked(tmp_path: Path) -> None:
     with pytest.raises(StepFailed):
         runner.run(steps(state, fail_at="c"), state, compensate=False)
     assert state == ["a", "b"]
+
+
+class SignalsItsOwnEnd:
+    """Collected while the main thread runs: SIGTERM lands inside its __del__, where Python
+    prints "Exception ignored" and carries on (a closing socket or connection pool, in life)."""
+
+    def __del__(self) -> None:
+        os.kill(os.getpid(), signal.SIGTERM)
+
+
+def test_a_sigterm_a_finalizer_swallowed_still_stops_the_run_before_the_next_step(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    swallowed: list[sys.UnraisableHookArgs] = []
+    monkeypatch.setattr(sys, "unraisablehook", swallowed.append)  # where "Exception ignored" comes from
+    state: list[str] = []
+
+    def b(s: list[str]) -> None:
+        s.append("b")
+        SignalsItsOwnEnd()  # made and collected at once
+
+    sequence = steps(state)
+    sequence[1] = Step("b", "", b)
+    runner: Runner[list[str]] = Runner(Journal(tmp_path), PlainReporter(), command="t")
+    runner.start({})
+    with interrupts.installed(), pytest.raises(StepFailed) as info:
+        runner.run(sequence, state)
+    assert [type(u.exc_value) for u in swallowed] == [Terminated]  # Python did swallow it
+    assert info.value.step == "c" and isinstance(info.value.error, Terminated)
+    assert state == ["a", "b", "undo-a"]  # c and d never ran; what ran was undone
 
 
 SCRIPT = """

@@ -36,7 +36,11 @@ def running_stack(w: Watched) -> str:
 def stop_watch(w: Watched) -> None:
     proc = w.procs[-1]
     proc.send_signal(signal.SIGTERM)
-    assert proc.wait(30) == 0
+    try:
+        code = proc.wait(30)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"watch did not stop within 30 s of SIGTERM; its last lines: {w.lines[-30:]}")
+    assert code == 0, w.lines[-30:]
     time.sleep(0.2)  # the reader thread takes the last lines
     assert any(" watch.stop" in line for line in w.lines), w.lines
 
