@@ -35,8 +35,8 @@ FACT_ROWS = [
 
 def status(node: Node) -> dict[str, Any]:
     """What runs, what the records say, and, where they differ, what and the one fix."""
-    from ..deploy.health import probe_health
-    from ..docker.engine import find_container, state_of
+    from ..deploy.probe import probe_health
+    from ..docker.containers import inspect_service, state_from
     from ..state.lock import holder_info
 
     store = RevisionStore(node.state_dir)
@@ -47,9 +47,9 @@ def status(node: Node) -> dict[str, Any]:
         out["facts"] = cur.status.facts
     labels: dict[str, str] = {}
     try:
-        container = find_container(node.project, VLLM)
-        st = state_of(container)
-        labels = dict(container.labels) if container is not None else {}
+        attrs = inspect_service(node.project, VLLM)
+        st = state_from(attrs)
+        labels = dict((attrs or {}).get("Config", {}).get("Labels") or {})
         out["container"] = {"status": st.status, "exit_code": st.exit_code, "image_id": st.image_id,
                             "stack": labels.get("b70deploy.stack"), "working_dir": labels.get(WORKING_DIR)}
     except Exception as e:  # the engine may be down; status must still answer
@@ -90,10 +90,10 @@ def differences(node: Node, cur: Revision | None, st: dict[str, Any]) -> tuple[l
 def drift(node: Node, cur: Revision, box: dict[str, Any]) -> list[str]:
     """How the deploy dir and the vllm container (`box`: its stack label, image id and compose
     working dir) differ from revision `cur`: a hand-run compose, another tool, a hand edit."""
-    from ..docker.node import DockerNode
+    from ..deploy.deploydir import read_deployed
 
     found: list[str] = []
-    live = DockerNode.production(node).read_deployed()
+    live = read_deployed(node.deploy_dir)
     want = cur.read_files()
     changed = sorted(n for n in set(live) | set(want) if live.get(n) != want.get(n))
     if changed:
