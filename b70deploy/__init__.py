@@ -14,7 +14,8 @@ Module map: each room is one concern; a change goes to the room its concern name
                  edits of files inside images (patches), the EAGLE draft copy (draft); and
                  back: a compose service -> a stack (from_compose), a corrected file -> a
                  patch's edits (patch_derive)
-    docker/      the engine: SDK client and containers (engine), which engine (endpoint),
+    docker/      the engine: SDK client and containers (engine), a container's state through
+                 the docker CLI for fast read-only commands (containers), which engine (endpoint),
                  `docker compose` argv (compose), subprocesses (proc), image probing
                  (image_inspect), the keep tags that protect revisions' images (keep), the
                  hand-run Compose projects on an engine (discover), and
@@ -24,8 +25,9 @@ Module map: each room is one concern; a change goes to the room its concern name
                  atomic files and the one file-mode rule (fsio), who and when (stamps)
     deploy/      the switch: the immutable plan (plan), the seam every effect goes through
                  (nodeio), the steps and their compensations (steps), the journaling runner
-                 (runner), lock + run + resume + Outcome (driver), the health wait (health),
-                 smoke tests (smoke), idle readings (verify), the multi-node rollout plan (rollout)
+                 (runner), lock + run + resume + Outcome (driver), the health wait (health) and
+                 one GET /health (probe), smoke tests (smoke), idle readings (verify), the
+                 multi-node rollout plan (rollout), which deploy-dir files are ours (deploydir)
     vllmlog/     what vLLM's log says: boot facts and expectations (bootlog), fatal signatures
                  and stalls (diagnosis)
     ui/          terminal output: live progress (progress), tables and JSON (output)

@@ -5,8 +5,9 @@ Builds one throwaway node (a temp folder) and times whole `b70deploy` processes 
 `render STACK --no-docker` and `--help`, each with hyperfine (warm-up runs, then `--runs`
 counted runs; median, min and max), for two checkouts side by side: BEFORE (a checkout given
 by `--before`, e.g. a worktree of main at a7331d0) and AFTER (this checkout), each run with
-PYTHONPATH at its checkout and stdout a pipe (plain rows), on its own copy of the state dir
-(an older checkout may rewrite the index in its own format).
+PYTHONPATH and the working directory at its checkout (compiled to bytecode first) and stdout
+a pipe (plain rows), on its own copy of the state dir (an older checkout may rewrite the
+index in its own format).
 
 How the node is built:
   - revisions: the first `--api-revisions` (200) through the real API (`RevisionStore.create`
@@ -222,11 +223,11 @@ def side_config(root: Path, side: str, state: str, info: dict[str, Any]) -> Path
     return path
 
 
-def hyperfine(label: str, argv: list[str], runs: int, warmup: int, out: Path) -> dict[str, Any]:
-    """hyperfine's numbers for one command line, run without a shell (-N); output to a pipe."""
+def hyperfine(label: str, argv: list[str], runs: int, warmup: int, out: Path, cwd: Path) -> dict[str, Any]:
+    """hyperfine's numbers for one command line, run without a shell (-N) in `cwd`; output to a pipe."""
     subprocess.run(["hyperfine", "-N", "--style", "none", "--runs", str(runs), "--warmup", str(warmup),
                     "--ignore-failure", "--export-json", str(out), f"--command-name={label}", shlex.join(argv)],
-                   check=True, stdout=subprocess.DEVNULL)
+                   check=True, stdout=subprocess.DEVNULL, cwd=cwd)
     result = json.loads(out.read_text())["results"][0]
     times = sorted(result["times"])
     # CPU seconds (user + system, hyperfine's mean) move less than wall time on a busy machine.
@@ -248,8 +249,10 @@ def time_sides(root: Path, info: dict[str, Any], sides: dict[str, Path], runs: i
             argv += args if args == ["--help"] else ["--config", str(side_config(root, side, state, info)), *args]
             for attempt in (1, 2, 3):  # a run that failed (the shared venv being reinstalled) is redone
                 print(f"  {label} ({side})", file=sys.stderr)
+                # cwd: `python -m` puts the current directory first on sys.path, before PYTHONPATH; run
+                # anywhere else (a checkout), both sides would import that checkout's b70deploy.
                 results[label][side] = got = hyperfine(f"{label} ({side})", argv, runs, warmup,
-                                                       root / "hyperfine.json")
+                                                       root / "hyperfine.json", cwd=checkout)
                 if got["exit_codes"] == [0]:
                     break
                 print(f"  exit codes {got['exit_codes']}: again ({attempt} of 3)", file=sys.stderr)
@@ -294,6 +297,11 @@ def main(argv: list[str] | None = None) -> int:
         info = build(root, args.revisions, args.stacks, args.api_revisions)
         sides = {"before": Path(args.before).resolve()} if args.before else {}
         sides["after"] = REPO
+        for checkout in sides.values():
+            # Bytecode for both sides, as an installed package has it: with PYTHONDONTWRITEBYTECODE
+            # set, a checkout without __pycache__ would compile every module on every run.
+            subprocess.run([sys.executable, "-m", "compileall", "-q", str(checkout / "b70deploy")], check=True,
+                           stdout=subprocess.DEVNULL)
         results = time_sides(root, info, sides, args.runs, args.warmup)
     finally:
         if not args.keep:

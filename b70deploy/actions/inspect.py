@@ -5,9 +5,12 @@ differ and the lock (psutil, filelock) are imported by the view that uses them, 
 
 from __future__ import annotations
 
+import contextvars
 import io
 import os
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from ..deploy.nodeio import VLLM
 from ..errors import UserError
@@ -18,6 +21,7 @@ if TYPE_CHECKING:
     from ..config.node import Node
     from ..state.lock import Holder
 
+T = TypeVar("T")
 WORKING_DIR = "com.docker.compose.project.working_dir"  # where compose ran: ours is the deploy dir
 
 FACT_ROWS = [
@@ -35,36 +39,51 @@ FACT_ROWS = [
 
 def status(node: Node) -> dict[str, Any]:
     """What runs, what the records say, and, where they differ, what and the one fix."""
-    from ..deploy.health import probe_health
-    from ..docker.engine import find_container, state_of
+    from ..deploy.probe import probe_health
     from ..state.lock import holder_info
 
-    store = RevisionStore(node.state_dir)
-    cur = store.current()
-    out: dict[str, Any] = {"node": node.project, "deploy_dir": str(node.deploy_dir),
-                           "state_dir": str(node.state_dir), "current": cur.summary() if cur else None}
-    if cur is not None:
-        out["facts"] = cur.status.facts
-    labels: dict[str, str] = {}
-    try:
-        container = find_container(node.project, VLLM)
-        st = state_of(container)
-        labels = dict(container.labels) if container is not None else {}
-        out["container"] = {"status": st.status, "exit_code": st.exit_code, "image_id": st.image_id,
-                            "stack": labels.get("b70deploy.stack"), "working_dir": labels.get(WORKING_DIR)}
-    except Exception as e:  # the engine may be down; status must still answer
-        out["container"] = {"status": f"unknown ({e})"}
-    code = probe_health(f"http://{node.address}:{node.config.ports.prod}/health")
-    out["health"] = code if code is not None else "refused"
-    out["lock"] = holder_info(node.state_dir)
-    run = Journal(node.state_dir).last_run()
-    if run is not None and not run.finished:
-        out["interrupted"] = {"command": run.command, "step": run.last_step, "run": run.run_id,
-                              "revision": run.context.get("revision"), "previous": run.context.get("previous"),
-                              "fix": "b70deploy resume (finish it) or b70deploy rollback (undo it)"}
-    out["differs"], out["fix"] = differences(node, cur, out)
-    out["rollback_images_gone"] = gone_targets(history(node), cur.number if cur else None)
+    with ThreadPoolExecutor(max_workers=3) as pool:
+        # The engine and /health answer (the docker CLI: ~20 ms a call) while the records are read here.
+        box = _soon(pool, _container, node)
+        health = _soon(pool, probe_health, f"http://{node.address}:{node.config.ports.prod}/health")
+        present = _soon(pool, _image_ids)
+        store = RevisionStore(node.state_dir)
+        cur = store.current()
+        rows = store.index()
+        out: dict[str, Any] = {"node": node.project, "deploy_dir": str(node.deploy_dir),
+                               "state_dir": str(node.state_dir), "current": cur.summary() if cur else None}
+        if cur is not None:
+            out["facts"] = cur.status.facts
+        out["lock"] = holder_info(node.state_dir)
+        run = Journal(node.state_dir).last_run()
+        if run is not None and not run.finished:
+            out["interrupted"] = {"command": run.command, "step": run.last_step, "run": run.run_id,
+                                  "revision": run.context.get("revision"), "previous": run.context.get("previous"),
+                                  "fix": "b70deploy resume (finish it) or b70deploy rollback (undo it)"}
+        out["container"] = box.result()
+        code = health.result()
+        out["health"] = code if code is not None else "refused"
+        out["differs"], out["fix"] = differences(node, cur, out)
+        out["rollback_images_gone"] = gone_targets(_marked(rows, present.result()), cur.number if cur else None)
     return out
+
+
+def _soon(pool: ThreadPoolExecutor, fn: Callable[..., T], *args: Any) -> Future[T]:
+    """`fn(*args)` in a worker, in this thread's context: the node's engine endpoint (docker/endpoint.py)."""
+    return pool.submit(contextvars.copy_context().run, fn, *args)
+
+
+def _container(node: Node) -> dict[str, Any]:
+    from ..docker.containers import inspect_service, state_from
+
+    try:
+        attrs = inspect_service(node.project, VLLM)
+    except Exception as e:  # the engine may be down; status must still answer
+        return {"status": f"unknown ({e})"}
+    st = state_from(attrs)
+    labels = dict((attrs or {}).get("Config", {}).get("Labels") or {})
+    return {"status": st.status, "exit_code": st.exit_code, "image_id": st.image_id,
+            "stack": labels.get("b70deploy.stack"), "working_dir": labels.get(WORKING_DIR)}
 
 
 def differences(node: Node, cur: Revision | None, st: dict[str, Any]) -> tuple[list[str], str | None]:
@@ -90,10 +109,10 @@ def differences(node: Node, cur: Revision | None, st: dict[str, Any]) -> tuple[l
 def drift(node: Node, cur: Revision, box: dict[str, Any]) -> list[str]:
     """How the deploy dir and the vllm container (`box`: its stack label, image id and compose
     working dir) differ from revision `cur`: a hand-run compose, another tool, a hand edit."""
-    from ..docker.node import DockerNode
+    from ..deploy.deploydir import read_deployed
 
     found: list[str] = []
-    live = DockerNode.production(node).read_deployed()
+    live = read_deployed(node.deploy_dir)
     want = cur.read_files()
     changed = sorted(n for n in set(live) | set(want) if live.get(n) != want.get(n))
     if changed:
@@ -112,10 +131,16 @@ def drift(node: Node, cur: Revision, box: dict[str, Any]) -> list[str]:
 def history(node: Node) -> list[dict[str, Any]]:
     """Every revision's summary, with `image_gone` (None: the engine did not answer) and, for a
     gone image, `image_fix`: how to get that exact image back."""
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        present = _soon(pool, _image_ids)  # the engine answers while the index is read
+        rows = RevisionStore(node.state_dir).index()
+        return _marked(rows, present.result())
+
+
+def _marked(rows: list[dict[str, Any]], present: set[str] | None) -> list[dict[str, Any]]:
+    """`rows` with `image_gone` and `image_fix` set (see history)."""
     from ..docker.keep import recovery
 
-    rows = RevisionStore(node.state_dir).index()
-    present = _image_ids()
     for row in rows:
         image_id = row.get("image_id")
         row["image_gone"] = None if present is None or not image_id else image_id not in present

@@ -15,7 +15,6 @@ from typing import TYPE_CHECKING
 from ..config.node import Node
 from ..config.schema import Stack
 from ..config.secrets_file import load_secrets
-from ..docker.engine import image_info
 from ..errors import B70Error
 from ..lint import lint_stack
 from ..lint.gather import draft_path_for, preflight
@@ -60,6 +59,8 @@ class Deployable:
 
 def prepare_deploy(node: Node, name: str, *, port: int | None = None, project: str | None = None) -> Deployable:
     """The files a deployment of `name` writes, and lint's findings on them."""
+    from ..docker.engine import image_info  # the SDK (~0.1 s): `render --no-docker` never asks the engine
+
     stack = node.catalogue().load(name)
     info = image_info(stack.image)
     ctx = preflight(node, stack, pin_image=info.id, port=port, project=project)

@@ -1,6 +1,6 @@
-"""Deploy commands: switch, rollback, resume, drain, verify, restore, logs, pin, unpin, prune,
-gc, audit, unlock, up/down --dark. Each builds its action from the flags and prints what it
-returns. (`status` and `history` are in records: they must start fast.)"""
+"""Deploy commands: switch, rollback, resume, drain, verify, restore, gc, up/down --dark. Each
+builds its action from the flags and prints what it returns. (`status` and `history` are in
+records, logs, pin, unpin, prune, audit and unlock in revisions: they need no switch machinery.)"""
 
 from __future__ import annotations
 
@@ -9,7 +9,6 @@ from typing import Any
 
 import click
 
-from ..actions import inspect
 from ..actions.dark import DarkDown, DarkUp
 from ..actions.gc import Gc
 from ..actions.node_ops import Drain, Restore, Verify
@@ -251,45 +250,6 @@ def restore(ctx: Ctx, timeout: float | None, lock_wait: float) -> None:
     click.echo(f"node restored: healthy after {elapsed:.1f} s")
 
 
-@click.command(epilog="Example: b70deploy logs 12")
-@click.argument("revision", type=int)
-@pass_ctx
-def logs(ctx: Ctx, revision: int) -> None:
-    """Print the container log kept with REVISION (failed boots keep theirs)."""
-    click.echo(inspect.logs(ctx.node, revision), nl=False)
-
-
-def _pin(ctx: Ctx, revision: int, pinned: bool) -> None:
-    inspect.set_pin(ctx.node, revision, pinned)
-    click.echo(f"revision {revision} {'pinned: never pruned' if pinned else 'unpinned'}")
-
-
-@click.command(epilog="Example: b70deploy pin 7")
-@click.argument("revision", type=int)
-@pass_ctx
-def pin(ctx: Ctx, revision: int) -> None:
-    """Keep REVISION forever (prune skips it)."""
-    _pin(ctx, revision, True)
-
-
-@click.command(epilog="Example: b70deploy unpin 7")
-@click.argument("revision", type=int)
-@pass_ctx
-def unpin(ctx: Ctx, revision: int) -> None:
-    """Let prune remove REVISION again."""
-    _pin(ctx, revision, False)
-
-
-@click.command(epilog="Example: b70deploy prune --keep 20")
-@click.option("--keep", type=click.IntRange(1), help="Revisions to keep (default: node keep_revisions, 20).")
-@pass_ctx
-def prune(ctx: Ctx, keep: int | None) -> None:
-    """Delete old revisions, keeping the newest N, every pinned one and the current one."""
-    gone = inspect.prune(ctx.node, keep)
-    click.echo(f"pruned {len(gone)} revisions" + (f": {', '.join(map(str, gone))}; `b70deploy gc` frees their "
-                                                  "images" if gone else ""))
-
-
 @click.command(epilog="Examples: b70deploy gc --dry-run | b70deploy gc --json")
 @click.option("--dry-run", is_flag=True, help="List what would be removed, and why; change nothing.")
 @click.option("--json", "as_json", is_flag=True, help="Print the items as JSON.")
@@ -317,29 +277,6 @@ def gc(ctx: Ctx, dry_run: bool, as_json: bool) -> None:
         click.echo(f"gc: removed {sum(d.ok for d in done)} of {len(done)} item(s)")
     if not all(d.ok for d in done):
         sys.exit(1)
-
-
-@click.command(epilog="Example: b70deploy audit -n 20")
-@click.option("-n", "last", type=int, default=50, show_default=True)
-@click.option("--json", "as_json", is_flag=True)
-@pass_ctx
-def audit(ctx: Ctx, last: int, as_json: bool) -> None:
-    """The audit log: who ran which mutating command, when, and how it ended."""
-    rows = inspect.audit(ctx.node, last)
-    if as_json:
-        emit_json(rows)
-        return
-    table(["time", "user", "host", "command", "outcome", "revision"],
-          [[r.get("time"), r.get("user"), r.get("host"), r.get("command"), r.get("outcome"), r.get("revision")]
-           for r in rows])
-
-
-@click.command(epilog="Example: b70deploy unlock")
-@pass_ctx
-def unlock(ctx: Ctx) -> None:
-    """Clear a stale lock left by a killed run (refused while its process runs)."""
-    holder = inspect.unlock(ctx.node)
-    click.echo(f"cleared the stale lock of {holder.describe()}" if holder else "no stale lock")
 
 
 @click.command(epilog="Examples: b70deploy drain && b70deploy up ngram --dark | b70deploy up tiny --dark --force")

@@ -61,9 +61,10 @@ def status(ctx: Ctx, as_json: bool, select: str | None, node_name: str | None) -
                    f"fix: {run['fix']}")
     elif st["differs"]:
         click.echo(f"DIFFERS: {'; '.join(st['differs'])}; fix: {st['fix']}")
-    for gone in st["rollback_images_gone"]:
-        click.echo(f"IMAGE GONE: rollback to revision {gone['revision']} ({gone['stack']}) needs "
-                   f"{str(gone['image_id'])[:19]}; fix: {gone['fix']}")
+    gone = [f"IMAGE GONE: rollback to revision {g['revision']} ({g['stack']}) needs {str(g['image_id'])[:19]}; "
+            f"fix: {g['fix']}" for g in st["rollback_images_gone"]]
+    if gone:
+        click.echo("\n".join(gone))  # one write: thousands of echo calls cost 0.1 s
 
 
 @click.command(epilog="Examples: b70deploy history | b70deploy history -n 100 | b70deploy history --all "
@@ -97,9 +98,9 @@ def history(ctx: Ctx, as_json: bool, last: int | None, show_all: bool, node_name
         plain_rows(headers, cells)  # a terminal table of thousands of rows takes rich seconds
     else:
         table(headers, cells)
-    for r in shown:
-        if r["image_gone"]:
-            click.echo(f"revision {r['number']}: image {str(r['image_id'])[:19]} is gone; fix: {r['image_fix']}",
-                       err=True)
+    gone = [f"revision {r['number']}: image {str(r['image_id'])[:19]} is gone; fix: {r['image_fix']}"
+            for r in shown if r["image_gone"]]
+    if gone:
+        click.echo("\n".join(gone), err=True)  # one write, as in `status`
     if last is None and len(shown) < len(rows):
         click.echo(f"{len(shown)} newest of {len(rows):,} revisions; --all or -n N for more", err=True)

@@ -14,15 +14,15 @@ import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
-import requests
 from tenacity import RetryCallState, RetryError, Retrying, retry_if_result, wait_exponential
 
 from ..docker.engine import LogFollower, find_container, state_of
 from ..vllmlog.diagnosis import Diagnosis, StallWatch
 from .nodeio import WaitResult
+from .probe import probe_health
 
 if TYPE_CHECKING:
-    from ..ui.progress import Reporter  # an annotation only: `status` probes /health without rich
+    from ..ui.progress import Reporter  # an annotation only: importing this module needs no rich
 
 Diagnose = Callable[[Sequence[str]], Diagnosis | None]
 SETTLE_SECONDS = 1.0
@@ -34,14 +34,6 @@ class BootFailed(Exception):
         self.reason = reason
         self.finding = finding
         self.exit_code = exit_code
-
-
-def probe_health(url: str, *, timeout: float = 2.0) -> int | None:
-    """HTTP status of GET url, or None when nothing answers."""
-    try:
-        return requests.get(url, timeout=timeout).status_code
-    except requests.RequestException:
-        return None
 
 
 def wait_healthy(*, project: str, service: str, health_url: str, timeout: float, max_interval: float,

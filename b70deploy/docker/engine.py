@@ -18,6 +18,7 @@ from docker.errors import APIError, DockerException, ImageNotFound
 
 from ..errors import OperationError, UserError
 from . import endpoint
+from .containers import ContainerState, state_from
 
 # The API version each remote endpoint negotiated, asked once per process: over ssh:// the SDK
 # opens a new ssh session (and a `docker system dial-stdio` on the host) for every request, about
@@ -130,26 +131,14 @@ def remove_strays(project: str, service: str) -> list[str]:
     return removed
 
 
-@dataclass
-class ContainerState:
-    status: str          # created, running, restarting, exited, dead, missing
-    exit_code: int | None
-    restart_count: int
-    started_at: str
-    image_id: str | None
-
-
 def state_of(container: Any | None) -> ContainerState:
     if container is None:
-        return ContainerState("missing", None, 0, "", None)
+        return state_from(None)
     try:
         container.reload()
     except Exception:  # removed between list and reload
-        return ContainerState("missing", None, 0, "", None)
-    st = container.attrs.get("State", {})
-    return ContainerState(status=st.get("Status", "?"), exit_code=st.get("ExitCode"),
-                          restart_count=int(container.attrs.get("RestartCount", 0)),
-                          started_at=st.get("StartedAt", ""), image_id=container.attrs.get("Image"))
+        return state_from(None)
+    return state_from(container.attrs)
 
 
 def container_log(container: Any, *, tail: int | None = None) -> str:

@@ -14,9 +14,10 @@ from typing import TYPE_CHECKING, Any
 
 from docker import errors as docker_errors
 
-from ..config.compose_folder import own_files
 from ..deploy import pagecache
-from ..deploy.health import probe_health, wait_healthy
+from ..deploy.deploydir import deployed_names, read_deployed
+from ..deploy.health import wait_healthy
+from ..deploy.probe import probe_health
 from ..deploy.smoke import run_smoke, served_version
 from ..deploy.verify import readings, remote_readings
 from ..errors import B70Error, OperationError
@@ -38,7 +39,6 @@ if TYPE_CHECKING:
     from ..ui.progress import Reporter
 
 VLLM = "vllm"
-OURS = (COMPOSE_FILE, ".env", "vllm.env")
 
 
 def compose_config(files: Mapping[str, bytes], project: str,
@@ -60,20 +60,6 @@ def compose_config(files: Mapping[str, bytes], project: str,
         return json.loads(result.stdout), None
     except ValueError:
         return None, "output is not JSON"
-
-
-def deployed_names(deploy_dir: Path) -> list[str]:
-    """Files of ours in a deploy dir: compose, env files and patched files, and every file the
-    compose file reads from the folder (an adopted hand-made deployment's env_file and
-    bind-mounted files)."""
-    names = [n for n in OURS if (deploy_dir / n).is_file()]
-    patches = deploy_dir / "patches"
-    if patches.is_dir():
-        names += sorted(p.relative_to(deploy_dir).as_posix() for p in patches.rglob("*") if p.is_file())
-    compose = deploy_dir / COMPOSE_FILE
-    if compose.is_file():
-        names += [n for n in own_files(compose.read_bytes(), lambda n: (deploy_dir / n).is_file()) if n not in names]
-    return names
 
 
 def write_deploy_files(deploy_dir: Path, files: Mapping[str, bytes]) -> None:
@@ -119,7 +105,7 @@ class DockerNode:
 
     # ---- the deploy dir
     def read_deployed(self) -> dict[str, bytes]:
-        return {n: (self.deploy_dir / n).read_bytes() for n in deployed_names(self.deploy_dir)}
+        return read_deployed(self.deploy_dir)
 
     def write_deployed(self, files: Mapping[str, bytes]) -> None:
         write_deploy_files(self.deploy_dir, files)

@@ -9,8 +9,7 @@ import functools
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-
-import jinja2
+from typing import TYPE_CHECKING
 
 from ..config.node import Node
 from ..config.resources import data_dir
@@ -27,6 +26,9 @@ from .vllm_args import (
     container_command,
     container_model_path,
 )
+
+if TYPE_CHECKING:
+    import jinja2
 
 COMPOSE_FILE = "docker-compose.yml"
 DOTENV_FILE = ".env"
@@ -88,6 +90,8 @@ def _env_q(value: object) -> str:
 
 @functools.cache  # one per process: jinja2 compiles each template once per Environment
 def _environment() -> jinja2.Environment:
+    import jinja2  # here, not at the top: `status` and `diff` read this module's file names, not templates
+
     env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(str(data_dir("templates"))),
         undefined=jinja2.StrictUndefined,

@@ -15,15 +15,18 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from types import TracebackType
-from typing import Any
-
-import filelock
-import psutil
+from typing import TYPE_CHECKING, Any
 
 from ..errors import OperationError
 from .fsio import sweep_temp, write_atomic
 from .revisions import RevisionStore
 from .stamps import now_iso, whoami
+
+if TYPE_CHECKING:
+    import filelock
+
+# filelock and psutil (0.1 s of imports) are imported where a lock is taken or a pid looked up:
+# `status` and `watch` only read the details file (holder_info), on every call.
 
 
 @dataclass(frozen=True)
@@ -39,6 +42,8 @@ class Holder:
     def alive(self) -> bool:
         if self.host != whoami().host:
             return True  # cannot tell from here: assume it runs
+        import psutil
+
         try:
             proc = psutil.Process(self.pid)
             return abs(proc.create_time() - self.started_at) < 1.0
@@ -48,6 +53,9 @@ class Holder:
     def describe(self) -> str:
         return (f"pid {self.pid} on {self.host} ({self.user}): `{self.command}`, "
                 f"step {self.step or '-'}, since {self.since}")
+
+
+DETAILS = "lock.json"
 
 
 class LockBusy(OperationError):
@@ -66,22 +74,23 @@ class StaleLock(OperationError):
 class DeployLock:
     def __init__(self, state_dir: Path, command: str, *, wait: float = 0.0, take_stale: bool = False) -> None:
         self.dir = state_dir
-        self.details = state_dir / "lock.json"
+        self.details = state_dir / DETAILS
         self.command = command
         self.wait = wait
         self.take_stale = take_stale
-        self._lock = filelock.FileLock(str(state_dir / "lock"))
+        self._lock: filelock.FileLock | None = None  # made by the first acquire
         self.taken_over: Holder | None = None
         self.swept: list[str] = []  # what a killed run left in the state dir, removed on acquire
 
     def read_holder(self) -> Holder | None:
-        try:
-            return Holder(**json.loads(self.details.read_text()))
-        except (FileNotFoundError, json.JSONDecodeError, TypeError):
-            return None
+        return _read_holder(self.details)
 
     def acquire(self) -> DeployLock:
+        import filelock
+
         self.dir.mkdir(parents=True, exist_ok=True)
+        if self._lock is None:  # one FileLock per DeployLock: it counts re-entrant acquires
+            self._lock = filelock.FileLock(str(self.dir / "lock"))
         deadline = time.monotonic() + self.wait
         while True:
             try:
@@ -108,6 +117,8 @@ class DeployLock:
         return self
 
     def set_step(self, step: str) -> None:
+        import psutil
+
         me = whoami()
         holder = Holder(pid=me.pid, host=me.host, user=me.user, command=self.command, step=step, since=now_iso(),
                         started_at=psutil.Process(me.pid).create_time())
@@ -116,7 +127,8 @@ class DeployLock:
     def release(self) -> None:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(self.details)
-        self._lock.release()
+        if self._lock is not None:
+            self._lock.release()
 
     def __enter__(self) -> DeployLock:
         return self.acquire()
@@ -135,8 +147,14 @@ def clear_stale(state_dir: Path) -> Holder | None:
 
 def holder_info(state_dir: Path) -> dict[str, Any] | None:
     """For `status`: who holds the lock now, and whether that process still runs."""
-    lock = DeployLock(state_dir, "status")
-    holder = lock.read_holder()
+    holder = _read_holder(state_dir / DETAILS)
     if holder is None:
         return None
     return {**asdict(holder), "alive": holder.alive()}
+
+
+def _read_holder(details: Path) -> Holder | None:
+    try:
+        return Holder(**json.loads(details.read_text()))
+    except (FileNotFoundError, json.JSONDecodeError, TypeError):
+        return None

@@ -10,10 +10,6 @@ import threading
 import time
 from typing import Any, Protocol, TextIO
 
-from rich.console import Console
-from rich.live import Live
-from rich.text import Text
-
 
 class Reporter(Protocol):
     def phase(self, name: str, detail: str = "") -> None: ...
@@ -68,9 +64,13 @@ class PlainReporter:
 
 
 class LiveReporter:
-    """For a terminal: a rich status line redrawn in place."""
+    """For a terminal: a rich status line redrawn in place (rich is imported here: a pipe, CI
+    and --json never need it)."""
 
     def __init__(self) -> None:
+        from rich.console import Console
+        from rich.live import Live
+
         self.console = Console(stderr=True)
         self.start = time.monotonic()
         self._phase = ""
@@ -84,6 +84,8 @@ class LiveReporter:
         return self._render()
 
     def _render(self) -> Any:
+        from rich.text import Text
+
         text = Text()
         text.append(f"[{_clock(time.monotonic() - self.start)}] ", style="dim")
         text.append(self._phase, style="bold")

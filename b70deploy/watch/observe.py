@@ -19,10 +19,11 @@ from ..actions.inspect import WORKING_DIR, drift
 from ..actions.rollback import stack_of
 from ..bench.metrics import finished_requests
 from ..config.node import Node
-from ..deploy.health import probe_health
 from ..deploy.nodeio import VLLM
+from ..deploy.probe import probe_health
 from ..deploy.smoke import run_smoke
 from ..docker import engine
+from ..docker.containers import ContainerState
 from ..state.lock import holder_info
 from ..state.revisions import HEALTHY_OUTCOMES, Revision
 from ..state.statedir import StateDir
@@ -151,7 +152,7 @@ class Observer:
         return Subject(cur.number, cur.meta.stack, cur.meta.kind, parent, healthy, committed_at(cur),
                        float(bake) if isinstance(bake, int | float) else self.node.config.watch.bake_seconds)
 
-    def _problems(self, cur: Revision, container: Any, st: engine.ContainerState, since: float,
+    def _problems(self, cur: Revision, container: Any, st: ContainerState, since: float,
                   now: float) -> list[Problem]:
         cfg = self.node.config.watch
         out: list[Problem] = []

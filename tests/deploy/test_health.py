@@ -16,7 +16,7 @@ import pytest
 
 from b70deploy.deploy import health
 from b70deploy.deploy.nodeio import WaitResult
-from b70deploy.docker.engine import ContainerState
+from b70deploy.docker.containers import ContainerState
 from b70deploy.ui.progress import PlainReporter
 from b70deploy.vllmlog.diagnosis import COMPILE_STALL, LOG_STALL, diagnose
 
