@@ -201,7 +201,7 @@ def _drain(r: Run) -> None:
         return
     services = [VLLM, *r.plan.companions]
     r.io.stop(services)
-    r.info(f"stopped {', '.join(services)} (compose stop: the router's health check moves traffic away)")
+    r.info(f"stopped {', '.join(services)} (as compose stop: the router's health check moves traffic away)")
 
 
 def _undo_drain(r: Run) -> None:
@@ -379,7 +379,7 @@ def steps(plan: DeployPlan) -> list[Step[Run]]:
              _unrecord,
              "mark the revision failed/aborted"),
         Step("snapshot", f"{BEFORE_DRAIN}: keep the live deploy dir if no revision holds it", _snapshot),
-        Step("drain", f"compose stop {stopped}", _drain, _undo_drain,
+        Step("drain", f"stop {stopped} at once (as compose stop)", _drain, _undo_drain,
              f"start {prev} again and wait for /health, then companions"),
         Step("verify", "no live connections on the prod port, feeders quiet, load low", _verify),
         Step("activate", "write files atomically, compose up --force-recreate vllm", _activate,
