@@ -1,7 +1,8 @@
 """The Docker Engine through its API (docker SDK): images, containers, logs.
 
 Compose does the lifecycle (up, down); this module looks and listens, and stops what a drain
-stops, where Compose would be slower (its own project load first; one service after the other).
+stops and holds off a booting container's restarts, where Compose would be slower (its own
+project load before each call; one service after the other).
 """
 
 from __future__ import annotations
@@ -137,6 +138,18 @@ def stop_services(project: str, services: Sequence[str], *, timeout: int) -> Non
         with ThreadPoolExecutor(max_workers=len(mine), thread_name_prefix="stop") as pool:
             for done in [pool.submit(stop, c) for c in mine]:
                 done.result()
+
+
+def set_restart_policy(container: Any, policy: dict[str, Any]) -> None:
+    """Change the container's restart policy in place (`docker update --restart`); Compose's
+    config hash does not include it, so the next `up` does not recreate the container for it."""
+    try:
+        container.update(restart_policy=policy)
+    except NotFound:  # removed meanwhile: nothing left to restart
+        pass
+    except APIError as e:
+        raise OperationError(f"cannot set the restart policy of {container.name}: {e.explanation or e}",
+                             fix=f"docker update --restart {policy['Name']} {container.name}") from None
 
 
 def find_container(project: str, service: str) -> Any | None:

@@ -169,7 +169,7 @@ class DockerNode:
         t = self.node.config.timeouts
         return wait_healthy(project=self.project, service=VLLM, health_url=f"{self.base_url}/health",
                             timeout=timeout, max_interval=t.poll_interval, reporter=reporter, diagnose=diagnose,
-                            stall_after=t.stall)
+                            stall_after=t.stall, restarts_from=self.deploy_dir / COMPOSE_FILE)
 
     def container_log(self) -> list[str]:
         container = engine.find_container(self.project, VLLM)
