@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 from tenacity import RetryCallState, RetryError, Retrying, retry_if_result, wait_exponential
 
 from ..docker.engine import LogFollower, find_container, set_restart_policy, state_of
+from ..errors import OperationError
 from ..vllmlog.diagnosis import Diagnosis, StallWatch
 from .nodeio import WaitResult
 from .probe import probe_health
@@ -83,7 +84,10 @@ def wait_healthy(*, project: str, service: str, health_url: str, timeout: float,
     held = restart_policy(restarts_from.read_bytes(), service) \
         if restarts_from is not None and restarts_from.is_file() else None
     if held is not None:
-        set_restart_policy(container, {"Name": "no"})
+        try:
+            set_restart_policy(container, {"Name": "no"})
+        except OperationError:  # an engine that refuses: it restarts a crash as before, the rollback waits it out
+            held = None
     # One threshold for both stalls: timeouts.stall is "seconds without boot progress".
     watch = StallWatch(stall_after, quiet_seconds=stall_after, start=clock()) if stall_after is not None else None
 
