@@ -64,7 +64,7 @@ class BenchCycle:
             raise OperationError(f"nothing deployed in {self.node.deploy_dir}: there is no production to drain "
                                  "and restore", fix="`b70deploy up STACK --dark` benches without a cycle")
         ports = self.node.config.ports
-        return [f"drain: compose stop {' '.join(Drain(self.node).plan())}",
+        return [f"drain: stop {' '.join(Drain(self.node).plan())}",
                 f"verify: {Verify(self.node, self.verify_wait).plan()}",
                 f"up --dark: {self.stack} on :{ports.dark} as project {self.node.dark_project}",
                 "bench: against the dark stack",
@@ -90,7 +90,7 @@ class BenchCycle:
 
             try:
                 try:
-                    enter("drain", f"compose stop {' '.join(Drain(self.node).plan())}")
+                    enter("drain", f"stop {' '.join(Drain(self.node).plan())}")
                     drained = True  # before the stop: a stop cut short still needs the restore
                     prod.stop(Drain(self.node).plan())
                     enter("verify", f"up to {self.verify_wait:g} s")

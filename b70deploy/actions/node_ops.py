@@ -30,7 +30,7 @@ class Drain:
                                  fix="`b70deploy switch STACK` deploys one")
         services = self.plan()
         with state.lock("drain", wait=self.lock_wait):
-            reporter.phase("drain", f"compose stop {' '.join(services)}")
+            reporter.phase("drain", f"stop {' '.join(services)}")
             io.stop(services)
         state.audit.record("drain", "ok", services=services)
         return services

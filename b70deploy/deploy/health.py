@@ -6,17 +6,25 @@ poller at once, so a crash is reported in about a second, not after the timeout.
 also goes, with the time it arrived, to a StallWatch: a log that goes quiet for the node's
 `timeouts.stall` ends the wait with the compile-stall (quiet inside torch.compile) or the
 log-stall diagnosis, long before the health timeout.
+
+While it waits, the container's restarts are held off (restart policy "no", the compose file's
+policy back once healthy): a crash during the boot ends the wait anyway, and the engine would
+otherwise be busy restarting the crashed container for ~0.5 s, which the rollback's removal of
+it waits out (benchmarks/README.md, `downtime.py`). A run killed inside the wait leaves "no"
+until the next wait on that container (resume, restore) ends healthy.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from tenacity import RetryCallState, RetryError, Retrying, retry_if_result, wait_exponential
 
-from ..docker.engine import LogFollower, find_container, state_of
+from ..docker.engine import LogFollower, find_container, set_restart_policy, state_of
+from ..errors import OperationError
 from ..vllmlog.diagnosis import Diagnosis, StallWatch
 from .nodeio import WaitResult
 from .probe import probe_health
@@ -36,12 +44,33 @@ class BootFailed(Exception):
         self.exit_code = exit_code
 
 
+def restart_policy(compose: bytes, service: str) -> dict[str, Any] | None:
+    """The `restart:` of `service` in a compose file, as the engine API spells it; None when
+    the container is not restarted ("no", absent) or the file does not say it plainly."""
+    import yaml  # only a wait that holds restarts parses the file
+
+    try:
+        value = yaml.safe_load(compose)["services"][service].get("restart")
+    except (yaml.YAMLError, KeyError, TypeError, AttributeError):
+        return None
+    if not isinstance(value, str):
+        return None
+    name, _, count = value.partition(":")
+    if name in ("always", "unless-stopped") and not count:
+        return {"Name": name}
+    if name == "on-failure" and (count.isdigit() or not count):
+        return {"Name": name, "MaximumRetryCount": int(count or 0)}
+    return None
+
+
 def wait_healthy(*, project: str, service: str, health_url: str, timeout: float, max_interval: float,
                  reporter: Reporter, diagnose: Diagnose | None = None, stall_after: float | None = None,
-                 clock: Callable[[], float] = time.monotonic) -> WaitResult:
+                 restarts_from: Path | None = None, clock: Callable[[], float] = time.monotonic) -> WaitResult:
     """Wait until `health_url` answers 200, the container fails, the log stalls for
-    `stall_after` seconds (None: never), or `timeout` passes. `clock` is monotonic seconds
-    (a test passes a fake one; the poller's waits go through the log follower)."""
+    `stall_after` seconds (None: never), or `timeout` passes. `restarts_from` is the compose file
+    whose restart policy the container gets back once healthy (held off until then); None
+    leaves it alone. `clock` is monotonic seconds (a test passes a fake one; the poller's waits
+    go through the log follower)."""
     start = clock()
     container = None
     for _ in range(50):  # compose has just created it; give the API a moment
@@ -52,6 +81,13 @@ def wait_healthy(*, project: str, service: str, health_url: str, timeout: float,
     if container is None:
         return WaitResult(False, clock() - start, f"no {service} container in project {project}")
     first = state_of(container)
+    held = restart_policy(restarts_from.read_bytes(), service) \
+        if restarts_from is not None and restarts_from.is_file() else None
+    if held is not None:
+        try:
+            set_restart_policy(container, {"Name": "no"})
+        except OperationError:  # an engine that refuses: it restarts a crash as before, the rollback waits it out
+            held = None
     # One threshold for both stalls: timeouts.stall is "seconds without boot progress".
     watch = StallWatch(stall_after, quiet_seconds=stall_after, start=clock()) if stall_after is not None else None
 
@@ -98,6 +134,8 @@ def wait_healthy(*, project: str, service: str, health_url: str, timeout: float,
                         retry=retry_if_result(lambda ok: ok is None), sleep=sleep, reraise=True)
     try:
         retrying(attempt)
+        if held is not None:
+            set_restart_policy(container, held)
         return WaitResult(True, clock() - start, "healthy", log_lines=list(follower.lines))
     except BootFailed as e:
         return WaitResult(False, clock() - start, e.reason, e.finding, e.exit_code, list(follower.lines))

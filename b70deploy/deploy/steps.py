@@ -13,6 +13,11 @@ side on one GPU, so the old stack is stopped first, and a failed new stack costs
 cold load to bring the old one back: the two waits have their own timeouts.
 
 Every effect on the node goes through `Run.io` (a NodeIO); the state dir through `Run.store`.
+
+The settle window is spent, not waited: while wait-healthy watches the new stack stay up, the
+smoke tests run against it and the companions start; check reads the smoke results and
+companions waits for the start (each does the work itself when nothing was started ahead: a
+resumed run, a window of 0 s).
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ from __future__ import annotations
 import io as _io
 import re
 from collections.abc import Mapping
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -57,6 +63,7 @@ class Run:
     rollback_wait: WaitResult | None = None
     facts: dict[str, Any] = field(default_factory=dict)
     checks_passed: list[str] = field(default_factory=list)
+    ahead: dict[str, Future[Any]] = field(default_factory=dict)  # started in the settle window: smoke, companions
 
     def info(self, message: str) -> None:
         self.reporter.info(message)
@@ -201,7 +208,7 @@ def _drain(r: Run) -> None:
         return
     services = [VLLM, *r.plan.companions]
     r.io.stop(services)
-    r.info(f"stopped {', '.join(services)} (compose stop: the router's health check moves traffic away)")
+    r.info(f"stopped {', '.join(services)} (as compose stop: the router's health check moves traffic away)")
 
 
 def _undo_drain(r: Run) -> None:
@@ -249,6 +256,7 @@ def _activate(r: Run) -> None:
 
 def _undo_activate(r: Run) -> None:
     """Keep the failed boot's log, then write the previous revision's files back and bring it up."""
+    _join_ahead(r)  # a companion start still running must not race the compose calls below
     if r.wait is None or r.wait.healthy:
         _save_log(r)  # it failed after booting (checks): the whole log, read from the engine
     if r.previous is None:
@@ -292,10 +300,16 @@ def _wait_healthy(r: Run) -> None:
 
 def _settle(r: Run) -> None:
     """Healthy is not enough: the stack must stay up for its settle window (vLLM's engine can
-    die right after the server answers, and then /health turns 503 and the container exits)."""
+    die right after the server answers, and then /health turns 503 and the container exits).
+    The smoke tests and the companions' start run meanwhile (check and companions take them)."""
     window = r.plan.stack.settle_seconds
     if window <= 0:
         return
+    pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="settle")
+    r.ahead["smoke"] = pool.submit(r.io.smoke, r.plan.stack)
+    if r.plan.companions:
+        r.ahead["companions"] = pool.submit(r.io.up, r.plan.companions, recreate=False)
+    pool.shutdown(wait=False)
     end = r.io.monotonic() + window
     while r.io.monotonic() < end:
         r.io.sleep(min(0.5, window))
@@ -308,7 +322,17 @@ def _settle(r: Run) -> None:
             r.wait = WaitResult(False, r.wait.elapsed if r.wait else 0.0, reason, finding, log_lines=lines)
             _save_log(r, lines)
             raise OperationError(reason)
+    wait(r.ahead.values())  # the step's effects end with it (a resumed run knows what was done)
     r.info(f"stayed healthy for the {window:g} s settle window")
+
+
+def _join_ahead(r: Run) -> None:
+    """Let a companion start begun in the settle window end; its result, and the smoke tests'
+    (HTTP only, they touch nothing), no longer matter."""
+    started = r.ahead.pop("companions", None)
+    if started is not None:
+        wait([started])
+    r.ahead.clear()
 
 
 def _check(r: Run) -> None:
@@ -324,7 +348,8 @@ def _check(r: Run) -> None:
     version = r.io.served_version()
     if version:
         r.facts["vllm_version"] = version
-    passed, failed = r.io.smoke(r.plan.stack)
+    ahead = r.ahead.pop("smoke", None)
+    passed, failed = ahead.result() if ahead is not None else r.io.smoke(r.plan.stack)
     r.checks_passed += passed
     for p in passed:
         r.info(f"ok: {p}")
@@ -360,9 +385,13 @@ def _undo_commit(r: Run) -> None:
 
 def _start_companions(r: Run) -> None:
     if r.plan.companions:
-        # Started, not recreated: compose still recreates one whose config changed (the step
-        # took 1.5-1.8 s forced, 0.8-1.4 s not, on vfs: benchmarks/README.md).
-        r.io.up(r.plan.companions, recreate=False)
+        ahead = r.ahead.pop("companions", None)
+        if ahead is not None:
+            ahead.result()  # its failure fails this step, as a start here would
+        else:
+            # Started, not recreated: compose still recreates one whose config changed (the step
+            # took 1.5-1.8 s forced, 0.8-1.4 s not, on vfs: benchmarks/README.md).
+            r.io.up(r.plan.companions, recreate=False)
         r.info(f"started {', '.join(r.plan.companions)}")
 
 
@@ -379,17 +408,17 @@ def steps(plan: DeployPlan) -> list[Step[Run]]:
              _unrecord,
              "mark the revision failed/aborted"),
         Step("snapshot", f"{BEFORE_DRAIN}: keep the live deploy dir if no revision holds it", _snapshot),
-        Step("drain", f"compose stop {stopped}", _drain, _undo_drain,
+        Step("drain", f"stop {stopped} at once (as compose stop)", _drain, _undo_drain,
              f"start {prev} again and wait for /health, then companions"),
         Step("verify", "no live connections on the prod port, feeders quiet, load low", _verify),
         Step("activate", "write files atomically, compose up --force-recreate vllm", _activate,
              _undo_activate, f"save the log, write {prev}'s files back, recreate, wait for /health"),
         Step("wait-healthy", "poll /health while watching the container and its log; then stay healthy for "
-             f"{plan.stack.settle_seconds:g} s", _wait_healthy),
-        Step("check", "boot facts vs expectations, smoke tests", _check),
+             f"{plan.stack.settle_seconds:g} s while the smoke tests run and the companions start", _wait_healthy),
+        Step("check", "boot facts vs expectations, smoke test results", _check),
         Step("commit", "mark the revision deployed and make it current", _commit, _undo_commit,
              f"point current back at {prev}"),
-        Step("companions", "start companions", _start_companions),
+        Step("companions", "companions started (in the settle window, else now)", _start_companions),
     ]
 
 

@@ -29,9 +29,6 @@ class Compose:
             argv.append("--force-recreate")
         return [*argv, *services]
 
-    def stop(self, services: Sequence[str], *, timeout: int = 30) -> list[str]:
-        return [*self.base(), "stop", "--timeout", str(timeout), *services]
-
     def down(self) -> list[str]:
         return [*self.base(), "down", "--remove-orphans", "--timeout", "10"]
 

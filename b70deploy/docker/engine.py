@@ -1,6 +1,8 @@
 """The Docker Engine through its API (docker SDK): images, containers, logs.
 
-Compose does the lifecycle (up/stop/start); this module only looks and listens.
+Compose does the lifecycle (up, down); this module looks and listens, and stops what a drain
+stops and holds off a booting container's restarts, where Compose would be slower (its own
+project load before each call; one service after the other).
 """
 
 from __future__ import annotations
@@ -8,21 +10,22 @@ from __future__ import annotations
 import os
 import threading
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
 import docker
 from docker.context import ContextAPI
-from docker.errors import APIError, DockerException, ImageNotFound
+from docker.errors import APIError, DockerException, ImageNotFound, NotFound
 
 from ..errors import OperationError, UserError
 from . import endpoint
 from .containers import ContainerState, state_from
 
-# The API version each remote endpoint negotiated, asked once per process: over ssh:// the SDK
-# opens a new ssh session (and a `docker system dial-stdio` on the host) for every request, about
-# 0.3 s each, and version="auto" costs one more such request for every client made.
+# The API version each endpoint negotiated, asked once per process: version="auto" costs one more
+# request for every client made (a switch makes a dozen), and over ssh:// the SDK opens a new ssh
+# session (and a `docker system dial-stdio` on the host) for every request, about 0.3 s each.
 _api_versions: dict[tuple[tuple[str, str], ...], str] = {}
 
 
@@ -39,7 +42,10 @@ def client() -> Any:
                                    environment={**os.environ, **target}, use_ssh_client=True)
             _api_versions.setdefault(key, made.api.api_version)
             return made
-        return docker.from_env(version="auto", timeout=60)
+        local = (("DOCKER_HOST", os.environ.get("DOCKER_HOST", "")),)  # the environment names the engine
+        made = docker.from_env(version=_api_versions.get(local, "auto"), timeout=60)
+        _api_versions.setdefault(local, made.api.api_version)
+        return made
     except DockerException as e:
         where = target.get("DOCKER_HOST") or target.get("DOCKER_CONTEXT") or "the local engine"
         if "paramiko" in str(e):  # the SDK's ssh:// transport imports paramiko even to shell out
@@ -108,6 +114,42 @@ def untag(ref: str) -> tuple[bool, str | None]:
     except APIError as e:
         return False, str(e.explanation or e)
     return any("Deleted" in entry for entry in result or []), None
+
+
+def stop_services(project: str, services: Sequence[str], *, timeout: int) -> None:
+    """Stop the project's running containers of `services`, all at once: what `docker compose
+    stop --timeout` does (the container's stop signal, SIGKILL after `timeout`), without Compose
+    loading the project first and stopping one service after the other (a drain is the start of
+    the clients' outage)."""
+    found = client().containers.list(ignore_removed=True, filters={
+        "label": [f"com.docker.compose.project={project}", "com.docker.compose.oneoff=False"]})
+    mine = [c for c in found if c.labels.get("com.docker.compose.service") in services]
+
+    def stop(container: Any) -> None:
+        try:
+            container.stop(timeout=timeout)
+        except NotFound:  # removed meanwhile: stopped enough
+            pass
+        except APIError as e:
+            raise OperationError(f"stopping {container.name} failed: {e.explanation or e}",
+                                 fix=f"docker stop {container.name}, then run the command again") from None
+
+    if mine:
+        with ThreadPoolExecutor(max_workers=len(mine), thread_name_prefix="stop") as pool:
+            for done in [pool.submit(stop, c) for c in mine]:
+                done.result()
+
+
+def set_restart_policy(container: Any, policy: dict[str, Any]) -> None:
+    """Change the container's restart policy in place (`docker update --restart`); Compose's
+    config hash does not include it, so the next `up` does not recreate the container for it."""
+    try:
+        container.update(restart_policy=policy)
+    except NotFound:  # removed meanwhile: nothing left to restart
+        pass
+    except APIError as e:
+        raise OperationError(f"cannot set the restart policy of {container.name}: {e.explanation or e}",
+                             fix=f"docker update --restart {policy['Name']} {container.name}") from None
 
 
 def find_container(project: str, service: str) -> Any | None:

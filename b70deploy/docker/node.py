@@ -39,6 +39,7 @@ if TYPE_CHECKING:
     from ..ui.progress import Reporter
 
 VLLM = "vllm"
+STOP_TIMEOUT = 30  # seconds from the stop signal to SIGKILL, as `docker compose stop --timeout 30`
 
 
 def compose_config(files: Mapping[str, bytes], project: str,
@@ -132,7 +133,7 @@ class DockerNode:
                 time.sleep(1.0)
 
     def stop(self, services: Sequence[str]) -> None:
-        run(self.compose.stop(services), timeout=120)
+        engine.stop_services(self.project, services, timeout=STOP_TIMEOUT)
 
     def discard(self, service: str) -> None:
         container = engine.find_container(self.project, service)
@@ -168,7 +169,7 @@ class DockerNode:
         t = self.node.config.timeouts
         return wait_healthy(project=self.project, service=VLLM, health_url=f"{self.base_url}/health",
                             timeout=timeout, max_interval=t.poll_interval, reporter=reporter, diagnose=diagnose,
-                            stall_after=t.stall)
+                            stall_after=t.stall, restarts_from=self.deploy_dir / COMPOSE_FILE)
 
     def container_log(self) -> list[str]:
         container = engine.find_container(self.project, VLLM)

@@ -3,6 +3,7 @@ diagnosis at `stall_after`, not at the health timeout, and no test waits for it.
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import subprocess
@@ -17,6 +18,7 @@ import pytest
 from b70deploy.deploy import health
 from b70deploy.deploy.nodeio import WaitResult
 from b70deploy.docker.containers import ContainerState
+from b70deploy.errors import OperationError
 from b70deploy.ui.progress import PlainReporter
 from b70deploy.vllmlog.diagnosis import COMPILE_STALL, LOG_STALL, diagnose
 
@@ -189,3 +191,55 @@ def test_the_simulator_hanging_in_torch_compile_ends_the_wait_as_a_compile_stall
         proc.wait()
     assert not r.healthy and r.finding is not None and r.finding.id == COMPILE_STALL, r
     assert "Dynamo bytecode transform time" in r.finding.line and r.elapsed < 10
+
+
+# ---------------------------------------------------------------- restarts held off during the wait
+
+
+def json_yaml(doc: dict[str, Any]) -> bytes:
+    return json.dumps(doc).encode()  # JSON is YAML
+
+
+@pytest.mark.parametrize("restart,policy", [
+    ("unless-stopped", {"Name": "unless-stopped"}), ("always", {"Name": "always"}),
+    ("on-failure:3", {"Name": "on-failure", "MaximumRetryCount": 3}),
+    ("on-failure", {"Name": "on-failure", "MaximumRetryCount": 0}),
+    ("no", None), (None, None), ("${RESTART}", None)])
+def test_the_restart_policy_given_back_is_the_compose_files(restart: str | None, policy: dict[str, Any] | None) -> None:
+    service = {"image": "x"} if restart is None else {"image": "x", "restart": restart}
+    compose = json_yaml({"services": {"vllm": service}})
+    assert health.restart_policy(compose, "vllm") == policy
+    assert health.restart_policy(b"services: [", "vllm") is None  # not YAML: left alone
+
+
+@pytest.mark.parametrize("healthy,refused", [(True, False), (False, False), (True, True)])
+def test_a_boot_waits_with_restarts_off_and_gets_them_back_once_healthy(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, healthy: bool, refused: bool) -> None:
+    """A crash during the boot ends the wait, so the engine must not spend ~0.5 s restarting the
+    container that the rollback then removes (it waits for that restart); a healthy stack gets
+    the compose file's policy back, a failed one is left not restarting for the rollback. An
+    engine that refuses the change keeps its policy and the wait goes on as before."""
+    compose = tmp_path / "docker-compose.yml"
+    compose.write_bytes(json_yaml({"services": {"vllm": {"image": "x", "restart": "unless-stopped"}}}))
+    clock = FakeClock()
+    FakeFollower.script = Script(clock, [(clock.now, LOAD)], clock.now + 5 if healthy else None)
+    policies: list[dict[str, Any]] = []
+    monkeypatch.setattr(health, "find_container", lambda project, service: object())
+    monkeypatch.setattr(health, "state_of", lambda c: ContainerState("running", None, 0, "", "sha256:x")
+                        if healthy or clock.now < 1010 else ContainerState("exited", 1, 0, "", "sha256:x"))
+    def set_policy(container: object, policy: dict[str, Any]) -> None:
+        if refused:
+            raise OperationError("update refused")
+        policies.append(policy)
+
+    monkeypatch.setattr(health, "set_restart_policy", set_policy)
+    monkeypatch.setattr(health, "LogFollower", FakeFollower)
+    monkeypatch.setattr(health, "probe_health", lambda url, timeout=2.0: 200
+                        if FakeFollower.script.healthy_at is not None and clock.now >= FakeFollower.script.healthy_at
+                        else 503)
+    r = health.wait_healthy(project="p", service="vllm", health_url="http://x/health", timeout=60, max_interval=2.0,
+                            reporter=PlainReporter(heartbeat=1e9), diagnose=diagnose, restarts_from=compose,
+                            clock=clock)
+    assert r.healthy is healthy
+    assert policies == ([] if refused else [{"Name": "no"}, {"Name": "unless-stopped"}] if healthy
+                        else [{"Name": "no"}])
