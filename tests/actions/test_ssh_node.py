@@ -2,7 +2,7 @@
 
 The inventory has two nodes: `here`, the local default engine, and `far`,
 `docker_host: ssh://root@127.0.0.1:PORT`, which sshd on loopback forwards (forced command
-`docker system dial-stdio`) to an engine of its own, engine 1 of the `engines` fixture (see
+`docker system dial-stdio`) to an engine of its own, the `ssh_engine` fixture's (see
 kit/sshd.py for the key, known_hosts and the ssh wrapper). Everything is checked from outside
 the tool: which stack answers a completion on the node's port (/v1/models' max_model_len tells
 alpha 131072, beta 262144), which containers with which `b70deploy.stack` label run on each
@@ -27,15 +27,15 @@ from kit.sshd import SshServer
 
 from b70deploy.sim.box import write_models
 
-# Engine 1 of the session's `engines` (fixed 10.213.x subnets): this module shares the
-# three-engine tests' xdist worker (tests/conftest.py ONE_WORKER).
+# The ssh engine has fixed 10.213.x subnets: one xdist worker runs all of this module
+# (tests/conftest.py ONE_WORKER).
 pytestmark = pytest.mark.docker
 
 MAX_LEN = {"alpha": 131072, "beta": 262144}
 
 
 class Duo(Fleet):
-    """Nodes `here` (the local default engine) and `far` (engine 1 behind sshd)."""
+    """Nodes `here` (the local default engine) and `far` (the ssh engine behind sshd)."""
 
     ssh: SshServer
     far: Engine
@@ -59,7 +59,7 @@ def duo(ssh_engine: tuple[Engine, SshServer], sim_images: dict[str, str], tmp_pa
         "stacks_dir": str(tmp_path / "stacks"), "models_dir": str(tmp_path / "models"), "device_dir": None,
         "bind_address": "127.0.0.1", "load_threshold": 1000,
         "image_map": {"intel/vllm:latest": tag},
-        "stack_overlay": {"env": {"B70SIM_BOOT_SECONDS": "1.0"}},
+        "stack_overlay": {"env": {"B70SIM_BOOT_SECONDS": "1.0"}, "settle_seconds": 0.5},  # as the fleet: 5 s by default
         "timeouts": {"health": 40, "rollback": 40, "poll_interval": 0.2},
         "nodes": {
             "here": {"ports": {"prod": ports["here"], "dark": free_port()}},
