@@ -8,6 +8,7 @@ this session's objects on an engine other sessions share. Fixtures live in conft
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import io
 import json
 import os
@@ -79,7 +80,9 @@ def _run_in_process(argv: list[str], env: Mapping[str, str]) -> subprocess.Compl
     overrides: dict[str, str | None] = {**dict.fromkeys(AMBIENT), **env}
     with runner.isolation(env=overrides) as streams:
         try:
-            main(argv)
+            # In a context of its own: a `--node` run activates that node's endpoint (a context
+            # variable, docker/endpoint.py) for the rest of the context, which here is the test's.
+            contextvars.copy_context().run(main, argv)
             code = 0
         except SystemExit as e:
             code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)

@@ -16,6 +16,7 @@ import yaml
 
 from b70deploy.sim.image import TAGS as SIM_TAGS
 
+READ_ONLY = ("status", "history", "audit")  # commands SimNode.json runs in process
 OWN_LABEL = "b70test.node"  # on the images SimNode.own_image builds: the project that owns them
 
 
@@ -42,6 +43,11 @@ class SimNode:
                               check=check)
 
     def json(self, *args: str) -> Any:
+        """`b70deploy ARGS --json` as data; a read-only command runs in this process (no
+        interpreter start-up and imports: the node tests ask status and history after every step)."""
+        if args[0] in READ_ONLY:
+            return json.loads(simkit.run_cli(self.config, *args, "--json", env=self.extra_env, check=True,
+                                             in_process=True).stdout)
         return json.loads(self.cli(*args, "--json", check=True).stdout)
 
     @property
