@@ -57,6 +57,16 @@ def run_cli(config: Path | None, *args: str, env: Mapping[str, str] | None = Non
 
 
 CLI = [sys.executable, "-m", "b70deploy.cli"]
+# Commands the kit's json helpers (SimNode.json, Fleet.json) run in process: they only look, and
+# the node tests look after every step.
+READ_ONLY = ("status", "history", "audit")
+
+
+def run_json(config: Path, *args: str, env: Mapping[str, str] | None = None, timeout: float = 120) -> Any:
+    """`b70deploy ARGS --json` (exit 0 required) as data; in process when ARGS[0] is READ_ONLY."""
+    quick = args[0] in READ_ONLY
+    return json.loads(run_cli(config, *args, "--json", env=env, timeout=timeout, check=True,
+                              in_process=quick).stdout)
 
 
 def _wanted(config: Path | None, env: Mapping[str, str] | None) -> dict[str, str]:

@@ -12,7 +12,6 @@ are in the node's deploy dir, and that sshd accepted the sessions.
 
 from __future__ import annotations
 
-import json
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -119,7 +118,7 @@ def deployed_revision(duo: Duo, name: str) -> int:
 
 
 def status(duo: Duo) -> dict[str, tuple[int | None, str | None, object]]:
-    rows = json.loads(duo.cli("status", "--nodes", "--json", check=True).stdout)
+    rows = duo.json("status", "--nodes")
     return {r["node"]: (r["revision"], r["stack"], r["health"]) for r in rows}
 
 
@@ -145,7 +144,7 @@ def test_switch_and_rollback_on_the_ssh_node(duo: Duo) -> None:
     r = duo.cli("--node", "far", "rollback", "--yes")
     assert r.returncode == 0, r.stdout + r.stderr
     assert_serves(duo, "far", "alpha", 3)
-    hist = json.loads(duo.cli("history", "--node", "far", "--json", check=True).stdout)
+    hist = duo.json("history", "--node", "far")
     assert [(h["stack"], h["outcome"]) for h in hist] == [("alpha", "superseded"), ("beta", "superseded"),
                                                           ("alpha", "deployed")]
     assert status(duo) == {"here": (None, None, "refused"), "far": (3, "alpha", 200)}

@@ -44,7 +44,7 @@ from typing import Any
 import requests
 import yaml
 from filelock import FileLock
-from simkit import run_cli, unavailable
+from simkit import run_cli, run_json, unavailable
 
 # {lock name: engine indices}; the names are lock files in the temp dir.
 FLEET = ("engines", (1, 2, 3))   # the three nodes of the rolling tests
@@ -188,6 +188,9 @@ class Fleet:
 
     def cli(self, *args: str, timeout: float = 300, check: bool = False) -> subprocess.CompletedProcess[str]:
         return run_cli(self.config, *args, env=self.env, timeout=timeout, check=check)
+
+    def json(self, *args: str) -> Any:
+        return run_json(self.config, *args, env=self.env)
 
     def url(self, name: str) -> str:
         return f"http://127.0.0.1:{self.ports[name]}"

@@ -4,7 +4,6 @@ and a teardown that removes all of it."""
 
 from __future__ import annotations
 
-import json
 import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,7 +15,6 @@ import yaml
 
 from b70deploy.sim.image import TAGS as SIM_TAGS
 
-READ_ONLY = ("status", "history", "audit")  # commands SimNode.json runs in process
 OWN_LABEL = "b70test.node"  # on the images SimNode.own_image builds: the project that owns them
 
 
@@ -43,12 +41,7 @@ class SimNode:
                               check=check)
 
     def json(self, *args: str) -> Any:
-        """`b70deploy ARGS --json` as data; a read-only command runs in this process (no
-        interpreter start-up and imports: the node tests ask status and history after every step)."""
-        if args[0] in READ_ONLY:
-            return json.loads(simkit.run_cli(self.config, *args, "--json", env=self.extra_env, check=True,
-                                             in_process=True).stdout)
-        return json.loads(self.cli(*args, "--json", check=True).stdout)
+        return simkit.run_json(self.config, *args, env=self.extra_env)
 
     @property
     def state(self) -> Path:
