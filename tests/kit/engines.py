@@ -20,9 +20,10 @@ need. Teardown removes every container, stops the daemon (TERM, then KILL), unmo
 left under its dirs, deletes them and the bridge.
 
 Engine N's subnets are fixed, so each set of engines has a lock of its own, held from its start
-to its teardown, also across test sessions on this machine: engines 1-3 serve the rolling tests
-(FLEET), engine 4 the ssh node (SSH_ENGINE), so the two modules can run on two xdist workers
-side by side (tests/conftest.py ONE_WORKER).
+to its teardown, also across test sessions on this machine: engines 1-3 (or 5-7) serve the
+rolling tests (FLEET), engine 4 (or 8) the ssh node (SSH_ENGINE), so the two modules can run on
+two xdist workers side by side (tests/conftest.py ONE_WORKER), and a second test session on the
+machine takes the other set instead of waiting for the first session to end.
 """
 
 from __future__ import annotations
@@ -43,12 +44,12 @@ from typing import Any
 
 import requests
 import yaml
-from filelock import FileLock
+from filelock import FileLock, Timeout
 from simkit import run_cli, run_json, unavailable
 
-# {lock name: engine indices}; the names are lock files in the temp dir.
-FLEET = ("engines", (1, 2, 3))   # the three nodes of the rolling tests
-SSH_ENGINE = ("ssh-engine", (4,))  # the engine behind sshd
+# Sets of engines to choose from, each (lock name, engine indices); a lock is a file in the temp dir.
+FLEET = (("engines", (1, 2, 3)), ("engines-b", (5, 6, 7)))  # the three nodes of the rolling tests
+SSH_ENGINE = (("ssh-engine", (4,)), ("ssh-engine-b", (8,)))  # the engine behind sshd
 
 
 @dataclass
@@ -120,19 +121,34 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def _free_set(choices: Sequence[tuple[str, Sequence[int]]]) -> tuple[FileLock, Sequence[int]]:
+    """The first set whose lock is free, locked; when all are taken, the first, once it is free
+    (waiting, rather than failing on a taken address)."""
+    for name, indices in choices:
+        lock = FileLock(os.path.join(tempfile.gettempdir(), f"b70test-{name}.lock"))
+        try:
+            lock.acquire(timeout=0)
+        except Timeout:
+            continue
+        return lock, indices
+    name, indices = choices[0]
+    lock = FileLock(os.path.join(tempfile.gettempdir(), f"b70test-{name}.lock"))
+    lock.acquire(timeout=900)
+    return lock, indices
+
+
 @contextmanager
-def started(engine_set: tuple[str, Sequence[int]], image: str) -> Iterator[list[Engine]]:
-    """The engines of `engine_set` (FLEET or SSH_ENGINE), running, with `image` loaded from the
-    shared engine; all of it removed on exit."""
-    name, indices = engine_set
+def started(choices: Sequence[tuple[str, Sequence[int]]], image: str) -> Iterator[list[Engine]]:
+    """The engines of the first free set of `choices` (FLEET or SSH_ENGINE), running, with `image`
+    loaded from the shared engine; all of it removed on exit."""
+    lock, indices = _free_set(choices)  # held until the engines are gone
     had_docker0 = Path("/sys/class/net/docker0").exists()
     # A short path: a unix socket path is limited to 107 bytes.
     root = Path(tempfile.mkdtemp(prefix="b70mn-", dir="/tmp"))
     tag = uuid.uuid4().hex[:6]
     bridges = {i: f"b70mn{tag}{i}" for i in indices}  # at most 15 characters
     engines: list[Engine] = []
-    # A second session waits here instead of failing on a taken address.
-    with FileLock(os.path.join(tempfile.gettempdir(), f"b70test-{name}.lock"), timeout=900):
+    try:
         try:
             for i in indices:
                 engines.append(_start(i, root, bridges[i]))
@@ -156,6 +172,8 @@ def started(engine_set: tuple[str, Sequence[int]], image: str) -> Iterator[list[
             shutil.rmtree(root, ignore_errors=True)
             for bridge in bridges.values():
                 subprocess.run(["ip", "link", "del", bridge], capture_output=True, check=False)
+    finally:
+        lock.release()
 
 
 def write_stacks(folder: Path, image: str, *, gamma_crashes: bool = False) -> None:
