@@ -232,13 +232,26 @@ def sim_compile_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None
             os.environ["VLLM_CACHE_ROOT"] = before
 
 
-# Modules whose tests must share one pytest-xdist worker: the three-engine fixture uses fixed
-# 10.213.x subnets and is session-scoped (started once, on that worker).
-ONE_WORKER = ("tests/actions/test_rolling_engines.py", "tests/actions/test_ssh_node.py")
+# Fixtures of a node on an engine that the test switches, for seconds to a minute each.
+SWITCHED_NODES = frozenset({"node", "watched", "hand_node", "fleet", "duo"})
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The tests that switch a node first, the others (mostly milliseconds) after: with -n, the
+    long ones do not start last and leave one worker busy alone at the end. A stable sort, the
+    same on every worker (xdist requires one collection order)."""
+    items.sort(key=lambda item: not SWITCHED_NODES.intersection(getattr(item, "fixturenames", ())))
+
+
+# Modules whose tests must share one pytest-xdist worker: each starts extra engines with fixed
+# subnets in a session fixture (tests/kit/engines.py), once, on that worker; a test of the module
+# on another worker would wait for the subnets' lock until the first worker's session ends.
+# Two scopes, so the two modules (the suite's longest chains) run side by side.
+ONE_WORKER = {"tests/actions/test_rolling_engines.py": "fleet-engines", "tests/actions/test_ssh_node.py": "ssh-engine"}
 
 
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
-    """Like `--dist load` (one test per work unit), except that the ONE_WORKER modules all go to
+    """Like `--dist load` (one test per work unit), except that each ONE_WORKER module goes to
     one worker, and tests marked xdist_group(NAME) to one worker per NAME. `--dist loadgroup` alone would do the latter,
     but pytest 9.2 silently broke it (pytest-xdist issue 1386)."""
     from xdist.scheduler import LoadScopeScheduling
@@ -247,9 +260,6 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
         def _split_scope(self, nodeid: str) -> str:
             if nodeid.rfind("@") > nodeid.rfind("]"):
                 return nodeid.rsplit("@", 1)[-1]
-            module = nodeid.split("::", 1)[0]
-            # One scope for all of them: a module per scope could land on another worker, whose
-            # engines then wait for the subnets lock until the first worker's session ends.
-            return "three-engines" if module in ONE_WORKER else nodeid
+            return ONE_WORKER.get(nodeid.split("::", 1)[0], nodeid)
 
     return Scheduling(config, log)

@@ -8,6 +8,7 @@ this session's objects on an engine other sessions share. Fixtures live in conft
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import io
 import json
 import os
@@ -56,6 +57,16 @@ def run_cli(config: Path | None, *args: str, env: Mapping[str, str] | None = Non
 
 
 CLI = [sys.executable, "-m", "b70deploy.cli"]
+# Commands the kit's json helpers (SimNode.json, Fleet.json) run in process: they only look, and
+# the node tests look after every step.
+READ_ONLY = ("status", "history", "audit")
+
+
+def run_json(config: Path, *args: str, env: Mapping[str, str] | None = None, timeout: float = 120) -> Any:
+    """`b70deploy ARGS --json` (exit 0 required) as data; in process when ARGS[0] is READ_ONLY."""
+    quick = args[0] in READ_ONLY
+    return json.loads(run_cli(config, *args, "--json", env=env, timeout=timeout, check=True,
+                              in_process=quick).stdout)
 
 
 def _wanted(config: Path | None, env: Mapping[str, str] | None) -> dict[str, str]:
@@ -79,7 +90,9 @@ def _run_in_process(argv: list[str], env: Mapping[str, str]) -> subprocess.Compl
     overrides: dict[str, str | None] = {**dict.fromkeys(AMBIENT), **env}
     with runner.isolation(env=overrides) as streams:
         try:
-            main(argv)
+            # In a context of its own: a `--node` run activates that node's endpoint (a context
+            # variable, docker/endpoint.py) for the rest of the context, which here is the test's.
+            contextvars.copy_context().run(main, argv)
             code = 0
         except SystemExit as e:
             code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)

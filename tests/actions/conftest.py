@@ -1,14 +1,12 @@
 """Fixtures for the actions end to end on real engines (the switch and rollback on one node, the
 rolling switch over three engines, a node behind a real sshd): `node` (kit.simnode), `engines`
-and `fleet` (kit.engines), `ssh_engine` (kit.sshd: engine 1 behind sshd on loopback)."""
+and `fleet` (kit.engines), `ssh_engine` (kit.sshd: an engine of its own behind sshd on loopback)."""
 
 from __future__ import annotations
 
 import os
 import shutil
-import subprocess
 import tempfile
-import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -17,8 +15,7 @@ from typing import Any
 import pytest
 import simkit
 import yaml
-from filelock import FileLock
-from kit.engines import ENGINES, Engine, Fleet, _start, _stop, _unmount_under, free_port
+from kit.engines import FLEET, SSH_ENGINE, Engine, Fleet, free_port, started
 from kit.engines import write_stacks as write_fleet_stacks
 from kit.simnode import OWN_LABEL, SimNode, docker, write_stacks
 from kit.sshd import SSH, SSHD, SshServer
@@ -70,42 +67,15 @@ def node(tmp_path: Path, sim_images: dict[str, str], free_port: Callable[[], int
 
 @pytest.fixture(scope="session")
 def engines(sim_images: dict[str, str]) -> Iterator[list[Engine]]:
+    """The three engines of the rolling tests (kit/engines.py FLEET), started once per worker."""
+    require_engines()
+    with started(FLEET, sim_images["bash-c"]) as three:
+        yield three
+
+
+def require_engines() -> None:
     if os.geteuid() != 0 or shutil.which("dockerd") is None or shutil.which("ip") is None:
-        unavailable("three extra Docker Engines need root, dockerd and ip")
-    had_docker0 = Path("/sys/class/net/docker0").exists()
-    # A short path: a unix socket path is limited to 107 bytes.
-    root = Path(tempfile.mkdtemp(prefix="b70mn-", dir="/tmp"))
-    tag = uuid.uuid4().hex[:6]
-    bridges = [f"b70mn{tag}{i}" for i in range(1, ENGINES + 1)]  # at most 15 characters
-    started: list[Engine] = []
-    # Fixed subnets (10.213.x): one set of three engines on this machine at a time, also across
-    # test sessions; a second session waits here instead of failing on a taken address.
-    subnets = FileLock(os.path.join(tempfile.gettempdir(), "b70test-engines.lock"))
-    subnets.acquire(timeout=900)
-    try:
-        for i, bridge in enumerate(bridges, 1):
-            started.append(_start(i, root, bridge))
-        deadline = time.monotonic() + 60
-        for e in started:
-            while e.docker("version", "--format", "{{.Server.Version}}", timeout=10).returncode != 0:
-                if e.proc.poll() is not None or time.monotonic() > deadline:
-                    log = (root / f"d{e.index}.log").read_text(errors="replace")[-2000:]
-                    unavailable(f"dockerd {e.index} did not start: {log}")
-                time.sleep(0.3)
-        # The shared engine's default bridge must survive our engines (see the module docstring).
-        assert Path("/sys/class/net/docker0").exists() or not had_docker0, "an extra dockerd removed docker0"
-        image = subprocess.run(["docker", "save", sim_images["bash-c"]], capture_output=True, check=True).stdout
-        for e in started:
-            subprocess.run(["docker", "-H", e.host, "load"], input=image, capture_output=True, check=True)
-        yield started
-    finally:
-        for e in started:
-            _stop(e)
-        _unmount_under(root)
-        shutil.rmtree(root, ignore_errors=True)
-        for bridge in bridges:
-            subprocess.run(["ip", "link", "del", bridge], capture_output=True, check=False)
-        subnets.release()
+        unavailable("extra Docker Engines need root, dockerd and ip")
 
 
 @pytest.fixture
@@ -148,8 +118,10 @@ def fleet(engines: list[Engine], tmp_path: Path) -> Iterator[Fleet]:
 
 
 @pytest.fixture(scope="session")
-def ssh_engine(engines: list[Engine]) -> Iterator[tuple[Engine, SshServer]]:
-    """Engine 1 reached over ssh://root@127.0.0.1:PORT through a real OpenSSH server (kit/sshd.py)."""
+def ssh_engine(sim_images: dict[str, str]) -> Iterator[tuple[Engine, SshServer]]:
+    """An engine of its own (kit/engines.py SSH_ENGINE) reached over ssh://root@127.0.0.1:PORT
+    through a real OpenSSH server (kit/sshd.py)."""
+    require_engines()
     missing = [p for p in (SSHD, SSH) if not os.access(p, os.X_OK)]
     if shutil.which("ssh-keygen") is None:
         missing.append("ssh-keygen")
@@ -162,13 +134,14 @@ def ssh_engine(engines: list[Engine]) -> Iterator[tuple[Engine, SshServer]]:
         unavailable("the docker SDK has no ssh:// support here (paramiko missing: pip install -e .)")
     root = Path(tempfile.mkdtemp(prefix="b70ssh-", dir="/tmp"))
     server = None
-    try:
+    with started(SSH_ENGINE, sim_images["bash-c"]) as (engine,):
         try:
-            server = start_sshd(root, engines[0].sock)
-        except RuntimeError as e:
-            unavailable(str(e))
-        yield engines[0], server
-    finally:
-        if server is not None:
-            stop_sshd(server)
-        shutil.rmtree(root, ignore_errors=True)
+            try:
+                server = start_sshd(root, engine.sock)
+            except RuntimeError as e:
+                unavailable(str(e))
+            yield engine, server
+        finally:
+            if server is not None:
+                stop_sshd(server)
+            shutil.rmtree(root, ignore_errors=True)

@@ -14,7 +14,7 @@ pytestmark = pytest.mark.docker
 
 
 def current(fleet: Fleet) -> dict[str, tuple[int | None, str | None, object]]:
-    rows = json.loads(fleet.cli("status", "--nodes", "--json", check=True).stdout)
+    rows = fleet.json("status", "--nodes")
     return {r["node"]: (r["revision"], r["stack"], r["health"]) for r in rows}
 
 
@@ -58,9 +58,9 @@ def test_failure_on_node_two_stops_the_rollout(fleet: Fleet) -> None:
     assert states == {"a": "switched", "b": "rolled-back", "c": "untouched"}
     assert "stopped at node b" in out["summary"]
     assert current(fleet) == {"a": (2, "gamma", 200), "b": (1, "alpha", 200), "c": (1, "alpha", 200)}
-    hist_b = json.loads(fleet.cli("history", "--node", "b", "--json", check=True).stdout)
+    hist_b = fleet.json("history", "--node", "b")
     assert [(h["stack"], h["outcome"]) for h in hist_b] == [("alpha", "deployed"), ("gamma", "failed")]
-    hist_c = json.loads(fleet.cli("history", "--node", "c", "--json", check=True).stdout)
+    hist_c = fleet.json("history", "--node", "c")
     assert [h["stack"] for h in hist_c] == ["alpha"]
     assert "gptq_marlin_repack" in fleet.cli("--node", "b", "logs", "2", check=True).stdout
     # Tables too.

@@ -2,7 +2,7 @@
 
 The inventory has two nodes: `here`, the local default engine, and `far`,
 `docker_host: ssh://root@127.0.0.1:PORT`, which sshd on loopback forwards (forced command
-`docker system dial-stdio`) to an engine of its own, engine 1 of the `engines` fixture (see
+`docker system dial-stdio`) to an engine of its own, the `ssh_engine` fixture's (see
 kit/sshd.py for the key, known_hosts and the ssh wrapper). Everything is checked from outside
 the tool: which stack answers a completion on the node's port (/v1/models' max_model_len tells
 alpha 131072, beta 262144), which containers with which `b70deploy.stack` label run on each
@@ -12,7 +12,6 @@ are in the node's deploy dir, and that sshd accepted the sessions.
 
 from __future__ import annotations
 
-import json
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -27,15 +26,15 @@ from kit.sshd import SshServer
 
 from b70deploy.sim.box import write_models
 
-# Engine 1 of the session's `engines` (fixed 10.213.x subnets): this module shares the
-# three-engine tests' xdist worker (tests/conftest.py ONE_WORKER).
+# The ssh engine has fixed 10.213.x subnets: one xdist worker runs all of this module
+# (tests/conftest.py ONE_WORKER).
 pytestmark = pytest.mark.docker
 
 MAX_LEN = {"alpha": 131072, "beta": 262144}
 
 
 class Duo(Fleet):
-    """Nodes `here` (the local default engine) and `far` (engine 1 behind sshd)."""
+    """Nodes `here` (the local default engine) and `far` (the ssh engine behind sshd)."""
 
     ssh: SshServer
     far: Engine
@@ -59,7 +58,7 @@ def duo(ssh_engine: tuple[Engine, SshServer], sim_images: dict[str, str], tmp_pa
         "stacks_dir": str(tmp_path / "stacks"), "models_dir": str(tmp_path / "models"), "device_dir": None,
         "bind_address": "127.0.0.1", "load_threshold": 1000,
         "image_map": {"intel/vllm:latest": tag},
-        "stack_overlay": {"env": {"B70SIM_BOOT_SECONDS": "1.0"}},
+        "stack_overlay": {"env": {"B70SIM_BOOT_SECONDS": "1.0"}, "settle_seconds": 0.5},  # as the fleet: 5 s by default
         "timeouts": {"health": 40, "rollback": 40, "poll_interval": 0.2},
         "nodes": {
             "here": {"ports": {"prod": ports["here"], "dark": free_port()}},
@@ -119,7 +118,7 @@ def deployed_revision(duo: Duo, name: str) -> int:
 
 
 def status(duo: Duo) -> dict[str, tuple[int | None, str | None, object]]:
-    rows = json.loads(duo.cli("status", "--nodes", "--json", check=True).stdout)
+    rows = duo.json("status", "--nodes")
     return {r["node"]: (r["revision"], r["stack"], r["health"]) for r in rows}
 
 
@@ -145,7 +144,7 @@ def test_switch_and_rollback_on_the_ssh_node(duo: Duo) -> None:
     r = duo.cli("--node", "far", "rollback", "--yes")
     assert r.returncode == 0, r.stdout + r.stderr
     assert_serves(duo, "far", "alpha", 3)
-    hist = json.loads(duo.cli("history", "--node", "far", "--json", check=True).stdout)
+    hist = duo.json("history", "--node", "far")
     assert [(h["stack"], h["outcome"]) for h in hist] == [("alpha", "superseded"), ("beta", "superseded"),
                                                           ("alpha", "deployed")]
     assert status(duo) == {"here": (None, None, "refused"), "far": (3, "alpha", 200)}

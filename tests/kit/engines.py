@@ -18,24 +18,38 @@ never touch the host's rules, which the shared engine manages; ports are still p
 127.0.0.1 by docker-proxy (the userland proxy), which is all /health, smoke and the probe
 need. Teardown removes every container, stops the daemon (TERM, then KILL), unmounts what is
 left under its dirs, deletes them and the bridge.
+
+Engine N's subnets are fixed, so each set of engines has a lock of its own, held from its start
+to its teardown, also across test sessions on this machine: engines 1-3 (or 5-7) serve the
+rolling tests (FLEET), engine 4 (or 8) the ssh node (SSH_ENGINE), so the two modules can run on
+two xdist workers side by side (tests/conftest.py ONE_WORKER), and a second test session on the
+machine takes the other set instead of waiting for the first session to end.
 """
 
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
+import tempfile
 import threading
 import time
+import uuid
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import requests
 import yaml
-from simkit import run_cli
+from filelock import FileLock, Timeout
+from simkit import run_cli, run_json, unavailable
 
-ENGINES = 3
+# Sets of engines to choose from, each (lock name, engine indices); a lock is a file in the temp dir.
+FLEET = (("engines", (1, 2, 3)), ("engines-b", (5, 6, 7)))  # the three nodes of the rolling tests
+SSH_ENGINE = (("ssh-engine", (4,)), ("ssh-engine-b", (8,)))  # the engine behind sshd
 
 
 @dataclass
@@ -107,6 +121,61 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def _free_set(choices: Sequence[tuple[str, Sequence[int]]]) -> tuple[FileLock, Sequence[int]]:
+    """The first set whose lock is free, locked; when all are taken, the first, once it is free
+    (waiting, rather than failing on a taken address)."""
+    for name, indices in choices:
+        lock = FileLock(os.path.join(tempfile.gettempdir(), f"b70test-{name}.lock"))
+        try:
+            lock.acquire(timeout=0)
+        except Timeout:
+            continue
+        return lock, indices
+    name, indices = choices[0]
+    lock = FileLock(os.path.join(tempfile.gettempdir(), f"b70test-{name}.lock"))
+    lock.acquire(timeout=900)
+    return lock, indices
+
+
+@contextmanager
+def started(choices: Sequence[tuple[str, Sequence[int]]], image: str) -> Iterator[list[Engine]]:
+    """The engines of the first free set of `choices` (FLEET or SSH_ENGINE), running, with `image`
+    loaded from the shared engine; all of it removed on exit."""
+    lock, indices = _free_set(choices)  # held until the engines are gone
+    had_docker0 = Path("/sys/class/net/docker0").exists()
+    # A short path: a unix socket path is limited to 107 bytes.
+    root = Path(tempfile.mkdtemp(prefix="b70mn-", dir="/tmp"))
+    tag = uuid.uuid4().hex[:6]
+    bridges = {i: f"b70mn{tag}{i}" for i in indices}  # at most 15 characters
+    engines: list[Engine] = []
+    try:
+        try:
+            for i in indices:
+                engines.append(_start(i, root, bridges[i]))
+            deadline = time.monotonic() + 60
+            for e in engines:
+                while e.docker("version", "--format", "{{.Server.Version}}", timeout=10).returncode != 0:
+                    if e.proc.poll() is not None or time.monotonic() > deadline:
+                        log = (root / f"d{e.index}.log").read_text(errors="replace")[-2000:]
+                        unavailable(f"dockerd {e.index} did not start: {log}")
+                    time.sleep(0.1)
+            # The shared engine's default bridge must survive our engines (see the module docstring).
+            assert Path("/sys/class/net/docker0").exists() or not had_docker0, "an extra dockerd removed docker0"
+            saved = subprocess.run(["docker", "save", image], capture_output=True, check=True).stdout
+            for e in engines:
+                subprocess.run(["docker", "-H", e.host, "load"], input=saved, capture_output=True, check=True)
+            yield engines
+        finally:
+            for e in engines:
+                _stop(e)
+            _unmount_under(root)
+            shutil.rmtree(root, ignore_errors=True)
+            for bridge in bridges.values():
+                subprocess.run(["ip", "link", "del", bridge], capture_output=True, check=False)
+    finally:
+        lock.release()
+
+
 def write_stacks(folder: Path, image: str, *, gamma_crashes: bool = False) -> None:
     folder.mkdir(parents=True)
     base: dict[str, Any] = {
@@ -137,6 +206,9 @@ class Fleet:
 
     def cli(self, *args: str, timeout: float = 300, check: bool = False) -> subprocess.CompletedProcess[str]:
         return run_cli(self.config, *args, env=self.env, timeout=timeout, check=check)
+
+    def json(self, *args: str) -> Any:
+        return run_json(self.config, *args, env=self.env)
 
     def url(self, name: str) -> str:
         return f"http://127.0.0.1:{self.ports[name]}"

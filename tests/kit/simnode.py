@@ -4,7 +4,6 @@ and a teardown that removes all of it."""
 
 from __future__ import annotations
 
-import json
 import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -42,7 +41,7 @@ class SimNode:
                               check=check)
 
     def json(self, *args: str) -> Any:
-        return json.loads(self.cli(*args, "--json", check=True).stdout)
+        return simkit.run_json(self.config, *args, env=self.extra_env)
 
     @property
     def state(self) -> Path:
