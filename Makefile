@@ -11,9 +11,11 @@ setup:
 demo: setup
 	bash scripts/demo.sh
 
-# 4 workers on 2 cores: the Docker tests mostly wait on container boots.
+# 4 workers on 2 cores: the Docker tests mostly wait on container boots. Bytecode is written
+# (some machines set PYTHONDONTWRITEBYTECODE): each of the suite's ~1,000 CLI processes and
+# each worker would otherwise compile the package and the rewritten tests again.
 test: setup
-	$(BIN)/pytest -q -n 4 -m "not real"
+	env -u PYTHONDONTWRITEBYTECODE $(BIN)/pytest -q -n 4 -m "not real" --durations=15
 
 # The real-vLLM lane: vLLM 0.21.0's CPU build (about 8 GB, cached outside the repo) serving a
 # tiny model built here, deployed by the tool. scripts/real_vllm.sh builds or confirms it.

@@ -154,9 +154,8 @@ def test_concurrent_switch_is_refused_naming_the_holder(node: SimNode) -> None:
             if holder.is_file() and json.loads(holder.read_text()).get("step") == "wait-healthy":
                 break
             time.sleep(0.1)
-        t0 = time.monotonic()
         r = node.cli("switch", "beta", "--yes")
-        assert time.monotonic() - t0 < 10  # refused at once (the CLI's own start-up is most of it)
+        assert slow.poll() is None  # refused while the holder still runs: it did not wait for the lock
         assert r.returncode == 1
         assert f"pid {slow.pid}" in r.stderr and "switch slow" in r.stderr
         # Which step the holder is in by then depends on the machine's load; that one is named does not.
