@@ -318,12 +318,22 @@ def _settle(r: Run) -> None:
             lines = r.io.container_log()
             finding = diagnose(lines, r.plan.stack)
             reason = (f"the stack failed inside its {window:g} s settle window after ready: container {status}, "
-                      f"/health {code or 'refused'}")
+                      f"/health {code or 'refused'}") + _smoke_failures(r)
             r.wait = WaitResult(False, r.wait.elapsed if r.wait else 0.0, reason, finding, log_lines=lines)
             _save_log(r, lines)
             raise OperationError(reason)
     wait(r.ahead.values())  # the step's effects end with it (a resumed run knows what was done)
     r.info(f"stayed healthy for the {window:g} s settle window")
+
+
+def _smoke_failures(r: Run) -> str:
+    """What the smoke tests running in the window saw, when they end within 2 s: often the
+    request the engine died on (vLLM answers it HTTP 500, then its server exits)."""
+    smoke = r.ahead.get("smoke")
+    if smoke is None or wait([smoke], timeout=2).not_done or smoke.exception() is not None:
+        return ""
+    failed = smoke.result()[1]
+    return f"; smoke tests meanwhile: {'; '.join(failed)}" if failed else ""
 
 
 def _join_ahead(r: Run) -> None:

@@ -279,6 +279,7 @@ def test_an_engine_that_dies_on_its_first_request_is_rolled_back_by_the_switch(n
     # The smoke tests run inside the settle window: their first request kills the engine there.
     assert "failed at wait-healthy: the stack failed inside its 0.5 s settle window" in r.stderr, r.stderr
     assert "[cpu-attention-unsupported]" in r.stderr and "node back on revision 1 (alpha)" in r.stdout
+    assert "smoke tests meanwhile:" in r.stderr and "HTTP 500" in r.stderr, r.stderr  # the request it died on
     assert _serves(node) == "alpha" and node.json("status")["differs"] == []
 
 
