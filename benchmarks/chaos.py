@@ -65,8 +65,9 @@ import yaml
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
-from switch_bench import remove_keep_tags, sigterm_as_interrupt  # noqa: E402  (benchmarks/ is on sys.path)
+from switch_bench import remove_keep_tags  # noqa: E402  (benchmarks/ is on sys.path)
 
+from b70deploy import interrupts  # noqa: E402
 from b70deploy.sim.box import write_models  # noqa: E402
 from b70deploy.sim.image import TAGS as SIM_TAGS  # noqa: E402
 
@@ -652,7 +653,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                               "trials": []}
     code = 0
     try:
-        with sigterm_as_interrupt():
+        with interrupts.installed():
             run(args, result)
     except KeyboardInterrupt:
         log("interrupted; everything created was removed")

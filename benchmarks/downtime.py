@@ -57,7 +57,7 @@ from switch_bench import (
     log,
     machine,
     ready_instant,
-    sigterm_as_interrupt,
+    report,
     started_instant,
 )
 
@@ -382,19 +382,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--warm-boot", type=float, default=10.0, help="sim cold boot delay for the warm-boot part "
                    "(default 10: the compile window is 15 %% of it)")
     p.add_argument("--json", type=Path, help="write every run and the summary here")
-    args = p.parse_args(argv)
-    try:
-        with sigterm_as_interrupt():
-            result = run(args)
-    except KeyboardInterrupt:
-        log("interrupted; everything created was removed")
-        return 130
-    print(table(result))
-    if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(result, indent=2) + "\n")
-        log(f"wrote {args.json}")
-    return 0
+    return report(run, table, p.parse_args(argv))
 
 
 if __name__ == "__main__":

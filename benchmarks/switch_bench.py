@@ -26,7 +26,6 @@ import json
 import os
 import platform
 import shutil
-import signal
 import socket
 import statistics
 import subprocess
@@ -35,7 +34,7 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -43,6 +42,7 @@ from typing import Any
 
 import yaml
 
+from b70deploy import interrupts
 from b70deploy.docker.compose import Compose
 from b70deploy.docker.keep import REPO as KEEP_REPO
 from b70deploy.docker.keep import revision_of
@@ -542,16 +542,22 @@ def table(result: dict[str, Any]) -> str:
     return "\n".join(out)
 
 
-@contextlib.contextmanager
-def sigterm_as_interrupt() -> Iterator[None]:
-    def handler(signum: int, frame: object) -> None:
-        raise KeyboardInterrupt
-
-    old = signal.signal(signal.SIGTERM, handler)
+def report(run: Callable[[argparse.Namespace], dict[str, Any]], table: Callable[[dict[str, Any]], str],
+           args: argparse.Namespace) -> int:
+    """A benchmark's ending: run it (Ctrl-C and SIGTERM end it with everything created removed:
+    exit 130), print its table, write every run to --json."""
     try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, old)
+        with interrupts.installed():
+            result = run(args)
+    except KeyboardInterrupt:
+        log("interrupted; everything created was removed")
+        return 130
+    print(table(result))
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(result, indent=2) + "\n")
+        log(f"wrote {args.json}")
+    return 0
 
 
 def floats(text: str) -> list[float]:
@@ -570,18 +576,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--crash-wait-timeout", type=float, default=30,
                    help="compose --wait-timeout for (c): how long compose may take to report the crash")
     p.add_argument("--json", type=Path, help="write every run and the summary here")
-    args = p.parse_args(argv)
-    try:
-        with sigterm_as_interrupt():
-            result = run(args)
-    except KeyboardInterrupt:
-        log("interrupted; everything created was removed")
-        return 130
-    print(table(result))
-    if args.json:
-        args.json.write_text(json.dumps(result, indent=2) + "\n")
-        log(f"wrote {args.json}")
-    return 0
+    return report(run, table, p.parse_args(argv))
 
 
 if __name__ == "__main__":

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import subprocess
 import threading
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -56,6 +57,13 @@ class Watched:
                 self.lines.append(line.rstrip("\n"))
         threading.Thread(target=read, daemon=True).start()
         return proc
+
+    def wait_for_line(self, text: str, timeout: float) -> None:
+        """Until a line watch printed holds `text`; fails with every line after `timeout` s."""
+        deadline = time.monotonic() + timeout
+        while not any(text in line for line in self.lines):
+            assert time.monotonic() < deadline, self.lines
+            time.sleep(0.5)
 
 
 @pytest.fixture

@@ -84,10 +84,7 @@ def test_the_same_failure_after_the_bake_window_alerts_and_does_not_act(watched:
     assert body["revision"] == 2 and "after the 2 s bake window: not acting" in body["outcome"]
     assert "[cpu-attention-unsupported]" in body["diagnosis"]
     # The restart policy brings it back and it dies again: Docker's events show the deaths.
-    deadline = time.monotonic() + 60
-    while not any("watch.alert rev 2: restart loop" in line for line in w.lines):
-        assert time.monotonic() < deadline, w.lines
-        time.sleep(0.5)
+    w.wait_for_line("watch.alert rev 2: restart loop", timeout=60)
     assert any("watch.alert rev 2: the vllm container died" in line for line in w.lines)
     st = node.json("status")
     assert st["current"]["number"] == 2 and [h["number"] for h in node.json("history")] == [1, 2]
@@ -165,10 +162,7 @@ def test_a_drain_inside_the_bake_window_is_not_a_failure(watched: Watched) -> No
     w.start_watch()
     node.cli("switch", "beta", "--yes", check=True)
     node.cli("drain", check=True)
-    deadline = time.monotonic() + 30
-    while not any("vllm was stopped on purpose" in line for line in w.lines):
-        assert time.monotonic() < deadline, w.lines
-        time.sleep(0.5)
+    w.wait_for_line("vllm was stopped on purpose", timeout=30)
     time.sleep(2)
     assert [h["number"] for h in node.json("history")] == [1, 2]
     assert not any(e.startswith(("watch.", "rollback.")) for e in w.hooks.events())
