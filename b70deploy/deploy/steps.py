@@ -22,6 +22,7 @@ resumed run, a window of 0 s).
 
 from __future__ import annotations
 
+import contextvars
 import io as _io
 import re
 from collections.abc import Mapping
@@ -306,9 +307,11 @@ def _settle(r: Run) -> None:
     if window <= 0:
         return
     pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="settle")
-    r.ahead["smoke"] = pool.submit(r.io.smoke, r.plan.stack)
+    # Each in a copy of this context: a remote node's engine endpoint is a context variable.
+    r.ahead["smoke"] = pool.submit(contextvars.copy_context().run, r.io.smoke, r.plan.stack)
     if r.plan.companions:
-        r.ahead["companions"] = pool.submit(r.io.up, r.plan.companions, recreate=False)
+        r.ahead["companions"] = pool.submit(contextvars.copy_context().run, r.io.up, r.plan.companions,
+                                            recreate=False)
     pool.shutdown(wait=False)
     end = r.io.monotonic() + window
     while r.io.monotonic() < end:
