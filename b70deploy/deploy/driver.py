@@ -175,7 +175,9 @@ class Driver:
 
     def _run(self, r: Run, runner: Runner[Run], *, skip: int = 0, done: Sequence[Step[Run]] = ()) -> Outcome:
         try:
-            runner.run(steps(r.plan)[skip:], r, done=done, compensate=r.plan.auto_rollback)
+            # --no-auto-rollback keeps a failed stack for inspection; a run that failed before it
+            # started one (not idle at verify) has nothing to inspect and is undone as always.
+            runner.run(steps(r.plan)[skip:], r, done=done, compensate=lambda: r.plan.auto_rollback or not r.activated)
         except StepFailed as failure:
             return self._failed(r, failure)
         assert r.revision is not None  # record ran, in this run or the killed one

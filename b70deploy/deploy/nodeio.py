@@ -55,6 +55,15 @@ class NodeIO(Protocol):
 
     def up(self, services: Sequence[str], *, recreate: bool = True) -> None: ...
 
+    def replace(self, service: str, *, stopping: Sequence[str]) -> None:
+        """Create `service`'s container from the deploy dir's files, not started, while its old
+        container still serves; then the old one is stopped and removed. `stopping` (the
+        companions) are stopped meanwhile. The clients' outage starts only once the new
+        container exists."""
+
+    def start(self, service: str) -> None:
+        """Start the container `replace` created; bring the service up when there is none."""
+
     def stop(self, services: Sequence[str]) -> None: ...
 
     def discard(self, service: str) -> None:

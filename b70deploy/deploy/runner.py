@@ -107,8 +107,9 @@ class Runner(Generic[S]):
         self.journal.append(self.run_id, "context", context=context)
 
     def run(self, steps: Sequence[Step[S]], state: S, *, done: Sequence[Step[S]] = (),
-            compensate: bool = True) -> None:
-        """Run `steps`; `done` are steps an interrupted run had completed (for compensation)."""
+            compensate: bool | Callable[[], bool] = True) -> None:
+        """Run `steps`; `done` are steps an interrupted run had completed (for compensation).
+        `compensate` may be asked at the failure (what was done by then decides)."""
         completed: list[Step[S]] = list(done)
         for step in steps:
             started = False  # an interrupt can land between two steps too (a hook, a journal line)
@@ -135,11 +136,12 @@ class Runner(Generic[S]):
                     self.timings[step.name] = round(time.monotonic() - t0, 3)
                     self.journal.append(self.run_id, "step-failed", step=step.name, error=str(exc)[:2000])
                 failure = StepFailed(step.name, exc)
-                if compensate:  # the step's own compensation only if it started: it may be half done
+                undo = compensate() if callable(compensate) else compensate
+                if undo:  # the step's own compensation only if it started: it may be half done
                     failure.undo_errors = self.compensate([*completed, *([step] if started else [])], state)
                     failure.compensated = True
                 self.journal.append(self.run_id, "run-failed", step=step.name, error=str(exc)[:2000],
-                                    compensated=compensate)
+                                    compensated=undo)
                 raise failure from exc
         self.journal.append(self.run_id, "run-ok")
 

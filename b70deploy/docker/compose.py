@@ -29,6 +29,13 @@ class Compose:
             argv.append("--force-recreate")
         return [*argv, *services]
 
+    def create(self, services: Sequence[str], *, stop_timeout: int) -> list[str]:
+        """The services' containers replaced by new ones from the files, not started: Compose
+        creates each replacement while the old container still runs, then stops it (its stop
+        signal, SIGKILL after `stop_timeout`), removes it and gives the new one its name."""
+        return [*self.base(), "up", "--no-start", "--no-deps", "--pull", "never", "--force-recreate",
+                "--timeout", str(stop_timeout), *services]
+
     def down(self) -> list[str]:
         return [*self.base(), "down", "--remove-orphans", "--timeout", "10"]
 

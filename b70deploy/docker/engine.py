@@ -1,8 +1,8 @@
 """The Docker Engine through its API (docker SDK): images, containers, logs.
 
-Compose does the lifecycle (up, down); this module looks and listens, and stops what a drain
-stops and holds off a booting container's restarts, where Compose would be slower (its own
-project load before each call; one service after the other).
+Compose does the lifecycle (up, down, create); this module looks and listens, and stops what a
+drain stops, starts what a drain created and holds off a booting container's restarts, where
+Compose would be slower (its own project load before each call; one service after the other).
 """
 
 from __future__ import annotations
@@ -138,6 +138,22 @@ def stop_services(project: str, services: Sequence[str], *, timeout: int) -> Non
         with ThreadPoolExecutor(max_workers=len(mine), thread_name_prefix="stop") as pool:
             for done in [pool.submit(stop, c) for c in mine]:
                 done.result()
+
+
+def start_created(project: str, service: str) -> bool:
+    """Start the service's container if it is created and never started (a drain made it from
+    the deploy dir's files); False when there is no such container (Compose must bring it up)."""
+    try:
+        container = client().containers.get(f"{project}-{service}-1")  # Compose's own name
+        if container.status != "created":
+            return False
+        container.start()
+    except NotFound:
+        return False
+    except APIError as e:
+        raise OperationError(f"starting {project}-{service}-1 failed: {e.explanation or e}",
+                             fix=f"docker start {project}-{service}-1 for the engine's full answer") from None
+    return True
 
 
 def set_restart_policy(container: Any, policy: dict[str, Any]) -> None:

@@ -4,10 +4,12 @@ images and the container's log, HTTP for /health and the smoke tests."""
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import json
 import tempfile
 import time
 from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -118,12 +120,27 @@ class DockerNode:
     def compose_config(self, files: Mapping[str, bytes]) -> tuple[dict[str, Any] | None, str | None]:
         return compose_config(files, self.project)
 
-    def up(self, services: Sequence[str], *, recreate: bool = True, tries: int = 3) -> None:
+    def up(self, services: Sequence[str], *, recreate: bool = True) -> None:
+        self._compose(self.compose.up(services, recreate=recreate), services)
+
+    def replace(self, service: str, *, stopping: Sequence[str]) -> None:
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="drain") as pool:
+            stopped = pool.submit(contextvars.copy_context().run, self.stop, stopping) if stopping else None
+            self._compose(self.compose.create([service], stop_timeout=STOP_TIMEOUT), [service])
+            if stopped is not None:
+                stopped.result()
+
+    def start(self, service: str) -> None:
+        if not engine.start_created(self.project, service):
+            self.up([service], recreate=False)
+
+    def _compose(self, argv: list[str], services: Sequence[str], tries: int = 3) -> None:
+        """Run a compose call that creates containers, clearing an interrupted call's leftovers."""
         for attempt in range(1, tries + 1):
             for service in services:
                 engine.remove_strays(self.project, service)
             try:
-                run(self.compose.up(services, recreate=recreate), timeout=300)
+                run(argv, timeout=300)
                 return
             except OperationError as e:
                 # An interrupted `up` was killed, but the daemon may still be creating its

@@ -69,6 +69,26 @@ def test_switch_a_to_b_records_revisions_and_dry_run_changes_nothing(node: SimNo
     assert_revisions_intact(node)
 
 
+def test_the_new_container_is_created_while_the_old_one_still_serves(node: SimNode) -> None:
+    """The clients' outage starts after the engine has created the new container: in the
+    engine's own event stream beta's vllm is created before alpha's gets its stop signal, and
+    started only after alpha's died."""
+    node.cli("switch", "alpha", "--yes", check=True)
+    t0 = time.time()
+    node.cli("switch", "beta", "--yes", check=True)
+    out = docker("events", "--since", f"{t0:.3f}", "--until", f"{time.time():.3f}",
+                 "--filter", f"label=com.docker.compose.project={node.project}",
+                 "--filter", "label=com.docker.compose.service=vllm",
+                 "--format", '{{.TimeNano}} {{.Action}} {{index .Actor.Attributes "b70deploy.stack"}}').stdout
+    seen = [(int(t), action, stack) for t, action, stack in (line.split() for line in out.splitlines())]
+
+    def first(action: str, stack: str) -> int:
+        return min(t for t, a, s in seen if a == action and s == stack)
+
+    assert first("create", "beta") < first("kill", "alpha") < first("die", "alpha") < first("start", "beta"), seen
+    assert _serves(node) == "beta"
+
+
 def _crash_times(node: SimNode, since: float) -> list[float]:
     """When containers of the project died by themselves (not stopped by a drain: 0/137/143)."""
     out = docker("events", "--since", f"{since:.3f}", "--until", f"{time.time():.3f}", "--filter",

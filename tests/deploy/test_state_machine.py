@@ -201,14 +201,15 @@ def test_the_matrix_covers_every_step_and_runs_without_docker() -> None:
                           "check", "commit", "companions"]
 
 
-def test_a_killed_activate_leaves_half_written_files_that_resume_completes(root: Path) -> None:
+def test_a_killed_drain_leaves_half_written_files_that_resume_completes(root: Path) -> None:
     b = Bench(root)
-    b.node.trap = ("kill", "activate")
+    b.node.trap = ("kill", "drain")
     with pytest.raises(Killed):
         b.switch()
     mixed: dict[str, Any] = {n: d for n, d in b.node.deployed.items()}
     assert mixed["docker-compose.yml"] == stack_files("beta")["docker-compose.yml"]
     assert mixed[".env"] == stack_files("alpha")[".env"]  # torn, as a kill between two renames leaves it
+    assert b.node.serves() == "alpha"  # the files are written before anything is created or stopped
     assert b.resume().ok
     assert b.agreed() == "beta"
 
@@ -221,6 +222,25 @@ def test_a_failed_boot_after_activate_writes_the_previous_files_back(root: Path)
     assert b.agreed() == "alpha"
     assert b.state.revisions.get(3).status.outcome == "failed"
 
+
+
+@pytest.mark.parametrize("step,serves", [("verify", "alpha"), ("wait-healthy", None)])
+def test_no_auto_rollback_keeps_a_failed_stack_but_undoes_a_switch_that_started_none(
+        root: Path, step: str, serves: str | None) -> None:
+    """Not idle at verify: the drain created beta's container and wrote its files, nothing of
+    beta ran, so there is nothing to inspect: alpha serves again. A boot that failed stays."""
+    b = Bench(root)
+    if step == "verify":
+        b.node.trap = ("fail", step)
+    else:
+        b.node.broken.add("beta")  # its boot never becomes healthy
+    outcome = b.driver().execute("switch beta", lambda: replace(plan_for("beta"), auto_rollback=False))
+    assert not outcome.ok
+    assert b.node.serves() == serves
+    if serves == "alpha":
+        assert outcome.rolled_back and b.agreed() == "alpha"
+    else:
+        assert "--no-auto-rollback" in outcome.summary and b.node.deployed == stack_files("beta")
 
 
 def test_an_engine_that_dies_inside_the_settle_window_fails_the_switch(root: Path) -> None:
@@ -263,4 +283,6 @@ def test_caches_and_weights_are_ready_before_the_drain_and_the_running_image_is_
     assert b.node.warmed == ["caches img-beta keep img-alpha", "weights beta"]  # alpha's cache may not be evicted
     steps_seen = [e.split(":", 1)[0] for e in b.node.effects]
     assert steps_seen.index("warm") < steps_seen.index("drain")
-    assert b.node.effects[steps_seen.index("drain")] == "drain:stop vllm,webui"
+    # The new container is created from the new files while alpha still serves; creating it stops the old one.
+    assert [e for e in b.node.effects if e.startswith(("drain:", "activate:"))] == [
+        "drain:write", "drain:create vllm", "activate:start vllm"]

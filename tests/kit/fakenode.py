@@ -41,6 +41,7 @@ def stack_of_files(files: Mapping[str, bytes]) -> str | None:
 class FakeNode:
     deployed: dict[str, bytes] = field(default_factory=dict)
     running: dict[str, dict[str, bytes]] = field(default_factory=dict)  # service -> files it started from
+    created: dict[str, dict[str, bytes]] = field(default_factory=dict)  # made by replace, not started yet
     images: set[str] = field(default_factory=set)
     tags: dict[str, set[str]] = field(default_factory=dict)  # image -> references other than our keep tags
     kept: dict[int, str] = field(default_factory=dict)       # keep tags: revision -> image
@@ -100,7 +101,22 @@ class FakeNode:
     def up(self, services: Sequence[str], *, recreate: bool = True) -> None:
         self._effect(f"up {','.join(services)}")
         for s in services:
+            self.created.pop(s, None)
             self.running[s] = dict(self.deployed)
+
+    def replace(self, service: str, *, stopping: Sequence[str]) -> None:
+        self._effect(f"create {service}")
+        self.created[service] = dict(self.deployed)
+        self.running.pop(service, None)
+        for s in stopping:
+            self.running.pop(s, None)
+
+    def start(self, service: str) -> None:
+        self._effect(f"start {service}")
+        if service in self.created:
+            self.running[service] = self.created.pop(service)
+        else:
+            self.running[service] = dict(self.deployed)
 
     def stop(self, services: Sequence[str]) -> None:
         self._effect(f"stop {','.join(services)}")
@@ -110,6 +126,7 @@ class FakeNode:
     def discard(self, service: str) -> None:
         self._effect(f"discard {service}")
         self.running.pop(service, None)
+        self.created.pop(service, None)
 
     def image_present(self, ref: str) -> bool:
         return ref in self.images
