@@ -177,6 +177,9 @@ class Prober:
 # ---------------------------------------------------------------- the throwaway node
 
 
+SETTLE = 0.5  # the bench stacks' settle window: a switch stays healthy this long before it commits
+
+
 @dataclass
 class Bench:
     root: Path
@@ -214,7 +217,7 @@ class Bench:
             "stacks_dir": str(self.root / "stacks"), "models_dir": str(self.root / "models"), "device_dir": None,
             "bind_address": "127.0.0.1", "ports": {"prod": free_port(), "dark": free_port()},
             "load_threshold": 1000, "image_map": {"intel/vllm:latest": self.tags["bash-c"]},
-            "stack_overlay": {"env": {"B70SIM_BOOT_SECONDS": f"{self.boot:g}"}, "settle_seconds": 0.5},
+            "stack_overlay": {"env": {"B70SIM_BOOT_SECONDS": f"{self.boot:g}"}, "settle_seconds": SETTLE},
             # timeouts: the defaults (poll_interval 2 s) except a bound on health, so a stuck run ends
             "timeouts": {"health": 60, "rollback": 60},
             "companions": [{"name": "webui", "image": self.tags["bash-c"], "command": ["sim-webui", "--port", "8080"]}],
