@@ -3,6 +3,7 @@ line and an exit code."""
 
 from __future__ import annotations
 
+import gc
 import os
 import sys
 from typing import Any, NoReturn
@@ -13,7 +14,20 @@ from .. import interrupts
 from ..errors import EXIT_BAD_INPUT, EXIT_FAILED, B70Error, Terminated
 from .base import cli
 
-__all__ = ["cli", "main"]
+__all__ = ["cli", "main", "run"]
+
+
+def run() -> None:
+    """The process's entry point (`b70deploy`, `python -m b70deploy.cli`): `main`, and an exit
+    without the interpreter's last garbage collection."""
+    try:
+        main()
+    finally:
+        # At exit the interpreter collects once more, walking every object the imports made
+        # (pydantic's schemas, the docker SDK's classes) only to free memory the exit frees
+        # anyway: ~0.1 s of every command. Frozen objects are left out. Not in `main`: the
+        # tests run that in their own process.
+        gc.freeze()
 
 
 def main(argv: list[str] | None = None) -> None:
