@@ -18,8 +18,11 @@ __all__ = ["cli", "main", "run"]
 
 
 def run() -> None:
-    """The process's entry point (`b70deploy`, `python -m b70deploy.cli`): `main`, and an exit
-    without the interpreter's last garbage collection."""
+    """The process's entry point (`b70deploy`, `python -m b70deploy.cli`): `main`, with the
+    garbage collector held off while the command's modules load, and out of the exit."""
+    # The imports make ~50,000 objects and no garbage, yet set off ~140 collections (~50 ms of
+    # a switch); the root group turns collecting on once the command is loaded (base.py).
+    gc.disable()
     try:
         main()
     finally:
