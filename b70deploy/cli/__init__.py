@@ -3,6 +3,7 @@ line and an exit code."""
 
 from __future__ import annotations
 
+import gc
 import os
 import sys
 from typing import Any, NoReturn
@@ -13,7 +14,23 @@ from .. import interrupts
 from ..errors import EXIT_BAD_INPUT, EXIT_FAILED, B70Error, Terminated
 from .base import cli
 
-__all__ = ["cli", "main"]
+__all__ = ["cli", "main", "run"]
+
+
+def run() -> None:
+    """The process's entry point (`b70deploy`, `python -m b70deploy.cli`): `main`, with the
+    garbage collector held off while the command's modules load, and out of the exit."""
+    # The imports make ~50,000 objects and no garbage, yet set off ~140 collections (~50 ms of
+    # a switch); the root group turns collecting on once the command is loaded (base.py).
+    gc.disable()
+    try:
+        main()
+    finally:
+        # At exit the interpreter collects once more, walking every object the imports made
+        # (pydantic's schemas, the docker SDK's classes) only to free memory the exit frees
+        # anyway: ~0.1 s of every command. Frozen objects are left out. Not in `main`: the
+        # tests run that in their own process.
+        gc.freeze()
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -9,6 +9,7 @@ command's own). Exit codes: 0 ok, 1 the operation failed, 2 bad input (nothing c
 
 from __future__ import annotations
 
+import gc
 import importlib
 from typing import TYPE_CHECKING
 
@@ -129,3 +130,6 @@ def cli(click_ctx: click.Context, config: str | None, stacks_dir: str | None, no
       b70deploy render eagle3
     """
     click_ctx.obj = Ctx(config, stacks_dir, node_name)
+    if not gc.isenabled():  # `run` held collections off while the command's modules loaded (click
+        gc.freeze()  # imports it before this callback): what they made lives as long as the process
+        gc.enable()

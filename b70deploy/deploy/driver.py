@@ -61,9 +61,8 @@ class Driver:
         """Take the lock first (a second run fails at once), then build the plan, let
         `confirm` refuse it, and run the steps; a failure has been undone when this returns."""
         lock = self.state.lock(command, wait=self.lock_wait, take_stale=take_stale)
-        lock.acquire()
+        lock.acquire(step="plan")
         try:
-            lock.set_step("plan")
             t0 = time.monotonic()
             plan = build()  # a rollback reads the killed run's journal: before close_interrupted
             # Said once it is built: a plan refused as bad input stays a one-line error.

@@ -11,6 +11,7 @@ import contextlib
 import errno
 import socket
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -196,10 +197,13 @@ def build_context(node: Node, stack: Stack, *, docker: bool = True, inspector: I
                       image_error=image_error, patch_errors=patch_errors, patched=patched, skipped=skipped,
                       measured_kv=measured_kv(node, stack, ctx_image.id if ctx_image else None, memory))
     if docker:
-        _compose_config(ctx)
-        if check_port and inspector is not None:
-            with contextlib.suppress(B70Error):
-                ctx.port_owner = _port_owner(node, inspector.client)
+        # `docker compose config` (a subprocess, ~0.1 s) runs while the port is checked here
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="compose-config") as pool:
+            config = pool.submit(_compose_config, ctx)
+            if check_port and inspector is not None:
+                with contextlib.suppress(B70Error):
+                    ctx.port_owner = _port_owner(node, inspector.client)
+            config.result()
     return ctx
 
 

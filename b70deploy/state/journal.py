@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 import json
+import os
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -63,9 +64,12 @@ class Journal:
             return
 
     def last_run(self) -> RunRecord | None:
+        """The last run that started, with its events. Read from the end of the journal: it
+        keeps every step of every run, and a switch asks this before its first step (2,000
+        runs took 0.5 s to parse whole)."""
         runs: dict[str, RunRecord] = {}
         last: str | None = None
-        for entry in self.lines():
+        for entry in _entries(self._from_last_start()):
             run_id = entry.get("run")
             if not isinstance(run_id, str):
                 continue
@@ -78,3 +82,46 @@ class Journal:
                 if entry["event"] == "context":
                     runs[run_id].context.update(entry.get("context") or {})
         return runs.get(last) if last else None
+
+    def _from_last_start(self) -> list[bytes]:
+        """The journal's lines from the last run-start on (all of them if no run started),
+        read backwards a block at a time."""
+        try:
+            fh = self.path.open("rb")
+        except FileNotFoundError:
+            return []
+        with fh:
+            pos = fh.seek(0, os.SEEK_END)
+            later: list[bytes] = []  # the whole lines after `pos`, in file order
+            rest = b""  # the beginning of the first of them, when it started before `pos`
+            while pos > 0:
+                size = min(_BLOCK, pos)
+                pos -= size
+                fh.seek(pos)
+                lines = (fh.read(size) + rest).split(b"\n")
+                rest = lines.pop(0) if pos > 0 else b""  # it may go on in the block before
+                for i in range(len(lines) - 1, -1, -1):
+                    if _starts_run(lines[i]):
+                        return lines[i:] + later
+                later = lines + later
+            return later
+
+
+_BLOCK = 1 << 16
+
+
+def _starts_run(raw: bytes) -> bool:
+    if b'"run-start"' not in raw:  # most lines: no JSON parsing
+        return False
+    entry = next(_entries([raw]), None)
+    return entry is not None and entry.get("event") == "run-start" and isinstance(entry.get("run"), str)
+
+
+def _entries(raws: list[bytes]) -> Iterator[dict[str, Any]]:
+    for raw in raws:
+        try:
+            entry = json.loads(raw)
+        except ValueError:  # a torn last line from a crash (or its bytes): the line before it stands
+            continue
+        if isinstance(entry, dict):
+            yield entry

@@ -85,7 +85,8 @@ class DeployLock:
     def read_holder(self) -> Holder | None:
         return _read_holder(self.details)
 
-    def acquire(self) -> DeployLock:
+    def acquire(self, step: str = "") -> DeployLock:
+        """Take the lock, the details naming `step` as the holder's first (one write, not two)."""
         import filelock
 
         self.dir.mkdir(parents=True, exist_ok=True)
@@ -113,7 +114,7 @@ class DeployLock:
         # Every writer of the state dir holds this lock: temp files and half-made revision
         # folders older than now were left by a killed run (SIGKILL runs no cleanup).
         self.swept = [*RevisionStore(self.dir).sweep(time.time()), *sweep_temp(self.dir, time.time())]
-        self.set_step("")
+        self.set_step(step)
         return self
 
     def set_step(self, step: str) -> None:

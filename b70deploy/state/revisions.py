@@ -344,12 +344,11 @@ class RevisionStore:
 
     def prune(self, keep: int) -> list[int]:
         """Delete all but the newest `keep` revisions, never a pinned one or the current one."""
+        if not self._doomed(self.index(), keep):  # the usual case after a switch: no marker, no index write
+            return []
         with self._changing():
             entries = self.index()
-            current = self.current_number()
-            newest = {e["number"] for e in entries[-keep:]} if keep > 0 else set()
-            doomed = [e["number"] for e in entries
-                      if e["number"] not in newest and not e["pinned"] and e["number"] != current]
+            doomed = self._doomed(entries, keep)
             for n in doomed:
                 # Rename first so a crash mid-delete never leaves a half-revision under its number.
                 trash = self.root / f".trash-{n:06d}"
@@ -361,6 +360,12 @@ class RevisionStore:
                 fsync_dir(self.root)
             self._write_index([e for e in entries if e["number"] not in gone])
         return doomed
+
+    def _doomed(self, entries: list[dict[str, Any]], keep: int) -> list[int]:
+        current = self.current_number()
+        newest = {e["number"] for e in entries[-keep:]} if keep > 0 else set()
+        return [e["number"] for e in entries
+                if e["number"] not in newest and not e["pinned"] and e["number"] != current]
 
     def sweep(self, older_than: float) -> list[str]:
         """Remove what a killed writer left (`.new-*` and `.trash-*` folders, `.*.tmp` files of
