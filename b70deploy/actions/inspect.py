@@ -45,7 +45,7 @@ def status(node: Node) -> dict[str, Any]:
     with ThreadPoolExecutor(max_workers=3) as pool:
         # The engine and /health answer (the docker CLI: ~20 ms a call) while the records are read here.
         box = _soon(pool, _container, node)
-        health = _soon(pool, probe_health, f"http://{node.address}:{node.config.ports.prod}/health")
+        health = _soon(pool, probe_health, f"http://{node.address}:{node.settings.prod_port}/health")
         present = _soon(pool, _image_ids)
         store = RevisionStore(node.state_dir)
         cur = store.current()

@@ -33,7 +33,7 @@ class Ctx:
     def node(self) -> Node:
         if self._node is None:
             # Lazy: the root group loads this module for `b70deploy --help`, and config.node pulls
-            # in pydantic and yaml (test_help_imports_no_heavy_module).
+            # in yaml, and pydantic until the config is cached (test_help_imports_no_heavy_module).
             from ..config.node import load_node
 
             self._node = load_node(self.config_path, stacks_dir=self.stacks_dir, name=self.node_name)
