@@ -15,8 +15,6 @@ from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import platformdirs
-
 from ..errors import UserError
 from .node_cache import NodeCache, Settings
 from .resources import data_dir
@@ -250,10 +248,14 @@ def _top_state_dir(raw: dict[str, Any], path: Path | None) -> Path:
 
 
 def default_state_dir() -> Path:
+    import platformdirs  # here: with the tempfile and shutil it imports, 9 ms of a `history` that names its dirs
+
     return Path(platformdirs.user_state_dir("b70deploy"))
 
 
 def _default_deploy() -> Path:
+    import platformdirs
+
     return Path(platformdirs.user_data_dir("b70deploy")) / "deploy"
 
 
@@ -273,8 +275,8 @@ def _build(cfg: Settings, load_config: Callable[[], NodeConfig], path: Path | No
     def absolute(value: str | None, default: Path) -> Path:
         return default if value is None else _absolute(value, base)
 
-    state = absolute(cfg.state_dir, default_state_dir())
-    deploy = absolute(cfg.deploy_dir, _default_deploy())
+    state = default_state_dir() if cfg.state_dir is None else _absolute(cfg.state_dir, base)
+    deploy = _default_deploy() if cfg.deploy_dir is None else _absolute(cfg.deploy_dir, base)
     if deploy.resolve() == state.resolve():
         raise UserError("deploy_dir and state_dir are the same folder", where=where,
                         fix="give each its own folder")
