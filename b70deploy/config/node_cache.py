@@ -83,8 +83,7 @@ class NodeCache:
 
     def __init__(self, state_dir: Path, source: Path | None, name: str | None, text: str) -> None:
         self.path = state_dir / FILE_NAME
-        self.source = str(source.absolute()) if source is not None else ""
-        self.key = f"{self.source}\n{name or ''}"
+        self.key = f"{source.absolute() if source is not None else ''}\n{name or ''}"
         self.sha = hashlib.sha256(text.encode()).hexdigest()
 
     def get(self) -> Settings | None:
