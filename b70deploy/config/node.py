@@ -62,6 +62,9 @@ class Node:
     secrets_env_file: Path | None
     name: str | None = None   # the inventory name; None for a config without `nodes:`
     cache_dir: Path = Path()  # the warm-boot caches' root (state/caches.py); default <state_dir>/caches
+    # Caches the settings (node_cache.py) if they are not yet and the state dir now exists: the
+    # CLI calls it as a command ends, for the first command on a node, which makes the state dir.
+    remember: Callable[[], None] = field(default=lambda: None, repr=False, compare=False)
 
     @cached_property
     def config(self) -> NodeConfig:
@@ -142,8 +145,8 @@ def load_node(explicit: str | None = None, *, stacks_dir: str | None = None, nam
     if settings is not None:  # this text passed this code before: validated when first asked for
         load = functools.partial(_node_config, raw, path, name, where)
         return _build(settings, load, path, stacks_dir, member_where, name=name)
-    node = _validated(_node_config(raw, path, name, where), path, stacks_dir, member_where, name)
-    cache.put(node.settings)
+    node = _validated(_node_config(raw, path, name, where), path, stacks_dir, member_where, name, cache)
+    node.remember()
     return node
 
 
@@ -264,12 +267,15 @@ def _absolute(value: str, base: Path) -> Path:
     return p if p.is_absolute() else (base / p)
 
 
-def _validated(cfg: NodeConfig, path: Path | None, stacks_dir: str | None, where: str, name: str | None) -> Node:
-    return _build(Settings.of(cfg), lambda: cfg, path, stacks_dir, where, name=name)
+def _validated(cfg: NodeConfig, path: Path | None, stacks_dir: str | None, where: str, name: str | None,
+               cache: NodeCache | None = None) -> Node:
+    settings = Settings.of(cfg)
+    return _build(settings, lambda: cfg, path, stacks_dir, where, name=name,
+                  remember=functools.partial(cache.put, settings) if cache is not None else lambda: None)
 
 
 def _build(cfg: Settings, load_config: Callable[[], NodeConfig], path: Path | None, stacks_dir: str | None,
-           where: str, *, name: str | None = None) -> Node:
+           where: str, *, name: str | None = None, remember: Callable[[], None] = lambda: None) -> Node:
     base = path.parent if path is not None else Path.cwd()
 
     def absolute(value: str | None, default: Path) -> Path:
@@ -295,4 +301,5 @@ def _build(cfg: Settings, load_config: Callable[[], NodeConfig], path: Path | No
         secrets_env_file=absolute(cfg.secrets_env_file, Path()) if cfg.secrets_env_file else None,
         name=name,
         cache_dir=absolute(cfg.cache_dir, state / "caches"),
+        remember=remember,
     )

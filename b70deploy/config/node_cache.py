@@ -85,6 +85,7 @@ class NodeCache:
         self.path = state_dir / FILE_NAME
         self.key = f"{source.absolute() if source is not None else ''}\n{name or ''}"
         self.sha = hashlib.sha256(text.encode()).hexdigest()
+        self.stored = False
 
     def get(self) -> Settings | None:
         entry = self._entries().get(self.key)
@@ -93,14 +94,16 @@ class NodeCache:
         return Settings.from_json(entry.get("settings"))
 
     def put(self, settings: Settings) -> None:
-        """Store `settings` for this file and name, dropping entries of config files that are gone."""
-        if not self.path.parent.is_dir():
-            return  # a read-only command creates no state dir
+        """Store `settings` for this file and name (once), dropping entries of config files that
+        are gone; nothing while the state dir does not exist (a read-only command creates none)."""
+        if self.stored or not self.path.parent.is_dir():
+            return
         with contextlib.suppress(OSError):
             kept = {k: v for k, v in self._entries().items() if _source_exists(k)}
             kept[self.key] = {"sha": self.sha, "settings": asdict(settings)}
             data = {"version": VERSION, "code": code_hash(), "nodes": kept}
             write_atomic(self.path, json.dumps(data).encode(), mode=0o600)
+            self.stored = True
 
     def _entries(self) -> dict[str, Any]:
         with contextlib.suppress(OSError, ValueError):

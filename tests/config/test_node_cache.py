@@ -131,3 +131,18 @@ def test_every_setting_reads_the_same_from_the_cache(scratch: Scratch, state: Pa
     assert second == first and second.settings == node_cache.Settings.of(first.config)
     assert second.docker_env == first.docker_env == {
         "DOCKER_HOST": "tcp://gpu1:2376", "DOCKER_TLS_VERIFY": "1", "DOCKER_CERT_PATH": str(scratch.root / "tls")}
+
+
+def test_a_node_whose_state_dir_is_made_later_is_cached_when_remembered(scratch: Scratch,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The first command on a node makes its state dir after loading the config: the CLI calls
+    remember() as the command ends (cli/base.py), so the next command, a dry run, writes nothing."""
+    first = load_node(str(scratch.config))
+    (scratch.root / "state").mkdir()
+    first.remember()
+    stored = (scratch.root / "state" / node_cache.FILE_NAME).read_bytes()
+    seen = validations(monkeypatch)
+    second = load_node(str(scratch.config))
+    second.remember()
+    assert second == first and seen == []
+    assert (scratch.root / "state" / node_cache.FILE_NAME).read_bytes() == stored
