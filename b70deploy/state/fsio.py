@@ -30,7 +30,7 @@ def file_mode(name: str) -> int:
 
 
 def write_atomic(path: Path, data: bytes, *, mode: int = 0o644) -> None:
-    import tempfile  # here: with shutil it costs a command that only reads (history) 7 ms to import
+    import tempfile  # here: with what it imports (random, hashes) 4 ms of a command that only reads (history)
 
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")

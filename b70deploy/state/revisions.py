@@ -29,6 +29,7 @@ import fcntl
 import hashlib
 import json
 import os
+import shutil
 import threading
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
@@ -352,8 +353,7 @@ class RevisionStore:
         """Store a new revision atomically; its number is one past the highest so far. The
         caller holds the deploy lock, so a half-written `.new-*` folder here is a killed
         run's: it is removed."""
-        import shutil  # shutil and tempfile here and below: `history` only reads (fsio.write_atomic)
-        import tempfile
+        import tempfile  # here: `history` only reads (as in fsio.write_atomic)
 
         self.root.mkdir(parents=True, exist_ok=True)
         with self._changing():  # one writer at a time: the number is ours until the rename
@@ -410,8 +410,6 @@ class RevisionStore:
 
     def prune(self, keep: int) -> list[int]:
         """Delete all but the newest `keep` revisions, never a pinned one or the current one."""
-        import shutil
-
         with self._changing():
             entries = self.index()
             current = self.current_number()
@@ -434,8 +432,6 @@ class RevisionStore:
         """Remove what a killed writer left (`.new-*` and `.trash-*` folders, `.*.tmp` files of
         write_atomic, here and in each revision folder), if older than `older_than` (epoch: when
         the caller took the deploy lock), so an index rebuild running beside us keeps its file."""
-        import shutil
-
         if not self.root.is_dir():
             return []
         gone: list[str] = []
