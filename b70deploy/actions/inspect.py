@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from ..deploy.nodeio import VLLM
 from ..errors import UserError
 from ..state.journal import Journal
-from ..state.revisions import HEALTHY_OUTCOMES, Revision, RevisionStore
+from ..state.revisions import HEALTHY_OUTCOMES, Revision, RevisionStore, Summaries
 
 if TYPE_CHECKING:
     from ..config.node import Node
@@ -45,11 +45,11 @@ def status(node: Node) -> dict[str, Any]:
     with ThreadPoolExecutor(max_workers=3) as pool:
         # The engine and /health answer (the docker CLI: ~20 ms a call) while the records are read here.
         box = _soon(pool, _container, node)
-        health = _soon(pool, probe_health, f"http://{node.address}:{node.config.ports.prod}/health")
+        health = _soon(pool, probe_health, f"http://{node.address}:{node.settings.prod_port}/health")
         present = _soon(pool, _image_ids)
         store = RevisionStore(node.state_dir)
         cur = store.current()
-        rows = store.index()
+        table = store.summaries()
         out: dict[str, Any] = {"node": node.project, "deploy_dir": str(node.deploy_dir),
                                "state_dir": str(node.state_dir), "current": cur.summary() if cur else None}
         if cur is not None:
@@ -64,7 +64,7 @@ def status(node: Node) -> dict[str, Any]:
         code = health.result()
         out["health"] = code if code is not None else "refused"
         out["differs"], out["fix"] = differences(node, cur, out)
-        out["rollback_images_gone"] = gone_targets(_marked(rows, present.result()), cur.number if cur else None)
+        out["rollback_images_gone"] = gone_targets(table, present.result(), cur.number if cur else None)
     return out
 
 
@@ -128,13 +128,15 @@ def drift(node: Node, cur: Revision, box: dict[str, Any]) -> list[str]:
     return found
 
 
-def history(node: Node) -> list[dict[str, Any]]:
-    """Every revision's summary, with `image_gone` (None: the engine did not answer) and, for a
-    gone image, `image_fix`: how to get that exact image back."""
+def history(node: Node, last: int | None = None) -> tuple[int, list[dict[str, Any]]]:
+    """How many revisions there are, and the summaries of the newest `last` (None: all), each with
+    `image_gone` (None: the engine did not answer) and, for a gone image, `image_fix`: how to
+    get that exact image back."""
     with ThreadPoolExecutor(max_workers=1) as pool:
         present = _soon(pool, _image_ids)  # the engine answers while the index is read
-        rows = RevisionStore(node.state_dir).index()
-        return _marked(rows, present.result())
+        table = RevisionStore(node.state_dir).summaries()
+        shown = table.rows(0 if last is None else max(len(table) - last, 0))
+        return len(table), _marked(shown, present.result())
 
 
 def _marked(rows: list[dict[str, Any]], present: set[str] | None) -> list[dict[str, Any]]:
@@ -149,10 +151,19 @@ def _marked(rows: list[dict[str, Any]], present: set[str] | None) -> list[dict[s
     return rows
 
 
-def gone_targets(rows: list[dict[str, Any]], current: int | None) -> list[dict[str, Any]]:
-    """Rollback targets (revisions that ran healthy, other than the current one) whose image is gone."""
-    return [{"revision": r["number"], "stack": r["stack"], "image_id": r["image_id"], "fix": r["image_fix"]}
-            for r in rows if r["image_gone"] and r["number"] != current and r["outcome"] in HEALTHY_OUTCOMES]
+def gone_targets(table: Summaries, present: set[str] | None, current: int | None) -> list[dict[str, Any]]:
+    """Rollback targets (revisions that ran healthy, other than the current one) whose image is
+    gone from the engine (none when it did not answer): read column by column, as a dict only
+    for a row that is one."""
+    from ..docker.keep import recovery
+
+    if present is None:
+        return []
+    return [{"revision": number, "stack": stack, "image_id": image_id, "fix": recovery(ref, image_id, digest)}
+            for number, stack, outcome, ref, image_id, digest in zip(
+                table.column("number"), table.column("stack"), table.column("outcome"), table.column("image_ref"),
+                table.column("image_id"), table.column("repo_digest"), strict=True)
+            if image_id and image_id not in present and number != current and outcome in HEALTHY_OUTCOMES]
 
 
 def _image_ids() -> set[str] | None:

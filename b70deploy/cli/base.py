@@ -34,11 +34,14 @@ class Ctx:
     def node(self) -> Node:
         if self._node is None:
             # Lazy: the root group loads this module for `b70deploy --help`, and config.node pulls
-            # in pydantic and yaml (test_help_imports_no_heavy_module).
+            # in yaml, and pydantic until the config is cached (test_help_imports_no_heavy_module).
             from ..config.node import load_node
 
             self._node = load_node(self.config_path, stacks_dir=self.stacks_dir, name=self.node_name)
             activate(self._node.docker_env)  # this process now talks to that node's engine
+            command = click.get_current_context(silent=True)
+            if command is not None:  # the first command on a node makes its state dir: cache its settings then
+                command.call_on_close(self._node.remember)
         return self._node
 
     def nodes(self, select: str) -> list[Node]:

@@ -82,10 +82,8 @@ def history(ctx: Ctx, as_json: bool, last: int | None, show_all: bool, node_name
     and --all give every one."""
     if node_name is not None:
         ctx.node_name = node_name
-    rows = inspect.history(ctx.node)
     whole = show_all or last == 0 or (as_json and last is None)
-    keep = len(rows) if whole else (last if last is not None else PAGE)
-    shown = rows[max(len(rows) - keep, 0):]
+    total, shown = inspect.history(ctx.node, None if whole else (last if last is not None else PAGE))
     if as_json:
         emit_json(shown)
         return
@@ -102,5 +100,5 @@ def history(ctx: Ctx, as_json: bool, last: int | None, show_all: bool, node_name
             for r in shown if r["image_gone"]]
     if gone:
         click.echo("\n".join(gone), err=True)  # one write, as in `status`
-    if last is None and len(shown) < len(rows):
-        click.echo(f"{len(shown)} newest of {len(rows):,} revisions; --all or -n N for more", err=True)
+    if last is None and len(shown) < total:
+        click.echo(f"{len(shown)} newest of {total:,} revisions; --all or -n N for more", err=True)

@@ -18,7 +18,8 @@ from ..errors import UserError
 from .doc_cache import DocCache
 from .names import is_valid_name
 from .schema import Stack
-from .validation import read_yaml, validate, value_error
+from .validation import validate, value_error
+from .yamlfile import read_yaml
 
 Provenance = dict[str, str]  # dotted key path -> file that last set it
 

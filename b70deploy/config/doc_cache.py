@@ -1,6 +1,6 @@
 """Parsed stack files kept between runs, each checked against its file's content hash.
 
-The strict loader (validation.py) is pure Python, a few milliseconds a file, and a catalogue
+The strict loader (yamlfile.py) is pure Python, a few milliseconds a file, and a catalogue
 merges every parent of an `extends:` chain again for each child: 1,000 stacks took seconds.
 Here each file is still read and hashed on every run (cheap), and parsed only when its hash is
 not the one stored for its path, so an edited file is parsed anew whatever its mtime says.
@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from ..state.fsio import write_atomic
-from .validation import parse_yaml, yaml_text
+from .yamlfile import parse_yaml, yaml_text
 
 VERSION = 1
 FILE_NAME = "stack-cache.json"
@@ -34,7 +34,7 @@ class DocCache:
         self._read: dict[str, dict[str, Any]] = {}  # path -> doc: a parent is read once per catalogue
 
     def read(self, path: Path) -> dict[str, Any]:
-        """The YAML mapping in `path`, as validation.read_yaml gives it (same errors). Callers
+        """The YAML mapping in `path`, as yamlfile.read_yaml gives it (same errors). Callers
         must not change it: it is shared with later reads of the same file. One DocCache serves
         one catalogue operation (Node.catalogue() makes a new one), so a file is read once in it."""
         key = str(path)

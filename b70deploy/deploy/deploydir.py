@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..config.compose_folder import own_files
-from ..render.files import COMPOSE_FILE, DOTENV_FILE, RUNTIME_ENV_FILE
+from ..render.filenames import COMPOSE_FILE, DOTENV_FILE, RUNTIME_ENV_FILE
 
 OURS = (COMPOSE_FILE, DOTENV_FILE, RUNTIME_ENV_FILE)
 

@@ -19,6 +19,9 @@ from ..errors import UserError
 from ..state import caches
 from ..state.fsio import file_mode
 from .devices import DeviceAccess
+from .filenames import COMPOSE_FILE as COMPOSE_FILE  # re-exported: the deploy-dir names, imported from here
+from .filenames import DOTENV_FILE as DOTENV_FILE
+from .filenames import RUNTIME_ENV_FILE as RUNTIME_ENV_FILE
 from .masking import mask_env_text
 from .vllm_args import (
     CONTAINER_MODELS,
@@ -30,10 +33,6 @@ from .vllm_args import (
 
 if TYPE_CHECKING:
     import jinja2
-
-COMPOSE_FILE = "docker-compose.yml"
-DOTENV_FILE = ".env"
-RUNTIME_ENV_FILE = "vllm.env"  # like DOTENV_FILE, an env file: written 0600 (state/fsio.file_mode)
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from b70deploy.config.node import Node
+from b70deploy.config.node_cache import Settings
 from b70deploy.config.schema import HostMount, ModelSpec, Speculative, ToolCalling
 from b70deploy.docker.image_inspect import ImageFacts
 from b70deploy.lint import LintContext, lint_stack
@@ -45,7 +46,8 @@ def _edit_file(ctx: LintContext, name: str, fn: Callable[[str], str]) -> LintCon
 
 
 def _node(node: Node, **cfg: Any) -> Node:
-    return dataclasses.replace(node, config=node.config.model_copy(update=cfg))
+    config = node.config.model_copy(update=cfg)
+    return dataclasses.replace(node, settings=Settings.of(config), load_config=lambda: config)
 
 
 def case_bare_flags(node: Node) -> LintContext:

@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from b70deploy.state.revisions import RevisionStore
+from b70deploy.state.revisions import RevisionStore, Summaries
 
 FILES = {"docker-compose.yml": b"services: {}\n", ".env": b"VLLM_IMAGE='x'\n"}
 
@@ -36,8 +36,9 @@ def from_disk(root: Path) -> list[dict[str, Any]]:
 
 
 def on_file(store: RevisionStore) -> list[dict[str, Any]]:
-    entries: list[dict[str, Any]] = json.loads(store.index_path.read_text())["revisions"]
-    return entries
+    entries = Summaries.parse(store.index_path.read_bytes())
+    assert entries is not None, store.index_path.read_text()
+    return entries.rows()
 
 
 def test_missing_index_is_rebuilt_and_written(tmp_path: Path) -> None:
@@ -177,3 +178,41 @@ def test_reading_a_store_that_does_not_exist_creates_nothing(tmp_path: Path) -> 
     assert store.index() == []
     assert store.latest_healthy() is None
     assert not (tmp_path / "state").exists()
+
+
+def test_an_index_in_the_format_before_columns_reads_the_same_and_is_left_as_it_is(tmp_path: Path) -> None:
+    store = RevisionStore(tmp_path)
+    for _ in range(3):
+        make(store)
+    rows = store.index()
+    old = (json.dumps({"revisions": rows}, sort_keys=True, separators=(",", ":")) + "\n").encode()
+    store.index_path.write_bytes(old)
+    assert store.index() == rows == from_disk(tmp_path)
+    assert store.index_path.read_bytes() == old, "a read writes nothing"
+    make(store)
+    assert on_file(store) == from_disk(tmp_path)  # the next change writes columns
+    assert b'"columns"' in store.index_path.read_bytes()
+
+
+@pytest.mark.parametrize("columns", [{"number": [1, 2, 3], "stack": ["w4a16"]},  # torn: columns differ in length
+                                     {"number": [1, "2", 3]},                      # a number that is not one
+                                     {"stack": ["w4a16"] * 3},                     # no numbers
+                                     []])
+def test_an_index_that_is_not_one_is_rebuilt(tmp_path: Path, columns: Any) -> None:
+    store = RevisionStore(tmp_path)
+    for _ in range(3):
+        make(store)
+    store.index_path.write_text(json.dumps({"columns": columns}))
+    assert store.index() == from_disk(tmp_path)
+    assert on_file(store) == from_disk(tmp_path)
+
+
+def test_summaries_give_the_newest_rows_and_single_columns(tmp_path: Path) -> None:
+    store = RevisionStore(tmp_path)
+    for stack in ("a", "b", "c", "d"):
+        make(store, stack)
+    table = store.summaries()
+    assert len(table) == 4 and table.numbers() == [1, 2, 3, 4]
+    assert table.rows(2) == from_disk(tmp_path)[2:]
+    assert table.column("stack") == ["a", "b", "c", "d"]
+    assert table.column("no such key") == [None] * 4

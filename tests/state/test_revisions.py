@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import stat
 from pathlib import Path
@@ -10,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from b70deploy.errors import UserError
-from b70deploy.state.revisions import RevisionStore, sha256
+from b70deploy.state.revisions import RevisionStore, Summaries, sha256
 
 FILES = {"docker-compose.yml": b"services: {}\n", ".env": b"VLLM_IMAGE='x'\n", "vllm.env": b"HF_TOKEN='s'\n",
          "patches/marlin/marlin_utils.py": b"print(1)\n"}
@@ -69,7 +68,7 @@ def test_index_rebuilds_when_missing_or_torn(tmp_path: Path) -> None:
     assert store.index() == expected
     store.index_path.unlink()
     assert [e["number"] for e in store.index()] == [1, 2, 3]
-    assert json.loads(store.index_path.read_text())["revisions"] == expected
+    assert Summaries.parse(store.index_path.read_bytes()).rows() == expected  # type: ignore[union-attr]
 
 
 def test_prune_keeps_last_n_pins_and_current(tmp_path: Path) -> None:

@@ -1,0 +1,6 @@
+"""The names of the files a render writes into the deploy dir: apart from the renderer, so that
+the readers of a deploy dir (deploy/deploydir.py, for `status`) do not import the schema."""
+
+COMPOSE_FILE = "docker-compose.yml"
+DOTENV_FILE = ".env"
+RUNTIME_ENV_FILE = "vllm.env"  # like DOTENV_FILE, an env file: written 0600 (state/fsio.file_mode)
