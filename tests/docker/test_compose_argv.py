@@ -12,8 +12,16 @@ REMOVES_VOLUMES = {"-v", "--volumes", "--rmi"}
 
 def test_no_compose_call_removes_volumes() -> None:
     c = Compose(Path("/deploy"), "b70")
-    calls = [c.config(), c.up(["vllm"]), c.up(["webui"], recreate=False), c.down(), c.logs("vllm", tail=10)]
+    calls = [c.config(), c.up(["vllm"]), c.up(["webui"], recreate=False), c.create(["vllm"], stop_timeout=30),
+             c.down(), c.logs("vllm", tail=10)]
     public = {name for name in vars(Compose) if not name.startswith("_") and callable(getattr(Compose, name))}
-    assert public == {"base", "config", "up", "down", "logs"}, "a new compose call: add it above"
+    assert public == {"base", "config", "up", "create", "down", "logs"}, "a new compose call: add it above"
     for argv in calls:
         assert not REMOVES_VOLUMES & set(argv), argv
+
+
+def test_the_drains_create_replaces_the_container_without_starting_it_or_its_dependencies() -> None:
+    argv = Compose(Path("/deploy"), "b70").create(["vllm"], stop_timeout=30)
+    up = argv.index("up")
+    assert argv[up:] == ["up", "--no-start", "--no-deps", "--pull", "never", "--force-recreate", "--timeout", "30",
+                         "vllm"]
