@@ -171,18 +171,19 @@ def build(root: Path, revisions: int, stacks: int, real: int) -> dict[str, Any]:
 SMALL = 200  # revisions in the state dir that `lint` is timed on by both sides (see commands)
 
 
-def commands(info: dict[str, Any]) -> list[tuple[str, list[str] | None, list[str], str]]:
+def commands(info: dict[str, Any], before_all_rows: list[str]) -> list[tuple[str, list[str] | None, list[str], str]]:
     """(label, argv before (None: not timed), argv after, state dir), each argv after
-    `b70deploy --config CONFIG` (`--help` takes none). Before, `history` printed every row;
-    after, it prints the newest 20 and `--all` every row: both meanings are timed. Before,
-    `lint` read every revision once per stack it found no KV measurement for: over 10,000
-    revisions and 1,000 stacks that is hours, so `lint` is timed by both sides on a state dir
-    of the first 200 revisions, and by the after side alone on all 10,000."""
+    `b70deploy --config CONFIG` (`--help` takes none). `history` prints the newest 20 rows and
+    `--all` every row (`before_all_rows`: a checkout before a7331d0 printed every row by default
+    and knows no `--all`). Before a7331d0, `lint` read every revision once per stack it found no
+    KV measurement for: over 10,000 revisions and 1,000 stacks that is hours, so `lint` is timed
+    by both sides on a state dir of the first 200 revisions, and by the after side alone on all
+    10,000."""
     lint = ["lint", "--all", "--no-docker"]
     rows: list[tuple[str, list[str] | None, list[str], str]] = [
         ("status", ["status"], ["status"], "full"),
         ("history (default)", ["history"], ["history"], "full"),
-        ("history, every row", ["history"], ["history", "--all"], "full"),
+        ("history, every row", before_all_rows, ["history", "--all"], "full"),
         ("history -n 20", ["history", "-n", "20"], ["history", "-n", "20"], "full"),
         ("stacks", ["stacks"], ["stacks"], "full"),
         (f"lint --all --no-docker ({SMALL} revs)", lint, lint, "small"),
@@ -235,11 +236,11 @@ def hyperfine(label: str, argv: list[str], runs: int, warmup: int, out: Path, cw
             "cpu_mean": result["user"] + result["system"], "exit_codes": sorted(set(result.get("exit_codes") or []))}
 
 
-def time_sides(root: Path, info: dict[str, Any], sides: dict[str, Path], runs: int,
-               warmup: int) -> dict[str, dict[str, dict[str, Any]]]:
+def time_sides(root: Path, info: dict[str, Any], sides: dict[str, Path], runs: int, warmup: int,
+               before_all_rows: list[str]) -> dict[str, dict[str, dict[str, Any]]]:
     """For each command, each side in turn (so a busy spell of the machine hits both)."""
     results: dict[str, dict[str, dict[str, Any]]] = {}
-    for label, before, after, state in commands(info):
+    for label, before, after, state in commands(info, before_all_rows):
         results[label] = {}
         for side, checkout in sides.items():
             args = before if side == "before" else after
@@ -284,6 +285,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--stacks", type=int, default=1_000)
     ap.add_argument("--runs", type=int, default=5, help="counted runs per command and side (>= 5)")
     ap.add_argument("--warmup", type=int, default=1)
+    ap.add_argument("--before-all-rows", default="history --all", metavar="ARGS",
+                    help="how the --before checkout prints every history row ('history' before a7331d0)")
     ap.add_argument("--keep", metavar="DIR", help="build into DIR and keep it (reused when it exists)")
     ap.add_argument("--json", metavar="FILE", help="write every figure as JSON")
     ap.add_argument("--text", metavar="FILE", help="write the table")
@@ -302,7 +305,7 @@ def main(argv: list[str] | None = None) -> int:
             # set, a checkout without __pycache__ would compile every module on every run.
             subprocess.run([sys.executable, "-m", "compileall", "-q", str(checkout / "b70deploy")], check=True,
                            stdout=subprocess.DEVNULL)
-        results = time_sides(root, info, sides, args.runs, args.warmup)
+        results = time_sides(root, info, sides, args.runs, args.warmup, args.before_all_rows.split())
     finally:
         if not args.keep:
             shutil.rmtree(root, ignore_errors=True)
