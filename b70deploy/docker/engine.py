@@ -140,19 +140,25 @@ def stop_services(project: str, services: Sequence[str], *, timeout: int) -> Non
                 done.result()
 
 
+def compose_name(project: str, service: str) -> str:
+    """The name Compose gives the service's (one) container."""
+    return f"{project}-{service}-1"
+
+
 def start_created(project: str, service: str) -> bool:
     """Start the service's container if it is created and never started (a drain made it from
     the deploy dir's files); False when there is no such container (Compose must bring it up)."""
+    name = compose_name(project, service)
     try:
-        container = client().containers.get(f"{project}-{service}-1")  # Compose's own name
+        container = client().containers.get(name)
         if container.status != "created":
             return False
         container.start()
     except NotFound:
         return False
     except APIError as e:
-        raise OperationError(f"starting {project}-{service}-1 failed: {e.explanation or e}",
-                             fix=f"docker start {project}-{service}-1 for the engine's full answer") from None
+        raise OperationError(f"starting {name} failed: {e.explanation or e}",
+                             fix=f"docker start {name} for the engine's full answer") from None
     return True
 
 
@@ -178,7 +184,7 @@ def remove_strays(project: str, service: str) -> list[str]:
     """Remove the project's containers for `service` that are not Compose's own
     `<project>-<service>-1`: an interrupted `up --force-recreate` leaves the old one renamed
     `<id>_<project>-<service>-1`, and the next `up` then fails on the name or serves from it."""
-    canonical = f"{project}-{service}-1"
+    canonical = compose_name(project, service)
     found = client().containers.list(all=True, ignore_removed=True, filters={
         "label": [f"com.docker.compose.project={project}", f"com.docker.compose.service={service}"]})
     removed = []

@@ -4,13 +4,13 @@ in-process on a free loopback port."""
 from __future__ import annotations
 
 import json
-import threading
 import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
+from kit.serving import serving
 
 
 class _Upstream(BaseHTTPRequestHandler):
@@ -77,13 +77,8 @@ def sse_upstream() -> Iterator[ThreadingHTTPServer]:
     srv = ThreadingHTTPServer(("127.0.0.1", 0), _Upstream)
     srv.daemon_threads = True
     srv.seen = []  # type: ignore[attr-defined]
-    t = threading.Thread(target=srv.serve_forever, daemon=True)
-    t.start()
-    try:
+    with serving(srv):
         yield srv
-    finally:
-        srv.shutdown()
-        srv.server_close()
 
 
 # ---------------------------------------------------------------- the simulated vLLM server

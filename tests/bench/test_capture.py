@@ -6,7 +6,6 @@ import errno
 import http.client
 import http.server
 import json
-import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -14,6 +13,7 @@ from http.server import ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
+from kit.serving import serving
 
 from b70deploy.bench.capture import CaptureWriter, make_server, parse_listen, segments
 from b70deploy.bench.client import Endpoint
@@ -23,14 +23,10 @@ from b70deploy.errors import UserError
 @contextmanager
 def proxy(upstream: ThreadingHTTPServer, writer: CaptureWriter) -> Iterator[int]:
     host, port = upstream.server_address[:2]
-    srv = make_server(("127.0.0.1", 0), Endpoint.parse(f"http://{host}:{port}"), writer)
-    t = threading.Thread(target=srv.serve_forever, daemon=True)
-    t.start()
     try:
-        yield int(srv.server_address[1])
+        with serving(make_server(("127.0.0.1", 0), Endpoint.parse(f"http://{host}:{port}"), writer)) as proxy_port:
+            yield proxy_port
     finally:
-        srv.shutdown()
-        srv.server_close()
         writer.close()
 
 
@@ -161,14 +157,10 @@ def test_upstream_down_is_a_502_not_a_hang(tmp_path: Path) -> None:
     port_dead = int(dead.server_address[1])
     dead.server_close()
     writer = CaptureWriter(tmp_path / "cap")
-    srv = make_server(("127.0.0.1", 0), Endpoint.parse(f"http://127.0.0.1:{port_dead}"), writer)
-    t = threading.Thread(target=srv.serve_forever, daemon=True)
-    t.start()
     try:
-        status, body, _ = fetch(int(srv.server_address[1]), "POST", "/v1/completions", {"prompt": "x"})
+        with serving(make_server(("127.0.0.1", 0), Endpoint.parse(f"http://127.0.0.1:{port_dead}"), writer)) as port:
+            status, body, _ = fetch(port, "POST", "/v1/completions", {"prompt": "x"})
     finally:
-        srv.shutdown()
-        srv.server_close()
         writer.close()
     assert status == 502 and b"unreachable" in body
 

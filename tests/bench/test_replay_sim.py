@@ -4,12 +4,12 @@ verbatim against a second (speculative) sim stack: acceptance and tok/s per requ
 from __future__ import annotations
 
 import json
-import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from kit.serving import serving
 from simkit import run_cli
 
 from b70deploy.bench.capture import CaptureWriter, make_server, segments
@@ -34,15 +34,11 @@ TRAFFIC: list[dict[str, Any]] = [
 @contextmanager
 def capture_proxy(upstream: str, folder: Path) -> Iterator[str]:
     writer = CaptureWriter(folder)
-    srv = make_server(("127.0.0.1", 0), Endpoint.parse(upstream), writer)
-    t = threading.Thread(target=srv.serve_forever, daemon=True)
-    t.start()
     try:
-        yield f"http://127.0.0.1:{srv.server_address[1]}"
+        with serving(make_server(("127.0.0.1", 0), Endpoint.parse(upstream), writer)) as port:
+            yield f"http://127.0.0.1:{port}"
+            writer.flush()
     finally:
-        writer.flush()
-        srv.shutdown()
-        srv.server_close()
         writer.close()
 
 

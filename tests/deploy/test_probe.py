@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import http.server
 import socket
-import threading
 from collections.abc import Iterator
 
 import pytest
+from kit.serving import serving
 
 from b70deploy.deploy.probe import probe_health
 
@@ -28,14 +28,8 @@ class _Handler(http.server.BaseHTTPRequestHandler):
 
 @pytest.fixture
 def server() -> Iterator[str]:
-    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
-    thread = threading.Thread(target=srv.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{srv.server_address[1]}"
-    finally:
-        srv.shutdown()
-        srv.server_close()
+    with serving(http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Handler)) as port:
+        yield f"http://127.0.0.1:{port}"
 
 
 def test_the_status_code_of_any_answer(server: str) -> None:

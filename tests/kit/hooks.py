@@ -11,6 +11,8 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from kit.serving import serving
+
 
 @dataclass
 class Hooks:
@@ -60,12 +62,9 @@ def receiver() -> Iterator[Hooks]:
 
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     server.daemon_threads = True
-    hooks = Hooks(port=server.server_address[1])
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.1}, daemon=True)
-    thread.start()
-    try:
-        yield hooks
-    finally:
-        hooks.done.set()
-        server.shutdown()
-        server.server_close()
+    with serving(server) as port:
+        hooks = Hooks(port=port)
+        try:
+            yield hooks
+        finally:
+            hooks.done.set()  # a hanging answer ends, so the server can shut down

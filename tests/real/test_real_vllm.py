@@ -21,6 +21,7 @@ from typing import Any
 
 import pytest
 import requests
+from kit.serving import serving
 from kit.simnode import SimNode, docker
 
 from b70deploy.bench.capture import CaptureWriter, make_server
@@ -270,13 +271,11 @@ def request_body(raw: bytes) -> bytes:
 @contextmanager
 def capture_proxy(upstream_port: int, folder: Path) -> Iterator[tuple[int, Tee]]:
     tee = Tee(upstream_port)
-    server = make_server(("127.0.0.1", 0), Endpoint.parse(f"http://127.0.0.1:{tee.port}"), CaptureWriter(folder))
-    threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
-        yield int(server.server_address[1]), tee
+        with serving(make_server(("127.0.0.1", 0), Endpoint.parse(f"http://127.0.0.1:{tee.port}"),
+                                 CaptureWriter(folder))) as port:
+            yield port, tee
     finally:
-        server.shutdown()
-        server.server_close()
         tee.close()
 
 

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -11,6 +10,7 @@ from typing import Any
 
 import pytest
 import yaml
+from kit.serving import serving
 
 from b70deploy.bench.metrics import finished_requests
 from b70deploy.config.node import load_node
@@ -40,13 +40,8 @@ def metrics() -> Iterator[tuple[int, list[str]]]:
             self.end_headers()
             self.wfile.write(body)
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.1}, daemon=True).start()
-    try:
-        yield server.server_address[1], served
-    finally:
-        server.shutdown()
-        server.server_close()
+    with serving(ThreadingHTTPServer(("127.0.0.1", 0), Handler)) as port:
+        yield port, served
 
 
 def test_the_real_counter_parses_by_finished_reason() -> None:
