@@ -3,7 +3,7 @@
 Writes one file of --gib GiB (random bytes, so no filesystem can skip it) in a temp folder on
 the disk under --dir, then per run: evicts the file's pages (posix_fadvise DONTNEED after an
 fsync: the kernel drops exactly this file's clean pages, so other work on the machine keeps
-its cache), reads it with the switch's own reader (b70deploy.deploy.pagecache.read_files),
+its cache), reads it with the switch's own reader (b70deploy.docker.pagecache.read_files),
 and reads it again. The folder is removed in a `finally`.
 
     python benchmarks/pagecache_read.py --gib 4 --runs 5 --json benchmarks/results/pagecache_read.json
@@ -26,7 +26,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # measure the tree this script lives in
 
-from b70deploy.deploy import pagecache  # noqa: E402
+from b70deploy.docker import pagecache  # noqa: E402
 
 GIB = 1 << 30
 

@@ -39,7 +39,7 @@ FACT_ROWS = [
 
 def status(node: Node) -> dict[str, Any]:
     """What runs, what the records say, and, where they differ, what and the one fix."""
-    from ..deploy.probe import probe_health
+    from ..docker.probe import probe_health
     from ..state.lock import holder_info
 
     with ThreadPoolExecutor(max_workers=3) as pool:
@@ -109,7 +109,7 @@ def differences(node: Node, cur: Revision | None, st: dict[str, Any]) -> tuple[l
 def drift(node: Node, cur: Revision, box: dict[str, Any]) -> list[str]:
     """How the deploy dir and the vllm container (`box`: its stack label, image id and compose
     working dir) differ from revision `cur`: a hand-run compose, another tool, a hand edit."""
-    from ..deploy.deploydir import read_deployed
+    from ..docker.deploydir import read_deployed
 
     found: list[str] = []
     live = read_deployed(node.deploy_dir)

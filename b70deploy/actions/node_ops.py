@@ -7,8 +7,8 @@ from dataclasses import dataclass
 from ..config.node import Node
 from ..deploy.nodeio import VLLM
 from ..deploy.steps import restore
-from ..deploy.verify import Reading
 from ..docker.node import DockerNode
+from ..docker.verify import Reading
 from ..errors import OperationError
 from ..state.statedir import StateDir
 from ..ui.progress import Reporter

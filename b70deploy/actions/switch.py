@@ -11,10 +11,10 @@ from ..deploy.plan import DeployPlan, Timeouts
 from ..deploy.steps import plan_lines
 from ..docker.node import DockerNode
 from ..errors import B70Error
-from ..notify.deliver import Notifier
-from ..notify.event import make_event
 from ..state.fsio import read_tree
 from ..state.statedir import StateDir
+from ..ui.notice import make_event
+from ..ui.notify import Notifier
 from ..ui.progress import Reporter
 from .diff import unified
 from .prepare import prepare_deploy

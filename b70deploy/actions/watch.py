@@ -15,16 +15,16 @@ from typing import Any
 import requests
 from docker.errors import DockerException
 
-from .. import interrupts
 from ..config.node import Node
+from ..deploy import interrupts
 from ..deploy.nodeio import VLLM
 from ..docker import engine
 from ..errors import B70Error
-from ..notify.deliver import Notifier
-from ..notify.event import make_event
 from ..state.lock import LockBusy
 from ..state.stamps import now_iso
 from ..state.statedir import StateDir
+from ..ui.notice import make_event
+from ..ui.notify import Notifier
 from ..ui.progress import PlainReporter
 from ..watch import memory as saved
 from ..watch.decide import Act, Look, Memory, Subject, decide, in_bake, remember

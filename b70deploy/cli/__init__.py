@@ -10,7 +10,7 @@ from typing import Any, NoReturn
 
 import click
 
-from .. import interrupts
+from ..deploy import interrupts
 from ..errors import EXIT_BAD_INPUT, EXIT_FAILED, B70Error, Terminated
 from .base import cli
 

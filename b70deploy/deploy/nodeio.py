@@ -17,9 +17,9 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     from ..config.schema import Stack
+    from ..docker.verify import Reading
     from ..ui.progress import Reporter
     from ..vllmlog.diagnosis import Diagnosis
-    from .verify import Reading
 
 VLLM = "vllm"
 

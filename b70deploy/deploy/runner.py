@@ -22,9 +22,9 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
-from .. import interrupts
 from ..state.journal import Journal
 from ..ui.progress import Reporter
+from . import interrupts
 
 S = TypeVar("S")
 FAULT_ENV = "B70DEPLOY_FAULT"

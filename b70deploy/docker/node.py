@@ -16,29 +16,28 @@ from typing import TYPE_CHECKING, Any
 
 from docker import errors as docker_errors
 
-from ..deploy import pagecache
-from ..deploy.deploydir import deployed_names, read_deployed
-from ..deploy.health import wait_healthy
-from ..deploy.probe import probe_health
-from ..deploy.smoke import run_smoke, served_version
-from ..deploy.verify import readings, remote_readings
 from ..errors import B70Error, OperationError
 from ..render.draft import copy_name, ensure_draft_copy
 from ..render.files import COMPOSE_FILE
 from ..state import caches
 from ..state.fsio import file_mode, fsync_dir, sweep_temp, write_atomic, write_tree
 from ..vllmlog.diagnosis import diagnose
-from . import engine
+from . import engine, pagecache
 from .compose import Compose
+from .deploydir import deployed_names, read_deployed
+from .health import wait_healthy
 from .keep import REPO, keep_tag, revision_of
+from .probe import probe_health
 from .proc import last_line, run
+from .smoke import run_smoke, served_version
+from .verify import readings, remote_readings
 
 if TYPE_CHECKING:
     from ..config.node import Node
     from ..config.schema import Stack
     from ..deploy.nodeio import WaitResult
-    from ..deploy.verify import Reading
     from ..ui.progress import Reporter
+    from .verify import Reading
 
 VLLM = "vllm"
 STOP_TIMEOUT = 30  # seconds from the stop signal to SIGKILL, as `docker compose stop --timeout 30`

@@ -20,10 +20,10 @@ from ..actions.rollback import stack_of
 from ..bench.metrics import finished_requests
 from ..config.node import Node
 from ..deploy.nodeio import VLLM
-from ..deploy.probe import probe_health
-from ..deploy.smoke import run_smoke
 from ..docker import engine
 from ..docker.containers import ContainerState
+from ..docker.probe import probe_health
+from ..docker.smoke import run_smoke
 from ..state.lock import holder_info
 from ..state.revisions import HEALTHY_OUTCOMES, Revision
 from ..state.statedir import StateDir

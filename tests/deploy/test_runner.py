@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from b70deploy import interrupts
+from b70deploy.deploy import interrupts
 from b70deploy.deploy.runner import Runner, Step, StepFailed
 from b70deploy.errors import Terminated
 from b70deploy.state.journal import Journal

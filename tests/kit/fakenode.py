@@ -17,7 +17,7 @@ from typing import Any
 from b70deploy.config.schema import Stack
 from b70deploy.deploy.nodeio import WaitResult
 from b70deploy.deploy.runner import Killed
-from b70deploy.deploy.verify import Reading
+from b70deploy.docker.verify import Reading
 from b70deploy.errors import OperationError
 from b70deploy.ui.progress import Reporter
 

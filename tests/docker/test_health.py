@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
-from b70deploy.deploy import health
 from b70deploy.deploy.nodeio import WaitResult
+from b70deploy.docker import health
 from b70deploy.docker.containers import ContainerState
 from b70deploy.errors import OperationError
 from b70deploy.ui.progress import PlainReporter

@@ -23,10 +23,10 @@ from typing import TYPE_CHECKING, Any
 
 from tenacity import RetryCallState, RetryError, Retrying, retry_if_result, wait_exponential
 
-from ..docker.engine import LogFollower, find_container, set_restart_policy, state_of
+from ..deploy.nodeio import WaitResult
 from ..errors import OperationError
 from ..vllmlog.diagnosis import Diagnosis, StallWatch
-from .nodeio import WaitResult
+from .engine import LogFollower, find_container, set_restart_policy, state_of
 from .probe import probe_health
 
 if TYPE_CHECKING:

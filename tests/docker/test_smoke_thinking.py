@@ -10,7 +10,7 @@ import pytest
 from kit.simthread import Serve, loopback_sims
 
 from b70deploy.config.schema import Stack
-from b70deploy.deploy.smoke import THINKING_ALLOWANCE, TOOL_TOKENS, run_smoke, tool_call_body
+from b70deploy.docker.smoke import THINKING_ALLOWANCE, TOOL_TOKENS, run_smoke, tool_call_body
 
 
 @pytest.fixture

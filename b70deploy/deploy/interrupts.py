@@ -13,7 +13,7 @@ import contextlib
 import signal
 from collections.abc import Iterator
 
-from .errors import Terminated
+from ..errors import Terminated
 
 _seen: list[int] = []  # the signals raised since `installed()` began
 

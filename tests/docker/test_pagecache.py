@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from b70deploy.deploy import pagecache
-from b70deploy.deploy.pagecache import plan_read
+from b70deploy.docker import pagecache
+from b70deploy.docker.pagecache import plan_read
 
 GIB = 1 << 30
 

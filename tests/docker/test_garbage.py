@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from b70deploy.deploy.garbage import garbage_reason
+from b70deploy.docker.garbage import garbage_reason
 from b70deploy.sim import server as sim
 
 REAL = Path(__file__).resolve().parent.parent / "fixtures" / "vllm-0.21.0-cpu"

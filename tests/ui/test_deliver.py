@@ -12,9 +12,9 @@ import yaml
 from kit.hooks import receiver
 
 from b70deploy.config.node import load_node
-from b70deploy.notify.deliver import Notifier
-from b70deploy.notify.event import make_event
 from b70deploy.state.audit import AuditLog
+from b70deploy.ui.notice import make_event
+from b70deploy.ui.notify import Notifier
 
 SECRET = "hf_AbCdEfGh12345678"
 

@@ -6,7 +6,7 @@ import socket
 import time
 from types import SimpleNamespace
 
-from b70deploy.deploy.verify import readings
+from b70deploy.docker.verify import readings
 
 
 def _free_port() -> int:

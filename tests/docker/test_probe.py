@@ -9,7 +9,7 @@ from collections.abc import Iterator
 import pytest
 from kit.serving import serving
 
-from b70deploy.deploy.probe import probe_health
+from b70deploy.docker.probe import probe_health
 
 
 class _Handler(http.server.BaseHTTPRequestHandler):
