@@ -16,13 +16,13 @@ CLI, their catcher turns them into a result or into a B70Error):
     |       +-- StaleLock          state/lock.py: the holder died mid-run (resume/rollback/unlock)
     +-- StepFailed                 deploy/runner.py: a step raised; carries the cause and the
     |                              undo errors; deploy/driver.py turns it into the Outcome
-    +-- BootFailed                 deploy/health.py: inside wait_healthy only (fatal line, exit,
+    +-- BootFailed                 docker/health.py: inside wait_healthy only (fatal line, exit,
     |                              stall); returned as WaitResult(healthy=False, finding)
     +-- EditError                  render/patches.py: an edit no longer applies; becomes a UserError
     +-- ApiError                   sim/server.py: the simulator's HTTP error reply (not the package's)
     BaseException
     +-- KeyboardInterrupt          Ctrl-C: the running step and the steps done are undone, exit 130
-    |   +-- Terminated             errors.py: SIGTERM, handled as Ctrl-C is (interrupts.py), exit 143
+    |   +-- Terminated             errors.py: SIGTERM, handled as Ctrl-C is (deploy/interrupts.py), exit 143
     +-- Killed                     deploy/runner.py: SIGKILL in tests that drive the runner in-process
 """
 

@@ -30,7 +30,8 @@ from ..config.compose_folder import own_files, references
 from ..config.node import Node
 from ..config.schema import Stack
 from ..deploy.nodeio import VLLM
-from ..docker.engine import ImageInfo, image_info
+from ..deploy.plan import ImageInfo
+from ..docker.engine import image_info
 from ..docker.image_inspect import ImageInspector
 from ..docker.node import compose_config
 from ..errors import UserError

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import contextvars
 import io
-import os
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -22,7 +21,6 @@ if TYPE_CHECKING:
     from ..state.lock import Holder
 
 T = TypeVar("T")
-WORKING_DIR = "com.docker.compose.project.working_dir"  # where compose ran: ours is the deploy dir
 
 FACT_ROWS = [
     ("kv_cache_tokens", "GPU KV cache (tokens)"),
@@ -75,6 +73,7 @@ def _soon(pool: ThreadPoolExecutor, fn: Callable[..., T], *args: Any) -> Future[
 
 def _container(node: Node) -> dict[str, Any]:
     from ..docker.containers import inspect_service, state_from
+    from ..docker.discover import WORKING_DIR
 
     try:
         attrs = inspect_service(node.project, VLLM)
@@ -98,34 +97,14 @@ def differences(node: Node, cur: Revision | None, st: dict[str, Any]) -> tuple[l
     if cur is None:
         return [], None
     box = st["container"]
+    from ..docker.deploydir import drift
+
     found = drift(node, cur, box)
     if found:
         return found, f"b70deploy rollback {cur.number} (its exact files and image, recreated)"
     if box.get("status") != "running":
         return [f"vllm is {box.get('status')}"], "b70deploy restore"
     return [], None
-
-
-def drift(node: Node, cur: Revision, box: dict[str, Any]) -> list[str]:
-    """How the deploy dir and the vllm container (`box`: its stack label, image id and compose
-    working dir) differ from revision `cur`: a hand-run compose, another tool, a hand edit."""
-    from ..docker.deploydir import read_deployed
-
-    found: list[str] = []
-    live = read_deployed(node.deploy_dir)
-    want = cur.read_files()
-    changed = sorted(n for n in set(live) | set(want) if live.get(n) != want.get(n))
-    if changed:
-        found.append(f"deploy dir differs from revision {cur.number}: {', '.join(changed)}")
-    if box.get("stack") not in (None, cur.meta.stack):
-        found.append(f"the vllm container runs stack {box['stack']}, revision {cur.number} is {cur.meta.stack}")
-    if cur.meta.image_id and box.get("image_id") not in (None, cur.meta.image_id):
-        found.append(f"the vllm container runs image {str(box['image_id'])[:19]}, revision {cur.number} pins "
-                     f"{cur.meta.image_id[:19]}")
-    where = box.get("working_dir")
-    if where and os.path.realpath(where) != os.path.realpath(node.deploy_dir):
-        found.append(f"the vllm container was started by compose from {where}, not from the deploy dir")
-    return found
 
 
 def history(node: Node, last: int | None = None) -> tuple[int, list[dict[str, Any]]]:
@@ -141,7 +120,7 @@ def history(node: Node, last: int | None = None) -> tuple[int, list[dict[str, An
 
 def _marked(rows: list[dict[str, Any]], present: set[str] | None) -> list[dict[str, Any]]:
     """`rows` with `image_gone` and `image_fix` set (see history)."""
-    from ..docker.keep import recovery
+    from ..deploy.plan import recovery
 
     for row in rows:
         image_id = row.get("image_id")
@@ -155,7 +134,7 @@ def gone_targets(table: Summaries, present: set[str] | None, current: int | None
     """Rollback targets (revisions that ran healthy, other than the current one) whose image is
     gone from the engine (none when it did not answer): read column by column, as a dict only
     for a row that is one."""
-    from ..docker.keep import recovery
+    from ..deploy.plan import recovery
 
     if present is None:
         return []

@@ -5,10 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..config.node import Node
-from ..deploy.nodeio import VLLM
+from ..deploy.nodeio import VLLM, Reading
 from ..deploy.steps import restore
 from ..docker.node import DockerNode
-from ..docker.verify import Reading
 from ..errors import OperationError
 from ..state.statedir import StateDir
 from ..ui.progress import Reporter

@@ -26,7 +26,7 @@ from ..render.patches import deploy_files
 from .stacks import check_patches
 
 if TYPE_CHECKING:
-    from ..docker.engine import ImageInfo
+    from ..deploy.plan import ImageInfo
     from ..lint.findings import Finding
 
 

@@ -6,12 +6,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..config.node import Node
-from ..config.schema import Smoke, Stack
 from ..deploy.driver import Outcome
-from ..deploy.plan import DeployPlan, Kind
-from ..docker import engine
+from ..deploy.plan import DeployPlan, ImageInfo, Kind, recovery, stack_of
 from ..docker.image_inspect import ImageInspector
-from ..docker.keep import recovery
 from ..docker.node import DockerNode
 from ..errors import UserError
 from ..state.revisions import Revision
@@ -64,23 +61,10 @@ def handmade_origin(state: StateDir, rev: Revision) -> Revision | None:
     return rev if rev.meta.kind in ("adopt", "import") else None
 
 
-def stack_of(node: Node, rev: Revision) -> Stack:
-    """The stack a revision was rendered from: its own record, else the catalogue, else a
-    bare one that only checks /health (a snapshot of a hand-made deployment)."""
-    if rev.meta.stack_doc:
-        return Stack.model_validate(rev.meta.stack_doc)
-    try:
-        return node.catalogue().load(rev.meta.stack)
-    except UserError:
-        return Stack(name=rev.meta.stack, image="unknown", model={"path": "unknown"},  # type: ignore[arg-type]
-                     served_model_names=["unknown"], max_model_len=256,
-                     smoke=Smoke(completion=None, tool_call=False, aliases=False))
-
-
 def revision_plan(node: Node, rev: Revision, opts: DeployOptions, *, kind: Kind, message: str,
                   restored_from: int | None) -> DeployPlan:
     """A revision's own bytes and image, as a plan (a rollback, or a resumed run's)."""
-    image = engine.ImageInfo(ref=rev.meta.image_ref, id=rev.meta.image_id or rev.meta.image_ref,
+    image = ImageInfo(ref=rev.meta.image_ref, id=rev.meta.image_id or rev.meta.image_ref,
                              repo_digest=rev.meta.repo_digest, tags=())
     return DeployPlan(kind=kind, stack=stack_of(node, rev), files=rev.read_files(), image=image, message=message,
                       companions=node.companions, timeouts=opts.timeouts(node), auto_rollback=opts.auto_rollback,

@@ -171,7 +171,7 @@ class Smoke(Strict):
     completion: CompletionSmoke | None = None
     tool_call: bool = False
     aliases: bool = True
-    # A short free-form generation judged by deploy/garbage.py (no expected answer): off unless
+    # A short free-form generation judged by docker/garbage.py (no expected answer): off unless
     # asked for, since a stack of random test weights is noise by design.
     coherence: bool = False
 

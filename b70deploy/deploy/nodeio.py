@@ -17,11 +17,19 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     from ..config.schema import Stack
-    from ..docker.verify import Reading
     from ..ui.progress import Reporter
     from ..vllmlog.diagnosis import Diagnosis
 
 VLLM = "vllm"
+
+
+@dataclass(frozen=True)
+class Reading:
+    """One idle check of `verify` (docker/verify.py): the prod port, a feeder, the load."""
+
+    name: str
+    ok: bool
+    detail: str
 
 
 @dataclass

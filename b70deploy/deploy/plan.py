@@ -12,12 +12,34 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Literal
 
+from ..config.schema import Smoke, Stack
+from ..errors import UserError
+
 if TYPE_CHECKING:
     from ..config.node import Node
-    from ..config.schema import Stack
-    from ..docker.engine import ImageInfo
+    from ..state.revisions import Revision
 
 Kind = Literal["switch", "rollback"]
+
+
+@dataclass(frozen=True)
+class ImageInfo:
+    """An image as a plan pins it: the reference asked for and the id it named then
+    (docker/engine.py `image_info` reads it from the engine)."""
+
+    ref: str
+    id: str
+    repo_digest: str | None
+    tags: tuple[str, ...]
+
+
+def recovery(image_ref: str, image_id: str | None, repo_digest: str | None) -> str:
+    """How to get a revision's gone image back: the exact image, not what its tag names now."""
+    exact = (image_id or image_ref)[:19]
+    if repo_digest:
+        return f"docker pull {repo_digest} (the exact image {exact}; the tag {image_ref} may have moved)"
+    return (f"docker load -i FILE, FILE being a `docker save` of the exact image {exact} (it was never pulled "
+            f"by digest, and the tag {image_ref} may have moved)")
 
 
 @dataclass(frozen=True)
@@ -50,3 +72,16 @@ class DeployPlan:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "files", MappingProxyType(dict(self.files)))
+
+
+def stack_of(node: Node, rev: Revision) -> Stack:
+    """The stack a revision was rendered from: its own record, else the catalogue, else a
+    bare one that only checks /health (a snapshot of a hand-made deployment)."""
+    if rev.meta.stack_doc:
+        return Stack.model_validate(rev.meta.stack_doc)
+    try:
+        return node.catalogue().load(rev.meta.stack)
+    except UserError:
+        return Stack(name=rev.meta.stack, image="unknown", model={"path": "unknown"},  # type: ignore[arg-type]
+                     served_model_names=["unknown"], max_model_len=256,
+                     smoke=Smoke(completion=None, tool_call=False, aliases=False))

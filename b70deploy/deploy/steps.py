@@ -33,7 +33,6 @@ from typing import TYPE_CHECKING, Any
 
 from dotenv import dotenv_values
 
-from ..docker.keep import recovery
 from ..errors import OperationError, UserError
 from ..render.files import COMPOSE_FILE
 from ..state.revisions import Revision, RevisionStore, Verdict
@@ -41,7 +40,7 @@ from ..state.stamps import now_iso, operator
 from ..vllmlog.bootlog import check_expectations, parse_boot_facts
 from ..vllmlog.diagnosis import diagnose, for_stack
 from .nodeio import VLLM, NodeIO, WaitResult
-from .plan import DeployPlan
+from .plan import DeployPlan, recovery
 from .runner import Runner, Step
 
 if TYPE_CHECKING:
@@ -109,7 +108,7 @@ def _preflight(r: Run) -> None:
 
 def _warm(r: Run) -> None:
     """Work the new stack's boot would otherwise do inside the outage: its image's compile
-    caches ready (state/caches.py), its weights read into the page cache (deploy/pagecache.py)."""
+    caches ready (state/caches.py), its weights read into the page cache (docker/pagecache.py)."""
     p = r.plan
     current = r.store.current()
     keep = [i for i in (current.meta.image_id if current else None,) if i]

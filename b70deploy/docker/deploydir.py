@@ -4,10 +4,16 @@ machinery of docker/node.py."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from ..config.compose_folder import own_files
 from ..render.filenames import COMPOSE_FILE, DOTENV_FILE, RUNTIME_ENV_FILE
+
+if TYPE_CHECKING:
+    from ..config.node import Node
+    from ..state.revisions import Revision
 
 OURS = (COMPOSE_FILE, DOTENV_FILE, RUNTIME_ENV_FILE)
 
@@ -28,3 +34,23 @@ def deployed_names(deploy_dir: Path) -> list[str]:
 
 def read_deployed(deploy_dir: Path) -> dict[str, bytes]:
     return {n: (deploy_dir / n).read_bytes() for n in deployed_names(deploy_dir)}
+
+
+def drift(node: Node, cur: Revision, box: dict[str, Any]) -> list[str]:
+    """How the deploy dir and the vllm container (`box`: its stack label, image id and compose
+    working dir) differ from revision `cur`: a hand-run compose, another tool, a hand edit."""
+    found: list[str] = []
+    live = read_deployed(node.deploy_dir)
+    want = cur.read_files()
+    changed = sorted(n for n in set(live) | set(want) if live.get(n) != want.get(n))
+    if changed:
+        found.append(f"deploy dir differs from revision {cur.number}: {', '.join(changed)}")
+    if box.get("stack") not in (None, cur.meta.stack):
+        found.append(f"the vllm container runs stack {box['stack']}, revision {cur.number} is {cur.meta.stack}")
+    if cur.meta.image_id and box.get("image_id") not in (None, cur.meta.image_id):
+        found.append(f"the vllm container runs image {str(box['image_id'])[:19]}, revision {cur.number} pins "
+                     f"{cur.meta.image_id[:19]}")
+    where = box.get("working_dir")
+    if where and os.path.realpath(where) != os.path.realpath(node.deploy_dir):
+        found.append(f"the vllm container was started by compose from {where}, not from the deploy dir")
+    return found

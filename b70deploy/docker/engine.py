@@ -19,6 +19,7 @@ import docker
 from docker.context import ContextAPI
 from docker.errors import APIError, DockerException, ImageNotFound, NotFound
 
+from ..deploy.plan import ImageInfo
 from ..errors import OperationError, UserError
 from . import endpoint
 from .containers import ContainerState, state_from
@@ -62,14 +63,6 @@ def _context_client(name: str) -> Any:
     host = ctx.Host or "unix:///var/run/docker.sock"
     return docker.DockerClient(base_url=host, tls=ctx.TLSConfig or False, version="auto", timeout=60,
                                use_ssh_client=host.startswith("ssh://"))
-
-
-@dataclass(frozen=True)
-class ImageInfo:
-    ref: str
-    id: str
-    repo_digest: str | None
-    tags: tuple[str, ...]
 
 
 def image_info(ref: str) -> ImageInfo:

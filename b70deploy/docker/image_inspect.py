@@ -28,6 +28,7 @@ from typing import Any
 import docker
 
 from ..errors import OperationError, UserError
+from ..render.vllm_args import entrypoint_style
 from ..state.fsio import write_atomic
 from .engine import client  # the current endpoint's engine (a remote node's, in an inventory)
 
@@ -98,15 +99,6 @@ class ImageFacts:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> ImageFacts:
         return cls(**{k: data[k] for k in cls.__dataclass_fields__ if k in data})
-
-
-def entrypoint_style(entrypoint: list[str] | None) -> str:
-    ep = entrypoint or []
-    if len(ep) >= 3 and posixpath.basename(ep[0]) in ("bash", "sh") and ep[1] == "-c" and '"$@"' in ep[2]:
-        return "bash-c"
-    if len(ep) >= 2 and posixpath.basename(ep[0]) == "vllm" and ep[1] == "serve":
-        return "vllm-serve"
-    return "other"
 
 
 def parse_group_file(text: str) -> dict[str, int]:

@@ -35,10 +35,3 @@ def revision_of(project: str, ref: str) -> int | None:
     return int(rest) if rest.isdigit() else None
 
 
-def recovery(image_ref: str, image_id: str | None, repo_digest: str | None) -> str:
-    """How to get a revision's gone image back: the exact image, not what its tag names now."""
-    exact = (image_id or image_ref)[:19]
-    if repo_digest:
-        return f"docker pull {repo_digest} (the exact image {exact}; the tag {image_ref} may have moved)"
-    return (f"docker load -i FILE, FILE being a `docker save` of the exact image {exact} (it was never pulled "
-            f"by digest, and the tag {image_ref} may have moved)")

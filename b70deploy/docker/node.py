@@ -35,9 +35,8 @@ from .verify import readings, remote_readings
 if TYPE_CHECKING:
     from ..config.node import Node
     from ..config.schema import Stack
-    from ..deploy.nodeio import WaitResult
+    from ..deploy.nodeio import Reading, WaitResult
     from ..ui.progress import Reporter
-    from .verify import Reading
 
 VLLM = "vllm"
 STOP_TIMEOUT = 30  # seconds from the stop signal to SIGKILL, as `docker compose stop --timeout 30`

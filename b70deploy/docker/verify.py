@@ -10,17 +10,11 @@ from __future__ import annotations
 import ipaddress
 import os
 import socket
-from dataclasses import dataclass
 from typing import Any
 
 import psutil
 
-
-@dataclass(frozen=True)
-class Reading:
-    name: str
-    ok: bool
-    detail: str
+from ..deploy.nodeio import Reading
 
 
 def _is_loopback(ip: str) -> bool:

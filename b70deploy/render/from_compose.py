@@ -21,11 +21,10 @@ from pydantic import ValidationError
 
 from ..config.schema import ABS_PATH_RE, ENV_KEY_RE, IMAGE_RE, Speculative, Stack
 from ..config.validation import first_error, value_error
-from ..docker.image_inspect import entrypoint_style
 from ..errors import UserError
 from .draft import copy_origin
 from .masking import is_secret
-from .vllm_args import CONTAINER_PORT, FLAGS, SPEC_FLAG, ParsedServe, model_rel_path, parse_serve_args
+from .vllm_args import CONTAINER_PORT, FLAGS, SPEC_FLAG, ParsedServe, entrypoint_style, model_rel_path, parse_serve_args
 
 SERVE = ["vllm", "serve"]
 # Service keys the stack or the node config account for; any other is named in the notes.

@@ -7,6 +7,7 @@ stack, `parse_serve_args` reads it to turn a hand-written command back into stac
 from __future__ import annotations
 
 import json
+import posixpath
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -253,3 +254,12 @@ def _read(out: ParsedServe, f: Flag, name: str, token: str, inline: str | None,
         out.notes.append(f"{name} {value!r} is not a {f.key.replace('_', ' ')} a stack can hold: kept verbatim "
                          "in extra_args")
     return rest
+
+
+def entrypoint_style(entrypoint: list[str] | None) -> str:
+    ep = entrypoint or []
+    if len(ep) >= 3 and posixpath.basename(ep[0]) in ("bash", "sh") and ep[1] == "-c" and '"$@"' in ep[2]:
+        return "bash-c"
+    if len(ep) >= 2 and posixpath.basename(ep[0]) == "vllm" and ep[1] == "serve":
+        return "vllm-serve"
+    return "other"

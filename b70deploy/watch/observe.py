@@ -15,13 +15,14 @@ from typing import Any
 
 import requests
 
-from ..actions.inspect import WORKING_DIR, drift
-from ..actions.rollback import stack_of
 from ..bench.metrics import finished_requests
 from ..config.node import Node
 from ..deploy.nodeio import VLLM
+from ..deploy.plan import stack_of
 from ..docker import engine
 from ..docker.containers import ContainerState
+from ..docker.deploydir import drift
+from ..docker.discover import WORKING_DIR
 from ..docker.probe import probe_health
 from ..docker.smoke import run_smoke
 from ..state.lock import holder_info

@@ -22,10 +22,9 @@ from kit.fakenode import FakeNode, Quiet, stack_files
 from b70deploy.actions.rollback import resolve_target
 from b70deploy.config.schema import Smoke, Stack
 from b70deploy.deploy.driver import Driver, Outcome
-from b70deploy.deploy.plan import DeployPlan, Kind, Timeouts
+from b70deploy.deploy.plan import DeployPlan, ImageInfo, Kind, Timeouts
 from b70deploy.deploy.runner import Killed
 from b70deploy.deploy.steps import steps
-from b70deploy.docker.engine import ImageInfo
 from b70deploy.errors import UserError
 from b70deploy.state.journal import RunRecord
 from b70deploy.state.revisions import Revision

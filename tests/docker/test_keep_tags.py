@@ -7,7 +7,8 @@ import re
 
 import pytest
 
-from b70deploy.docker.keep import keep_tag, recovery, revision_of
+from b70deploy.deploy.plan import recovery
+from b70deploy.docker.keep import keep_tag, revision_of
 
 # Docker's reference grammar for repository[:tag] (distribution/reference), lowercase repository.
 REF = re.compile(r"^[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*(?:/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)*"

@@ -1,4 +1,4 @@
-"""GET /health through urllib (deploy/probe.py): what requests.get(...).status_code gave, or None."""
+"""GET /health through urllib (docker/probe.py): what requests.get(...).status_code gave, or None."""
 
 from __future__ import annotations
 

@@ -15,9 +15,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from b70deploy.config.schema import Stack
-from b70deploy.deploy.nodeio import WaitResult
+from b70deploy.deploy.nodeio import Reading, WaitResult
 from b70deploy.deploy.runner import Killed
-from b70deploy.docker.verify import Reading
 from b70deploy.errors import OperationError
 from b70deploy.ui.progress import Reporter
 
