@@ -73,7 +73,7 @@ def _soon(pool: ThreadPoolExecutor, fn: Callable[..., T], *args: Any) -> Future[
 
 def _container(node: Node) -> dict[str, Any]:
     from ..docker.containers import inspect_service, state_from
-    from ..docker.discover import WORKING_DIR
+    from ..docker.deploydir import WORKING_DIR
 
     try:
         attrs = inspect_service(node.project, VLLM)

@@ -12,11 +12,11 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Literal
 
-from ..config.schema import Smoke, Stack
 from ..errors import UserError
 
 if TYPE_CHECKING:
     from ..config.node import Node
+    from ..config.schema import Stack
     from ..state.revisions import Revision
 
 Kind = Literal["switch", "rollback"]
@@ -77,6 +77,8 @@ class DeployPlan:
 def stack_of(node: Node, rev: Revision) -> Stack:
     """The stack a revision was rendered from: its own record, else the catalogue, else a
     bare one that only checks /health (a snapshot of a hand-made deployment)."""
+    from ..config.schema import Smoke, Stack  # pydantic: `history` imports this module for recovery()
+
     if rev.meta.stack_doc:
         return Stack.model_validate(rev.meta.stack_doc)
     try:

@@ -16,6 +16,7 @@ if TYPE_CHECKING:
     from ..state.revisions import Revision
 
 OURS = (COMPOSE_FILE, DOTENV_FILE, RUNTIME_ENV_FILE)
+WORKING_DIR = "com.docker.compose.project.working_dir"  # the label of where compose ran: ours is the deploy dir
 
 
 def deployed_names(deploy_dir: Path) -> list[str]:

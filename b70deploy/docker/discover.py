@@ -17,11 +17,11 @@ from typing import Any
 from ..errors import UserError
 from . import engine
 from .compose import PROFILE
+from .deploydir import WORKING_DIR as WORKING_DIR  # the label init and adopt read here
 from .proc import last_line, run
 
 PROJECT = "com.docker.compose.project"
 SERVICE = "com.docker.compose.service"
-WORKING_DIR = "com.docker.compose.project.working_dir"
 CONFIG_FILES = "com.docker.compose.project.config_files"
 ENV_FILE = "com.docker.compose.project.environment_file"
 

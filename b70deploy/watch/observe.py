@@ -21,8 +21,7 @@ from ..deploy.nodeio import VLLM
 from ..deploy.plan import stack_of
 from ..docker import engine
 from ..docker.containers import ContainerState
-from ..docker.deploydir import drift
-from ..docker.discover import WORKING_DIR
+from ..docker.deploydir import WORKING_DIR, drift
 from ..docker.probe import probe_health
 from ..docker.smoke import run_smoke
 from ..state.lock import holder_info
