@@ -55,9 +55,12 @@ the rooms above it in this list.
                  run() does it (switch, rollback, resume, node_ops, dark, bench_cycle, gc, rollout,
                  inspect, diff, stacks, prepare, stack_from_compose, patch_from_file, init, adopt,
                  imports, watch; handmade: the files and preflight of a deployment the tool did not
-                 render)
+                 render); the state dir's small changes: pin, unpin, prune, unlock (bookkeeping);
+                 the one block every mutating command runs in: lock, audit line, notifications
+                 (mutating)
     cli/         click commands only: parse flags, build an action, print its result: the root
-                 group and COMMANDS (base), one module per group of commands (catalogue, lint,
+                 group, COMMANDS and `mutate`, the reporter and exit line of every mutating command
+                 (base), the options several commands share (options), one module per group of commands (catalogue, lint,
                  deploy, records, revisions, bench, patch, watch, sim, stack, adopt)
 """
 

@@ -20,8 +20,8 @@ from ..docker.image_inspect import ImageInspector
 from ..docker.node import DockerNode
 from ..errors import UserError
 from ..render.files import COMPOSE_FILE
-from ..state.statedir import StateDir
 from .handmade import check_env_names, env_summary, image_patches
+from .mutating import mutating
 
 
 @dataclass
@@ -73,15 +73,15 @@ class Adopt:
 
     def run(self) -> Adopted:
         check_name(self.stack, what="--as stack name")
-        state = StateDir(self.node.state_dir)
-        with state.lock("adopt"):
+        with mutating(self.node, "adopt") as m:
             container, live = self._live()
-            store = state.revisions
+            store = m.state.revisions
             image_ref = str((container.attrs.get("Config") or {}).get("Image", "unknown"))
             image_id = str(container.attrs.get("Image"))
             for number in reversed(store.numbers()):
                 rev = store.get(number)
                 if rev.read_files() == live:
+                    m.ended("ok", revision=number, summary=f"already revision {number}")
                     return Adopted(revision=number, stack=rev.meta.stack, created=False,
                                    outcome=rev.status.outcome, image_ref=rev.meta.image_ref,
                                    image_id=str(rev.meta.image_id), files=sorted(live),
@@ -95,7 +95,7 @@ class Adopt:
                               message=self.message or f"adopted: the hand-made deployment of project "
                                                       f"{self.node.project}")
             store.set_current(rev.number)
-            state.audit.record("adopt", "ok", revision=rev.number, summary=f"adopted as revision {rev.number}")
+            m.ended("ok", revision=rev.number, summary=f"adopted as revision {rev.number}")
         return Adopted(revision=rev.number, stack=self.stack, created=True, outcome=rev.status.outcome,
                        image_ref=image_ref, image_id=image_id, files=sorted(live), patches=patches, notes=notes,
                        env=env_summary(live))

@@ -21,9 +21,9 @@ from ..deploy.runner import deferred_interrupts
 from ..deploy.steps import restore
 from ..docker.node import DockerNode
 from ..errors import B70Error, OperationError, Terminated
-from ..state.statedir import StateDir
 from ..ui.progress import Reporter
 from .dark import DarkDown, DarkUp
+from .mutating import mutating
 from .node_ops import Drain, Verify
 
 Bench = Callable[[str], int]  # the dark stack's base URL -> the bench's exit code
@@ -73,14 +73,13 @@ class BenchCycle:
 
     def run(self, reporter: Reporter) -> CycleResult:
         self.plan()  # bad input fails here, before the drain
-        state = StateDir(self.node.state_dir)
         prod = DockerNode.production(self.node)
         drained = dark = False
         phase, bench_exit = "lock", None
         stopped: BaseException | None = None
-        with state.lock(f"bench cycle {self.stack}", wait=self.lock_wait) as lock:
+        with mutating(self.node, f"bench cycle {self.stack}", wait=self.lock_wait) as m:
             def announce(name: str, detail: str) -> None:
-                lock.set_step(name)  # `status` names the phase of a cycle in progress
+                m.step(name)  # `status` names the phase of a cycle in progress
                 reporter.phase(name, detail)
 
             def enter(name: str, detail: str) -> None:
@@ -101,17 +100,17 @@ class BenchCycle:
                             fix="wait for clients, or --verify-wait")
                     enter("up --dark", self.stack)
                     dark = True  # a boot cut short leaves containers too
-                    url = DarkUp(self.node, self.stack, timeout=self.timeout).run_locked(reporter)
+                    url = DarkUp(self.node, self.stack, timeout=self.timeout).run(reporter)  # under this lock
                     enter("bench", url)
                     bench_exit = self.bench(url)
                 except (B70Error, KeyboardInterrupt) as e:
                     stopped = e
             finally:  # also when a signal lands between the two: the node is put back, then it acts
                 details, restored, seen = self._put_back(prod, reporter, dark=dark, drained=drained, announce=announce)
-        if stopped is None and seen:
-            stopped = Terminated() if signal.SIGTERM in seen else KeyboardInterrupt()
-        result = self._result(phase, bench_exit, stopped, drained, restored, details)
-        state.audit.record(f"bench cycle {self.stack}", "ok" if result.ok else "failed", summary=result.summary)
+            if stopped is None and seen:
+                stopped = Terminated() if signal.SIGTERM in seen else KeyboardInterrupt()
+            result = self._result(phase, bench_exit, stopped, drained, restored, details)
+            m.ended("ok" if result.ok else "failed", summary=result.summary)
         return result
 
     def _put_back(self, prod: DockerNode, reporter: Reporter, *, dark: bool, drained: bool,

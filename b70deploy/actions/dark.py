@@ -13,9 +13,9 @@ from ..config.node import Node
 from ..deploy.nodeio import VLLM
 from ..docker.node import DockerNode
 from ..errors import OperationError, UserError
-from ..state.statedir import StateDir
 from ..ui.progress import Reporter
 from ..vllmlog.diagnosis import for_stack
+from .mutating import mutating
 from .prepare import Deployable, prepare_deploy
 
 
@@ -50,11 +50,11 @@ class DarkUp:
         return ready
 
     def run(self, reporter: Reporter) -> str:
-        with StateDir(self.node.state_dir).lock(f"up --dark {self.stack}", wait=self.lock_wait):
-            return self.run_locked(reporter)
+        """The dark URL, once healthy (inside bench cycle's lock when it runs this)."""
+        with mutating(self.node, f"up --dark {self.stack}", wait=self.lock_wait):
+            return self._up(reporter)
 
-    def run_locked(self, reporter: Reporter) -> str:
-        """The up itself, for a caller that holds the deploy lock (bench cycle); the dark URL."""
+    def _up(self, reporter: Reporter) -> str:
         reporter.phase("preflight", "render with patches, lint, production drained")
         ready = self.plan()
         held = DockerNode.production(self.node).container_status()
@@ -89,7 +89,9 @@ class DarkDown:
         return DockerNode.dark(self.node, dark_dir(self.node)).has_compose_file()
 
     def run(self) -> bool:
-        if not self.plan():
-            return False
-        DockerNode.dark(self.node, dark_dir(self.node)).down()
-        return True
+        with mutating(self.node, "down --dark") as m:
+            if not self.plan():
+                m.ended("ok", summary="no dark stack")
+                return False
+            DockerNode.dark(self.node, dark_dir(self.node)).down()
+            return True

@@ -25,6 +25,7 @@ from ..docker.node import DockerNode
 from ..state import caches
 from ..state.statedir import StateDir
 from ..ui.progress import Reporter
+from .mutating import mutating
 
 ItemKind = Literal["keep-tag", "cache"]
 
@@ -89,14 +90,12 @@ class Gc:
                      f"({e.size / caches.GIB:.2f} GiB)") for e in unused]
 
     def run(self, reporter: Reporter) -> list[Removed]:
-        state = StateDir(self.node.state_dir)
         io = self._io
-        with state.lock("gc"):
+        with mutating(self.node, "gc") as m:
             items = self.plan()
             reporter.phase("gc", f"{len(items)} item(s) to remove")
             done = [self._remove(io, item, reporter) for item in items]
-        state.audit.record("gc", "ok" if all(d.ok for d in done) else "failed",
-                           removed=[d.item.name for d in done if d.ok])
+            m.ended("ok" if all(d.ok for d in done) else "failed", removed=[d.item.name for d in done if d.ok])
         return done
 
     def _remove(self, io: NodeIO, item: Item, reporter: Reporter) -> Removed:

@@ -22,8 +22,8 @@ from ..docker.node import DockerNode
 from ..errors import UserError
 from ..render.files import COMPOSE_FILE, DOTENV_FILE
 from ..state.stamps import now_iso, operator
-from ..state.statedir import StateDir
 from .handmade import check_files, env_summary, folder_files, image_patches
+from .mutating import mutating
 
 _STACK_LABEL = re.compile(rb'b70deploy\.stack: "([a-z0-9][a-z0-9._-]*)"')
 
@@ -78,13 +78,13 @@ class Import:
         env = self.env or saved_env(self.compose)
         files = folder_files(self.compose, env)
         name = check_name(self.stack or stack_name(self.compose, files[COMPOSE_FILE]), what="stack name (--as)")
-        state = StateDir(self.node.state_dir)
-        with state.lock(f"import {self.compose.name}"):
-            store = state.revisions
+        with mutating(self.node, f"import {self.compose.name}") as m:
+            store = m.state.revisions
             for entry in reversed(store.index()):
                 if entry["kind"] == "import" and entry["stack"] == name:
                     rev = store.get(entry["number"])
                     if rev.read_files() == files:
+                        m.ended("ok", revision=rev.number, summary=f"already imported as revision {rev.number}")
                         return Imported(revision=rev.number, stack=name, created=False, image_ref=rev.meta.image_ref,
                                         image_id=str(rev.meta.image_id), env_file=str(env) if env else None,
                                         files=sorted(files), patches=list(rev.meta.patches or []),
@@ -99,8 +99,7 @@ class Import:
                                message=self.message or f"imported from {self.compose}", created=now_iso(),
                                patches=patches, outcome="unproven")
             keep(DockerNode.production(self.node), rev)  # `docker image prune` must not take it
-            state.audit.record(f"import {self.compose.name}", "ok", revision=rev.number,
-                               summary=f"imported as revision {rev.number} ({name})")
+            m.ended("ok", revision=rev.number, summary=f"imported as revision {rev.number} ({name})")
         return Imported(revision=rev.number, stack=name, created=True, image_ref=checked.image.ref,
                         image_id=checked.image.id, env_file=str(env) if env else None, files=sorted(files),
                         patches=patches, warnings=checked.warnings + notes, env=env_summary(files))

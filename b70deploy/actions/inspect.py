@@ -1,4 +1,4 @@
-"""Read-only views: status, history, diff between revisions, logs.
+"""Read-only views: status, history, diff between revisions, logs, the audit log.
 
 `history` must start fast on any number of revisions: the engine client, the renderer, the
 differ and the lock (psutil, filelock) are imported by the view that uses them, not here."""
@@ -18,7 +18,6 @@ from ..state.revisions import HEALTHY_OUTCOMES, Revision, RevisionStore, Summari
 
 if TYPE_CHECKING:
     from ..config.node import Node
-    from ..state.lock import Holder
 
 T = TypeVar("T")
 
@@ -213,35 +212,7 @@ def logs(node: Node, number: int) -> str:
     return path.read_text(errors="replace")
 
 
-# ---------------------------------------------------------------- small changes to the state dir
-
-
-def set_pin(node: Node, number: int, pinned: bool) -> None:
-    """`pin` / `unpin`: a pinned revision is never pruned."""
-    from ..state.statedir import StateDir
-
-    state = StateDir(node.state_dir)
-    with state.lock("pin" if pinned else "unpin", wait=10.0):
-        state.revisions.update_status(number, pinned=pinned)
-
-
-def prune(node: Node, keep: int | None) -> list[int]:
-    """Delete old revisions, keeping the newest `keep`, every pinned one and the current one."""
-    from ..state.statedir import StateDir
-
-    state = StateDir(node.state_dir)
-    with state.lock("prune", wait=10.0):
-        return state.revisions.prune(keep or node.config.keep_revisions)
-
-
 def audit(node: Node, last: int) -> list[dict[str, Any]]:
     from ..state.statedir import StateDir
 
     return StateDir(node.state_dir).audit.entries(last)
-
-
-def unlock(node: Node) -> Holder | None:
-    """Clear a stale lock left by a killed run (refused while its process runs)."""
-    from ..state.lock import clear_stale
-
-    return clear_stale(node.state_dir)

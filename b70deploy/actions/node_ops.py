@@ -9,8 +9,8 @@ from ..deploy.nodeio import VLLM, Reading
 from ..deploy.steps import restore
 from ..docker.node import DockerNode
 from ..errors import OperationError
-from ..state.statedir import StateDir
 from ..ui.progress import Reporter
+from .mutating import mutating
 
 
 @dataclass
@@ -23,15 +23,15 @@ class Drain:
         return [VLLM, *self.node.companions]
 
     def run(self, reporter: Reporter) -> list[str]:
-        io, state = DockerNode.production(self.node), StateDir(self.node.state_dir)
+        io = DockerNode.production(self.node)
         if not io.has_compose_file():
             raise OperationError(f"nothing deployed in {self.node.deploy_dir}; nothing to drain",
                                  fix="`b70deploy switch STACK` deploys one")
         services = self.plan()
-        with state.lock("drain", wait=self.lock_wait):
+        with mutating(self.node, "drain", wait=self.lock_wait) as m:
             reporter.phase("drain", f"stop {' '.join(services)}")
             io.stop(services)
-        state.audit.record("drain", "ok", services=services)
+            m.ended("ok", services=services)
         return services
 
 
@@ -66,10 +66,9 @@ class Restore:
         return f"start the current revision's {VLLM}, wait for /health, then {', '.join(self.node.companions) or '-'}"
 
     def run(self, reporter: Reporter) -> float:
-        state = StateDir(self.node.state_dir)
-        with state.lock("restore", wait=self.lock_wait):
+        with mutating(self.node, "restore", wait=self.lock_wait) as m:
             reporter.phase("restore", "start the current revision and wait for /health")
             result = restore(DockerNode.production(self.node), reporter, companions=self.node.companions,
                              timeout=self.timeout or self.node.config.timeouts.restore)
-        state.audit.record("restore", "ok", seconds=round(result.elapsed, 2))
+            m.ended("ok", seconds=round(result.elapsed, 2))
         return result.elapsed

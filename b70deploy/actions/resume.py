@@ -12,6 +12,7 @@ from ..state.journal import RunRecord
 from ..state.revisions import Revision
 from ..state.statedir import StateDir
 from ..ui.progress import Reporter
+from .mutating import mutating
 from .rollback import Rollback, revision_plan
 from .switch import DeployOptions, Switch, driver
 
@@ -45,5 +46,8 @@ class Resume:
         return Switch(self.node, str(ctx.get("stack")), opts).plan()
 
     def run(self, reporter: Reporter) -> Outcome:
-        return driver(self.node, reporter, DeployOptions(lock_wait=self.lock_wait)).resume(
-            "resume", self._plan_of, self._replan)
+        if StateDir(self.node.state_dir).interrupted_run() is None:  # nothing to lock for
+            return driver(self.node, reporter).resume("resume", self._plan_of, self._replan)
+        with mutating(self.node, "resume", wait=self.lock_wait, take_stale=True) as m:
+            return m.ended_with(driver(self.node, reporter).resume("resume", self._plan_of, self._replan,
+                                                                   on_step=m.step))

@@ -3,6 +3,7 @@ image id that ran them, as a new revision whose parent is the current one."""
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 
 from ..config.node import Node
@@ -15,7 +16,8 @@ from ..state.revisions import Revision
 from ..state.statedir import StateDir
 from ..ui.progress import Reporter
 from .handmade import check_drift, check_files
-from .switch import Confirm, DeployOptions, announced, driver
+from .mutating import mutating
+from .switch import Confirm, DeployOptions, deploy
 
 
 def resolve_target(state: StateDir, spec: str | None) -> Revision:
@@ -112,6 +114,10 @@ class Rollback:
                 reporter.info(f"warning: {line}")
 
     def run(self, reporter: Reporter, *, confirm: Confirm | None = None) -> Outcome:
-        return announced(self.node, "rollback", self.target or "previous", lambda: driver(
-            self.node, reporter, self.opts).execute(self.command, lambda: self.plan(reporter), take_stale=True,
-                                                    confirm=confirm))
+        """Lock first (taking over a killed run's), then plan, then the steps."""
+        with mutating(self.node, self.command, wait=self.opts.lock_wait, take_stale=True, step="plan",
+                      announce=("rollback", self.target or "previous")) as m:
+            t0 = time.monotonic()
+            plan = self.plan(reporter)
+            return deploy(self.node, self.command, plan, reporter, m, planned_in=time.monotonic() - t0,
+                          confirm=confirm)

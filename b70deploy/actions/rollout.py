@@ -17,7 +17,6 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from ..config.node import Node
-from ..deploy.driver import Outcome
 from ..deploy.plan import DeployPlan
 from ..deploy.rollout import NodePlan, Plan, batches, expected_from
 from ..docker import endpoint
@@ -25,8 +24,9 @@ from ..errors import B70Error, UserError
 from ..state.statedir import StateDir
 from ..ui.progress import Reporter
 from .inspect import status
+from .mutating import mutating
 from .rollback import Rollback
-from .switch import DeployOptions, Switch, announced, driver
+from .switch import DeployOptions, Switch, deploy
 
 State = Literal["switched", "rolled-back", "failed", "untouched", "reverted", "revert-failed"]
 
@@ -132,8 +132,9 @@ def _one(p: Prepared, command: str, opts: DeployOptions, take_stale: bool) -> No
     with endpoint.use(p.node.docker_env):
         try:
             # Built (rendered and linted) before any node was drained; run under this node's lock.
-            outcome: Outcome = announced(p.node, p.plan.kind, p.plan.stack.name, lambda: driver(
-                p.node, p.reporter, opts).execute(command, lambda: p.plan, take_stale=take_stale))
+            with mutating(p.node, command, wait=opts.lock_wait, take_stale=take_stale, step="plan",
+                          announce=(p.plan.kind, p.plan.stack.name)) as m:
+                outcome = deploy(p.node, command, p.plan, p.reporter, m)
         except B70Error as e:  # the lock is held, the engine is unreachable: this node did not start
             return NodeResult(name, "failed", f"{name}: {e}", seconds=time.monotonic() - t0)
     if outcome.ok:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -10,13 +11,11 @@ from ..deploy.driver import Driver, Outcome
 from ..deploy.plan import DeployPlan, Timeouts
 from ..deploy.steps import plan_lines
 from ..docker.node import DockerNode
-from ..errors import B70Error
 from ..state.fsio import read_tree
 from ..state.statedir import StateDir
-from ..ui.notice import make_event
-from ..ui.notify import Notifier
 from ..ui.progress import Reporter
 from .diff import unified
+from .mutating import Mutation, mutating
 from .prepare import prepare_deploy
 
 Confirm = Callable[[DeployPlan], None]  # raises to refuse; the CLI asks on a terminal
@@ -37,32 +36,17 @@ class DeployOptions:
         return Timeouts.of(node, health=self.timeout, rollback=self.rollback_timeout, verify=self.verify_wait)
 
 
-def announced(node: Node, verb: str, stack: str, run: Callable[[], Outcome]) -> Outcome:
-    """`run` a switch or rollback, telling the node's receivers it started and how it ended
-    (fail-open: a receiver costs at most notify.timeout, and never changes the outcome)."""
-    notifier = Notifier.of(node)
-    if not notifier.receivers:
-        return run()
-    notifier.send(make_event(node, f"{verb}.started", stack=stack, revision=None, outcome=f"{verb} {stack} started"))
-    try:
-        outcome = run()
-    except (B70Error, KeyboardInterrupt) as e:
-        notifier.send(make_event(node, f"{verb}.failed", stack=stack, revision=None,
-                                 outcome=str(e) or type(e).__name__))
-        raise
-    else:
-        name = "succeeded" if outcome.ok else "rolled-back" if outcome.rolled_back else "failed"
-        notifier.send(make_event(node, f"{verb}.{name}", stack=outcome.stack, revision=outcome.revision,
-                                 outcome=outcome.summary, diagnosis=outcome.diagnosis))
-        return outcome
-    finally:
-        notifier.close()
-
-
-def driver(node: Node, reporter: Reporter, opts: DeployOptions) -> Driver:
+def driver(node: Node, reporter: Reporter) -> Driver:
     """The production deploy dir of `node`, its state dir and its engine."""
     return Driver(StateDir(node.state_dir), DockerNode.production(node), reporter,
-                  keep_revisions=node.config.keep_revisions, lock_wait=opts.lock_wait)
+                  keep_revisions=node.config.keep_revisions)
+
+
+def deploy(node: Node, command: str, plan: DeployPlan, reporter: Reporter, m: Mutation, *, planned_in: float = 0.0,
+           confirm: Confirm | None = None) -> Outcome:
+    """A built switch or rollback plan driven through the steps on `node`, under the lock `m` holds."""
+    return m.ended_with(driver(node, reporter).execute(command, plan, planned_in=planned_in, on_step=m.step,
+                                                      confirm=confirm))
 
 
 @dataclass
@@ -99,5 +83,10 @@ class Switch:
         return [*lines, *plan_lines(plan), "", text.rstrip("\n") if text else "(no file changes)"]
 
     def run(self, reporter: Reporter, *, confirm: Confirm | None = None) -> Outcome:
-        return announced(self.node, "switch", self.stack, lambda: driver(self.node, reporter, self.opts).execute(
-            self.command, self.plan, confirm=confirm))
+        """Lock first (a second run fails at once), then plan, then the steps."""
+        with mutating(self.node, self.command, wait=self.opts.lock_wait, step="plan",
+                      announce=("switch", self.stack)) as m:
+            t0 = time.monotonic()
+            plan = self.plan()
+            return deploy(self.node, self.command, plan, reporter, m, planned_in=time.monotonic() - t0,
+                          confirm=confirm)

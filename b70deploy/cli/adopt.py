@@ -7,11 +7,12 @@ from pathlib import Path
 
 import click
 
-from ..actions.adopt import Adopt
-from ..actions.imports import Import
+from ..actions.adopt import Adopt, Adopted
+from ..actions.imports import Import, Imported
 from ..actions.init import Init, default_target
 from ..ui.output import emit_json, table, warn
-from .base import Ctx, pass_ctx
+from . import options
+from .base import Ctx, mutate, pass_ctx
 
 
 @click.command(epilog="Examples: b70deploy init --print | b70deploy init --project b70-vllm "
@@ -23,16 +24,12 @@ from .base import Ctx, pass_ctx
 @click.option("--project", metavar="NAME", help="The compose project that is production, when several run vLLM.")
 @click.option("--state-dir", type=click.Path(path_type=Path), metavar="DIR",
               help="Revisions, journal, lock (default: /var/lib/b70deploy as root, else the user state folder).")
-@click.option("--json", "as_json", is_flag=True, help="Print the config, the source of each value and the notes "
-                                                        "as JSON (secret values masked).")
+@options.as_json("the config, the source of each value and the notes (secret values masked)")
 @pass_ctx
 def init(ctx: Ctx, to_stdout: bool, target: str | None, project: str | None, state_dir: Path | None,
          as_json: bool) -> None:
-    """Discover the node and write its config: gids, compose project, port, models dir, companions.
-
-    Every value is shown with where it came from (container labels, `docker compose config`
-    of the project's files, the /dev/dri device nodes). An existing config is never replaced.
-    """
+    """Every value is shown with where it came from (container labels, `docker compose config`
+    of the project's files, the /dev/dri device nodes). An existing config is never replaced."""
     action = Init(default_target(target or ctx.config_path), project=project, state_dir=state_dir,
                   to_stdout=to_stdout)
     result = action.plan()
@@ -54,28 +51,28 @@ def init(ctx: Ctx, to_stdout: bool, target: str | None, project: str | None, sta
 @click.command(epilog="Examples: b70deploy adopt --as ngram | b70deploy adopt --json")
 @click.option("--as", "stack", default="adopted", show_default=True, metavar="STACK",
               help="The stack name the live deployment is kept as (`rollback STACK` finds it).")
-@click.option("--message", "-m", default="", help="A note kept with the revision.")
-@click.option("--json", "as_json", is_flag=True, help="Print the revision, files and patch records as JSON.")
+@options.MESSAGE
+@options.as_json("the revision, files and patch records")
 @pass_ctx
 def adopt(ctx: Ctx, stack: str, message: str, as_json: bool) -> None:
-    """Record the live hand-made deployment as a revision (kind adopt); nothing is restarted.
-
-    Its compose file, .env, every env_file and bind-mounted file, pinned to the image id the
+    """Its compose file, .env, every env_file and bind-mounted file, pinned to the image id the
     vllm container runs; each mounted file that replaces a file of the image is recorded as a
-    unified diff against it. Adopting the same files again changes nothing and says so.
-    """
-    got = Adopt(ctx.node, stack=stack, message=message).run()
-    if as_json:
-        emit_json(got.to_dict())
-        return
-    for note in got.notes:
-        click.echo(f"note: {note}", err=True)
-    if not got.created:
-        click.echo(f"already adopted: revision {got.revision} ({got.stack}) holds these files; nothing changed")
-        return
-    _files(got.files, got.env, got.patches)
-    click.echo(f"adopted as revision {got.revision} ({got.stack}, {got.outcome}), image {got.image_ref} = "
-               f"{got.image_id[:19]}")
+    unified diff against it. Adopting the same files again changes nothing and says so."""
+
+    def end(got: Adopted) -> None:
+        if as_json:
+            emit_json(got.to_dict())
+            return
+        for note in got.notes:
+            click.echo(f"note: {note}", err=True)
+        if not got.created:
+            click.echo(f"already adopted: revision {got.revision} ({got.stack}) holds these files; nothing changed")
+            return
+        _files(got.files, got.env, got.patches)
+        click.echo(f"adopted as revision {got.revision} ({got.stack}, {got.outcome}), image {got.image_ref} = "
+                   f"{got.image_id[:19]}")
+
+    mutate(lambda reporter: Adopt(ctx.node, stack=stack, message=message).run(), live=False, end=end)
 
 
 @click.command("import", epilog="Examples: b70deploy import /apps/b70-vllm/docker-compose.yml.tq-rollback "
@@ -84,28 +81,30 @@ def adopt(ctx: Ctx, stack: str, message: str, as_json: bool) -> None:
 @click.option("--env", "env", type=click.Path(path_type=Path), metavar="FILE",
               help="The .env saved with it (default: .env.SUFFIX beside docker-compose.yml.SUFFIX, else .env).")
 @click.option("--as", "stack", metavar="STACK", help="The stack it is a revision of (default: the copy's suffix).")
-@click.option("--message", "-m", default="", help="A note kept with the revision.")
-@click.option("--json", "as_json", is_flag=True, help="Print the revision, files and patch records as JSON.")
+@options.MESSAGE
+@options.as_json("the revision, files and patch records")
 @pass_ctx
 def import_(ctx: Ctx, compose: Path, env: Path | None, stack: str | None, message: str, as_json: bool) -> None:
-    """Keep a saved compose copy as a revision of STACK (kind import) that `rollback STACK` runs.
-
-    The copy is checked as a rollback checks it (docker compose config, the image present,
+    """The copy is checked as a rollback checks it (docker compose config, the image present,
     lint) and pinned to the image id its tag names now. It never ran under b70deploy:
-    `history` shows it unproven until a rollback to it passes the health gate.
-    """
-    got = Import(ctx.node, compose, env=env, stack=stack, message=message).run()
-    if as_json:
-        emit_json(got.to_dict())
-        return
-    for line in got.warnings:
-        warn(line)
-    if not got.created:
-        click.echo(f"already imported: revision {got.revision} ({got.stack}) holds these files; nothing changed")
-        return
-    _files(got.files, got.env, got.patches)
-    click.echo(f"imported {compose} (with {got.env_file or 'no .env'}) as revision {got.revision} ({got.stack}, "
-               f"unproven), image {got.image_ref} = {got.image_id[:19]}; `b70deploy rollback {got.stack}` runs it")
+    `history` shows it unproven until a rollback to it passes the health gate."""
+
+    def end(got: Imported) -> None:
+        if as_json:
+            emit_json(got.to_dict())
+            return
+        for line in got.warnings:
+            warn(line)
+        if not got.created:
+            click.echo(f"already imported: revision {got.revision} ({got.stack}) holds these files; nothing changed")
+            return
+        _files(got.files, got.env, got.patches)
+        click.echo(f"imported {compose} (with {got.env_file or 'no .env'}) as revision {got.revision} "
+                   f"({got.stack}, unproven), image {got.image_ref} = {got.image_id[:19]}; "
+                   f"`b70deploy rollback {got.stack}` runs it")
+
+    mutate(lambda reporter: Import(ctx.node, compose, env=env, stack=stack, message=message).run(), live=False,
+           end=end)
 
 
 def _files(names: list[str], env: dict[str, str], patches: list[dict[str, object]]) -> None:

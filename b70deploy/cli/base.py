@@ -3,15 +3,20 @@ action from b70deploy.actions and prints what it returns.
 
 The root group is lazy: a command's module (and the libraries it needs) is imported only
 when that command runs, so `b70deploy --help` stays fast. `COMMANDS` names each command's
-module and the one-line help the root `--help` shows (a test keeps it equal to the
-command's own). Exit codes: 0 ok, 1 the operation failed, 2 bad input (nothing changed).
+module and its summary, the first line of its help: the root `--help` shows it without importing
+the module, and the command's own `--help` starts with it (its docstring holds the rest). Every
+command that changes the node or the state dir prints through `mutate` (the reporter, the exit
+line) around an action that runs inside actions/mutating.py (the lock, the audit line,
+notifications). Exit codes: 0 ok, 1 the operation failed, 2 bad input (nothing changed).
 """
 
 from __future__ import annotations
 
 import gc
 import importlib
-from typing import TYPE_CHECKING
+import inspect
+from collections.abc import Callable
+from typing import TYPE_CHECKING, NamedTuple, TypeVar
 
 import click
 
@@ -19,6 +24,7 @@ from ..docker.endpoint import activate  # stdlib only: safe for the root --help
 
 if TYPE_CHECKING:
     from ..config.node import Node
+    from ..ui.progress import Reporter
 
 EPILOG_EXIT = "Exit codes: 0 ok, 1 operation failed, 2 bad input (nothing changed)."
 
@@ -52,43 +58,58 @@ class Ctx:
 
 pass_ctx = click.make_pass_decorator(Ctx)
 
-# command -> (module in b70deploy.cli, its short help: the root --help shows it unimported)
-COMMANDS: dict[str, tuple[str, str]] = {
-    "stacks": ("catalogue", 'List the stack catalogue.'),
-    "show": ("catalogue", "Show STACK after `extends:` and the node's overlay are merged."),
-    "render": ("catalogue", "Render STACK into the files a switch writes; nothing on the node is touched."),
-    "diff": ("catalogue", "What `switch STACK` would change in the deploy dir, or how two revisions differ "
-                          "(files and boot facts, e.g."),
-    "lint": ("lint", 'Preflight STACK(s): every failure the post hit, caught before a boot.'),
-    "diagnose": ("lint", 'Name the fatal signature in a vLLM boot log, with the fix, and the boot facts it states.'),
-    "draft": ("lint", 'EAGLE draft tools.'),
-    "switch": ("deploy", 'Switch the node to STACK: preflight, drain, verify, activate, wait healthy, check, commit.'),
-    "rollback": ("deploy", "Bring back an earlier revision's exact files, pinned to the image id that ran them."),
-    "resume": ("deploy", 'Finish (or, if it was undoing, undo) a run that was killed; see `status`.'),
-    "drain": ("deploy", 'Stop vllm and its companions (compose stop; never firewall rules) so the router drains.'),
-    "verify": ("deploy", 'Check the node is idle: prod port, feeder connections, load average.'),
-    "restore": ("deploy", 'Start the current revision again after a drain and wait for /health (not a rollback).'),
-    "status": ("records", 'What runs now: revision, stack, health, boot facts, image, interrupted runs.'),
-    "history": ("records", 'Every revision: stack, outcome, image, KV tokens, time to healthy.'),
-    "logs": ("revisions", 'Print the container log kept with REVISION (failed boots keep theirs).'),
-    "pin": ("revisions", 'Keep REVISION forever (prune skips it).'),
-    "unpin": ("revisions", 'Let prune remove REVISION again.'),
-    "prune": ("revisions", 'Delete old revisions, keeping the newest N, every pinned one and the current one.'),
-    "gc": ("deploy", 'Remove what no revision needs: keep tags (and images) of pruned revisions, unused caches.'),
-    "audit": ("revisions", 'The audit log: who ran which mutating command, when, and how it ended.'),
-    "unlock": ("revisions", 'Clear a stale lock left by a killed run (refused while its process runs).'),
-    "up": ("deploy", 'Run STACK on the dark port for benchmarking; production files are never touched.'),
-    "down": ("deploy", 'Stop and remove the dark stack.'),
-    "bench": ("bench", 'Measure prefill, decode or aggregate tok/s of a server (one results file per run).'),
-    "capture": ("bench", 'Fail-open proxy: tee /v1 request bodies (and response metadata) to disk, always forward.'),
-    "replay": ("bench", 'Send captured requests verbatim; report outcome, tok/s and acceptance per request.'),
-    "patch": ("patch", 'Make patch definitions from corrected files.'),
-    "watch": ("watch", 'Supervise the node after each switch: bake window, automatic rollback, alerts, drift.'),
-    "sim": ("sim", 'The simulated vLLM node (no GPU, no registry).'),
-    "stack": ("stack", 'Make stack files from what already runs.'),
-    "init": ("adopt", "Discover the node and write its config: gids, compose project, port, models dir, companions."),
-    "adopt": ("adopt", "Record the live hand-made deployment as a revision (kind adopt); nothing is restarted."),
-    "import": ("adopt", "Keep a saved compose copy as a revision of STACK (kind import) that `rollback STACK` runs."),
+
+
+class Command(NamedTuple):
+    module: str   # in b70deploy.cli
+    summary: str  # the one source of the command's first help line: the root --help shows it unimported
+
+
+COMMANDS: dict[str, Command] = {
+    "stacks": Command("catalogue", 'List the stack catalogue.'),
+    "show": Command("catalogue", "Show STACK after `extends:` and the node's overlay are merged."),
+    "render": Command("catalogue", "Render STACK into the files a switch writes; nothing on the node is touched."),
+    "diff": Command("catalogue", "What `switch STACK` would change in the deploy dir, or how two revisions differ "
+                             "(files and boot facts)."),
+    "lint": Command("lint", 'Preflight STACK(s): every failure the post hit, caught before a boot.'),
+    "diagnose": Command("lint", 'Name the fatal signature in a vLLM boot log, with the fix, and the boot facts it '
+                                'states.'),
+    "draft": Command("lint", 'EAGLE draft tools.'),
+    "switch": Command("deploy", 'Switch the node to STACK: preflight, drain, verify, activate, wait healthy, check, '
+                                'commit.'),
+    "rollback": Command("deploy", "Bring back an earlier revision's exact files, pinned to the image id that ran "
+                                  "them."),
+    "resume": Command("deploy", 'Finish (or, if it was undoing, undo) a run that was killed; see `status`.'),
+    "drain": Command("deploy", 'Stop vllm and its companions (compose stop; never firewall rules) so the router '
+                               'drains.'),
+    "verify": Command("deploy", 'Check the node is idle: prod port, feeder connections, load average.'),
+    "restore": Command("deploy", 'Start the current revision again after a drain and wait for /health (not a '
+                                 'rollback).'),
+    "status": Command("records", 'What runs now: revision, stack, health, boot facts, image, interrupted runs.'),
+    "history": Command("records", 'Every revision: stack, outcome, image, KV tokens, time to healthy.'),
+    "logs": Command("revisions", 'Print the container log kept with REVISION (failed boots keep theirs).'),
+    "pin": Command("revisions", 'Keep REVISION forever (prune skips it).'),
+    "unpin": Command("revisions", 'Let prune remove REVISION again.'),
+    "prune": Command("revisions", 'Delete old revisions, keeping the newest N, every pinned one and the current one.'),
+    "gc": Command("deploy", 'Remove what no revision needs: keep tags (and images) of pruned revisions, unused '
+                            'caches.'),
+    "audit": Command("revisions", 'The audit log: who ran which mutating command, when, and how it ended.'),
+    "unlock": Command("revisions", 'Clear a stale lock left by a killed run (refused while its process runs).'),
+    "up": Command("deploy", 'Run STACK on the dark port for benchmarking; production files are never touched.'),
+    "down": Command("deploy", 'Stop and remove the dark stack.'),
+    "bench": Command("bench", 'Measure prefill, decode or aggregate tok/s of a server (one results file per run).'),
+    "capture": Command("bench", 'Fail-open proxy: tee /v1 request bodies (and response metadata) to disk, always '
+                                'forward.'),
+    "replay": Command("bench", 'Send captured requests verbatim; report outcome, tok/s and acceptance per request.'),
+    "patch": Command("patch", 'Make patch definitions from corrected files.'),
+    "watch": Command("watch", 'Supervise the node after each switch: bake window, automatic rollback, alerts, drift.'),
+    "sim": Command("sim", 'The simulated vLLM node (no GPU, no registry).'),
+    "stack": Command("stack", 'Make stack files from what already runs.'),
+    "init": Command("adopt", "Discover the node and write its config: gids, compose project, port, models dir, "
+                             "companions."),
+    "adopt": Command("adopt", "Record the live hand-made deployment as a revision (kind adopt); nothing is restarted."),
+    "import": Command("adopt", "Keep a saved compose copy as a revision of STACK (kind import) that `rollback STACK` "
+                               "runs."),
 }
 
 
@@ -101,10 +122,13 @@ class LazyGroup(click.Group):
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
         if cmd_name not in COMMANDS:
             return None
-        module = importlib.import_module(f"{__package__}.{COMMANDS[cmd_name][0]}")
+        module = importlib.import_module(f"{__package__}.{COMMANDS[cmd_name].module}")
         # A command named for a Python keyword (`import`) is defined as `import_`.
         command = getattr(module, cmd_name, None) or getattr(module, f"{cmd_name}_")
         assert isinstance(command, click.Command)
+        summary = COMMANDS[cmd_name].summary
+        if not (command.help or "").startswith(summary):  # once per process: the docstring has the rest
+            command.help = f"{summary}\n\n{inspect.cleandoc(command.help)}" if command.help else summary
         return command
 
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
@@ -112,7 +136,8 @@ class LazyGroup(click.Group):
             names = self.list_commands(ctx)
             limit = formatter.width - 6 - max(len(n) for n in names)  # as click.Group does
             # A bare Command cuts the text as the real one would, without importing it.
-            formatter.write_dl([(n, click.Command(n, help=COMMANDS[n][1]).get_short_help_str(limit)) for n in names])
+            formatter.write_dl([(n, click.Command(n, help=COMMANDS[n].summary).get_short_help_str(limit))
+                                for n in names])
 
 
 @click.group(cls=LazyGroup, epilog=EPILOG_EXIT, context_settings={"help_option_names": ["-h", "--help"]})
@@ -136,3 +161,23 @@ def cli(click_ctx: click.Context, config: str | None, stacks_dir: str | None, no
     if not gc.isenabled():  # `run` held collections off while the command's modules loaded (click
         gc.freeze()  # imports it before this callback): what they made lives as long as the process
         gc.enable()
+
+
+T = TypeVar("T")
+
+
+def mutate(run: Callable[[Reporter], T], *, quiet: bool = False, live: bool = True,
+           end: Callable[[T], None] | None = None) -> T:
+    """The CLI's half of every mutating command: the progress reporter (live on a terminal, or
+    plain lines; `quiet` under --json) closed however `run` ends, then `end`, the exit line
+    (it may exit non-zero). The action's half, lock and audit, is actions/mutating.py."""
+    from ..ui.progress import PlainReporter, make_reporter
+
+    reporter: Reporter = make_reporter(quiet=quiet) if live else PlainReporter()
+    try:
+        result = run(reporter)
+    finally:
+        reporter.close()
+    if end is not None:
+        end(result)
+    return result

@@ -11,7 +11,7 @@ from typing import Any
 
 import click
 
-from ..actions.bench_cycle import BenchCycle
+from ..actions.bench_cycle import BenchCycle, CycleResult
 from ..bench import compare as cmp
 from ..bench import metrics, stats
 from ..bench import replay as rp
@@ -25,8 +25,8 @@ from ..bench.run import BenchConfig, resolve_model, run_bench
 from ..errors import UserError
 from ..state.stamps import now_iso
 from ..ui.output import emit_json, table, warn
-from ..ui.progress import make_reporter
-from .base import Ctx, pass_ctx
+from . import options
+from .base import Ctx, mutate, pass_ctx
 
 BENCH_EPILOG = """\b
 Examples:
@@ -69,7 +69,7 @@ def _common(f: Any) -> Any:
                                                    "more than 1%."),
         click.option("--timeout", type=float, default=1800.0, show_default=True, help="Seconds per request."),
         click.option("--quiet", "-q", is_flag=True, help="No progress lines."),
-        click.option("--json", "as_json", is_flag=True, help="Print the results document as JSON."),
+        options.as_json("the results document"),
     ]
     for opt in reversed(opts):
         f = opt(f)
@@ -146,7 +146,6 @@ def bench(click_ctx: click.Context, ctx: Ctx, metric: str | None, concurrency: i
           model: str | None, ctx_tokens: int, n_prompts: int, max_tokens: int | None, api: str, stack: str | None,
           note: str | None, output: str | None, no_warmup: bool, no_ignore_eos: bool, strict: bool,
           timeout: float, quiet: bool, as_json: bool) -> None:
-    """Measure prefill, decode or aggregate tok/s of a server (one results file per run)."""
     if click_ctx.invoked_subcommand is not None:
         return
 
@@ -226,7 +225,7 @@ Files of one stack (same stack and note) fill one column; ratios are against the
 @click.option("--plot", "plot_out", metavar="PNG", type=click.Path(path_type=Path),
               help="Also draw a chart (needs the [plot] extra: matplotlib).")
 @click.option("--title", help="Chart title.")
-@click.option("--json", "as_json", is_flag=True, help="Print the matrix as JSON.")
+@options.as_json("the matrix")
 def compare(files: tuple[Path, ...], plot_out: Path | None, title: str | None, as_json: bool) -> None:
     """Compare results files: a table of tok/s per stack and the ratios new/old."""
     m = cmp.build(cmp.load_all(list(files)))
@@ -274,11 +273,10 @@ Everything after -- goes to `bench` (or `bench sweep`), pointed at the dark stac
 SIGTERM at any point still removes the dark stack and restores production.""")
 @click.argument("stack")
 @click.argument("bench_args", nargs=-1, type=click.UNPROCESSED)
-@click.option("--verify-wait", type=float, default=30.0, show_default=True,
-              help="Seconds to wait for the node to go idle after the drain.")
+@options.VERIFY_WAIT
 @click.option("--timeout", type=float, help="Seconds to wait for the dark stack's /health (default: node timeouts).")
-@click.option("--lock-wait", type=float, default=0.0, help="Wait this long for another b70deploy run to finish.")
-@click.option("--json", "as_json", is_flag=True, help="Print the cycle's outcome as JSON (the bench prints its own).")
+@options.LOCK_WAIT
+@options.as_json("the cycle's outcome (the bench prints its own)")
 @pass_ctx
 @click.pass_context
 def cycle(click_ctx: click.Context, ctx: Ctx, stack: str, bench_args: tuple[str, ...], verify_wait: float,
@@ -286,19 +284,18 @@ def cycle(click_ctx: click.Context, ctx: Ctx, stack: str, bench_args: tuple[str,
     """Drain, verify, up --dark STACK, bench, down --dark, restore: production always comes back."""
     action = BenchCycle(ctx.node, stack, _bench_call(click_ctx, stack, bench_args), verify_wait=verify_wait,
                         timeout=timeout, lock_wait=lock_wait)
-    reporter = make_reporter(quiet=as_json)
-    try:
-        result = action.run(reporter)
-    finally:
-        reporter.close()
-    if as_json:
-        emit_json(result.to_dict())
-    else:
-        for line in result.details:
-            click.echo(line, err=True)
-        click.echo(result.summary)
-    if not result.ok:
-        sys.exit(result.exit_code)
+
+    def end(result: CycleResult) -> None:
+        if as_json:
+            emit_json(result.to_dict())
+        else:
+            for line in result.details:
+                click.echo(line, err=True)
+            click.echo(result.summary)
+        if not result.ok:
+            sys.exit(result.exit_code)
+
+    mutate(action.run, quiet=as_json, end=end)
 
 
 @click.command(epilog="""\b
@@ -316,7 +313,6 @@ headers are never stored. Stop with Ctrl-C.""")
               help="Keep at most this much; the oldest segments go first.")
 @pass_ctx
 def capture(ctx: Ctx, listen: str, upstream: str | None, folder: Path, segment_mb: float, max_mb: float) -> None:
-    """Fail-open proxy: tee /v1 request bodies (and response metadata) to disk, always forward."""
     host, port = parse_listen(listen)
     if segment_mb <= 0 or max_mb < segment_mb:
         raise UserError("need 0 < --segment-mb <= --max-mb", where="--segment-mb/--max-mb",
@@ -367,12 +363,11 @@ request's acceptance comes from /metrics deltas around it.""")
 @click.option("--output", metavar="FILE", help="Results file (default: <state_dir>/bench/<date>-replay-....json).")
 @click.option("--timeout", type=float, default=1800.0, show_default=True, help="Seconds per request.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress lines.")
-@click.option("--json", "as_json", is_flag=True, help="Print the results document as JSON.")
+@options.as_json("the results document")
 @pass_ctx
 def replay(ctx: Ctx, folder: Path, endpoint: str | None, concurrency: int, sample: int | None, seed: int,
            model: str | None, stack: str | None, note: str | None, output: str | None, timeout: float, quiet: bool,
            as_json: bool) -> None:
-    """Send captured requests verbatim; report outcome, tok/s and acceptance per request."""
     records = rp.select(rp.load_captures(folder), sample, seed)
     ep, env = _target(ctx, endpoint, stack, note, model)
     doc = rp.run_replay(ep, records, env, concurrency=concurrency, model=model, timeout=timeout,

@@ -14,14 +14,14 @@ from ..actions.stacks import merged_document, summaries
 from ..errors import UserError
 from ..state.fsio import read_tree, write_tree
 from ..ui.output import emit_json, note, table, warn
+from . import options
 from .base import Ctx, pass_ctx
 
 
 @click.command(epilog="Example: b70deploy stacks --json")
-@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
+@options.as_json("the catalogue")
 @pass_ctx
 def stacks(ctx: Ctx, as_json: bool) -> None:
-    """List the stack catalogue."""
     rows = summaries(ctx.node)
     if as_json:
         emit_json(rows)
@@ -33,10 +33,9 @@ def stacks(ctx: Ctx, as_json: bool) -> None:
 
 @click.command(epilog="Example: b70deploy show eagle3 --json")
 @click.argument("stack")
-@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of YAML.")
+@options.as_json("the merged stack")
 @pass_ctx
 def show(ctx: Ctx, stack: str, as_json: bool) -> None:
-    """Show STACK after `extends:` and the node's overlay are merged."""
     doc = merged_document(ctx.node, stack)
     if as_json:
         emit_json(doc)
@@ -47,13 +46,11 @@ def show(ctx: Ctx, stack: str, as_json: bool) -> None:
 @click.command(epilog="Example: b70deploy render eagle3 --out /tmp/eagle3")
 @click.argument("stack")
 @click.option("--out", metavar="DIR", help="Write the files into DIR instead of printing them.")
-@click.option("--json", "as_json", is_flag=True, help="Print the files as JSON (secrets masked).")
+@options.as_json("the files (secrets masked)")
 @click.option("--no-docker", is_flag=True, help="Do not ask the engine: plain render, no image pin, no patches.")
 @pass_ctx
 def render(ctx: Ctx, stack: str, out: str | None, as_json: bool, no_docker: bool) -> None:
-    """Render STACK into the files a switch writes; nothing on the node is touched.
-
-    With the image on the engine: compose, .env pinned to the image id, runtime env, the
+    """With the image on the engine: compose, .env pinned to the image id, runtime env, the
     patched files and their mounts, the draft copy's path, exactly as a switch writes them.
     Without it: the plain render, and each thing it could not resolve."""
     from ..actions.prepare import switch_view
@@ -90,11 +87,10 @@ def render(ctx: Ctx, stack: str, out: str | None, as_json: bool, no_docker: bool
 
 @click.command(epilog="Examples: b70deploy diff eagle3 | b70deploy diff 3 7")
 @click.argument("what", nargs=-1, required=True, metavar="STACK | REV_A REV_B")
-@click.option("--json", "as_json", is_flag=True, help="Print the changed files and the diff as JSON.")
+@options.as_json("the changed files and the diff")
 @pass_ctx
 def diff(ctx: Ctx, what: tuple[str, ...], as_json: bool) -> None:
-    """What `switch STACK` would change in the deploy dir, or how two revisions differ
-    (files and boot facts, e.g. KV tokens 453,184 -> 270,592, -40%). Secrets masked."""
+    """E.g. KV tokens 453,184 -> 270,592, -40%. Secrets masked."""
     from ..actions.diff import diff_against_dir, switch_files
     from ..actions.inspect import diff_revisions
 

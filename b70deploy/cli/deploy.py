@@ -1,5 +1,6 @@
 """Deploy commands: switch, rollback, resume, drain, verify, restore, gc, up/down --dark. Each
-builds its action from the flags and prints what it returns. (`status` and `history` are in
+builds its action from the flags and prints what it returns, every one but verify through `mutate`.
+(`status` and `history` are in
 records, logs, pin, unpin, prune, audit and unlock in revisions: they need no switch machinery.)"""
 
 from __future__ import annotations
@@ -10,19 +11,20 @@ from typing import Any
 import click
 
 from ..actions.dark import DarkDown, DarkUp
-from ..actions.gc import Gc
+from ..actions.gc import Gc, Removed
 from ..actions.node_ops import Drain, Restore, Verify
 from ..actions.resume import Resume
 from ..actions.rollback import Rollback
-from ..actions.rollout import Rollout, Verb
+from ..actions.rollout import RollingOutcome, Rollout, Verb
 from ..actions.switch import DeployOptions, Switch
 from ..deploy.driver import Outcome
 from ..deploy.plan import DeployPlan
 from ..deploy.rollout import Plan
 from ..errors import OperationError, UserError
 from ..ui.output import emit_json, table
-from ..ui.progress import PlainReporter, make_reporter
-from .base import Ctx, pass_ctx
+from ..ui.progress import PlainReporter
+from . import options
+from .base import Ctx, mutate, pass_ctx
 
 _TIMEOUT_HELP = "Seconds to wait for /health of the new stack (default: node timeouts.health, 720)."
 
@@ -35,7 +37,8 @@ def confirm(question: str, assume_yes: bool) -> None:
         raise OperationError("cancelled; nothing changed")
 
 
-def _finish(outcome: Outcome, as_json: bool) -> None:
+def finish(outcome: Outcome, as_json: bool) -> None:
+    """The exit line of switch, rollback and resume: the outcome (or its JSON), its exit code."""
     if as_json:
         emit_json(outcome.to_dict())
     else:
@@ -67,11 +70,10 @@ def _rollout(ctx: Ctx, select: str, action: str, verb: Verb, opts: DeployOptions
              take_stale: bool = False) -> None:
     """switch/rollback over inventory nodes: prepare all, print the plan, then batch by batch."""
     nodes = ctx.nodes(select)
-    reporter = PlainReporter()
     rollout = Rollout(nodes, action, verb, opts, max_unavailable=max_unavailable, pause=pause,
                       rollback_all_on_failure=rollback_all, take_stale=take_stale)
     if dry_run:
-        plan, _ = rollout.plan(reporter)
+        plan, _ = rollout.plan(PlainReporter())
         if as_json:
             emit_json(plan.to_dict())
         else:
@@ -83,16 +85,19 @@ def _rollout(ctx: Ctx, select: str, action: str, verb: Verb, opts: DeployOptions
             click.echo("\n".join(plan.lines()))
         confirm(f"Start: {action} on {len(nodes)} node(s), {max_unavailable} at a time?", yes)
 
-    outcome = rollout.run(reporter, confirm=ask)
-    if as_json:
-        emit_json(outcome.to_dict())
-    else:
-        table(["node", "state", "revision", "seconds", "summary"],
-              [[r.name, r.state, r.revision or "", f"{r.seconds:.1f}", r.summary.split(": ", 1)[-1]]
-               for r in outcome.results])
-        click.echo(outcome.summary)
-    if not outcome.ok:
-        sys.exit(outcome.exit_code)
+    def end(outcome: RollingOutcome) -> None:
+        if as_json:
+            emit_json(outcome.to_dict())
+        else:
+            table(["node", "state", "revision", "seconds", "summary"],
+                  [[r.name, r.state, r.revision or "", f"{r.seconds:.1f}", r.summary.split(": ", 1)[-1]]
+                   for r in outcome.results])
+            click.echo(outcome.summary)
+        if not outcome.ok:
+            sys.exit(outcome.exit_code)
+
+    # Each node's run goes through actions/mutating.py under that node's own lock.
+    mutate(lambda reporter: rollout.run(reporter, confirm=ask), live=False, end=end)
 
 
 def _no_rolling_flags(max_unavailable: int, pause: float, rollback_all: bool) -> None:
@@ -103,15 +108,13 @@ def _no_rolling_flags(max_unavailable: int, pause: float, rollback_all: bool) ->
 
 def _common(fn: Any) -> Any:
     for opt in reversed([
-        click.option("--message", "-m", default="", help="A note kept with the revision."),
+        options.MESSAGE,
         click.option("--timeout", type=float, help=_TIMEOUT_HELP),
         click.option("--rollback-timeout", type=float, help="Seconds to wait for /health when rolling back."),
-        click.option("--lock-wait", type=float, default=0.0, show_default=True,
-                     help="Wait this long for another b70deploy run to finish."),
-        click.option("--verify-wait", type=float, default=30.0, show_default=True,
-                     help="Seconds to wait for the node to go idle after draining."),
+        options.LOCK_WAIT,
+        options.VERIFY_WAIT,
         click.option("--yes", "-y", is_flag=True, help="Do not ask before draining production."),
-        click.option("--json", "as_json", is_flag=True, help="Print the outcome as JSON."),
+        options.as_json("the outcome"),
     ]):
         fn = opt(fn)
     return fn
@@ -128,15 +131,12 @@ def _common(fn: Any) -> Any:
 def switch(ctx: Ctx, stack: str, dry_run: bool, no_auto_rollback: bool, select: str | None, max_unavailable: int,
            pause: float, rollback_all_on_failure: bool, message: str, timeout: float | None,
            rollback_timeout: float | None, lock_wait: float, verify_wait: float, yes: bool, as_json: bool) -> None:
-    """Switch the node to STACK: preflight, drain, verify, activate, wait healthy, check, commit.
-
-    A failure after activation rolls back to the previous revision automatically.
+    """A failure after activation rolls back to the previous revision automatically.
 
     With --nodes (an inventory): every node is prepared and linted first, the plan is printed,
     then batches of --max-unavailable nodes switch at once; the next batch starts when the
     whole batch passed health and smoke. The first failure stops the rollout: that node rolls
-    back, later nodes stay untouched, earlier ones stay new unless --rollback-all-on-failure.
-    """
+    back, later nodes stay untouched, earlier ones stay new unless --rollback-all-on-failure."""
     opts = DeployOptions(message=message, timeout=timeout, rollback_timeout=rollback_timeout,
                          auto_rollback=not no_auto_rollback, lock_wait=lock_wait, verify_wait=verify_wait)
     if select is not None:
@@ -154,12 +154,7 @@ def switch(ctx: Ctx, stack: str, dry_run: bool, no_auto_rollback: bool, select: 
     def ask(plan: DeployPlan) -> None:
         confirm(f"Drain production on :{prod} and switch to {stack}?", yes)
 
-    reporter = make_reporter(quiet=as_json)
-    try:
-        outcome = action.run(reporter, confirm=ask)
-    finally:
-        reporter.close()
-    _finish(outcome, as_json)
+    mutate(lambda reporter: action.run(reporter, confirm=ask), quiet=as_json, end=lambda o: finish(o, as_json))
 
 
 @click.command(epilog="Examples: b70deploy rollback | b70deploy rollback tq-256k | b70deploy rollback 12 | "
@@ -171,11 +166,8 @@ def switch(ctx: Ctx, stack: str, dry_run: bool, no_auto_rollback: bool, select: 
 def rollback(ctx: Ctx, target: str | None, select: str | None, max_unavailable: int, pause: float,
              rollback_all_on_failure: bool, message: str, timeout: float | None, rollback_timeout: float | None,
              lock_wait: float, verify_wait: float, yes: bool, as_json: bool) -> None:
-    """Bring back an earlier revision's exact files, pinned to the image id that ran them.
-
-    No TARGET: the previous revision (or, after a killed run, the one before it).
-    A stack name: the newest revision of that stack that ran healthy. A number: that revision.
-    """
+    """No TARGET: the previous revision (or, after a killed run, the one before it).
+    A stack name: the newest revision of that stack that ran healthy. A number: that revision."""
     opts = DeployOptions(message=message, timeout=timeout, rollback_timeout=rollback_timeout, lock_wait=lock_wait,
                          verify_wait=verify_wait)
     if select is not None:
@@ -188,43 +180,32 @@ def rollback(ctx: Ctx, target: str | None, select: str | None, max_unavailable: 
     def ask(plan: DeployPlan) -> None:
         confirm(f"Drain production and roll back to revision {plan.restored_from} ({plan.stack.name})?", yes)
 
-    reporter = make_reporter(quiet=as_json)
-    try:
-        outcome = Rollback(ctx.node, target, opts).run(reporter, confirm=ask)
-    finally:
-        reporter.close()
-    _finish(outcome, as_json)
+    action = Rollback(ctx.node, target, opts)
+    mutate(lambda reporter: action.run(reporter, confirm=ask), quiet=as_json, end=lambda o: finish(o, as_json))
 
 
 @click.command(epilog="Example: b70deploy resume")
-@click.option("--lock-wait", type=float, default=0.0)
-@click.option("--json", "as_json", is_flag=True)
+@options.LOCK_WAIT
+@options.as_json("the outcome")
 @pass_ctx
 def resume(ctx: Ctx, lock_wait: float, as_json: bool) -> None:
-    """Finish (or, if it was undoing, undo) a run that was killed; see `status`."""
-    reporter = make_reporter(quiet=as_json)
-    try:
-        outcome = Resume(ctx.node, lock_wait=lock_wait).run(reporter)
-    finally:
-        reporter.close()
-    _finish(outcome, as_json)
+    mutate(Resume(ctx.node, lock_wait=lock_wait).run, quiet=as_json, end=lambda o: finish(o, as_json))
 
 
 @click.command(epilog="Example: b70deploy drain && b70deploy verify --wait 60")
-@click.option("--lock-wait", type=float, default=0.0)
+@options.LOCK_WAIT
 @pass_ctx
 def drain(ctx: Ctx, lock_wait: float) -> None:
-    """Stop vllm and its companions (compose stop; never firewall rules) so the router drains."""
-    services = Drain(ctx.node, lock_wait=lock_wait).run(PlainReporter())
-    click.echo(f"node drained: {', '.join(services)} stopped; `b70deploy restore` brings them back")
+    mutate(Drain(ctx.node, lock_wait=lock_wait).run, live=False, end=lambda services: click.echo(
+        f"node drained: {', '.join(services)} stopped; `b70deploy restore` brings them back"))
 
 
 @click.command(epilog="Example: b70deploy verify --wait 60 --json")
 @click.option("--wait", type=float, default=0.0, help="Keep reading until idle or this many seconds pass.")
-@click.option("--json", "as_json", is_flag=True)
+@options.as_json("the readings")
 @pass_ctx
 def verify(ctx: Ctx, wait: float, as_json: bool) -> None:
-    """Check the node is idle: prod port, feeder connections, load average. Exit 1 if not."""
+    """Exit 1 if not."""
     idle, got = Verify(ctx.node, wait=wait).run()
     if as_json:
         emit_json({"idle": idle, "readings": [{"name": r.name, "ok": r.ok, "detail": r.detail} for r in got]})
@@ -238,24 +219,18 @@ def verify(ctx: Ctx, wait: float, as_json: bool) -> None:
 
 @click.command(epilog="Example: b70deploy restore --timeout 720")
 @click.option("--timeout", type=float, help="Seconds to wait for /health (default: node timeouts.restore, 720).")
-@click.option("--lock-wait", type=float, default=0.0)
+@options.LOCK_WAIT
 @pass_ctx
 def restore(ctx: Ctx, timeout: float | None, lock_wait: float) -> None:
-    """Start the current revision again after a drain and wait for /health (not a rollback)."""
-    reporter = make_reporter()
-    try:
-        elapsed = Restore(ctx.node, timeout=timeout, lock_wait=lock_wait).run(reporter)
-    finally:
-        reporter.close()
-    click.echo(f"node restored: healthy after {elapsed:.1f} s")
+    mutate(Restore(ctx.node, timeout=timeout, lock_wait=lock_wait).run,
+           end=lambda elapsed: click.echo(f"node restored: healthy after {elapsed:.1f} s"))
 
 
 @click.command(epilog="Examples: b70deploy gc --dry-run | b70deploy gc --json")
 @click.option("--dry-run", is_flag=True, help="List what would be removed, and why; change nothing.")
-@click.option("--json", "as_json", is_flag=True, help="Print the items as JSON.")
+@options.as_json("the items")
 @pass_ctx
 def gc(ctx: Ctx, dry_run: bool, as_json: bool) -> None:
-    """Remove what no revision needs: keep tags (and images) of pruned revisions, unused caches."""
     action = Gc(ctx.node)
     if dry_run:
         items = action.plan()
@@ -266,17 +241,16 @@ def gc(ctx: Ctx, dry_run: bool, as_json: bool) -> None:
             click.echo(f"would remove {i.name}: {i.reason}" + (f" (frees image {i.frees[:19]})" if i.frees else ""))
         click.echo(f"{len(items)} item(s); dry run, nothing changed")
         return
-    reporter = make_reporter(quiet=as_json)
-    try:
-        done = action.run(reporter)
-    finally:
-        reporter.close()
-    if as_json:
-        emit_json([d.to_dict() for d in done])
-    else:
-        click.echo(f"gc: removed {sum(d.ok for d in done)} of {len(done)} item(s)")
-    if not all(d.ok for d in done):
-        sys.exit(1)
+
+    def end(done: list[Removed]) -> None:
+        if as_json:
+            emit_json([d.to_dict() for d in done])
+        else:
+            click.echo(f"gc: removed {sum(d.ok for d in done)} of {len(done)} item(s)")
+        if not all(d.ok for d in done):
+            sys.exit(1)
+
+    mutate(action.run, quiet=as_json, end=end)
 
 
 @click.command(epilog="Examples: b70deploy drain && b70deploy up ngram --dark | b70deploy up tiny --dark --force")
@@ -284,21 +258,16 @@ def gc(ctx: Ctx, dry_run: bool, as_json: bool) -> None:
 @click.option("--dark", is_flag=True, required=True, help="Required: run on the dark port, own project.")
 @click.option("--timeout", type=float)
 @click.option("--force", is_flag=True, help="Start even while production's vllm runs (both must fit on the GPU).")
-@click.option("--lock-wait", type=float, default=0.0, help="Wait this long for another b70deploy run to finish.")
+@options.LOCK_WAIT
 @pass_ctx
 def up(ctx: Ctx, stack: str, dark: bool, timeout: float | None, force: bool, lock_wait: float) -> None:
-    """Run STACK on the dark port for benchmarking; production files are never touched."""
-    reporter = make_reporter()
-    try:
-        url = DarkUp(ctx.node, stack, timeout=timeout, force=force, lock_wait=lock_wait).run(reporter)
-    finally:
-        reporter.close()
-    click.echo(f"dark {stack} healthy at {url} (project {ctx.node.dark_project}); `b70deploy down --dark` stops it")
+    mutate(DarkUp(ctx.node, stack, timeout=timeout, force=force, lock_wait=lock_wait).run, end=lambda url: click.echo(
+        f"dark {stack} healthy at {url} (project {ctx.node.dark_project}); `b70deploy down --dark` stops it"))
 
 
 @click.command(epilog="Example: b70deploy down --dark")
 @click.option("--dark", is_flag=True, required=True, help="Required: stop the dark stack.")
 @pass_ctx
 def down(ctx: Ctx, dark: bool) -> None:
-    """Stop and remove the dark stack."""
-    click.echo("dark stack removed" if DarkDown(ctx.node).run() else "no dark stack")
+    mutate(lambda reporter: DarkDown(ctx.node).run(), live=False,
+           end=lambda removed: click.echo("dark stack removed" if removed else "no dark stack"))

@@ -16,6 +16,7 @@ from ..state.revisions import RevisionStore
 from ..ui.output import emit_json
 from ..vllmlog.bootlog import parse_boot_facts
 from ..vllmlog.diagnosis import diagnose as run_diagnosis
+from . import options
 from .base import Ctx, pass_ctx
 
 
@@ -23,11 +24,10 @@ from .base import Ctx, pass_ctx
                     "Exit codes: 0 no errors (warnings allowed), 2 errors found.")
 @click.argument("stacks", nargs=-1)
 @click.option("--all", "all_stacks", is_flag=True, help="Lint every stack in the catalogue.")
-@click.option("--json", "as_json", is_flag=True, help="Print findings as JSON.")
+@options.as_json("findings")
 @click.option("--no-docker", is_flag=True, help="Only the checks that need no Docker (no image, compose or port).")
 @pass_ctx
 def lint(ctx: Ctx, stacks: tuple[str, ...], all_stacks: bool, as_json: bool, no_docker: bool) -> int:
-    """Preflight STACK(s): every failure the post hit, caught before a boot."""
     node = ctx.node
     if all_stacks == bool(stacks):
         raise UserError("name stacks or give --all (not both)", fix="e.g. b70deploy lint eagle3, or lint --all")
@@ -84,11 +84,10 @@ def _container_lines(name: str) -> list[str]:
 @click.option("--container", metavar="NAME", help="Read a container's log through Docker.")
 @click.option("--stack", "stack_name", metavar="STACK",
               help="The stack the log came from: the fix is checked against it (REV knows its own).")
-@click.option("--json", "as_json", is_flag=True, help="Print the diagnosis and boot facts as JSON.")
+@options.as_json("the diagnosis and boot facts")
 @pass_ctx
 def diagnose(ctx: Ctx, rev: str | None, log_file: str | None, container: str | None, stack_name: str | None,
              as_json: bool) -> int:
-    """Name the fatal signature in a vLLM boot log, with the fix, and the boot facts it states."""
     if sum(x is not None for x in (rev, log_file, container)) != 1:
         raise UserError("give exactly one of REV, --log FILE or --container NAME",
                         fix="e.g. b70deploy diagnose --log vllm.log")
@@ -121,7 +120,7 @@ def diagnose(ctx: Ctx, rev: str | None, log_file: str | None, container: str | N
 
 @click.group(epilog="Example: b70deploy draft fix /models/Qwen/Qwen3-30B-A3B-EAGLE3 --max-position-embeddings 262144")
 def draft() -> None:
-    """EAGLE draft tools."""
+    pass  # a group: its summary is in COMMANDS (base.py), its commands below
 
 
 @draft.command("fix", epilog="Example: b70deploy draft fix /models/Qwen/Qwen3-30B-A3B-EAGLE3 "
@@ -129,7 +128,7 @@ def draft() -> None:
 @click.argument("path", type=click.Path(file_okay=False, path_type=Path))
 @click.option("--max-position-embeddings", "n", type=click.IntRange(1, 10_485_760), required=True,
               help="The value the copy's config.json gets (the target's max_model_len).")
-@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+@options.as_json("the result")
 def draft_fix(path: Path, n: int, as_json: bool) -> None:
     """Write a copy of the draft at PATH with max_position_embeddings raised; PATH is untouched.
 

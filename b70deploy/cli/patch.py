@@ -8,6 +8,7 @@ import click
 
 from ..actions.patch_from_file import PatchFromFile
 from ..ui.output import emit_json
+from . import options
 from .base import Ctx, pass_ctx
 
 
@@ -15,7 +16,7 @@ from .base import Ctx, pass_ctx
                     "model_executor/layers/quantization/utils/marlin_utils.py --image intel/vllm:latest "
                     "--name marlin-local")
 def patch() -> None:
-    """Make patch definitions from corrected files."""
+    pass  # a group: its summary is in COMMANDS (base.py), its commands below
 
 
 @patch.command("from-file", epilog="Example: b70deploy patch from-file /apps/b70-vllm/vllm-patches/marlin_utils.py "
@@ -26,7 +27,7 @@ def patch() -> None:
               help="The file FILE corrects: its absolute path in the image, or its path inside the vllm package.")
 @click.option("--image", required=True, metavar="REF", help="The image whose file FILE corrects (on this engine).")
 @click.option("--name", required=True, help="The patch's name; the file is <patches dir>/NAME.yaml.")
-@click.option("--json", "as_json", is_flag=True, help="Print what was written as JSON.")
+@options.as_json("what was written")
 @pass_ctx
 def from_file(ctx: Ctx, file: str, target: str, image: str, name: str, as_json: bool) -> None:
     """Write a patch definition from a corrected file on disk: the smallest find/replace edits

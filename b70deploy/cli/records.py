@@ -8,18 +8,18 @@ import click
 
 from ..actions import inspect
 from ..ui.output import emit_json, plain_rows, table
+from . import options
 from .base import Ctx, pass_ctx
 
 PAGE = 20  # history's default: the newest rows; --all or -n N for more
 
 @click.command(epilog="Examples: b70deploy status --json | b70deploy status --nodes | b70deploy status --nodes a,b")
-@click.option("--json", "as_json", is_flag=True)
+@options.as_json("the status")
 @click.option("--nodes", "select", is_flag=False, flag_value="all", default=None, metavar="[all|a,b]",
               help="With an inventory: one row per node (all when no list is given).")
 @click.option("--node", "node_name", metavar="NAME", help="With an inventory: this node's full status.")
 @pass_ctx
 def status(ctx: Ctx, as_json: bool, select: str | None, node_name: str | None) -> None:
-    """What runs now: revision, stack, health, boot facts, image, interrupted runs."""
     if select is not None:
         from ..actions.rollout import status_rows  # the switch machinery: only for --nodes
 
@@ -69,16 +69,14 @@ def status(ctx: Ctx, as_json: bool, select: str | None, node_name: str | None) -
 
 @click.command(epilog="Examples: b70deploy history | b70deploy history -n 100 | b70deploy history --all "
                     "| b70deploy history --json | b70deploy history --node gpu2")
-@click.option("--json", "as_json", is_flag=True, help="Every revision (or the last N) as JSON.")
+@options.as_json("every revision (or the last N)")
 @click.option("-n", "last", type=click.IntRange(min=0), default=None,
               help=f"Only the last N revisions (default {PAGE} in a table; 0 = all).")
 @click.option("--all", "show_all", is_flag=True, help="Every revision, as plain rows (fast on any count).")
 @click.option("--node", "node_name", metavar="NAME", help="With an inventory: that node's revisions.")
 @pass_ctx
 def history(ctx: Ctx, as_json: bool, last: int | None, show_all: bool, node_name: str | None) -> None:
-    """Every revision: stack, outcome, image, KV tokens, time to healthy.
-
-    A table shows the newest revisions and says how many more there are; --json (unless -n)
+    """A table shows the newest revisions and says how many more there are; --json (unless -n)
     and --all give every one."""
     if node_name is not None:
         ctx.node_name = node_name

@@ -5,29 +5,28 @@ from __future__ import annotations
 
 import click
 
-from ..actions import inspect
+from ..actions import bookkeeping, inspect
 from ..ui.output import emit_json, table
-from .base import Ctx, pass_ctx
+from . import options
+from .base import Ctx, mutate, pass_ctx
 
 
 @click.command(epilog="Example: b70deploy logs 12")
 @click.argument("revision", type=int)
 @pass_ctx
 def logs(ctx: Ctx, revision: int) -> None:
-    """Print the container log kept with REVISION (failed boots keep theirs)."""
     click.echo(inspect.logs(ctx.node, revision), nl=False)
 
 
 def _pin(ctx: Ctx, revision: int, pinned: bool) -> None:
-    inspect.set_pin(ctx.node, revision, pinned)
-    click.echo(f"revision {revision} {'pinned: never pruned' if pinned else 'unpinned'}")
+    mutate(lambda reporter: bookkeeping.set_pin(ctx.node, revision, pinned), live=False,
+           end=lambda _: click.echo(f"revision {revision} {'pinned: never pruned' if pinned else 'unpinned'}"))
 
 
 @click.command(epilog="Example: b70deploy pin 7")
 @click.argument("revision", type=int)
 @pass_ctx
 def pin(ctx: Ctx, revision: int) -> None:
-    """Keep REVISION forever (prune skips it)."""
     _pin(ctx, revision, True)
 
 
@@ -35,7 +34,6 @@ def pin(ctx: Ctx, revision: int) -> None:
 @click.argument("revision", type=int)
 @pass_ctx
 def unpin(ctx: Ctx, revision: int) -> None:
-    """Let prune remove REVISION again."""
     _pin(ctx, revision, False)
 
 
@@ -43,18 +41,16 @@ def unpin(ctx: Ctx, revision: int) -> None:
 @click.option("--keep", type=click.IntRange(1), help="Revisions to keep (default: node keep_revisions, 20).")
 @pass_ctx
 def prune(ctx: Ctx, keep: int | None) -> None:
-    """Delete old revisions, keeping the newest N, every pinned one and the current one."""
-    gone = inspect.prune(ctx.node, keep)
-    click.echo(f"pruned {len(gone)} revisions" + (f": {', '.join(map(str, gone))}; `b70deploy gc` frees their "
-                                                  "images" if gone else ""))
+    mutate(lambda reporter: bookkeeping.prune(ctx.node, keep), live=False, end=lambda gone: click.echo(
+        f"pruned {len(gone)} revisions" + (f": {', '.join(map(str, gone))}; `b70deploy gc` frees their images"
+                                           if gone else "")))
 
 
 @click.command(epilog="Example: b70deploy audit -n 20")
 @click.option("-n", "last", type=int, default=50, show_default=True)
-@click.option("--json", "as_json", is_flag=True)
+@options.as_json("the entries")
 @pass_ctx
 def audit(ctx: Ctx, last: int, as_json: bool) -> None:
-    """The audit log: who ran which mutating command, when, and how it ended."""
     rows = inspect.audit(ctx.node, last)
     if as_json:
         emit_json(rows)
@@ -67,6 +63,5 @@ def audit(ctx: Ctx, last: int, as_json: bool) -> None:
 @click.command(epilog="Example: b70deploy unlock")
 @pass_ctx
 def unlock(ctx: Ctx) -> None:
-    """Clear a stale lock left by a killed run (refused while its process runs)."""
-    holder = inspect.unlock(ctx.node)
-    click.echo(f"cleared the stale lock of {holder.describe()}" if holder else "no stale lock")
+    mutate(lambda reporter: bookkeeping.unlock(ctx.node), live=False, end=lambda holder: click.echo(
+        f"cleared the stale lock of {holder.describe()}" if holder else "no stale lock"))

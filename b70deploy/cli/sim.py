@@ -9,16 +9,17 @@ import click
 from ..sim.box import MODELS, write_models
 from ..sim.image import build as build_images
 from ..ui.output import emit_json
+from . import options
 
 
 @click.group(epilog="Example: b70deploy sim build --json")
 def sim() -> None:
-    """The simulated vLLM node (no GPU, no registry)."""
+    pass  # a group: its summary is in COMMANDS (base.py), its commands below
 
 
 @sim.command(epilog="Example: b70deploy sim build --force")
 @click.option("--force", is_flag=True, help="Rebuild even when the inputs are unchanged.")
-@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of lines.")
+@options.as_json("the result")
 def build(force: bool, as_json: bool) -> None:
     """Build b70sim/vllm:bash-c, :serve and :bash-c-drift with `docker import` (skipped when up to date)."""
     results = build_images(force=force)

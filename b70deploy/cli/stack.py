@@ -8,12 +8,13 @@ import click
 
 from ..actions.stack_from_compose import StackFromCompose
 from ..ui.output import emit_json, note
+from . import options
 from .base import Ctx, pass_ctx
 
 
 @click.group(epilog="Example: b70deploy stack from-compose /apps/b70-vllm/docker-compose.yml --name tq-256k")
 def stack() -> None:
-    """Make stack files from what already runs."""
+    pass  # a group: its summary is in COMMANDS (base.py), its commands below
 
 
 @stack.command("from-compose", epilog="Example: b70deploy stack from-compose /apps/b70-vllm/docker-compose.yml "
@@ -25,7 +26,7 @@ def stack() -> None:
 @click.option("--service", metavar="NAME", help="The service that runs vLLM (default: vllm, or the one that "
                                                 "runs `vllm serve`).")
 @click.option("-o", "--out", metavar="FILE", help="Write to FILE (named NAME.yaml) instead of the stacks dir.")
-@click.option("--json", "as_json", is_flag=True, help="Print the stack, node facts and notes as JSON.")
+@options.as_json("the stack, node facts and notes")
 @pass_ctx
 def from_compose(ctx: Ctx, compose_file: str, env_file: str | None, name: str, service: str | None,
                  out: str | None, as_json: bool) -> None:

@@ -9,6 +9,7 @@ import click
 
 from ..actions.watch import WatchNode
 from ..watch.unit import unit_text
+from . import options
 from .base import Ctx, pass_ctx
 
 
@@ -17,18 +18,15 @@ from .base import Ctx, pass_ctx
 @click.option("--unit", is_flag=True, help="Print a systemd unit that keeps watch running, and exit.")
 @click.option("--interval", type=click.FloatRange(min=0.1), help="Seconds between looks (default: node "
               "watch.interval, 10).")
-@click.option("--json", "as_json", is_flag=True, help="Each event as one JSON object per line.")
+@options.as_json("each event (one object per line)")
 @pass_ctx
 def watch(ctx: Ctx, unit: bool, interval: float | None, as_json: bool) -> None:
-    """Supervise the node after each switch: bake window, automatic rollback, alerts, drift.
-
-    Follows the current revision's vllm container: deaths and restart loops (Docker events),
+    """Follows the current revision's vllm container: deaths and restart loops (Docker events),
     /health, a periodic smoke request, fatal log lines and the error rate in /metrics. Inside
     the bake window after a switch (node watch.bake_seconds, or the stack's bake_seconds) a
     failure rolls back to the revision that was current before, once per revision; after it,
     watch alerts and does not act. A container that is not the current revision's is drift:
-    reported, never acted on. Runs in the foreground, one line per event; SIGTERM stops it.
-    """
+    reported, never acted on. Runs in the foreground, one line per event; SIGTERM stops it."""
     if unit:
         click.echo(unit_text(ctx.node), nl=False)
         return

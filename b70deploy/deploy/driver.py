@@ -1,7 +1,10 @@
 """Drives a plan through the steps under the deploy lock, and says where the node ended.
 
-    execute   lock -> build the plan -> (take over a killed run) -> confirm -> run the steps
-    resume    lock -> finish, or undo, the steps of a killed run from its journal
+    execute   a built plan -> (take over a killed run) -> confirm -> run the steps
+    resume    finish, or undo, the steps of a killed run from its journal
+
+The caller holds the deploy lock (actions/mutating.py) and built the plan (its verb's own
+plan(), e.g. actions/switch.py); the driver calls neither back.
     Outcome   the one result of a switch, rollback or resume: ok, revision, the summary line
 
 On a failure the runner has already undone the completed steps (the previous revision
@@ -10,7 +13,6 @@ serves again); the outcome says so, or says what could not be undone and the fix
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -45,6 +47,10 @@ class Outcome:
                 "diagnosis": self.diagnosis}
 
 
+def _no_step(step: str) -> None:
+    return None
+
+
 @dataclass
 class Driver:
     """One node's state dir and effects, and how a run reports and may be interrupted."""
@@ -53,60 +59,40 @@ class Driver:
     io: NodeIO
     reporter: Reporter
     keep_revisions: int = 20
-    lock_wait: float = 0.0
     fault: Fault = fault_from_env
 
-    def execute(self, command: str, build: Callable[[], DeployPlan], *, take_stale: bool = False,
+    def execute(self, command: str, plan: DeployPlan, *, planned_in: float = 0.0,
+                on_step: Callable[[str], None] = _no_step,
                 confirm: Callable[[DeployPlan], None] | None = None) -> Outcome:
-        """Take the lock first (a second run fails at once), then build the plan, let
-        `confirm` refuse it, and run the steps; a failure has been undone when this returns."""
-        lock = self.state.lock(command, wait=self.lock_wait, take_stale=take_stale)
-        lock.acquire(step="plan")
-        try:
-            t0 = time.monotonic()
-            plan = build()  # a rollback reads the killed run's journal: before close_interrupted
-            # Said once it is built: a plan refused as bad input stays a one-line error.
-            self.reporter.phase("plan", "before drain: files rendered or read back, image present and pinned, "
-                                "patches extracted, lint, compose config")
-            self.reporter.info(f"image {plan.image.ref} = {plan.image.id[:19]}; planned in "
-                               f"{time.monotonic() - t0:.2f} s")
-            interrupted = self.close_interrupted(by=command)  # we hold the lock: an unfinished run was killed
-            if confirm is not None:
-                lock.set_step("confirm")
-                confirm(plan)
-            runner = self._runner(command, lock.set_step)
-            runner.start({"kind": plan.kind, "stack": plan.stack.name, "restored_from": plan.restored_from,
-                          "auto_rollback": plan.auto_rollback, "previous": self.state.revisions.current_number()})
-            run = Run(plan, self.io, self.state.revisions, self.reporter, runner, after_interrupt=interrupted)
-            outcome = self._run(run, runner)
-            self.state.audit.record(command, "ok" if outcome.ok else "failed", revision=outcome.revision,
-                                    summary=outcome.summary)
-            return outcome
-        except BaseException as exc:
-            self.state.audit.record(command, "error", error=str(exc)[:500])
-            raise
-        finally:
-            lock.release()
+        """Run `plan` (built by its verb under the lock the caller holds): take over a killed
+        run, let `confirm` refuse the plan, run the steps; a failure has been undone when this
+        returns. `on_step` names each step in the lock's details."""
+        # Said once it is built: a plan refused as bad input stays a one-line error.
+        self.reporter.phase("plan", "before drain: files rendered or read back, image present and pinned, "
+                            "patches extracted, lint, compose config")
+        self.reporter.info(f"image {plan.image.ref} = {plan.image.id[:19]}; planned in {planned_in:.2f} s")
+        interrupted = self.close_interrupted(by=command)  # we hold the lock: an unfinished run was killed
+        if confirm is not None:
+            on_step("confirm")
+            confirm(plan)
+        runner = self._runner(command, on_step)
+        runner.start({"kind": plan.kind, "stack": plan.stack.name, "restored_from": plan.restored_from,
+                      "auto_rollback": plan.auto_rollback, "previous": self.state.revisions.current_number()})
+        run = Run(plan, self.io, self.state.revisions, self.reporter, runner, after_interrupt=interrupted)
+        return self._run(run, runner)
 
     def resume(self, command: str, plan_of: Callable[[RunRecord, Revision], DeployPlan],
-               replan: Callable[[RunRecord], DeployPlan] | None = None) -> Outcome:
-        """Finish the killed run from the step where it stopped, or undo it if it was undoing.
-        Steps are idempotent (files rewritten whole, containers recreated, waits re-waited),
-        so the interrupted step runs again. A run killed before it stored its revision is
-        planned again with `replan` and run from the start."""
+               replan: Callable[[RunRecord], DeployPlan] | None = None, *,
+               on_step: Callable[[str], None] = _no_step) -> Outcome:
+        """Finish the killed run from the step where it stopped, or undo it if it was undoing
+        (under the lock the caller holds). Steps are idempotent (files rewritten whole,
+        containers recreated, waits re-waited), so the interrupted step runs again. A run
+        killed before it stored its revision is planned again with `replan` and run from the start."""
         store = self.state.revisions
         run = self.state.interrupted_run()
         if run is None:
             return Outcome(True, store.current_number(), "-", "nothing to resume: the last run finished")
-        lock = self.state.lock(command, wait=self.lock_wait, take_stale=True)
-        lock.acquire()
-        try:
-            outcome = self._resume(command, run, plan_of, replan, lock.set_step)
-            self.state.audit.record(command, "ok" if outcome.ok else "failed", revision=outcome.revision,
-                                    summary=outcome.summary)
-            return outcome
-        finally:
-            lock.release()
+        return self._resume(command, run, plan_of, replan, on_step)
 
     def close_interrupted(self, *, by: str) -> bool:
         """Mark a killed run as ended, and its uncommitted revision as interrupted; whether there was one."""

@@ -138,14 +138,6 @@ class DeployLock:
         self.release()
 
 
-def clear_stale(state_dir: Path) -> Holder | None:
-    """`unlock`: remove a stale lock's details; refuses while the holder still runs."""
-    lock = DeployLock(state_dir, "unlock", take_stale=True)
-    lock.acquire()  # LockBusy while the holder still runs
-    lock.release()
-    return lock.taken_over
-
-
 def holder_info(state_dir: Path) -> dict[str, Any] | None:
     """For `status`: who holds the lock now, and whether that process still runs."""
     holder = _read_holder(state_dir / DETAILS)

@@ -112,7 +112,7 @@ class Bench:
         return Driver(self.state, self.node, Quiet(), fault=self.fault)
 
     def switch(self) -> Outcome:
-        return self.driver().execute("switch beta", lambda: plan_for("beta"))
+        return self.driver().execute("switch beta", plan_for("beta"))
 
     def resume(self) -> Outcome:
         def plan_of(run: RunRecord, rev: Revision) -> DeployPlan:
@@ -125,11 +125,8 @@ class Bench:
         return self.driver().resume("resume", plan_of, replan)
 
     def rollback(self) -> Outcome:
-        def build() -> DeployPlan:
-            target = resolve_target(self.state, None)
-            return plan_of_revision(target, kind="rollback", restored_from=target.number)
-
-        return self.driver().execute("rollback", build, take_stale=True)
+        target = resolve_target(self.state, None)  # the rollback's own plan, before the driver runs it
+        return self.driver().execute("rollback", plan_of_revision(target, kind="rollback", restored_from=target.number))
 
     def agreed(self) -> str | None:
         """The stack the node serves, once files, records and containers are checked to agree."""
@@ -233,7 +230,7 @@ def test_no_auto_rollback_keeps_a_failed_stack_but_undoes_a_switch_that_started_
         b.node.trap = ("fail", step)
     else:
         b.node.broken.add("beta")  # its boot never becomes healthy
-    outcome = b.driver().execute("switch beta", lambda: replace(plan_for("beta"), auto_rollback=False))
+    outcome = b.driver().execute("switch beta", replace(plan_for("beta"), auto_rollback=False))
     assert not outcome.ok
     assert b.node.serves() == serves
     if serves == "alpha":
@@ -256,7 +253,7 @@ def test_lint_errors_stop_the_preflight_in_one_line_with_one_fix(root: Path) -> 
     bench = Bench(root)
     errors = ("[patch-unknown] no patch named 'x' in /p", "[image-missing] image img-beta not found")
     with pytest.raises(UserError) as caught:
-        bench.driver().execute("switch beta", lambda: replace(plan_for("beta"), lint_errors=errors))
+        bench.driver().execute("switch beta", replace(plan_for("beta"), lint_errors=errors))
     line = str(caught.value)
     assert "\n" not in line and "\\n" not in line and line.count("fix: ") == 1, line
     assert line.startswith("lint found 2 error(s) in beta: [patch-unknown] no patch named 'x' in /p; [image-missing]")

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from b70deploy.state.lock import DeployLock, LockBusy, StaleLock, clear_stale, holder_info
+from b70deploy.state.lock import DeployLock, LockBusy, StaleLock, holder_info
 
 HOLD = """
 import sys, time
@@ -65,19 +65,6 @@ def test_killed_holder_leaves_a_stale_lock_that_is_reported_not_stolen(tmp_path:
     assert taker.taken_over is not None and taker.taken_over.pid == proc.pid
     taker.release()
     assert holder_info(tmp_path) is None
-
-
-def test_unlock_clears_only_a_stale_lock(tmp_path: Path) -> None:
-    proc = _holder(tmp_path)
-    try:
-        with pytest.raises(LockBusy):
-            clear_stale(tmp_path)
-    finally:
-        proc.kill()
-        proc.wait()
-    holder = clear_stale(tmp_path)
-    assert holder is not None and holder.pid == proc.pid
-    assert clear_stale(tmp_path) is None
 
 
 def test_taking_the_lock_sweeps_what_a_killed_run_left(tmp_path: Path) -> None:
