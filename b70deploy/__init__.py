@@ -60,8 +60,9 @@ the rooms above it in this list.
                  (mutating)
     cli/         click commands only: parse flags, build an action, print its result: the root
                  group, COMMANDS and `mutate`, the reporter and exit line of every mutating command
-                 (base), the options several commands share (options), one module per group of commands (catalogue, lint,
-                 deploy, records, revisions, bench, patch, watch, sim, stack, adopt)
+                 (base), the options several commands share (options), one module per group of
+                 commands (catalogue, lint, deploy, records, revisions, bench, patch, watch, sim,
+                 stack, adopt)
 """
 
 __version__ = "0.1.0"
