@@ -5,8 +5,9 @@ one line, and nothing has been changed. OperationError is the node misbehaving (
 engine error, a stack that never became healthy): exit 1. Both read
 "where: what; fix: how", and the CLI prints that one line (cli/__init__.py `main`).
 
-The exception tree (where each class lives; the ones not under B70Error never reach the
-CLI, their catcher turns them into a result or into a B70Error):
+The exception tree, complete (tests/test_errors.py checks it): where each class lives; the
+ones not under B70Error never reach the CLI, their catcher turns them into a result or into a
+B70Error:
 
     Exception
     +-- B70Error                   errors.py: exit_code 1; `where=`, `fix=`
@@ -18,7 +19,14 @@ CLI, their catcher turns them into a result or into a B70Error):
     |                              undo errors; deploy/driver.py turns it into the Outcome
     +-- BootFailed                 docker/health.py: inside wait_healthy only (fatal line, exit,
     |                              stall); returned as WaitResult(healthy=False, finding)
+    +-- DeliveryFailed             ui/notify.py: one attempt to reach a receiver failed; retried,
+    |                              then an audit line (notifications are fail-open)
     +-- EditError                  render/patches.py: an edit no longer applies; becomes a UserError
+    +-- ValueError
+    |   +-- _LongNumber            config/schema.py: an inline JSON number too long; pydantic's error
+    +-- yaml.YAMLError
+    |   +-- _Refused               config/yamlfile.py: what the bounded loader refuses; becomes a UserError
+    +-- InvalidServeArgs           sim/server.py: flags vLLM's validation refuses (the simulator's)
     +-- ApiError                   sim/server.py: the simulator's HTTP error reply (not the package's)
     BaseException
     +-- KeyboardInterrupt          Ctrl-C: the running step and the steps done are undone, exit 130

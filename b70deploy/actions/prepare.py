@@ -31,13 +31,13 @@ if TYPE_CHECKING:
 
 
 @dataclass(frozen=True)
-class Prepared:
+class PlainRender:
     stack: Stack
     rendered: Rendered
     warnings: tuple[str, ...]
 
 
-def prepare(node: Node, name: str, *, port: int | None = None, project: str | None = None) -> Prepared:
+def prepare(node: Node, name: str, *, port: int | None = None, project: str | None = None) -> PlainRender:
     """Render `name` as the templates say, without asking the engine anything."""
     stack = node.catalogue().load(name)
     check_patches(node, stack)
@@ -45,7 +45,7 @@ def prepare(node: Node, name: str, *, port: int | None = None, project: str | No
     secrets, warnings = load_secrets(node.secrets_env_file)
     rendered = render(stack, node, access, secrets=secrets, port=port, project=project,
                       draft_path=draft_path_for(stack))
-    return Prepared(stack=stack, rendered=rendered, warnings=tuple(warnings))
+    return PlainRender(stack=stack, rendered=rendered, warnings=tuple(warnings))
 
 
 @dataclass(frozen=True)

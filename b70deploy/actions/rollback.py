@@ -69,7 +69,7 @@ def revision_plan(node: Node, rev: Revision, opts: DeployOptions, *, kind: Kind,
     image = ImageInfo(ref=rev.meta.image_ref, id=rev.meta.image_id or rev.meta.image_ref,
                              repo_digest=rev.meta.repo_digest, tags=())
     return DeployPlan(kind=kind, stack=stack_of(node, rev), files=rev.read_files(), image=image, message=message,
-                      companions=node.companions, timeouts=opts.timeouts(node), auto_rollback=opts.auto_rollback,
+                      companions=node.companions, waits=opts.waits(node), auto_rollback=opts.auto_rollback,
                       restored_from=restored_from)
 
 

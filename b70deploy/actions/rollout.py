@@ -18,7 +18,7 @@ from typing import Any, Literal
 
 from ..config.node import Node
 from ..deploy.plan import DeployPlan
-from ..deploy.rollout import NodePlan, Plan, batches, expected_from
+from ..deploy.rollout import NodePlan, RolloutPlan, batches, expected_from
 from ..docker import endpoint
 from ..errors import B70Error, UserError
 from ..state.statedir import StateDir
@@ -71,7 +71,7 @@ class NodeResult:
 @dataclass
 class RollingOutcome:
     ok: bool
-    plan: Plan
+    plan: RolloutPlan
     results: list[NodeResult]
     summary: str
     exit_code: int = 0
@@ -83,7 +83,7 @@ class RollingOutcome:
 
 
 @dataclass(frozen=True)
-class Prepared:
+class ReadyNode:
     """One node's plan, built against its own engine before any node is drained."""
 
     node: Node
@@ -94,20 +94,20 @@ class Prepared:
 Verb = Callable[[Node], Switch | Rollback]
 
 
-def prepare(nodes: list[Node], verb: Verb, reporter: Reporter) -> list[Prepared]:
+def prepare(nodes: list[Node], verb: Verb, reporter: Reporter) -> list[ReadyNode]:
     """Each node's plan, built against its own engine; nothing on any node changes."""
     out = []
     for node in nodes:
         rep = NodeReporter(reporter, node.label)
         with endpoint.use(node.docker_env):
             try:
-                out.append(Prepared(node, verb(node).plan(), rep))
+                out.append(ReadyNode(node, verb(node).plan(), rep))
             except UserError as e:
                 raise UserError(f"node {node.label}: {e.what}", fix=e.fix) from None
     return out
 
 
-def node_plan(p: Prepared) -> NodePlan:
+def node_plan(p: ReadyNode) -> NodePlan:
     node = p.node
     cur = StateDir(node.state_dir).revisions.current()
     last = None
@@ -116,17 +116,17 @@ def node_plan(p: Prepared) -> NodePlan:
     expected, basis = expected_from(last)
     return NodePlan(name=node.label, endpoint=node.endpoint, address=node.address, port=node.config.ports.prod,
                     current=f"rev {cur.number} ({cur.meta.stack})" if cur else "nothing deployed",
-                    expected=expected, basis=basis, health_timeout=p.plan.timeouts.health,
-                    rollback_timeout=p.plan.timeouts.rollback)
+                    expected=expected, basis=basis, health_timeout=p.plan.waits.health,
+                    rollback_timeout=p.plan.waits.rollback)
 
 
-def make_plan(action: str, prepared: list[Prepared], *, max_unavailable: int, pause: float,
-              rollback_all_on_failure: bool) -> Plan:
-    return Plan(action=action, nodes=[node_plan(p) for p in prepared], max_unavailable=max_unavailable,
+def make_plan(action: str, prepared: list[ReadyNode], *, max_unavailable: int, pause: float,
+              rollback_all_on_failure: bool) -> RolloutPlan:
+    return RolloutPlan(action=action, nodes=[node_plan(p) for p in prepared], max_unavailable=max_unavailable,
                 pause=pause, rollback_all_on_failure=rollback_all_on_failure)
 
 
-def _one(p: Prepared, command: str, opts: DeployOptions, take_stale: bool) -> NodeResult:
+def _one(p: ReadyNode, command: str, opts: DeployOptions, take_stale: bool) -> NodeResult:
     name = p.node.label
     t0 = time.monotonic()
     with endpoint.use(p.node.docker_env):
@@ -145,7 +145,7 @@ def _one(p: Prepared, command: str, opts: DeployOptions, take_stale: bool) -> No
                       outcome.details)
 
 
-def run(plan: Plan, prepared: list[Prepared], command: str, opts: DeployOptions, reporter: Reporter, *,
+def run(plan: RolloutPlan, prepared: list[ReadyNode], command: str, opts: DeployOptions, reporter: Reporter, *,
         revert: Verb | None = None, take_stale: bool = False) -> RollingOutcome:
     """Batch by batch; stop at the first failure. With `revert` (--rollback-all-on-failure),
     every node already switched is rolled back too, in batches of the same size."""
@@ -178,15 +178,15 @@ def run(plan: Plan, prepared: list[Prepared], command: str, opts: DeployOptions,
     return _summarize(plan, ordered, failed)
 
 
-def _revert(done: list[Prepared], plan: Plan, revert: Verb, opts: DeployOptions, reporter: Reporter,
+def _revert(done: list[ReadyNode], plan: RolloutPlan, revert: Verb, opts: DeployOptions, reporter: Reporter,
             results: dict[str, NodeResult]) -> None:
     reporter.phase("rollback-all", f"{len(done)} switched node(s) back to their previous revision")
     for batch in batches(list(reversed(done)), plan.max_unavailable):
-        built: list[Prepared] = []
+        built: list[ReadyNode] = []
         for p in batch:
             with endpoint.use(p.node.docker_env):
                 try:
-                    built.append(Prepared(p.node, revert(p.node).plan(), p.reporter))
+                    built.append(ReadyNode(p.node, revert(p.node).plan(), p.reporter))
                 except B70Error as e:
                     results[p.node.label] = NodeResult(p.node.label, "revert-failed", f"{p.node.label}: {e}")
         with ThreadPoolExecutor(max_workers=max(len(built), 1), thread_name_prefix="revert") as pool:
@@ -198,7 +198,7 @@ def _revert(done: list[Prepared], plan: Plan, revert: Verb, opts: DeployOptions,
                 reporter.info(res.summary)
 
 
-def _summarize(plan: Plan, results: list[NodeResult], failed: bool) -> RollingOutcome:
+def _summarize(plan: RolloutPlan, results: list[NodeResult], failed: bool) -> RollingOutcome:
     counts: dict[str, int] = {}
     for r in results:
         counts[r.state] = counts.get(r.state, 0) + 1
@@ -239,13 +239,13 @@ class Rollout:
     rollback_all_on_failure: bool = False
     take_stale: bool = False
 
-    def plan(self, reporter: Reporter) -> tuple[Plan, list[Prepared]]:
+    def plan(self, reporter: Reporter) -> tuple[RolloutPlan, list[ReadyNode]]:
         """Every node prepared (rendered, linted, images checked on its own engine), and the batches."""
         prepared = prepare(self.nodes, self.verb, reporter)
         return make_plan(self.action, prepared, max_unavailable=self.max_unavailable, pause=self.pause,
                          rollback_all_on_failure=self.rollback_all_on_failure), prepared
 
-    def run(self, reporter: Reporter, *, confirm: Callable[[Plan], None] | None = None) -> RollingOutcome:
+    def run(self, reporter: Reporter, *, confirm: Callable[[RolloutPlan], None] | None = None) -> RollingOutcome:
         plan, prepared = self.plan(reporter)
         if confirm is not None:
             confirm(plan)

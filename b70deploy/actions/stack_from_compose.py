@@ -11,14 +11,13 @@ import yaml
 
 from ..config.names import check_name
 from ..config.node import Node
+from ..deploy.nodeio import VLLM
 from ..docker.compose import config_of
 from ..docker.image_inspect import ImageFacts, ImageInspector
 from ..docker.proc import last_line, run
 from ..errors import B70Error, UserError
 from ..render.from_compose import SERVE, FromCompose, stack_from_compose
 from ..state.fsio import write_atomic
-
-VLLM_SERVICE = "vllm"
 
 
 @dataclass
@@ -37,7 +36,7 @@ class Converted:
 
 
 @dataclass(frozen=True)
-class Plan:
+class Conversion:
     path: Path          # the stack file to write
     argv: list[str]     # the one command that reads the compose file
 
@@ -51,7 +50,7 @@ class StackFromCompose:
     service: str | None = None
     out: Path | None = None
 
-    def plan(self) -> Plan:
+    def plan(self) -> Conversion:
         """Where the stack goes (--out, else <stacks_dir>/<name>.yaml) and how the file is read;
         the name is checked before it becomes a path. Nothing is read or run."""
         check_name(self.name, what="stack name", where="--name")
@@ -59,7 +58,7 @@ class StackFromCompose:
         if path.name != f"{self.name}.yaml":
             raise UserError(f"--out {path} is not named {self.name}.yaml", where="--out",
                             fix=f"a catalogue names a stack by its file: write to DIR/{self.name}.yaml")
-        return Plan(path, config_of(self.compose_file, env_file=self.env_file))
+        return Conversion(path, config_of(self.compose_file, env_file=self.env_file))
 
     def run(self) -> Converted:
         plan = self.plan()
@@ -95,8 +94,8 @@ class StackFromCompose:
         services: dict[str, Any] = config.get("services") or {}
         if self.service is not None:
             pick = self.service
-        elif VLLM_SERVICE in services:
-            pick = VLLM_SERVICE
+        elif VLLM in services:
+            pick = VLLM
         else:
             serving = [n for n, s in services.items() if _serves(s)]
             pick = serving[0] if len(serving) == 1 else ""

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from ..config.node import Node
 from ..deploy.driver import Driver, Outcome
-from ..deploy.plan import DeployPlan, Timeouts
+from ..deploy.plan import DeployPlan, Waits
 from ..deploy.steps import plan_lines
 from ..docker.node import DockerNode
 from ..state.fsio import read_tree
@@ -32,8 +32,8 @@ class DeployOptions:
     auto_rollback: bool = True
     lock_wait: float = 0.0
 
-    def timeouts(self, node: Node) -> Timeouts:
-        return Timeouts.of(node, health=self.timeout, rollback=self.rollback_timeout, verify=self.verify_wait)
+    def waits(self, node: Node) -> Waits:
+        return Waits.of(node, health=self.timeout, rollback=self.rollback_timeout, verify=self.verify_wait)
 
 
 def driver(node: Node, reporter: Reporter) -> Driver:
@@ -65,7 +65,7 @@ class Switch:
         errors = tuple(f"[{f.id}] {f.message}" for f in ready.findings if f.severity == "error")
         return DeployPlan(kind="switch", stack=ready.stack, files=ready.files, image=ready.image,
                           message=self.opts.message, companions=self.node.companions,
-                          timeouts=self.opts.timeouts(self.node), auto_rollback=self.opts.auto_rollback,
+                          waits=self.opts.waits(self.node), auto_rollback=self.opts.auto_rollback,
                           lint_errors=errors, warnings=tuple(f.one_line() for f in ready.findings
                                                              if f.severity != "error"),
                           secret_keys=ready.secret_keys)

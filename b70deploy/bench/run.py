@@ -198,7 +198,7 @@ def token_check(samples: list[dict[str, Any]], target: int) -> dict[str, Any]:
 
 
 @dataclass
-class Prepared:
+class Calibrated:
     """What every measurement at one context shares: the model, the calibration, the warm-up."""
 
     cfg: BenchConfig
@@ -206,7 +206,7 @@ class Prepared:
     warmup: dict[str, Any] | None
 
 
-def prepare(endpoint: Endpoint, cfg: BenchConfig, *, show_progress: bool) -> Prepared:
+def prepare(endpoint: Endpoint, cfg: BenchConfig, *, show_progress: bool) -> Calibrated:
     """Calibrate the padding against the server's own token counts, then warm up at the
     target context (the first full request after a boot pays a one-time JIT tax: measured,
     reported, excluded). Calibrating first keeps the warm-up inside the context whatever the
@@ -221,10 +221,10 @@ def prepare(endpoint: Endpoint, cfg: BenchConfig, *, show_progress: bool) -> Pre
         if not t.ok:
             raise OperationError(f"warm-up request to {endpoint.url} failed: {t.error}")
         warm = sample_dict(-1, first.kind, first.target_tokens, t)
-    return Prepared(cfg, cal, warm)
+    return Calibrated(cfg, cal, warm)
 
 
-def measure(endpoint: Endpoint, prep: Prepared, *, concurrency: int, n_prompts: int, show_progress: bool,
+def measure(endpoint: Endpoint, prep: Calibrated, *, concurrency: int, n_prompts: int, show_progress: bool,
             label: str) -> dict[str, Any]:
     """One measured pass: fresh nonces, metrics before/after, samples and summary."""
     cfg = prep.cfg

@@ -19,7 +19,7 @@ from ..actions.rollout import RollingOutcome, Rollout, Verb
 from ..actions.switch import DeployOptions, Switch
 from ..deploy.driver import Outcome
 from ..deploy.plan import DeployPlan
-from ..deploy.rollout import Plan
+from ..deploy.rollout import RolloutPlan
 from ..errors import OperationError, UserError
 from ..ui.output import emit_json, table
 from ..ui.progress import PlainReporter
@@ -80,7 +80,7 @@ def _rollout(ctx: Ctx, select: str, action: str, verb: Verb, opts: DeployOptions
             click.echo("\n".join([*plan.lines(), "(dry run, nothing changed)"]))
         return
 
-    def ask(plan: Plan) -> None:
+    def ask(plan: RolloutPlan) -> None:
         if not as_json:
             click.echo("\n".join(plan.lines()))
         confirm(f"Start: {action} on {len(nodes)} node(s), {max_unavailable} at a time?", yes)

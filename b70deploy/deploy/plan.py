@@ -1,6 +1,6 @@
 """What one switch or rollback will do, as immutable data: built before anything stops.
 
-A `DeployPlan` is the node facts the steps need (companions, timeouts), the
+A `DeployPlan` is the node facts the steps need (companions, its waits), the
 stack, the exact bytes to write and the image they are pinned to, and what preflight found.
 The steps never re-read the node config or the catalogue: everything they decide on is here.
 """
@@ -43,14 +43,16 @@ def recovery(image_ref: str, image_id: str | None, repo_digest: str | None) -> s
 
 
 @dataclass(frozen=True)
-class Timeouts:
+class Waits:
+    """How long this run waits, from the flags over the node config's `timeouts:` (config/schema.py)."""
+
     health: float = 720.0      # the new stack's wait for /health
     rollback: float = 720.0    # the previous stack's wait when it is brought back
     verify: float = 30.0       # how long the node may take to go idle after the drain
 
     @classmethod
     def of(cls, node: Node, *, health: float | None = None, rollback: float | None = None,
-           verify: float = 30.0) -> Timeouts:
+           verify: float = 30.0) -> Waits:
         t = node.config.timeouts
         return cls(health=health or t.health, rollback=rollback or t.rollback, verify=verify)
 
@@ -63,7 +65,7 @@ class DeployPlan:
     image: ImageInfo
     message: str
     companions: tuple[str, ...] = ()
-    timeouts: Timeouts = Timeouts()
+    waits: Waits = Waits()
     auto_rollback: bool = True
     restored_from: int | None = None    # a rollback: the revision whose bytes these are
     lint_errors: tuple[str, ...] = ()   # a switch: "[rule-id] message"; preflight refuses to drain when any

@@ -61,7 +61,7 @@ def expected_from(last: dict[str, Any] | None) -> tuple[float, str]:
 
 
 @dataclass(frozen=True)
-class Plan:
+class RolloutPlan:
     action: str                  # "switch eagle3", "rollback"
     nodes: list[NodePlan]
     max_unavailable: int

@@ -232,11 +232,11 @@ def _undo_drain(r: Run) -> None:
             r.info(f"started {', '.join(r.plan.companions)}")
         return
     r.io.write_deployed(r.previous.read_files())
-    restore(r.io, r.reporter, companions=r.plan.companions, timeout=r.plan.timeouts.rollback)
+    restore(r.io, r.reporter, companions=r.plan.companions, timeout=r.plan.waits.rollback)
 
 
 def _verify(r: Run) -> None:
-    deadline = r.io.monotonic() + r.plan.timeouts.verify
+    deadline = r.io.monotonic() + r.plan.waits.verify
     while True:
         got = r.io.idle_readings()
         bad = [x for x in got if not x.ok]
@@ -249,7 +249,7 @@ def _verify(r: Run) -> None:
             if r.plan.kind == "rollback":
                 r.info(f"warning: node not idle ({text}); rolling back anyway")
                 return
-            raise OperationError(f"node not idle after {r.plan.timeouts.verify:.0f} s: {text}",
+            raise OperationError(f"node not idle after {r.plan.waits.verify:.0f} s: {text}",
                                  fix="wait for clients to finish, or raise --verify-wait")
         r.io.sleep(1.0)
 
@@ -281,7 +281,7 @@ def _undo_activate(r: Run) -> None:
     r.io.discard(VLLM)  # its log is kept; a crash-looping container makes compose's stop slow
     r.io.write_deployed(r.previous.read_files())
     r.io.up([VLLM])
-    r.rollback_wait = r.io.wait_healthy(timeout=r.plan.timeouts.rollback, reporter=r.reporter)
+    r.rollback_wait = r.io.wait_healthy(timeout=r.plan.waits.rollback, reporter=r.reporter)
     if not r.rollback_wait.healthy:
         raise OperationError(f"revision {r.previous.number} did not come back: {r.rollback_wait.reason}")
     r.info(f"revision {r.previous.number} healthy again in {r.rollback_wait.elapsed:.1f} s")
@@ -297,7 +297,7 @@ def _save_log(r: Run, lines: list[str] | None = None) -> None:
 
 
 def _wait_healthy(r: Run) -> None:
-    r.wait = r.io.wait_healthy(timeout=r.plan.timeouts.health, reporter=r.reporter)
+    r.wait = r.io.wait_healthy(timeout=r.plan.waits.health, reporter=r.reporter)
     r.wait.finding = for_stack(r.wait.finding, r.plan.stack)  # the fix checked against the stack that booted
     _save_log(r, r.wait.log_lines)  # already in memory: reporting a crash waits on no API call
     if not r.wait.healthy:

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from docker import errors as docker_errors
 
+from ..deploy.nodeio import VLLM
 from ..errors import B70Error, OperationError
 from ..render.draft import copy_name, ensure_draft_copy
 from ..render.files import COMPOSE_FILE
@@ -38,7 +39,6 @@ if TYPE_CHECKING:
     from ..deploy.nodeio import Reading, WaitResult
     from ..ui.progress import Reporter
 
-VLLM = "vllm"
 STOP_TIMEOUT = 30  # seconds from the stop signal to SIGKILL, as `docker compose stop --timeout 30`
 
 

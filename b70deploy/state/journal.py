@@ -40,10 +40,6 @@ class RunRecord:
     def steps_done(self) -> list[str]:
         return [str(e["step"]) for e in self.events if e["event"] == "step-done"]
 
-    @property
-    def last_event(self) -> dict[str, Any]:
-        return self.events[-1] if self.events else {}
-
 
 class Journal:
     def __init__(self, state_dir: Path) -> None:

@@ -243,13 +243,6 @@ class RevisionStore:
         except OSError:  # a state dir this user may read but not write: repair in memory only
             return self._repaired(None if self.dirty_path.exists() else entries)
 
-    def rebuild_index(self) -> list[dict[str, Any]]:
-        """Read every revision again and rewrite the index from them."""
-        if not self.root.is_dir():
-            return []
-        with self._changing():
-            return self._repair_locked(None).rows()
-
     def _lists_every_folder(self, entries: Summaries) -> bool:
         """Whether `entries` has every revision folder. The names of one listdir first: numbers()
         (an is_dir and an int for each of 10,000 entries) costs twice that, and is asked only

@@ -333,10 +333,6 @@ def exception_line_index(lines: Sequence[str], i: int) -> int:
         j = nxt
 
 
-def signature_ids() -> list[str]:
-    return [s.id for s in CATALOGUE] + [COMPILE_STALL, LOG_STALL]
-
-
 # ---------------------------------------------------------------- the stack it explains
 
 StackFix = Callable[[Diagnosis, "Stack"], "tuple[str, dict[str, Any]] | None"]

@@ -15,7 +15,7 @@ from simkit import run_cli
 
 from b70deploy.actions import rollout as act
 from b70deploy.config.node import load_node, load_nodes
-from b70deploy.deploy.rollout import ASSUMED_BOOT, NodePlan, Plan, batches, expected_from
+from b70deploy.deploy.rollout import ASSUMED_BOOT, NodePlan, RolloutPlan, batches, expected_from
 from b70deploy.docker import endpoint, proc
 from b70deploy.errors import OperationError, UserError
 
@@ -176,7 +176,7 @@ def test_plan_batches_and_expected_duration() -> None:
     assert batches([1, 2, 3, 4, 5], 2) == [[1, 2], [3, 4], [5]]
     with pytest.raises(ValueError):
         batches([1], 0)
-    plan = Plan("switch eagle3", [nplan("a", 240), nplan("b", 300), nplan("c", 250)], 2, 30, False)
+    plan = RolloutPlan("switch eagle3", [nplan("a", 240), nplan("b", 300), nplan("c", 250)], 2, 30, False)
     assert [[p.name for p in b] for b in plan.batches] == [["a", "b"], ["c"]]
     assert plan.expected_seconds == 300 + 30 + 250
     text = "\n".join(plan.lines())
@@ -207,7 +207,7 @@ def test_run_stops_at_first_failure_and_keeps_k_out_at_most(monkeypatch: pytest.
 
     monkeypatch.setattr(act, "_one", fake_one)
     deps: Any = [SimpleNamespace(node=SimpleNamespace(label=n)) for n in names]
-    plan = Plan("switch x", [nplan(n, 1) for n in names], 2, 0, False)
+    plan = RolloutPlan("switch x", [nplan(n, 1) for n in names], 2, 0, False)
     out = act.run(plan, deps, "switch x", Any, _Quiet())  # type: ignore[arg-type]
     assert peak[0] == 2 and sorted(ran) == ["n1", "n2", "n3", "n4"]
     assert [r.state for r in out.results] == ["switched", "switched", "rolled-back", "switched", "untouched"]

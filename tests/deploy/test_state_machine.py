@@ -22,7 +22,7 @@ from kit.fakenode import FakeNode, Quiet, stack_files
 from b70deploy.actions.rollback import resolve_target
 from b70deploy.config.schema import Smoke, Stack
 from b70deploy.deploy.driver import Driver, Outcome
-from b70deploy.deploy.plan import DeployPlan, ImageInfo, Kind, Timeouts
+from b70deploy.deploy.plan import DeployPlan, ImageInfo, Kind, Waits
 from b70deploy.deploy.runner import Killed
 from b70deploy.deploy.steps import steps
 from b70deploy.errors import UserError
@@ -57,7 +57,7 @@ def plan_for(name: str, *, kind: Kind = "switch", files: dict[str, bytes] | None
              restored_from: int | None = None) -> DeployPlan:
     return DeployPlan(kind=kind, stack=stack(name), files=files or stack_files(name),
                       image=ImageInfo(f"img-{name}", f"img-{name}", None, ()), message="", companions=COMPANIONS,
-                      timeouts=Timeouts(health=5, rollback=5, verify=0), restored_from=restored_from)
+                      waits=Waits(health=5, rollback=5, verify=0), restored_from=restored_from)
 
 
 def plan_of_revision(rev: Revision, *, kind: Kind, restored_from: int | None) -> DeployPlan:
