@@ -17,12 +17,11 @@ from ..config.schema import Stack
 from ..config.secrets_file import load_secrets
 from ..errors import B70Error
 from ..lint import lint_stack
-from ..lint.gather import draft_path_for, preflight
+from ..lint.gather import preflight
 from ..render import devices as devices_mod
-from ..render.draft import copy_name
+from ..render.draft import served_draft_path, stack_copy
 from ..render.files import Rendered, render
 from ..render.masking import mask_env_text
-from ..render.patches import deploy_files
 from .stacks import check_patches
 
 if TYPE_CHECKING:
@@ -44,7 +43,7 @@ def prepare(node: Node, name: str, *, port: int | None = None, project: str | No
     access = devices_mod.scan(node.device_dir, node.config.gids)
     secrets, warnings = load_secrets(node.secrets_env_file)
     rendered = render(stack, node, access, secrets=secrets, port=port, project=project,
-                      draft_path=draft_path_for(stack))
+                      draft_path=served_draft_path(stack))
     return PlainRender(stack=stack, rendered=rendered, warnings=tuple(warnings))
 
 
@@ -64,9 +63,7 @@ def prepare_deploy(node: Node, name: str, *, port: int | None = None, project: s
     stack = node.catalogue().load(name)
     info = image_info(stack.image)
     ctx = preflight(node, stack, pin_image=info.id, port=port, project=project)
-    files = dict(ctx.rendered.files)
-    files.update(deploy_files(ctx.patched))
-    return Deployable(stack=stack, files=files, secret_keys=ctx.rendered.secret_keys, image=info,
+    return Deployable(stack=stack, files=dict(ctx.rendered.files), secret_keys=ctx.rendered.secret_keys, image=info,
                       findings=lint_stack(ctx))
 
 
@@ -95,13 +92,13 @@ class SwitchView:
 
 
 def _draft_lines(node: Node, stack: Stack) -> list[str]:
-    spec = stack.speculative
-    if spec is None or not spec.model or spec.draft_max_position_embeddings is None:
+    rel = stack_copy(stack)
+    if rel is None or stack.speculative is None:
         return []
-    rel = copy_name(spec.model, spec.draft_max_position_embeddings)
     state = "present" if (node.models_dir / rel / "config.json").is_file() else "made by the switch if missing"
-    return [f"draft: the command serves the copy {draft_path_for(stack)} (host {node.models_dir / rel}, "
-            f"max_position_embeddings {spec.draft_max_position_embeddings}, weights hard-linked; {state})"]
+    return [f"draft: the command serves the copy {served_draft_path(stack)} (host {node.models_dir / rel}, "
+            f"max_position_embeddings {stack.speculative.draft_max_position_embeddings}, weights hard-linked; "
+            f"{state})"]
 
 
 def switch_view(node: Node, name: str, *, docker: bool = True) -> SwitchView:

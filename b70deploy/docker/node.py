@@ -18,7 +18,7 @@ from docker import errors as docker_errors
 
 from ..deploy.nodeio import VLLM
 from ..errors import B70Error, OperationError
-from ..render.draft import copy_name, ensure_draft_copy
+from ..render.draft import ensure_draft_copy, stack_copy
 from ..render.files import COMPOSE_FILE
 from ..state import caches
 from ..state.fsio import file_mode, fsync_dir, sweep_temp, write_atomic, write_tree
@@ -209,9 +209,10 @@ class DockerNode:
         return remote_readings(self.node.address, self.port)
 
     def ensure_draft(self, stack: Stack) -> str | None:
-        spec = stack.speculative
-        if spec is None or spec.model is None or spec.draft_max_position_embeddings is None:
+        if stack_copy(stack) is None:
             return None
+        spec = stack.speculative
+        assert spec is not None and spec.model and spec.draft_max_position_embeddings is not None  # stack_copy said so
         rel = ensure_draft_copy(self.node.models_dir, spec.model, spec.draft_max_position_embeddings)
         return f"draft copy {rel}: max_position_embeddings {spec.draft_max_position_embeddings}"
 
@@ -235,9 +236,7 @@ class DockerNode:
         roots = [self.node.models_dir / stack.model.path]
         spec = stack.speculative
         if spec is not None and spec.model:
-            rel = copy_name(spec.model, spec.draft_max_position_embeddings) \
-                if spec.draft_max_position_embeddings is not None else spec.model
-            roots.append(self.node.models_dir / rel)
+            roots.append(self.node.models_dir / (stack_copy(stack) or spec.model))
         return pagecache.warm(roots)
 
     # ---- time

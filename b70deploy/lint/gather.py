@@ -20,10 +20,9 @@ from ..config.schema import Stack
 from ..config.secrets_file import load_secrets
 from ..errors import B70Error, UserError
 from ..render import devices as devices_mod
-from ..render.draft import copy_name
+from ..render.draft import served_draft_path
 from ..render.files import render
 from ..render.patches import PatchSpec, deploy_files, find_patch, materialize, mounts_for
-from ..render.vllm_args import container_model_path
 from ..state.revisions import Revision, RevisionStore
 from ..vllmlog.bootlog import parse_boot_facts
 from . import Finding, LintContext, lint_stack
@@ -32,14 +31,6 @@ from .kv import MeasuredKV
 
 if TYPE_CHECKING:
     from ..docker.image_inspect import ImageInspector
-
-
-def draft_path_for(stack: Stack) -> str | None:
-    """The container path of the draft the switch will serve (the fixed copy, if one is asked for)."""
-    spec = stack.speculative
-    if spec is None or not spec.model or spec.draft_max_position_embeddings is None:
-        return None
-    return container_model_path(copy_name(spec.model, spec.draft_max_position_embeddings))
 
 
 def _memory_key(doc: dict[str, Any]) -> tuple[Any, ...]:
@@ -192,7 +183,8 @@ def build_context(node: Node, stack: Stack, *, docker: bool = True, inspector: I
     access = devices_mod.scan(node.device_dir, node.config.gids)
     secrets, _warnings = load_secrets(node.secrets_env_file)
     rendered = render(stack, node, access, secrets=secrets, mounts=mounts_for(patched),
-                      draft_path=draft_path_for(stack), image=pin_image, port=port, project=project)
+                      patch_files=deploy_files(patched), draft_path=served_draft_path(stack), image=pin_image,
+                      port=port, project=project)
     ctx = LintContext(node=node, stack=stack, rendered=rendered, models_dir=models_dir, image=ctx_image,
                       image_error=image_error, patch_errors=patch_errors, patched=patched, skipped=skipped,
                       measured_kv=measured_kv(node, stack, ctx_image.id if ctx_image else None, memory))
@@ -210,9 +202,7 @@ def build_context(node: Node, stack: Stack, *, docker: bool = True, inspector: I
 def _compose_config(ctx: LintContext) -> None:
     from ..docker.node import compose_config
 
-    files = dict(ctx.rendered.files)
-    files.update(deploy_files(ctx.patched))
-    ctx.compose_config, ctx.compose_error = compose_config(files, ctx.node.project)
+    ctx.compose_config, ctx.compose_error = compose_config(ctx.rendered.files, ctx.node.project)
 
 
 def lint_stacks(node: Node, names: list[str], *, docker: bool = True,

@@ -15,10 +15,14 @@ import re
 import shutil
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import OperationError, UserError
 from ..state.fsio import fsync_dir
+from .vllm_args import container_model_path
+
+if TYPE_CHECKING:
+    from ..config.schema import Stack
 
 FIELD = "max_position_embeddings"
 # Keys vLLM reads for a model's length (smallest wins); rope scaling aside.
@@ -60,6 +64,22 @@ def copy_name(draft_rel: str, n: int) -> str:
 
 
 _COPY = re.compile(r"^(?P<draft>.+)\.b70-mpe(?P<n>[1-9][0-9]{0,7})$")
+
+
+def stack_copy(stack: Stack) -> str | None:
+    """The draft copy `stack` serves, relative to the models dir: None when it asks for none
+    (no draft, or no max_position_embeddings to raise). The one place its path is made: the
+    command (served_draft_path), the switch's copy and page-cache read, and `render`'s note."""
+    spec = stack.speculative
+    if spec is None or not spec.model or spec.draft_max_position_embeddings is None:
+        return None
+    return copy_name(spec.model, spec.draft_max_position_embeddings)
+
+
+def served_draft_path(stack: Stack) -> str | None:
+    """The container path of the draft the switch will serve (the fixed copy, if one is asked for)."""
+    rel = stack_copy(stack)
+    return container_model_path(rel) if rel is not None else None
 
 
 def copy_origin(name: str) -> tuple[str, int] | None:

@@ -149,9 +149,12 @@ def runtime_values(stack: Stack, secrets: Mapping[str, str]) -> dict[str, str]:
 
 
 def render(stack: Stack, node: Node, devices: DeviceAccess, *, secrets: Mapping[str, str] | None = None,
-           mounts: tuple[Mount, ...] = (), draft_path: str | None = None, port: int | None = None,
-           project: str | None = None, image: str | None = None) -> Rendered:
-    """Render `stack` for `node`. `port`/`project` default to production's."""
+           mounts: tuple[Mount, ...] = (), patch_files: Mapping[str, bytes] | None = None,
+           draft_path: str | None = None, port: int | None = None, project: str | None = None,
+           image: str | None = None) -> Rendered:
+    """Render `stack` for `node`: every file a deployment writes, the patched files (`patch_files`,
+    bind-mounted by `mounts`: render/patches.py) beside the compose and env files. The one
+    producer of a deploy dir's bytes. `port`/`project` default to production's."""
     env = _environment()
     port = node.config.ports.prod if port is None else port
     command = container_command(stack, draft_path=draft_path)
@@ -188,7 +191,8 @@ def render(stack: Stack, node: Node, devices: DeviceAccess, *, secrets: Mapping[
                      + ", ".join(secret_keys))
     return Rendered(
         stack=stack.name,
-        files={COMPOSE_FILE: compose.encode(), DOTENV_FILE: dotenv.encode(), RUNTIME_ENV_FILE: runtime.encode()},
+        files={COMPOSE_FILE: compose.encode(), DOTENV_FILE: dotenv.encode(), RUNTIME_ENV_FILE: runtime.encode(),
+               **(patch_files or {})},
         command=command,
         notes=tuple(notes),
         interpolation=interp,
