@@ -136,10 +136,10 @@ class Driver:
         runner = self._runner(f"{command} {run.command}", on_step)
         r = Run(plan, self.io, store, self.reporter, runner)
         prev_no = ctx.get("previous")
-        r.revision = rev
-        r.previous = store.get(prev_no) if isinstance(prev_no, int) and store.exists(prev_no) else None
+        r.got.revision = rev
+        r.got.previous = store.get(prev_no) if isinstance(prev_no, int) and store.exists(prev_no) else None
         started = {str(e.get("step")) for e in run.events if e["event"] == "step-start"}
-        r.activated = "activate" in started
+        r.got.activated = "activate" in started
         journal.append(run.run_id, "run-aborted", reason="resumed by a new run")
         runner.start({**ctx, "resumed_from": run.run_id})
         all_steps = steps(plan)
@@ -162,58 +162,60 @@ class Driver:
         try:
             # --no-auto-rollback keeps a failed stack for inspection; a run that failed before it
             # started one (not idle at verify) has nothing to inspect and is undone as always.
-            runner.run(steps(r.plan)[skip:], r, done=done, compensate=lambda: r.plan.auto_rollback or not r.activated)
+            runner.run(steps(r.plan)[skip:], r, done=done,
+                       compensate=lambda: r.plan.auto_rollback or not r.got.activated)
         except StepFailed as failure:
             return self._failed(r, failure)
-        assert r.revision is not None  # record ran, in this run or the killed one
+        assert r.got.revision is not None  # record ran, in this run or the killed one
         store = self.state.revisions
-        store.update_status(r.revision.number, timings=dict(runner.timings))  # now with commit and companions
+        store.update_status(r.got.revision.number, timings=dict(runner.timings))  # now with commit and companions
         store.prune(self.keep_revisions)
-        facts = r.facts or store.get(r.revision.number).status.facts  # a resumed run may have checked nothing
+        facts = r.got.facts or store.get(r.got.revision.number).status.facts  # a resumed run may have checked nothing
         kv = facts.get("kv_cache_tokens")
         extra = f", KV {kv:,} tokens" if isinstance(kv, int) else ""
-        return Outcome(True, r.revision.number, r.plan.stack.name,
-                       f"node on revision {r.revision.number} ({r.plan.stack.name}), healthy in "
-                       f"{facts.get('time_to_healthy', 0):.1f} s{extra}", r.checks_passed)
+        return Outcome(True, r.got.revision.number, r.plan.stack.name,
+                       f"node on revision {r.got.revision.number} ({r.plan.stack.name}), healthy in "
+                       f"{facts.get('time_to_healthy', 0):.1f} s{extra}", r.got.checks_passed)
 
     def _failed(self, r: Run, failure: StepFailed) -> Outcome:
         store = self.state.revisions
         err = failure.error
-        if isinstance(err, UserError) and not r.activated:
+        if isinstance(err, UserError) and not r.got.activated:
             raise err  # bad input found in preflight: exit 2, nothing changed
         interrupt = ("SIGTERM" if isinstance(err, Terminated)
                      else "Ctrl-C" if isinstance(err, KeyboardInterrupt) else None)
         failed = f"interrupted ({interrupt})" if interrupt else "failed"
         details = [f"{failed} at {failure.step}" + (f": {err}" if not interrupt else "")]
-        finding = r.wait.finding if r.wait is not None else None
+        finding = r.got.wait.finding if r.got.wait is not None else None
         if finding is not None:
             details.append(f"diagnosis: {finding.one_line()}")
             details.append(f"  log line: {finding.line}")
-        if r.wait is not None and not r.wait.healthy:
+        if r.got.wait is not None and not r.got.wait.healthy:
             details.append("last log lines:")
-            details += [f"  | {line}" for line in r.wait.tail(12)]
-        if r.revision is not None:
-            store.update_status(r.revision.number, outcome="failed" if r.activated else "aborted",
+            details += [f"  | {line}" for line in r.got.wait.tail(12)]
+        if r.got.revision is not None:
+            store.update_status(r.got.revision.number, outcome="failed" if r.got.activated else "aborted",
                                 failure=f"{failure.step}: {err}"[:2000],
-                                diagnosis=finding.one_line() if finding else None, facts=r.facts,
+                                diagnosis=finding.one_line() if finding else None, facts=r.got.facts,
                                 timings=dict(r.runner.timings))
-            if r.activated:
-                details.append(f"revision {r.revision.number} kept with its log: b70deploy logs {r.revision.number}")
+            if r.got.activated:
+                number = r.got.revision.number
+                details.append(f"revision {number} kept with its log: b70deploy logs {number}")
         details += failure.undo_errors
-        prev, name = r.previous, r.plan.stack.name
+        prev, name = r.got.previous, r.plan.stack.name
         rolled_back = False
-        if not r.plan.auto_rollback and r.activated:
-            summary = (f"node left on failed revision {r.revision.number if r.revision else '?'} "
+        if not r.plan.auto_rollback and r.got.activated:
+            summary = (f"node left on failed revision {r.got.revision.number if r.got.revision else '?'} "
                        "(--no-auto-rollback); fix: b70deploy rollback")
         elif failure.undo_errors:
             summary = "rollback FAILED: the node may be serving nothing; see above, then b70deploy status"
         elif prev is not None:
             rolled_back = True
-            back = f" in {r.rollback_wait.elapsed:.1f} s" if r.rollback_wait else ""
+            back = f" in {r.got.rollback_wait.elapsed:.1f} s" if r.got.rollback_wait else ""
             summary = (f"switch to {name} {failed}; node back on revision {prev.number} ({prev.meta.stack}), "
                        f"healthy{back}")
         else:
             summary = f"switch to {name} {failed}; no previous revision, node serves nothing"
         code = (143 if interrupt == "SIGTERM" else 130) if interrupt else 1
-        return Outcome(False, r.revision.number if r.revision else None, name, summary, details, exit_code=code,
+        return Outcome(False, r.got.revision.number if r.got.revision else None, name, summary, details, exit_code=code,
                        rolled_back=rolled_back, diagnosis=finding.one_line() if finding else None)

@@ -48,23 +48,32 @@ if TYPE_CHECKING:
 
 
 @dataclass
+class Handoff:
+    """What one step hands the next (and the driver, for the outcome): nothing else is mutable
+    in a run. Each field names the step that writes it and who reads it."""
+
+    revision: Revision | None = None        # record (or the resumed run's); every later step, the outcome
+    previous: Revision | None = None        # record / snapshot; undo of activate, the outcome
+    activated: bool = False                 # activate; the driver: compensate, and was bad input seen early
+    wait: WaitResult | None = None          # wait-healthy, settle; check, the failed outcome's log lines
+    rollback_wait: WaitResult | None = None  # undo of activate; the rolled-back outcome's seconds
+    facts: dict[str, Any] = field(default_factory=dict)       # wait-healthy, check; commit, the outcome
+    checks_passed: list[str] = field(default_factory=list)    # check; the outcome's details
+    ahead: dict[str, Future[Any]] = field(default_factory=dict)  # settle starts smoke, companions; check joins
+
+
+@dataclass(frozen=True)
 class Run:
-    """One run of a plan: its inputs (plan, node, store) and what the steps learned so far."""
+    """One run of a plan: its inputs, fixed (plan, node, store, reporter, journal), and `got`,
+    what the steps learned so far."""
 
     plan: DeployPlan
     io: NodeIO
     store: RevisionStore
     reporter: Reporter
     runner: Runner[Run]
-    revision: Revision | None = None
-    previous: Revision | None = None
-    activated: bool = False
     after_interrupt: bool = False  # an earlier run was killed: live files prove nothing
-    wait: WaitResult | None = None
-    rollback_wait: WaitResult | None = None
-    facts: dict[str, Any] = field(default_factory=dict)
-    checks_passed: list[str] = field(default_factory=list)
-    ahead: dict[str, Future[Any]] = field(default_factory=dict)  # started in the settle window: smoke, companions
+    got: Handoff = field(default_factory=Handoff)
 
     def info(self, message: str) -> None:
         self.reporter.info(message)
@@ -121,17 +130,17 @@ def _warm(r: Run) -> None:
 
 
 def _record(r: Run) -> None:
-    if r.revision is None:  # else a resumed run: the killed one stored (and noted) it already
+    if r.got.revision is None:  # else a resumed run: the killed one stored (and noted) it already
         p = r.plan
-        r.previous = r.store.current()
-        r.revision = r.store.create(
+        r.got.previous = r.store.current()
+        r.got.revision = r.store.create(
             stack=p.stack.name, kind=p.kind, files=p.files, image_ref=p.image.ref, image_id=p.image.id,
             repo_digest=p.image.repo_digest, operator=operator(), message=p.message, created=now_iso(),
             restored_from=p.restored_from, stack_doc=p.stack.model_dump(mode="json"))
-        r.runner.note(revision=r.revision.number, previous=r.previous.number if r.previous else None)
-        r.info(f"revision {r.revision.number} ({p.stack.name}); previous: "
-               + (f"{r.previous.number} ({r.previous.meta.stack})" if r.previous else "none"))
-    keep(r.io, r.revision)
+        r.runner.note(revision=r.got.revision.number, previous=r.got.previous.number if r.got.previous else None)
+        r.info(f"revision {r.got.revision.number} ({p.stack.name}); previous: "
+               + (f"{r.got.previous.number} ({r.got.previous.meta.stack})" if r.got.previous else "none"))
+    keep(r.io, r.got.revision)
 
 
 def keep(io: NodeIO, rev: Revision) -> None:
@@ -143,8 +152,9 @@ def keep(io: NodeIO, rev: Revision) -> None:
 
 
 def _unrecord(r: Run) -> None:
-    if r.revision is not None and r.store.get(r.revision.number).status.outcome == "pending":
-        r.store.update_status(r.revision.number, outcome="failed" if r.activated else "aborted", updated=now_iso())
+    if r.got.revision is not None and r.store.get(r.got.revision.number).status.outcome == "pending":
+        r.store.update_status(r.got.revision.number, outcome="failed" if r.got.activated else "aborted",
+                              updated=now_iso())
 
 
 def _snapshot(r: Run) -> None:
@@ -154,7 +164,7 @@ def _snapshot(r: Run) -> None:
     if not live:
         r.info("deploy dir is empty: first deployment on this node")
         return
-    for number in _recent(r.store, r.previous):
+    for number in _recent(r.store, r.got.previous):
         if r.store.get(number).read_files() == live:  # e.g. a killed run's files, being rolled back
             r.info(f"deploy dir matches revision {number}")
             return
@@ -165,7 +175,7 @@ def _snapshot(r: Run) -> None:
     adopted = record_live(r.store, r.io, live, stack=_label_stack(live) or "adopted", image_ref=image_ref,
                           image_id=image_id, message="snapshot of the live deploy dir before a switch",
                           outcome="interrupted" if r.after_interrupt else None)
-    r.previous = adopted
+    r.got.previous = adopted
     r.runner.note(previous=adopted.number, adopted=adopted.number)
     r.info(f"live files differed from every revision: kept them as revision {adopted.number}")
 
@@ -210,7 +220,7 @@ def _drain(r: Run) -> None:
     fresh = not r.io.has_compose_file()
     r.io.write_deployed(r.plan.files)
     r.io.replace(VLLM, stopping=r.plan.companions)
-    number = r.revision.number if r.revision else "?"
+    number = r.got.revision.number if r.got.revision else "?"
     if fresh:
         r.info(f"nothing deployed yet: nothing to drain; created {VLLM} from revision {number}")
         return
@@ -221,17 +231,17 @@ def _drain(r: Run) -> None:
 
 def _undo_drain(r: Run) -> None:
     """The previous revision's files back and it serving again, companions started."""
-    if r.previous is None:
+    if r.got.previous is None:
         r.io.discard(VLLM)  # made from the new files, never started
         r.info("no previous revision: the node is left without a running stack")
         return
-    if r.rollback_wait is not None and r.rollback_wait.healthy and r.io.probe_health() == 200:
+    if r.got.rollback_wait is not None and r.got.rollback_wait.healthy and r.io.probe_health() == 200:
         # undo activate has just brought the previous revision back to healthy: only its companions are left
         if r.plan.companions:
             r.io.up(r.plan.companions, recreate=False)
             r.info(f"started {', '.join(r.plan.companions)}")
         return
-    r.io.write_deployed(r.previous.read_files())
+    r.io.write_deployed(r.got.previous.read_files())
     restore(r.io, r.reporter, companions=r.plan.companions, timeout=r.plan.waits.rollback)
 
 
@@ -258,52 +268,52 @@ def _verify(r: Run) -> None:
 
 
 def _activate(r: Run) -> None:
-    r.activated = True
+    r.got.activated = True
     r.io.start(VLLM)
-    r.info(f"started {VLLM} from revision {r.revision.number if r.revision else '?'}")
+    r.info(f"started {VLLM} from revision {r.got.revision.number if r.got.revision else '?'}")
 
 
 def _undo_activate(r: Run) -> None:
     """Keep the failed boot's log, then write the previous revision's files back and bring it up."""
     _join_ahead(r)  # a companion start still running must not race the compose calls below
-    if r.wait is None or r.wait.healthy:
+    if r.got.wait is None or r.got.wait.healthy:
         _save_log(r)  # it failed after booting (checks): the whole log, read from the engine
-    if r.previous is None:
+    if r.got.previous is None:
         r.io.stop([VLLM])
         r.info("no previous revision to return to: vllm stopped")
         return
-    r.info(f"rolling back to revision {r.previous.number} ({r.previous.meta.stack})")
-    meta = r.previous.meta
+    r.info(f"rolling back to revision {r.got.previous.number} ({r.got.previous.meta.stack})")
+    meta = r.got.previous.meta
     if meta.image_id and not r.io.image_present(meta.image_id):
-        raise OperationError(f"the image that ran revision {r.previous.number} ({meta.image_id}) is gone",
+        raise OperationError(f"the image that ran revision {r.got.previous.number} ({meta.image_id}) is gone",
                              fix=f"{recovery(meta.image_ref, meta.image_id, meta.repo_digest)}, "
                                  "then b70deploy rollback")
     r.io.discard(VLLM)  # its log is kept; a crash-looping container makes compose's stop slow
-    r.io.write_deployed(r.previous.read_files())
+    r.io.write_deployed(r.got.previous.read_files())
     r.io.up([VLLM])
-    r.rollback_wait = r.io.wait_healthy(timeout=r.plan.waits.rollback, reporter=r.reporter)
-    if not r.rollback_wait.healthy:
-        raise OperationError(f"revision {r.previous.number} did not come back: {r.rollback_wait.reason}")
-    r.info(f"revision {r.previous.number} healthy again in {r.rollback_wait.elapsed:.1f} s")
+    r.got.rollback_wait = r.io.wait_healthy(timeout=r.plan.waits.rollback, reporter=r.reporter)
+    if not r.got.rollback_wait.healthy:
+        raise OperationError(f"revision {r.got.previous.number} did not come back: {r.got.rollback_wait.reason}")
+    r.info(f"revision {r.got.previous.number} healthy again in {r.got.rollback_wait.elapsed:.1f} s")
 
 
 def _save_log(r: Run, lines: list[str] | None = None) -> None:
     """Keep the boot's log with the revision: the lines the follower read, or the engine's copy."""
-    if r.revision is None:
+    if r.got.revision is None:
         return
     got = lines if lines is not None else r.io.container_log()
     if got:
-        r.store.save_log(r.revision.number, "\n".join(got) + "\n")
+        r.store.save_log(r.got.revision.number, "\n".join(got) + "\n")
 
 
 def _wait_healthy(r: Run) -> None:
-    r.wait = r.io.wait_healthy(timeout=r.plan.waits.health, reporter=r.reporter)
-    r.wait.finding = for_stack(r.wait.finding, r.plan.stack)  # the fix checked against the stack that booted
-    _save_log(r, r.wait.log_lines)  # already in memory: reporting a crash waits on no API call
-    if not r.wait.healthy:
-        raise OperationError(r.wait.reason)
-    r.facts["time_to_healthy"] = round(r.wait.elapsed, 2)
-    r.info(f"/health 200 after {r.wait.elapsed:.1f} s")
+    r.got.wait = r.io.wait_healthy(timeout=r.plan.waits.health, reporter=r.reporter)
+    r.got.wait.finding = for_stack(r.got.wait.finding, r.plan.stack)  # the fix checked against the stack that booted
+    _save_log(r, r.got.wait.log_lines)  # already in memory: reporting a crash waits on no API call
+    if not r.got.wait.healthy:
+        raise OperationError(r.got.wait.reason)
+    r.got.facts["time_to_healthy"] = round(r.got.wait.elapsed, 2)
+    r.info(f"/health 200 after {r.got.wait.elapsed:.1f} s")
     _settle(r)
 
 
@@ -316,9 +326,9 @@ def _settle(r: Run) -> None:
         return
     pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="settle")
     # Each in a copy of this context: a remote node's engine endpoint is a context variable.
-    r.ahead["smoke"] = pool.submit(contextvars.copy_context().run, r.io.smoke, r.plan.stack)
+    r.got.ahead["smoke"] = pool.submit(contextvars.copy_context().run, r.io.smoke, r.plan.stack)
     if r.plan.companions:
-        r.ahead["companions"] = pool.submit(contextvars.copy_context().run, r.io.up, r.plan.companions,
+        r.got.ahead["companions"] = pool.submit(contextvars.copy_context().run, r.io.up, r.plan.companions,
                                             recreate=False)
     pool.shutdown(wait=False)
     end = r.io.monotonic() + window
@@ -330,17 +340,17 @@ def _settle(r: Run) -> None:
             finding = diagnose(lines, r.plan.stack)
             reason = (f"the stack failed inside its {window:g} s settle window after ready: container {status}, "
                       f"/health {code or 'refused'}") + _smoke_failures(r)
-            r.wait = WaitResult(False, r.wait.elapsed if r.wait else 0.0, reason, finding, log_lines=lines)
+            r.got.wait = WaitResult(False, r.got.wait.elapsed if r.got.wait else 0.0, reason, finding, log_lines=lines)
             _save_log(r, lines)
             raise OperationError(reason)
-    wait(r.ahead.values())  # the step's effects end with it (a resumed run knows what was done)
+    wait(r.got.ahead.values())  # the step's effects end with it (a resumed run knows what was done)
     r.info(f"stayed healthy for the {window:g} s settle window")
 
 
 def _smoke_failures(r: Run) -> str:
     """What the smoke tests running in the window saw, when they end within 2 s: often the
     request the engine died on (vLLM answers it HTTP 500, then its server exits)."""
-    smoke = r.ahead.get("smoke")
+    smoke = r.got.ahead.get("smoke")
     if smoke is None or wait([smoke], timeout=2).not_done or smoke.exception() is not None:
         return ""
     failed = smoke.result()[1]
@@ -350,28 +360,28 @@ def _smoke_failures(r: Run) -> str:
 def _join_ahead(r: Run) -> None:
     """Let a companion start begun in the settle window end; its result, and the smoke tests'
     (HTTP only, they touch nothing), no longer matter."""
-    started = r.ahead.pop("companions", None)
+    started = r.got.ahead.pop("companions", None)
     if started is not None:
         wait([started])
-    r.ahead.clear()
+    r.got.ahead.clear()
 
 
 def _check(r: Run) -> None:
     # A resumed run: the boot it waited for happened in the killed process; read it back.
-    lines = r.wait.log_lines if r.wait is not None else r.io.container_log()
+    lines = r.got.wait.log_lines if r.got.wait is not None else r.io.container_log()
     facts = parse_boot_facts(lines)
     recorded = {k: v for k, v in facts.to_dict().items() if v not in (None, [], False)}
     for key in ("attention_backend", "kv_cache_dtype", "moe_method", "kv_cache_tokens"):
         if recorded.get(key) is not None:
             r.info(f"boot: {key} = {recorded[key]}")
-    r.facts.update(recorded)
+    r.got.facts.update(recorded)
     problems = check_expectations(facts, r.plan.stack.expect)
     version = r.io.served_version()
     if version:
-        r.facts["vllm_version"] = version
-    ahead = r.ahead.pop("smoke", None)
+        r.got.facts["vllm_version"] = version
+    ahead = r.got.ahead.pop("smoke", None)
     passed, failed = ahead.result() if ahead is not None else r.io.smoke(r.plan.stack)
-    r.checks_passed += passed
+    r.got.checks_passed += passed
     for p in passed:
         r.info(f"ok: {p}")
     problems += failed
@@ -383,30 +393,31 @@ def _check(r: Run) -> None:
 
 
 def _commit(r: Run) -> None:
-    assert r.revision is not None  # record ran before
-    r.store.update_status(r.revision.number, outcome="deployed", facts=r.facts, timings=dict(r.runner.timings),
-                          vllm_version=r.facts.get("vllm_version"), updated=now_iso())
+    assert r.got.revision is not None  # record ran before
+    r.store.update_status(r.got.revision.number, outcome="deployed", facts=r.got.facts, timings=dict(r.runner.timings),
+                          vllm_version=r.got.facts.get("vllm_version"), updated=now_iso())
     # One revision is deployed: the previous one, and the current one (they differ when the
     # live files were snapshotted first), are superseded.
-    for number in {r.previous.number if r.previous else None, r.store.current_number()} - {None, r.revision.number}:
+    previous = r.got.previous.number if r.got.previous else None
+    for number in {previous, r.store.current_number()} - {None, r.got.revision.number}:
         if number is not None and r.store.get(number).status.outcome == "deployed":
             r.store.update_status(number, outcome="superseded", updated=now_iso())
-    r.store.set_current(r.revision.number)
+    r.store.set_current(r.got.revision.number)
 
 
 def _undo_commit(r: Run) -> None:
     """A failure after commit (companions) rolls the node back, so the current pointer goes back too."""
-    if r.previous is not None:
-        r.store.set_current(r.previous.number)
-        if r.previous.status.outcome == "deployed":
-            r.store.update_status(r.previous.number, outcome="deployed", updated=now_iso())
+    if r.got.previous is not None:
+        r.store.set_current(r.got.previous.number)
+        if r.got.previous.status.outcome == "deployed":
+            r.store.update_status(r.got.previous.number, outcome="deployed", updated=now_iso())
     else:
         r.store.clear_current()
 
 
 def _start_companions(r: Run) -> None:
     if r.plan.companions:
-        ahead = r.ahead.pop("companions", None)
+        ahead = r.got.ahead.pop("companions", None)
         if ahead is not None:
             ahead.result()  # its failure fails this step, as a start here would
         else:
