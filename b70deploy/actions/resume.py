@@ -50,4 +50,4 @@ class Resume:
             return driver(self.node, reporter).resume("resume", self._plan_of, self._replan)
         with mutating(self.node, "resume", wait=self.lock_wait, take_stale=True) as m:
             return m.ended_with(driver(self.node, reporter).resume("resume", self._plan_of, self._replan,
-                                                                   on_step=m.step))
+                                                                   on_step=m.lock.set_step))

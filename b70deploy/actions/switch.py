@@ -45,8 +45,9 @@ def driver(node: Node, reporter: Reporter) -> Driver:
 def deploy(node: Node, command: str, plan: DeployPlan, reporter: Reporter, m: Mutation, *, planned_in: float = 0.0,
            confirm: Confirm | None = None) -> Outcome:
     """A built switch or rollback plan driven through the steps on `node`, under the lock `m` holds."""
-    return m.ended_with(driver(node, reporter).execute(command, plan, planned_in=planned_in, on_step=m.step,
-                                                      confirm=confirm))
+    # on_step is the lock's own: the runner names each step in it without calling back up here.
+    return m.ended_with(driver(node, reporter).execute(command, plan, planned_in=planned_in,
+                                                      on_step=m.lock.set_step, confirm=confirm))
 
 
 @dataclass
