@@ -2,8 +2,9 @@
 
 Every mutating action runs its work inside this block (after Kamal's `mutating do`): the
 node's deploy lock is taken first, so a second command fails at once with who holds it; the
-audit log gets one line however the block ends (its outcome, or the error); a switch or a
-rollback also tells the node's receivers it started and how it ended (fail-open). A block
+audit log gets one line however the block ends (its outcome, or the error; bad input, refused
+with nothing changed, leaves none); a switch or a rollback also tells the node's receivers it
+started and how it ended (fail-open). A block
 entered while this context already holds the node's lock (bench cycle's up, down and
 restore) runs inside the outer one: one lock, one audit line. The CLI's half is
 cli/base.py `mutate`: the reporter and the exit line.
@@ -17,7 +18,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from ..errors import B70Error
+from ..errors import B70Error, UserError
 from ..state.statedir import StateDir
 
 if TYPE_CHECKING:  # pin, prune and unlock import this module: as light as `history`
@@ -73,6 +74,8 @@ def mutating(node: Node, command: str, *, wait: float = 0.0, take_stale: bool = 
         token = _held.set(m)
         try:
             yield m
+        except UserError:
+            raise  # bad input: refused with nothing changed (exit 2), so no audit line either
         except BaseException as exc:
             state.audit.record(command, "error", error=str(exc)[:500])
             raise
