@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from ..deploy.nodeio import VLLM
 from ..errors import UserError
 from ..state.journal import Journal
-from ..state.revisions import HEALTHY_OUTCOMES, Revision, RevisionStore, Summaries
+from ..state.revisions import FSCK_FIX, HEALTHY_OUTCOMES, DamagedRecord, Revision, RevisionStore, Summaries, sha256
 
 if TYPE_CHECKING:
     from ..config.node import Node
@@ -23,6 +23,7 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 WORKING_DIR = "com.docker.compose.project.working_dir"  # where compose ran: ours is the deploy dir
+DEEP_ROWS = 200  # history reads the records of at most this many rows (more: one stat each)
 
 FACT_ROWS = [
     ("kv_cache_tokens", "GPU KV cache (tokens)"),
@@ -46,16 +47,27 @@ def status(node: Node) -> dict[str, Any]:
         # The engine and /health answer (the docker CLI: ~20 ms a call) while the records are read here.
         box = _soon(pool, _container, node)
         health = _soon(pool, probe_health, f"http://{node.address}:{node.settings.prod_port}/health")
-        present = _soon(pool, _image_ids)
+        present = _soon(pool, image_ids)
         store = RevisionStore(node.state_dir)
-        cur = store.current()
+        damaged: list[str] = []  # records that cannot be read: listed, never a reason to fail
+        try:
+            cur = store.current()
+        except DamagedRecord as e:
+            cur = None
+            damaged.append(e.what)
         table = store.summaries()
+        damaged += [d for d in table.column("damage") if d and d not in damaged]
         out: dict[str, Any] = {"node": node.project, "deploy_dir": str(node.deploy_dir),
-                               "state_dir": str(node.state_dir), "current": cur.summary() if cur else None}
+                               "state_dir": str(node.state_dir), "current": cur.summary() if cur else None,
+                               "current_number": store.current_number(), "damaged": damaged}
         if cur is not None:
             out["facts"] = cur.status.facts
         out["lock"] = holder_info(node.state_dir)
-        run = Journal(node.state_dir).last_run()
+        try:
+            run = Journal(node.state_dir).last_run()
+        except DamagedRecord as e:
+            run = None
+            damaged.append(e.what)
         if run is not None and not run.finished:
             out["interrupted"] = {"command": run.command, "step": run.last_step, "run": run.run_id,
                                   "revision": run.context.get("revision"), "previous": run.context.get("previous"),
@@ -63,7 +75,7 @@ def status(node: Node) -> dict[str, Any]:
         out["container"] = box.result()
         code = health.result()
         out["health"] = code if code is not None else "refused"
-        out["differs"], out["fix"] = differences(node, cur, out)
+        out["differs"], out["fix"] = differences(node, store, cur, out)
         out["rollback_images_gone"] = gone_targets(table, present.result(), cur.number if cur else None)
     return out
 
@@ -86,9 +98,11 @@ def _container(node: Node) -> dict[str, Any]:
             "stack": labels.get("b70deploy.stack"), "working_dir": labels.get(WORKING_DIR)}
 
 
-def differences(node: Node, cur: Revision | None, st: dict[str, Any]) -> tuple[list[str], str | None]:
+def differences(node: Node, store: RevisionStore, cur: Revision | None,
+                st: dict[str, Any]) -> tuple[list[str], str | None]:
     """Where the deploy dir, the records and the running container disagree, and the one
-    command that makes them agree (an interrupted run's advice comes first)."""
+    command that makes them agree (an interrupted run's advice comes first). A revision whose
+    stored bytes are not the ones it recorded is never advised."""
     if st.get("interrupted"):
         return [f"`{st['interrupted']['command']}` was interrupted at {st['interrupted']['step']}"], \
             st["interrupted"]["fix"]
@@ -96,11 +110,23 @@ def differences(node: Node, cur: Revision | None, st: dict[str, Any]) -> tuple[l
     if lock and not lock["alive"]:
         return [f"a stale lock of pid {lock['pid']} (`{lock['command']}`)"], "b70deploy unlock"
     if cur is None:
+        if st["damaged"] and st.get("current_number") is not None:
+            return [f"the current revision's records cannot be read: {st['damaged'][0]}"], \
+                "b70deploy fsck --repair (sets it aside: the next switch keeps the live deploy dir as a new revision)"
         return [], None
     box = st["container"]
     found = drift(node, cur, box)
+    damage = cur.damage()  # its stored copy, checked against the hashes it recorded
     if found:
-        return found, f"b70deploy rollback {cur.number} (its exact files and image, recreated)"
+        if damage is None:
+            return found, f"b70deploy rollback {cur.number} (its exact files and image, recreated)"
+        other = store.latest_healthy(exclude=[cur.number], verified=True)
+        return [*found, f"its stored copy is damaged too: {damage}"], (
+            f"b70deploy rollback {other.number} (revision {other.number}, {other.meta.stack}: its bytes verified)"
+            if other is not None else FSCK_FIX)
+    if damage is not None:  # the deploy dir is right: the stored copy can be mended from it
+        return [f"revision {cur.number}'s stored copy is damaged ({damage}); the deploy dir matches its hashes"], \
+            "b70deploy fsck --repair (restores the stored copy from the deploy dir)"
     if box.get("status") != "running":
         return [f"vllm is {box.get('status')}"], "b70deploy restore"
     return [], None
@@ -112,8 +138,8 @@ def drift(node: Node, cur: Revision, box: dict[str, Any]) -> list[str]:
     from ..deploy.deploydir import read_deployed
 
     found: list[str] = []
-    live = read_deployed(node.deploy_dir)
-    want = cur.read_files()
+    live = {name: sha256(data) for name, data in read_deployed(node.deploy_dir).items()}
+    want = cur.meta.files  # the hashes it recorded: its stored copy may be what is damaged
     changed = sorted(n for n in set(live) | set(want) if live.get(n) != want.get(n))
     if changed:
         found.append(f"deploy dir differs from revision {cur.number}: {', '.join(changed)}")
@@ -133,9 +159,12 @@ def history(node: Node, last: int | None = None) -> tuple[int, list[dict[str, An
     `image_gone` (None: the engine did not answer) and, for a gone image, `image_fix`: how to
     get that exact image back."""
     with ThreadPoolExecutor(max_workers=1) as pool:
-        present = _soon(pool, _image_ids)  # the engine answers while the index is read
-        table = RevisionStore(node.state_dir).summaries()
+        present = _soon(pool, image_ids)  # the engine answers while the index is read
+        store = RevisionStore(node.state_dir)
+        table = store.summaries()
         shown = table.rows(0 if last is None else max(len(table) - last, 0))
+        # A page's records are read whole (a truncated meta.json is marked); thousands only looked for.
+        store.marked(shown, deep=len(shown) <= DEEP_ROWS)
         return len(table), _marked(shown, present.result())
 
 
@@ -166,7 +195,7 @@ def gone_targets(table: Summaries, present: set[str] | None, current: int | None
             if image_id and image_id not in present and number != current and outcome in HEALTHY_OUTCOMES]
 
 
-def _image_ids() -> set[str] | None:
+def image_ids() -> set[str] | None:
     """Every image id on the engine, or None when it does not answer (the records must still
     be shown). The docker CLI, not the SDK: `history` starts without importing it."""
     from ..docker.proc import run

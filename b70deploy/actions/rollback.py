@@ -82,7 +82,7 @@ def revision_plan(node: Node, rev: Revision, opts: DeployOptions, *, kind: Kind,
     """A revision's own bytes and image, as a plan (a rollback, or a resumed run's)."""
     image = engine.ImageInfo(ref=rev.meta.image_ref, id=rev.meta.image_id or rev.meta.image_ref,
                              repo_digest=rev.meta.repo_digest, tags=())
-    return DeployPlan(kind=kind, stack=stack_of(node, rev), files=rev.read_files(), image=image, message=message,
+    return DeployPlan(kind=kind, stack=stack_of(node, rev), files=rev.verified_files(), image=image, message=message,
                       companions=node.companions, timeouts=opts.timeouts(node), auto_rollback=opts.auto_rollback,
                       restored_from=restored_from)
 
@@ -120,7 +120,7 @@ class Rollback:
         """Files the tool did not render get the preflight an import had: compose config, the
         image, lint; and, when their image tag moved, the drift check of `origin`'s patch records."""
         with ImageInspector(self.node.state_dir) as inspector:
-            checked = check_files(self.node, target.read_files(), name=target.meta.stack,
+            checked = check_files(self.node, target.verified_files(), name=target.meta.stack,
                                   where=f"revision {target.number}", inspector=inspector)
             notes = check_drift(origin, checked.image.ref, inspector)
         if reporter is not None:

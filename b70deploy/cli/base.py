@@ -77,6 +77,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "gc": ("deploy", 'Remove what no revision needs: keep tags (and images) of pruned revisions, unused caches.'),
     "audit": ("revisions", 'The audit log: who ran which mutating command, when, and how it ended.'),
     "unlock": ("revisions", 'Clear a stale lock left by a killed run (refused while its process runs).'),
+    "fsck": ("revisions", "Check the revision store: hashes, records, index, current, images; --repair mends."),
     "up": ("deploy", 'Run STACK on the dark port for benchmarking; production files are never touched.'),
     "down": ("deploy", 'Stop and remove the dark stack.'),
     "bench": ("bench", 'Measure prefill, decode or aggregate tok/s of a server (one results file per run).'),

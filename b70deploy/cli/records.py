@@ -7,6 +7,7 @@ from __future__ import annotations
 import click
 
 from ..actions import inspect
+from ..state.revisions import FSCK_FIX
 from ..ui.output import emit_json, plain_rows, table
 from .base import Ctx, pass_ctx
 
@@ -41,7 +42,9 @@ def status(ctx: Ctx, as_json: bool, select: str | None, node_name: str | None) -
         emit_json(st)
         return
     cur = st["current"]
-    if cur is None:
+    if cur is None and st.get("current_number") is not None and st["damaged"]:
+        click.echo(f"revision {st['current_number']}: its records cannot be read (see DAMAGED)")
+    elif cur is None:
         click.echo("no revision deployed")
     else:
         click.echo(f"revision {cur['number']}: {cur['stack']} ({cur['outcome']}), image {cur['image_ref']} "
@@ -63,6 +66,7 @@ def status(ctx: Ctx, as_json: bool, select: str | None, node_name: str | None) -
         click.echo(f"DIFFERS: {'; '.join(st['differs'])}; fix: {st['fix']}")
     gone = [f"IMAGE GONE: rollback to revision {g['revision']} ({g['stack']}) needs {str(g['image_id'])[:19]}; "
             f"fix: {g['fix']}" for g in st["rollback_images_gone"]]
+    gone += [f"DAMAGED: {d}" for d in st["damaged"]]
     if gone:
         click.echo("\n".join(gone))  # one write: thousands of echo calls cost 0.1 s
 
@@ -88,7 +92,8 @@ def history(ctx: Ctx, as_json: bool, last: int | None, show_all: bool, node_name
         emit_json(shown)
         return
     headers = ["rev", "stack", "kind", "outcome", "pin", "created", "image", "KV tokens", "healthy s", "message"]
-    cells = [[r["number"], r["stack"], r["kind"], r["outcome"], "*" if r["pinned"] else "", r["created"],
+    cells = [[r["number"], r["stack"], r["kind"], "DAMAGED" if r.get("damage") else r["outcome"],
+              "*" if r["pinned"] else "", r["created"],
               r["image_ref"] + (" (GONE)" if r["image_gone"] else ""),
               f"{r['kv_cache_tokens']:,}" if r.get("kv_cache_tokens") else "",
               r.get("time_to_healthy") or "", r["message"]] for r in shown]
@@ -98,6 +103,7 @@ def history(ctx: Ctx, as_json: bool, last: int | None, show_all: bool, node_name
         table(headers, cells)
     gone = [f"revision {r['number']}: image {str(r['image_id'])[:19]} is gone; fix: {r['image_fix']}"
             for r in shown if r["image_gone"]]
+    gone += [f"revision {r['number']}: DAMAGED: {r['damage']}; fix: {FSCK_FIX}" for r in shown if r.get("damage")]
     if gone:
         click.echo("\n".join(gone), err=True)  # one write, as in `status`
     if last is None and len(shown) < total:

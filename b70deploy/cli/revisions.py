@@ -70,3 +70,30 @@ def unlock(ctx: Ctx) -> None:
     """Clear a stale lock left by a killed run (refused while its process runs)."""
     holder = inspect.unlock(ctx.node)
     click.echo(f"cleared the stale lock of {holder.describe()}" if holder else "no stale lock")
+
+
+@click.command(epilog="Examples: b70deploy fsck | b70deploy fsck --json | b70deploy fsck --repair")
+@click.option("--repair", is_flag=True, help="Mend what can be mended with bytes known to be right (see below).")
+@click.option("--json", "as_json", is_flag=True)
+@pass_ctx
+def fsck(ctx: Ctx, repair: bool, as_json: bool) -> None:
+    """Check the revision store: hashes, records, index, current, images; --repair mends.
+
+    Every stored file against the sha256 its revision recorded, every meta.json and
+    status.json readable, the index against the folders, `current`, the journal, and each
+    revision's image on the engine. --repair puts the current revision's damaged copy back
+    from the deploy dir when that has the recorded hashes, writes an unreadable status.json
+    anew, sets any other damaged revision aside to revisions/damaged/ and rebuilds the index.
+    Exit 1 while anything is left unmended."""
+    from ..actions.fsck import fsck as check_store
+
+    found = check_store(ctx.node, repair=repair)
+    left = [f for f in found if f.repaired is None]
+    if as_json:
+        emit_json({"ok": not left, "findings": [f.to_dict() for f in found]})
+    else:
+        for f in found:
+            click.echo(f"{f.what}; " + (f"repaired: {f.repaired}" if f.repaired else f"fix: {f.fix}"))
+        click.echo(f"{len(found)} finding(s), {len(found) - len(left)} repaired" if found else "the store is sound")
+    if left:
+        raise SystemExit(1)

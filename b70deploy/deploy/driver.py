@@ -16,12 +16,13 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ..errors import Terminated, UserError
+from ..state import space
 from ..state.journal import RunRecord
 from ..state.statedir import StateDir
 from .nodeio import NodeIO
 from .plan import DeployPlan
 from .runner import Fault, Runner, Step, StepFailed, fault_from_env
-from .steps import Run, steps
+from .steps import Run, steps, undo_bytes
 
 if TYPE_CHECKING:
     from ..state.revisions import Revision
@@ -79,14 +80,21 @@ class Driver:
                           "auto_rollback": plan.auto_rollback, "previous": self.state.revisions.current_number()})
             run = Run(plan, self.io, self.state.revisions, self.reporter, runner, after_interrupt=interrupted)
             outcome = self._run(run, runner)
-            self.state.audit.record(command, "ok" if outcome.ok else "failed", revision=outcome.revision,
-                                    summary=outcome.summary)
+            self._audit(command, outcome)
             return outcome
         except BaseException as exc:
-            self.state.audit.record(command, "error", error=str(exc)[:500])
+            said = str(exc)[:500]
+            space.best_effort(self.state.path, lambda: self.state.audit.record(command, "error", error=said),
+                              f"the audit log ({self.state.audit.path})", self.reporter.info)
             raise
         finally:
             lock.release()
+
+    def _audit(self, command: str, outcome: Outcome) -> None:
+        """The audit line of a run that ended: a full disk makes it a warning, not the run's error."""
+        space.best_effort(self.state.path, lambda: self.state.audit.record(
+            command, "ok" if outcome.ok else "failed", revision=outcome.revision, summary=outcome.summary),
+            f"the audit log ({self.state.audit.path})", lambda line: outcome.details.append(line))
 
     def resume(self, command: str, plan_of: Callable[[RunRecord, Revision], DeployPlan],
                replan: Callable[[RunRecord], DeployPlan] | None = None) -> Outcome:
@@ -102,22 +110,26 @@ class Driver:
         lock.acquire()
         try:
             outcome = self._resume(command, run, plan_of, replan, lock.set_step)
-            self.state.audit.record(command, "ok" if outcome.ok else "failed", revision=outcome.revision,
-                                    summary=outcome.summary)
+            self._audit(command, outcome)
             return outcome
         finally:
             lock.release()
 
     def close_interrupted(self, *, by: str) -> bool:
-        """Mark a killed run as ended, and its uncommitted revision as interrupted; whether there was one."""
+        """Mark a killed run as ended and every revision still `pending` (the killed run's, or
+        one whose run could not write its outcome: a full disk) as interrupted; whether a run was
+        killed. We hold the lock: no run that could still finish one is left."""
         run = self.state.interrupted_run()
+        if run is not None:
+            self.state.journal.append(run.run_id, "run-aborted", reason=f"interrupted; taken over by `{by}`")
+        store = self.state.revisions
+        table = store.summaries()
+        for number, outcome in zip(table.numbers(), table.column("outcome"), strict=True):
+            if outcome == "pending" and store.get(number).status.outcome == "pending":
+                store.update_status(number, outcome="interrupted",
+                                    failure="its run ended before it recorded the outcome")
         if run is None:
             return False
-        self.state.journal.append(run.run_id, "run-aborted", reason=f"interrupted; taken over by `{by}`")
-        store = self.state.revisions
-        rev = run.context.get("revision")
-        if isinstance(rev, int) and store.exists(rev) and store.get(rev).status.outcome == "pending":
-            store.update_status(rev, outcome="interrupted")
         self.reporter.info(f"took over from the interrupted `{run.command}` (stopped at {run.last_step or 'start'})")
         return True
 
@@ -152,6 +164,7 @@ class Driver:
         prev_no = ctx.get("previous")
         r.revision = rev
         r.previous = store.get(prev_no) if isinstance(prev_no, int) and store.exists(prev_no) else None
+        r.previous_files = undo_bytes(self.io, r.previous)  # a damaged copy refused before any step
         started = {str(e.get("step")) for e in run.events if e["event"] == "step-start"}
         r.activated = "activate" in started
         journal.append(run.run_id, "run-aborted", reason="resumed by a new run")
@@ -179,22 +192,28 @@ class Driver:
             runner.run(steps(r.plan)[skip:], r, done=done, compensate=lambda: r.plan.auto_rollback or not r.activated)
         except StepFailed as failure:
             return self._failed(r, failure)
-        assert r.revision is not None  # record ran, in this run or the killed one
+        rev = r.revision
+        assert rev is not None  # record ran, in this run or the killed one
         store = self.state.revisions
-        store.update_status(r.revision.number, timings=dict(runner.timings))  # now with commit and companions
-        store.prune(self.keep_revisions)
-        facts = r.facts or store.get(r.revision.number).status.facts  # a resumed run may have checked nothing
+        # Committed: the node is on the new revision. What is written from here on only adds to
+        # the records, so a full disk makes it a warning and the run still succeeds.
+        r.salvage(lambda: store.update_status(rev.number, timings=dict(runner.timings)),
+                  f"revision {rev.number}'s step timings")  # now with commit and companions
+        r.salvage(lambda: store.prune(self.keep_revisions), "the pruned index (old revisions stay)")
+        facts = r.facts or rev.status.facts  # a resumed run may have checked nothing
         kv = facts.get("kv_cache_tokens")
         extra = f", KV {kv:,} tokens" if isinstance(kv, int) else ""
-        return Outcome(True, r.revision.number, r.plan.stack.name,
-                       f"node on revision {r.revision.number} ({r.plan.stack.name}), healthy in "
-                       f"{facts.get('time_to_healthy', 0):.1f} s{extra}", r.checks_passed)
+        warned = runner.warnings + ([space.full_line(self.state.path)] if any(
+            "state dir is full" in w for w in runner.warnings) else [])
+        return Outcome(True, rev.number, r.plan.stack.name,
+                       f"node on revision {rev.number} ({r.plan.stack.name}), healthy in "
+                       f"{facts.get('time_to_healthy', 0):.1f} s{extra}", [*r.checks_passed, *warned])
 
     def _failed(self, r: Run, failure: StepFailed) -> Outcome:
         store = self.state.revisions
         err = failure.error
-        if isinstance(err, UserError) and not r.activated:
-            raise err  # bad input found in preflight: exit 2, nothing changed
+        if isinstance(err, UserError | space.StateDirFull) and not r.activated:
+            raise err  # bad input or no room, found before the drain: one line, nothing changed
         interrupt = ("SIGTERM" if isinstance(err, Terminated)
                      else "Ctrl-C" if isinstance(err, KeyboardInterrupt) else None)
         failed = f"interrupted ({interrupt})" if interrupt else "failed"
@@ -206,14 +225,19 @@ class Driver:
         if r.wait is not None and not r.wait.healthy:
             details.append("last log lines:")
             details += [f"  | {line}" for line in r.wait.tail(12)]
-        if r.revision is not None:
-            store.update_status(r.revision.number, outcome="failed" if r.activated else "aborted",
-                                failure=f"{failure.step}: {err}"[:2000],
-                                diagnosis=finding.one_line() if finding else None, facts=r.facts,
-                                timings=dict(r.runner.timings))
+        rev = r.revision
+        if rev is not None:
+            verdict = "interrupted" if interrupt else "failed" if r.activated else "aborted"
+            r.salvage(lambda: store.update_status(rev.number, outcome=verdict, failure=f"{failure.step}: {err}"[:2000],
+                                                  diagnosis=finding.one_line() if finding else None, facts=r.facts,
+                                                  timings=dict(r.runner.timings)),
+                      f"revision {rev.number}'s outcome")
             if r.activated:
-                details.append(f"revision {r.revision.number} kept with its log: b70deploy logs {r.revision.number}")
+                details.append(f"revision {rev.number} kept with its log: b70deploy logs {rev.number}")
         details += failure.undo_errors
+        details += r.runner.warnings
+        if space.is_full(failure) or any("state dir is full" in w for w in r.runner.warnings):
+            details.append(space.full_line(self.state.path))
         prev, name = r.previous, r.plan.stack.name
         rolled_back = False
         if not r.plan.auto_rollback and r.activated:

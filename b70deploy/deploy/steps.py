@@ -26,7 +26,7 @@ from __future__ import annotations
 import contextvars
 import io as _io
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -36,7 +36,8 @@ from dotenv import dotenv_values
 from ..docker.keep import recovery
 from ..errors import OperationError, UserError
 from ..render.files import COMPOSE_FILE
-from ..state.revisions import Revision, RevisionStore, Verdict
+from ..state import space
+from ..state.revisions import DamagedRecord, Revision, RevisionStore, Verdict
 from ..state.stamps import now_iso, operator
 from ..vllmlog.bootlog import check_expectations, parse_boot_facts
 from ..vllmlog.diagnosis import diagnose, for_stack
@@ -59,6 +60,7 @@ class Run:
     runner: Runner[Run]
     revision: Revision | None = None
     previous: Revision | None = None
+    previous_files: dict[str, bytes] | None = None  # what an undo writes back: checked before the drain
     activated: bool = False
     after_interrupt: bool = False  # an earlier run was killed: live files prove nothing
     wait: WaitResult | None = None
@@ -69,6 +71,17 @@ class Run:
 
     def info(self, message: str) -> None:
         self.reporter.info(message)
+
+    def salvage(self, write: Callable[[], object], what: str) -> bool:
+        """A bookkeeping write of the failure and undo paths: never raises (state/space.py)."""
+        return space.best_effort(self.store.root.parent, write, what, self.runner.warn)
+
+    def undo_files(self) -> dict[str, bytes]:
+        """The previous revision's bytes for an undo, verified (a resumed run checks them now)."""
+        assert self.previous is not None
+        if self.previous_files is None:
+            self.previous_files = self.previous.verified_files()
+        return self.previous_files
 
 
 # ---------------------------------------------------------------- preflight
@@ -124,7 +137,10 @@ def _warm(r: Run) -> None:
 def _record(r: Run) -> None:
     if r.revision is None:  # else a resumed run: the killed one stored (and noted) it already
         p = r.plan
-        r.previous = r.store.current()
+        r.previous = r.store.current()  # DamagedRecord (exit 2) when its records cannot be read
+        index = r.store.index_path.stat().st_size if r.store.index_path.is_file() else 0
+        space.check(r.store.root.parent, space.need([len(b) for b in p.files.values()], index))
+        r.previous_files = undo_bytes(r.io, r.previous)
         r.revision = r.store.create(
             stack=p.stack.name, kind=p.kind, files=p.files, image_ref=p.image.ref, image_id=p.image.id,
             repo_digest=p.image.repo_digest, operator=operator(), message=p.message, created=now_iso(),
@@ -133,6 +149,16 @@ def _record(r: Run) -> None:
         r.info(f"revision {r.revision.number} ({p.stack.name}); previous: "
                + (f"{r.previous.number} ({r.previous.meta.stack})" if r.previous else "none"))
     keep(r.io, r.revision)
+
+
+def undo_bytes(io: NodeIO, previous: Revision | None) -> dict[str, bytes] | None:
+    """What an undo would write back, checked before the drain: the live deploy dir when it is
+    byte for byte what `previous` recorded (its stored copy is then not needed), else the stored
+    copy, verified against its hashes (DamagedRecord: the switch is refused, nothing stopped)."""
+    if previous is None:
+        return None
+    live = io.read_deployed()
+    return live if previous.matches(live) else previous.verified_files()
 
 
 def keep(io: NodeIO, rev: Revision) -> None:
@@ -144,8 +170,11 @@ def keep(io: NodeIO, rev: Revision) -> None:
 
 
 def _unrecord(r: Run) -> None:
-    if r.revision is not None and r.store.get(r.revision.number).status.outcome == "pending":
-        r.store.update_status(r.revision.number, outcome="failed" if r.activated else "aborted", updated=now_iso())
+    rev = r.revision
+    if rev is not None:
+        r.salvage(lambda: r.store.get(rev.number).status.outcome == "pending" and r.store.update_status(
+            rev.number, outcome="failed" if r.activated else "aborted", updated=now_iso()),
+            f"revision {rev.number}'s outcome")
 
 
 def _snapshot(r: Run) -> None:
@@ -156,7 +185,11 @@ def _snapshot(r: Run) -> None:
         r.info("deploy dir is empty: first deployment on this node")
         return
     for number in _recent(r.store, r.previous):
-        if r.store.get(number).read_files() == live:  # e.g. a killed run's files, being rolled back
+        try:
+            same = r.store.get(number).matches(live)  # by hash: e.g. a killed run's files, being rolled back
+        except DamagedRecord:
+            continue  # records that cannot be read match nothing
+        if same:
             r.info(f"deploy dir matches revision {number}")
             return
     image_ref = _dotenv_value(live.get(".env", b""), "VLLM_IMAGE") or "unknown"
@@ -166,7 +199,7 @@ def _snapshot(r: Run) -> None:
     adopted = record_live(r.store, r.io, live, stack=_label_stack(live) or "adopted", image_ref=image_ref,
                           image_id=image_id, message="snapshot of the live deploy dir before a switch",
                           outcome="interrupted" if r.after_interrupt else None)
-    r.previous = adopted
+    r.previous, r.previous_files = adopted, dict(live)
     r.runner.note(previous=adopted.number, adopted=adopted.number)
     r.info(f"live files differed from every revision: kept them as revision {adopted.number}")
 
@@ -232,7 +265,7 @@ def _undo_drain(r: Run) -> None:
             r.io.up(r.plan.companions, recreate=False)
             r.info(f"started {', '.join(r.plan.companions)}")
         return
-    r.io.write_deployed(r.previous.read_files())
+    r.io.write_deployed(r.undo_files())
     restore(r.io, r.reporter, companions=r.plan.companions, timeout=r.plan.timeouts.rollback)
 
 
@@ -279,8 +312,9 @@ def _undo_activate(r: Run) -> None:
         raise OperationError(f"the image that ran revision {r.previous.number} ({meta.image_id}) is gone",
                              fix=f"{recovery(meta.image_ref, meta.image_id, meta.repo_digest)}, "
                                  "then b70deploy rollback")
+    files = r.undo_files()  # checked before the container goes: a damaged copy is refused first
     r.io.discard(VLLM)  # its log is kept; a crash-looping container makes compose's stop slow
-    r.io.write_deployed(r.previous.read_files())
+    r.io.write_deployed(files)
     r.io.up([VLLM])
     r.rollback_wait = r.io.wait_healthy(timeout=r.plan.timeouts.rollback, reporter=r.reporter)
     if not r.rollback_wait.healthy:
@@ -290,11 +324,12 @@ def _undo_activate(r: Run) -> None:
 
 def _save_log(r: Run, lines: list[str] | None = None) -> None:
     """Keep the boot's log with the revision: the lines the follower read, or the engine's copy."""
-    if r.revision is None:
+    rev = r.revision
+    if rev is None:
         return
     got = lines if lines is not None else r.io.container_log()
     if got:
-        r.store.save_log(r.revision.number, "\n".join(got) + "\n")
+        r.salvage(lambda: r.store.save_log(rev.number, "\n".join(got) + "\n"), f"revision {rev.number}'s log")
 
 
 def _wait_healthy(r: Run) -> None:
@@ -397,10 +432,12 @@ def _commit(r: Run) -> None:
 
 def _undo_commit(r: Run) -> None:
     """A failure after commit (companions) rolls the node back, so the current pointer goes back too."""
-    if r.previous is not None:
-        r.store.set_current(r.previous.number)
-        if r.previous.status.outcome == "deployed":
-            r.store.update_status(r.previous.number, outcome="deployed", updated=now_iso())
+    prev = r.previous
+    if prev is not None:
+        r.salvage(lambda: r.store.set_current(prev.number), f"the current pointer ({r.store.current_path})")
+        if prev.status.outcome == "deployed":
+            r.salvage(lambda: r.store.update_status(prev.number, outcome="deployed", updated=now_iso()),
+                      f"revision {prev.number}'s outcome")
     else:
         r.store.clear_current()
 
@@ -440,7 +477,7 @@ def steps(plan: DeployPlan) -> list[Step[Run]]:
              f"{plan.stack.settle_seconds:g} s while the smoke tests run and the companions start", _wait_healthy),
         Step("check", "boot facts vs expectations, smoke test results", _check),
         Step("commit", "mark the revision deployed and make it current", _commit, _undo_commit,
-             f"point current back at {prev}"),
+             f"point current back at {prev}", commits=True),
         Step("companions", "companions started (in the settle window, else now)", _start_companions),
     ]
 
