@@ -71,6 +71,7 @@ class Driver:
                                 "patches extracted, lint, compose config")
             self.reporter.info(f"image {plan.image.ref} = {plan.image.id[:19]}; planned in "
                                f"{time.monotonic() - t0:.2f} s")
+            self._room(plan)  # before the first write of the run: its journal line
             interrupted = self.close_interrupted(by=command)  # we hold the lock: an unfinished run was killed
             if confirm is not None:
                 lock.set_step("confirm")
@@ -135,6 +136,12 @@ class Driver:
 
     # ------------------------------------------------------------------ internals
 
+    def _room(self, plan: DeployPlan) -> None:
+        """StateDirFull unless the state dir has room for what running `plan` writes."""
+        index = self.state.revisions.index_path
+        space.check(self.state.path, space.need([len(b) for b in plan.files.values()],
+                                                index.stat().st_size if index.is_file() else 0))
+
     def _runner(self, command: str, on_step: Callable[[str], None]) -> Runner[Run]:
         return Runner(self.state.journal, self.reporter, command=command, on_step=on_step, fault=self.fault)
 
@@ -154,11 +161,13 @@ class Driver:
                                f"revision {cur}")
             self.reporter.phase("resume", f"`{run.command}` stopped before it stored its revision; running it again")
             plan = replan(run)
+            self._room(plan)
             runner = self._runner(f"{command} {run.command}", on_step)
             runner.start({**ctx, "previous": store.current_number(), "resumed_from": run.run_id})
             return self._run(Run(plan, self.io, store, self.reporter, runner, after_interrupt=True), runner)
         rev = store.get(rev_no)
         plan = plan_of(run, rev)
+        self._room(plan)
         runner = self._runner(f"{command} {run.command}", on_step)
         r = Run(plan, self.io, store, self.reporter, runner)
         prev_no = ctx.get("previous")

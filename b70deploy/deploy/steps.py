@@ -72,9 +72,9 @@ class Run:
     def info(self, message: str) -> None:
         self.reporter.info(message)
 
-    def salvage(self, write: Callable[[], object], what: str) -> bool:
+    def salvage(self, write: Callable[[], object], what: str, *, reserve: bool = True) -> bool:
         """A bookkeeping write of the failure and undo paths: never raises (state/space.py)."""
-        return space.best_effort(self.store.root.parent, write, what, self.runner.warn)
+        return space.best_effort(self.store.root.parent, write, what, self.runner.warn, reserve=reserve)
 
     def undo_files(self) -> dict[str, bytes]:
         """The previous revision's bytes for an undo, verified (a resumed run checks them now)."""
@@ -138,8 +138,6 @@ def _record(r: Run) -> None:
     if r.revision is None:  # else a resumed run: the killed one stored (and noted) it already
         p = r.plan
         r.previous = r.store.current()  # DamagedRecord (exit 2) when its records cannot be read
-        index = r.store.index_path.stat().st_size if r.store.index_path.is_file() else 0
-        space.check(r.store.root.parent, space.need([len(b) for b in p.files.values()], index))
         r.previous_files = undo_bytes(r.io, r.previous)
         r.revision = r.store.create(
             stack=p.stack.name, kind=p.kind, files=p.files, image_ref=p.image.ref, image_id=p.image.id,
@@ -329,7 +327,8 @@ def _save_log(r: Run, lines: list[str] | None = None) -> None:
         return
     got = lines if lines is not None else r.io.container_log()
     if got:
-        r.salvage(lambda: r.store.save_log(rev.number, "\n".join(got) + "\n"), f"revision {rev.number}'s log")
+        r.salvage(lambda: r.store.save_log(rev.number, "\n".join(got) + "\n"), f"revision {rev.number}'s log",
+                  reserve=False)
 
 
 def _wait_healthy(r: Run) -> None:

@@ -109,15 +109,17 @@ def full_line(state_dir: Path) -> str:
     return f"the state dir {state_dir} is full (no space left on device); fix: {FULL_FIX}"
 
 
-def best_effort(state_dir: Path, write: Callable[[], object], what: str, warn: Callable[[str], None]) -> bool:
-    """Run `write`; on a full disk free the reserve and run it once more. A failure is `warn`ed
-    (naming `what` could not be written and why), never raised: whether it was written."""
+def best_effort(state_dir: Path, write: Callable[[], object], what: str, warn: Callable[[str], None], *,
+                reserve: bool = True) -> bool:
+    """Run `write`; on a full disk free the reserve (unless not `reserve`: a container log must not
+    spend what the failure's records need) and run it once more. A failure is `warn`ed (naming
+    `what` could not be written and why), never raised: whether it was written."""
     try:
         write()
         return True
     except OSError as e:
         error = e
-    if error.errno in FULL_ERRNOS and release_reserve(state_dir):
+    if error.errno in FULL_ERRNOS and reserve and release_reserve(state_dir):
         try:
             write()
             return True
