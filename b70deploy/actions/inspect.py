@@ -24,6 +24,7 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 WORKING_DIR = "com.docker.compose.project.working_dir"  # where compose ran: ours is the deploy dir
 DEEP_ROWS = 200  # history reads the records of at most this many rows (more: one stat each)
+STATUS_CHECKS = 20  # status reads the records of the newest this many revisions
 
 FACT_ROWS = [
     ("kv_cache_tokens", "GPU KV cache (tokens)"),
@@ -56,7 +57,9 @@ def status(node: Node) -> dict[str, Any]:
             cur = None
             damaged.append(e.what)
         table = store.summaries()
-        damaged += [d for d in table.column("damage") if d and d not in damaged]
+        # The newest revisions (the likely rollback targets) are read whole: a torn record is listed.
+        newest = store.marked(table.rows(max(len(table) - STATUS_CHECKS, 0)), deep=True)
+        damaged += [row["damage"] for row in newest if row.get("damage") and row["damage"] not in damaged]
         out: dict[str, Any] = {"node": node.project, "deploy_dir": str(node.deploy_dir),
                                "state_dir": str(node.state_dir), "current": cur.summary() if cur else None,
                                "current_number": store.current_number(), "damaged": damaged}

@@ -42,6 +42,8 @@ def _finish(outcome: Outcome, as_json: bool) -> None:
         if not outcome.ok:  # a success's checks were shown as they passed
             for line in outcome.details:
                 click.echo(line, err=True)
+        for line in outcome.warnings:  # committed, but a record could not be written (a full disk)
+            click.echo(line, err=True)
         click.echo(outcome.summary)
     if not outcome.ok:
         sys.exit(outcome.exit_code)

@@ -39,11 +39,12 @@ class Outcome:
     exit_code: int = 0
     rolled_back: bool = False  # failed, and the previous revision serves again
     diagnosis: str | None = None  # the fatal log signature of a failed boot, with its fix
+    warnings: list[str] = field(default_factory=list)  # a success's bookkeeping that could not be written
 
     def to_dict(self) -> dict[str, Any]:
         return {"ok": self.ok, "revision": self.revision, "stack": self.stack, "summary": self.summary,
                 "details": self.details, "exit_code": self.exit_code, "rolled_back": self.rolled_back,
-                "diagnosis": self.diagnosis}
+                "diagnosis": self.diagnosis, "warnings": self.warnings}
 
 
 @dataclass
@@ -95,7 +96,7 @@ class Driver:
         """The audit line of a run that ended: a full disk makes it a warning, not the run's error."""
         space.best_effort(self.state.path, lambda: self.state.audit.record(
             command, "ok" if outcome.ok else "failed", revision=outcome.revision, summary=outcome.summary),
-            f"the audit log ({self.state.audit.path})", lambda line: outcome.details.append(line))
+            f"the audit log ({self.state.audit.path})", (outcome.warnings if outcome.ok else outcome.details).append)
 
     def resume(self, command: str, plan_of: Callable[[RunRecord, Revision], DeployPlan],
                replan: Callable[[RunRecord], DeployPlan] | None = None) -> Outcome:
@@ -216,7 +217,7 @@ class Driver:
             "state dir is full" in w for w in runner.warnings) else [])
         return Outcome(True, rev.number, r.plan.stack.name,
                        f"node on revision {rev.number} ({r.plan.stack.name}), healthy in "
-                       f"{facts.get('time_to_healthy', 0):.1f} s{extra}", [*r.checks_passed, *warned])
+                       f"{facts.get('time_to_healthy', 0):.1f} s{extra}", r.checks_passed, warnings=warned)
 
     def _failed(self, r: Run, failure: StepFailed) -> Outcome:
         store = self.state.revisions

@@ -424,7 +424,7 @@ def _commit(r: Run) -> None:
     # One revision is deployed: the previous one, and the current one (they differ when the
     # live files were snapshotted first), are superseded.
     for number in {r.previous.number if r.previous else None, r.store.current_number()} - {None, r.revision.number}:
-        if number is not None and r.store.get(number).status.outcome == "deployed":
+        if number is not None and r.store.exists(number) and r.store.get(number).status.outcome == "deployed":
             r.store.update_status(number, outcome="superseded", updated=now_iso())
     r.store.set_current(r.revision.number)
 

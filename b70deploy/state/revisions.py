@@ -504,8 +504,8 @@ class RevisionStore:
         with self._changing():  # one writer at a time: the number is ours until the rename
             for stale in self.root.glob(".new-*"):  # a killed writer's: every writer holds the flock
                 shutil.rmtree(stale, ignore_errors=True)
-            numbers = self.numbers()
-            number = (numbers[-1] + 1) if numbers else 1
+            numbers = self.numbers() + self._set_aside_numbers()  # a number is never given twice
+            number = max(numbers) + 1 if numbers else 1
             meta = Meta(number=number, stack=stack, kind=kind, parent=self.current_number(),
                         restored_from=restored_from, created=created, image_ref=image_ref, image_id=image_id,
                         repo_digest=repo_digest, operator=operator, message=message,
@@ -562,6 +562,12 @@ class RevisionStore:
             fsync_dir(self.root)
             self._write_index(self._repaired(self._read_index()).rows())
         return aside
+
+    def _set_aside_numbers(self) -> list[int]:
+        try:
+            return [int(p.name[:6]) for p in (self.root / "damaged").iterdir() if p.name[:6].isdigit()]
+        except (FileNotFoundError, NotADirectoryError):
+            return []
 
     def set_current(self, number: int) -> None:
         write_atomic(self.current_path, f"{number}\n".encode(), mode=0o644)

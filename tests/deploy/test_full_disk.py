@@ -102,8 +102,8 @@ def test_a_disk_that_fills_after_the_commit_still_succeeds_with_a_warning(small:
     b.fault = fault  # type: ignore[method-assign]
     outcome = b.switch()
     assert outcome.ok and outcome.exit_code == 0, outcome.summary
-    assert any(d.startswith("warning: could not write") for d in outcome.details), outcome.details
-    assert full_line(outcome)
+    assert any(w.startswith("warning: could not write") for w in outcome.warnings), outcome.warnings
+    assert any("is full (no space left on device)" in w for w in outcome.warnings)
     assert b.node.serves() == "beta" and b.state.revisions.current_number() == 3
     assert b.state.revisions.get(3).status.outcome == "deployed"
 
