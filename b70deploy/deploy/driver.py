@@ -22,7 +22,7 @@ from ..state.statedir import StateDir
 from .nodeio import NodeIO
 from .plan import DeployPlan
 from .runner import Fault, Runner, Step, StepFailed, fault_from_env
-from .steps import Run, steps, undo_bytes
+from .steps import Run, steps
 
 if TYPE_CHECKING:
     from ..state.revisions import Revision
@@ -174,7 +174,6 @@ class Driver:
         prev_no = ctx.get("previous")
         r.revision = rev
         r.previous = store.get(prev_no) if isinstance(prev_no, int) and store.exists(prev_no) else None
-        r.previous_files = undo_bytes(self.io, r.previous)  # a damaged copy refused before any step
         started = {str(e.get("step")) for e in run.events if e["event"] == "step-start"}
         r.activated = "activate" in started
         journal.append(run.run_id, "run-aborted", reason="resumed by a new run")
