@@ -269,7 +269,7 @@ def test_an_interrupt_inside_activate_undoes_it_and_leaves_no_renamed_container(
     assert status["current"]["stack"] == "alpha" and status["differs"] == [] and status["fix"] is None
     assert_deploy_dir_is_revision(node, status["current"]["number"])
     assert sorted(_project_containers(node)) == sorted([f"{node.project}-vllm-1", f"{node.project}-webui-1"])
-    assert node.json("history")[-1]["outcome"] == "failed"
+    assert node.json("history")[-1]["outcome"] == "interrupted"  # not failed: it was stopped
 
 
 def assert_deploy_dir_is_revision(node: SimNode, number: int) -> None:
