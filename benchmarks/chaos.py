@@ -423,7 +423,8 @@ def advice_of(st: dict[str, Any]) -> str | None:
 
 
 def commands_in(advice: str) -> list[str]:
-    return [m.strip() for m in re.findall(r"b70deploy ((?:resume|rollback|restore|unlock)(?: \d+)?)", advice)]
+    return [m.strip() for m in re.findall(r"b70deploy ((?:resume|rollback|restore|unlock|fsck --repair)(?: \d+)?)",
+                                          advice)]
 
 
 @dataclass(frozen=True)
@@ -479,29 +480,7 @@ def run_trial(node: ChaosNode, trial: Trial, typical: float, max_steps: int = 5)
     t_quiet = time.monotonic()
     at_step, events = journal_steps(node.state, offset, epoch_sig)
     summary = next((ln for ln in reversed((out + err).splitlines()) if ln.strip()), "")
-    # recovery: follow status's advice until it has none
-    advised: list[str] = []
-    picks: list[str] = []
-    ran: list[dict[str, Any]] = []
-    st = node.status()
-    for _ in range(max_steps):
-        advice = advice_of(st)
-        if advice is None:
-            break
-        advised.append(advice)
-        options = commands_in(advice)
-        if not options:
-            break
-        cmd = options[0] if len(options) == 1 else rng.choice(options)
-        if len(options) > 1:
-            picks.append(cmd.split()[0])
-        args = cmd.split() + (["--yes"] if cmd.startswith("rollback") else [])
-        c0 = time.monotonic()
-        r = node.cli(*args)
-        ran.append({"command": f"b70deploy {' '.join(args)}", "rc": r.returncode,
-                    "seconds": round(time.monotonic() - c0, 3),
-                    "said": next((ln for ln in reversed((r.stdout + r.stderr).splitlines()) if ln.strip()), "")})
-        st = node.status()
+    advised, picks, ran, st = follow_advice(node, rng, max_steps)
     t_done = time.monotonic()
     problems = node.check(st)
     if advised and advice_of(st) is not None:
@@ -541,10 +520,13 @@ def fill_to(path: Path, leave_kib: int) -> Path:
     return filler
 
 
-def follow_advice(node: ChaosNode, rng: random.Random, max_steps: int = 5) -> tuple[list[str], list[dict[str, Any]],
-                                                                                    dict[str, Any]]:
-    """Run what `status --json` advises until it advises nothing: (advice, commands run, last status)."""
+def follow_advice(node: ChaosNode, rng: random.Random,
+                  max_steps: int = 5) -> tuple[list[str], list[str], list[dict[str, Any]], dict[str, Any]]:
+    """Run what `status --json` advises, one command at a time, until it advises nothing; where
+    it offers two ("resume (finish it) or rollback (undo it)") the trial's RNG picks one.
+    Returns the advice, the picks, the commands run and the last status."""
     advised: list[str] = []
+    picks: list[str] = []
     ran: list[dict[str, Any]] = []
     st = node.status()
     for _ in range(max_steps):
@@ -552,15 +534,19 @@ def follow_advice(node: ChaosNode, rng: random.Random, max_steps: int = 5) -> tu
         if advice is None:
             break
         advised.append(advice)
-        options = ["fsck --repair"] if "fsck --repair" in advice else commands_in(advice)
+        options = commands_in(advice)
         if not options:
             break
-        cmd = rng.choice(options)
+        cmd = options[0] if len(options) == 1 else rng.choice(options)
+        if len(options) > 1:
+            picks.append(cmd.split()[0])
         args = cmd.split() + (["--yes"] if cmd.startswith("rollback") else [])
+        c0 = time.monotonic()
         r = node.cli(*args)
-        ran.append({"command": f"b70deploy {' '.join(args)}", "rc": r.returncode, "said": last_line(r)})
+        ran.append({"command": f"b70deploy {' '.join(args)}", "rc": r.returncode,
+                    "seconds": round(time.monotonic() - c0, 3), "said": last_line(r)})
         st = node.status()
-    return advised, ran, st
+    return advised, picks, ran, st
 
 
 def last_line(r: subprocess.CompletedProcess[str]) -> str:
@@ -625,7 +611,7 @@ def run_disk_trial(node: ChaosNode, index: int, seed: int, typical: float) -> di
         if filler is not None:
             filler.unlink(missing_ok=True)
     met_full = "No space left" in out + err or "is full" in out + err
-    advised, ran, st = follow_advice(node, rng)
+    advised, _, ran, st = follow_advice(node, rng)
     problems = node.check(st)
     return {"kind": "disk-full", "trial": index, "replay": f"{seed}:disk:{index}", "to": target,
             "when": "during" if during else "before", "delay": round(delay, 3), "leave_kib": leave,
@@ -698,7 +684,7 @@ def run_damage_trial(node: ChaosNode, index: int, seed: int) -> dict[str, Any]:
     serving_after = node.serving()
     advised_before = advice_of(node.status())
     rep = node.cli("fsck", "--repair")
-    advised, ran, st = follow_advice(node, rng)
+    advised, _, ran, st = follow_advice(node, rng)
     problems = node.check(st)
     return {"kind": "damaged", "trial": index, "replay": f"{seed}:damaged:{index}", "damage": where,
             "command": " ".join(args), "rc": r.returncode, "said": last_line(r),
