@@ -39,8 +39,8 @@ carries a random suffix and is removed in a `finally`, also on Ctrl-C or SIGTERM
 Two more trial kinds (issue 22), each with its own count (`--disk-full N`, `--damaged N`):
 
   disk-full  the state dir is a tmpfs of the benchmark's own (root: mounted in setup, unmounted
-             in the `finally`). The trial fills it to the last byte, or leaves a random 0-600
-             KiB, either before `switch` or at a random moment during it. Right after the switch
+             in the `finally`). The trial fills it before `switch` (to the last byte, or leaving
+             a random 0-600 KiB), or to the last byte at a random moment during it. Right after the switch
              exits (the disk still full) the node must already serve what `current` names (the
              outside check below, less what needs room: the leftover check), and a run that met
              the full disk must say "is full"; then the filler goes and status's advice is
@@ -251,7 +251,14 @@ class ChaosNode:
     # ---------------------------------------------------------- the outside check
 
     def check(self, st: dict[str, Any]) -> list[str]:
-        """Everything that is not in agreement, looked at from outside the tool."""
+        """Everything that is not in agreement, looked at from outside the tool (a record the
+        check itself cannot read is a disagreement, not the benchmark's crash)."""
+        try:
+            return self._check(st)
+        except (OSError, ValueError, KeyError) as e:
+            return [f"the outside check could not read the records: {e}"]
+
+    def _check(self, st: dict[str, Any]) -> list[str]:
         bad: list[str] = []
         if "error" in st:
             return [str(st["error"])]
@@ -587,9 +594,11 @@ def said_full(text: str) -> bool:
 
 def run_disk_trial(node: ChaosNode, index: int, seed: int, typical: float) -> dict[str, Any]:
     rng = random.Random(f"{seed}:disk:{index}")
-    leave = 0 if rng.random() < 0.5 else rng.randrange(0, 600)
     during = rng.random() < 0.6
-    delay = rng.random() * typical if during else 0.0
+    # Before: a level around what a run needs (about 290 KiB beside the reserve). During: to the
+    # last byte, after the CLI's start and plan (~a quarter of a switch), so it lands mid-run.
+    leave = 0 if during or rng.random() < 0.3 else rng.randrange(0, 600)
+    delay = (0.25 + 0.75 * rng.random()) * typical if during else 0.0
     target = "beta" if node.serving() == "alpha" else "alpha"
     filler: Path | None = None
     t0 = time.monotonic()

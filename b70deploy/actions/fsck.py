@@ -12,7 +12,9 @@ back: it is never repaired here).
   - a status.json that cannot be read: written anew with the outcome and pin the index had
     for it (else `interrupted`: never a rollback target by stack name);
   - any other damage (meta.json unreadable, stored bytes changed): the folder is set aside to
-    revisions/damaged/, where nothing lists, deploys or prunes it;
+    revisions/damaged/, where nothing lists, deploys or prunes it (its number is never given
+    again); when it was the current one, `current` then names the revision whose files the
+    deploy dir holds, else those files kept as a new revision, as a switch's snapshot would;
   - an index that disagrees with the folders: rebuilt from them.
 """
 
@@ -86,10 +88,12 @@ def check(node: Node, store: RevisionStore) -> list[Finding]:
                                recovery(rev.meta.image_ref, image, rev.meta.repo_digest), n))
     if cur_no is None and store.current_path.exists():
         out.append(Finding(f"{store.current_path}: not a revision number",
-                           "--repair points it at the revision the deploy dir holds", mend="point-current"))
+                           "--repair points it at the revision the deploy dir holds (else keeps that as a new one)",
+                           mend="point-current"))
     elif cur_no is not None and not store.exists(cur_no):
         out.append(Finding(f"{store.current_path} names revision {cur_no}, which has no folder",
-                           "the next switch keeps the live deploy dir as a new revision first"))
+                           "--repair points it at the revision the deploy dir holds (else keeps that as a new one)",
+                           mend="point-current"))
     out += [Finding(line, "--repair rebuilds the index from the folders", mend="rebuild-index")
             for line in store.index_disagreement()]
     try:
@@ -105,13 +109,7 @@ def _mend(node: Node, store: RevisionStore, f: Finding) -> str | None:
         store.rebuild_index()
         return "index rebuilt from the folders"
     if f.mend == "point-current":
-        live = read_deployed(node.deploy_dir)
-        match = next((m for m in reversed(store.numbers()) if store.problem(m) is None and store.get(m).matches(live)),
-                     None)
-        if match is None:
-            return None
-        store.set_current(match)
-        return f"current points at revision {match}, whose files the deploy dir holds"
+        return _keep_serving(node, store)
     if n is None or f.mend is None:
         return None
     if not store.exists(n):
@@ -127,4 +125,29 @@ def _mend(node: Node, store: RevisionStore, f: Finding) -> str | None:
         store.reset_status(n, Status(outcome=outcome, pinned=bool(row and row["pinned"]), updated=now_iso(),
                                      failure="status.json was written anew by fsck --repair (it could not be read)"))
         return f"status.json written anew (outcome {outcome})"
-    return f"set aside to {store.set_aside(n, now_iso().replace(':', ''))}"
+    aside = store.set_aside(n, now_iso().replace(":", ""))
+    if n != store.current_number():
+        return f"set aside to {aside}"
+    return f"set aside to {aside}; {_keep_serving(node, store)}"
+
+
+def _keep_serving(node: Node, store: RevisionStore) -> str:
+    """The current revision was set aside: `current` names what serves again, the revision the
+    deploy dir matches, else its files kept as a new revision (as a switch's snapshot keeps them)."""
+    from ..deploy.steps import keep_live
+    from ..docker.node import DockerNode
+
+    live = read_deployed(node.deploy_dir) if node.deploy_dir.is_dir() else {}
+    if not live:
+        store.clear_current()
+        return "the deploy dir is empty: nothing is current"
+    match = next((m for m in reversed(store.numbers()) if store.problem(m) is None and store.get(m).matches(live)),
+                 None)
+    if match is None:
+        match = keep_live(store, DockerNode.production(node), live,
+                          message="the live deploy dir, kept by fsck --repair when the current revision was set "
+                                  "aside").number
+        store.set_current(match)
+        return f"the deploy dir kept as revision {match}, now current"
+    store.set_current(match)
+    return f"current points at revision {match}, whose files the deploy dir holds"

@@ -113,9 +113,13 @@ def differences(node: Node, store: RevisionStore, cur: Revision | None,
     if lock and not lock["alive"]:
         return [f"a stale lock of pid {lock['pid']} (`{lock['command']}`)"], "b70deploy unlock"
     if cur is None:
-        if st["damaged"] and st.get("current_number") is not None:
+        number = st.get("current_number")
+        if number is not None and store.exists(number):
             return [f"the current revision's records cannot be read: {st['damaged'][0]}"], \
-                "b70deploy fsck --repair (sets it aside: the next switch keeps the live deploy dir as a new revision)"
+                "b70deploy fsck --repair (sets it aside and keeps the live deploy dir as a new revision)"
+        if number is not None:
+            return [f"{store.current_path} names revision {number}, which has no folder"], \
+                "b70deploy fsck --repair (points it at what the deploy dir holds)"
         return [], None
     box = st["container"]
     found = drift(node, cur, box)

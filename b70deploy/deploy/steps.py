@@ -190,16 +190,22 @@ def _snapshot(r: Run) -> None:
         if same:
             r.info(f"deploy dir matches revision {number}")
             return
-    image_ref = _dotenv_value(live.get(".env", b""), "VLLM_IMAGE") or "unknown"
-    image_id = r.io.image_id(image_ref) if image_ref != "unknown" else None
     # Only what passed the health gate under the tool counts as healthy: files a killed run
     # left behind are kept, as interrupted, never as a rollback target by stack name.
-    adopted = record_live(r.store, r.io, live, stack=_label_stack(live) or "adopted", image_ref=image_ref,
-                          image_id=image_id, message="snapshot of the live deploy dir before a switch",
-                          outcome="interrupted" if r.after_interrupt else None)
+    adopted = keep_live(r.store, r.io, live, message="snapshot of the live deploy dir before a switch",
+                        outcome="interrupted" if r.after_interrupt else None)
     r.previous, r.previous_files = adopted, dict(live)
     r.runner.note(previous=adopted.number, adopted=adopted.number)
     r.info(f"live files differed from every revision: kept them as revision {adopted.number}")
+
+
+def keep_live(store: RevisionStore, io: NodeIO, live: Mapping[str, bytes], *, message: str,
+              outcome: Verdict | None = None) -> Revision:
+    """record_live of a deploy dir the tool finds, its stack and image read from the files."""
+    image_ref = _dotenv_value(live.get(".env", b""), "VLLM_IMAGE") or "unknown"
+    image_id = io.image_id(image_ref) if image_ref != "unknown" else None
+    return record_live(store, io, live, stack=_label_stack(live) or "adopted", image_ref=image_ref,
+                       image_id=image_id, message=message, outcome=outcome)
 
 
 def record_live(store: RevisionStore, io: NodeIO, live: Mapping[str, bytes], *, stack: str, image_ref: str,

@@ -224,9 +224,10 @@ def test_a_truncated_record_is_a_one_line_error_and_the_node_keeps_serving(
     assert node.cli("fsck").returncode == 1
     repaired = node.cli("fsck", "--repair")
     assert repaired.returncode == 0, repaired.stdout + repaired.stderr
-    if record == "status.json" or which == "older":  # mended, or the older one set aside: rollback works again
-        assert node.cli("fsck").returncode == 0
-    if which == "current" and record == "meta.json":  # set aside: the next switch keeps the live files first
-        r = node.cli("switch", "alpha", "--yes", check=True)
-        assert "kept them as revision 4" in r.stdout + r.stderr, r.stdout + r.stderr
-        assert node.answers() == "alpha" and current(node) == 3  # 2 is never given again
+    if which == "current" and record == "meta.json":  # set aside: the live files kept as a new revision
+        assert "the deploy dir kept as revision 3, now current" in repaired.stdout, repaired.stdout
+        assert current(node) == 3 and node.json("status")["differs"] == [] and node.answers() == "beta"
+        deploy_dir_is(node, 3, beta)
+    assert node.cli("fsck").returncode == 0
+    node.cli("switch", "alpha", "--yes", check=True)
+    assert node.answers() == "alpha"
