@@ -40,8 +40,9 @@ Two more trial kinds (issue 22), each with its own count (`--disk-full N`, `--da
 
   disk-full  the state dir is a tmpfs of the benchmark's own (root: mounted in setup, unmounted
              in the `finally`). The trial fills it before `switch` (to the last byte, or leaving
-             a random 0-600 KiB), or to the last byte at a random moment during it. Right after the switch
-             exits (the disk still full) the node must already serve what `current` names (the
+             a random 0-600 KiB), or to the last byte at a random moment during it. Right after
+             the switch exits (the disk still full) the node must already serve what `current`
+             names (the
              outside check below, less what needs room: the leftover check), and a run that met
              the full disk must say "is full"; then the filler goes and status's advice is
              followed to agreement.
