@@ -42,10 +42,9 @@ Two more trial kinds (issue 22), each with its own count (`--disk-full N`, `--da
              in the `finally`). The trial fills it before `switch` (to the last byte, or leaving
              a random 0-600 KiB), or to the last byte at a random moment during it. Right after
              the switch exits (the disk still full) the node must already serve what `current`
-             names (the
-             outside check below, less what needs room: the leftover check), and a run that met
-             the full disk must say "is full"; then the filler goes and status's advice is
-             followed to agreement.
+             names (the outside check below, less the leftovers), and a run that met the full
+             disk must say "is full"; then the filler goes and status's advice is followed to
+             agreement.
   damaged    one record of the store is damaged at random (a flipped byte in a stored file, a
              truncated or empty meta.json or status.json, a deleted stored file or meta.json,
              garbage in index.json; of the current revision or an older one), then one command
