@@ -9,6 +9,11 @@ Layout (state_dir/revisions/):
     index.lock            flocked by whoever changes revisions or the index
     index.dirty           present while a change is under way (a killed writer leaves it)
     current               the number of the revision the node runs (written last)
+    damaged/NNNNNN-STAMP  a revision `fsck --repair` set aside (its number is never given again)
+
+Every deploy of a revision's bytes reads them through `Revision.verified_files`, which checks
+each against the sha256 meta.json recorded; a record that cannot be read is a DamagedRecord
+naming the file (one line, exit 2), never a traceback.
 
 A revision directory is assembled under a temporary name and renamed into place, so a
 killed run never leaves a half-written revision; files/ and meta.json never change again.
