@@ -150,4 +150,6 @@ def _keep_serving(node: Node, store: RevisionStore) -> str:
         store.set_current(match)
         return f"the deploy dir kept as revision {match}, now current"
     store.set_current(match)
+    if store.get(match).status.outcome == "superseded":  # it ran healthy, and serves again
+        store.update_status(match, outcome="deployed", updated=now_iso())
     return f"current points at revision {match}, whose files the deploy dir holds"
