@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 WORKING_DIR = "com.docker.compose.project.working_dir"  # where compose ran: ours is the deploy dir
-DEEP_ROWS = 200  # history reads the records of at most this many rows (more: one stat each)
+DEEP_ROWS = 200  # history reads the records of the rows it shows up to this many (--all of 10,000: not)
 STATUS_CHECKS = 20  # status reads the records of the newest this many revisions
 
 FACT_ROWS = [
@@ -58,7 +58,7 @@ def status(node: Node) -> dict[str, Any]:
             damaged.append(e.what)
         table = store.summaries()
         # The newest revisions (the likely rollback targets) are read whole: a torn record is listed.
-        newest = store.marked(table.rows(max(len(table) - STATUS_CHECKS, 0)), deep=True)
+        newest = store.marked(table.rows(max(len(table) - STATUS_CHECKS, 0)))
         damaged += [row["damage"] for row in newest if row.get("damage") and row["damage"] not in damaged]
         out: dict[str, Any] = {"node": node.project, "deploy_dir": str(node.deploy_dir),
                                "state_dir": str(node.state_dir), "current": cur.summary() if cur else None,
@@ -170,8 +170,8 @@ def history(node: Node, last: int | None = None) -> tuple[int, list[dict[str, An
         store = RevisionStore(node.state_dir)
         table = store.summaries()
         shown = table.rows(0 if last is None else max(len(table) - last, 0))
-        # A page's records are read whole (a truncated meta.json is marked); thousands only looked for.
-        store.marked(shown, deep=len(shown) <= DEEP_ROWS)
+        if len(shown) <= DEEP_ROWS:  # a page's records are read whole (a truncated meta.json is marked)
+            store.marked(shown)
         return len(table), _marked(shown, present.result())
 
 

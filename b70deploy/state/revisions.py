@@ -264,22 +264,14 @@ class RevisionStore:
         """Whether revision `number` has a folder (get() then reads it, or names what is damaged)."""
         return self._dir(number).is_dir()
 
-    def marked(self, rows: list[dict[str, Any]], *, deep: bool) -> list[dict[str, Any]]:
-        """`rows` (index summaries) with `damage` set where the revision's records cannot be read:
-        `deep` reads each one's meta.json and status.json, else only looks for them (one stat
-        each: `history --all` of 10,000 rows stays fast); the row is kept either way."""
+    def marked(self, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """`rows` (index summaries) with `damage` set where the revision's meta.json or
+        status.json cannot be read (each is read: for a page of rows, not for 10,000)."""
         for row in rows:
-            n = row["number"]
-            if row.get("damage"):
-                continue
-            if deep:
-                what = self.problem(n)
-            else:
-                meta, status = self._dir(n) / "meta.json", self._dir(n) / "status.json"
-                what = (f"{meta}: missing or empty" if _empty(meta) else
-                        f"{status}: empty" if status.is_file() and _empty(status) else None)
-            if what:
-                row["damage"] = what
+            if not row.get("damage"):
+                what = self.problem(row["number"])
+                if what:
+                    row["damage"] = what
         return rows
 
     def get(self, number: int) -> Revision:
@@ -643,13 +635,6 @@ class RevisionStore:
 
     def _write_index(self, entries: list[dict[str, Any]]) -> None:
         write_atomic(self.index_path, Summaries.of([e for e in entries if not e.get("damage")]).dumps(), mode=0o644)
-
-
-def _empty(path: Path) -> bool:
-    try:
-        return path.stat().st_size == 0
-    except OSError:
-        return True
 
 
 def damaged_summary(number: int, what: str) -> dict[str, Any]:

@@ -68,7 +68,7 @@ def test_a_deleted_meta_json_is_damage_not_no_such_revision(tmp_path: Path) -> N
     (store.root / "000001" / "meta.json").unlink()
     with pytest.raises(DamagedRecord, match="record is missing"):
         store.get(1)
-    rows = store.marked(store.index(), deep=False)
+    rows = store.marked(store.index())
     assert "missing" in rows[0]["damage"] and "damage" not in rows[1]
 
 
