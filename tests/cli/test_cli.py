@@ -116,11 +116,16 @@ def test_config_search_order(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) ->
     assert find_config(None) is None
     system.write_text("project: sys\n")
     assert find_config(None) == system
+    (tmp_path / "b70deploy.yml").write_text("project: cwd\n")  # the other spelling of YAML
+    assert find_config(None) == tmp_path / "b70deploy.yml"
     (tmp_path / "b70deploy.yaml").write_text("project: cwd\n")
     assert find_config(None) == tmp_path / "b70deploy.yaml"
     monkeypatch.setenv("B70DEPLOY_CONFIG", str(tmp_path / "env.yaml"))
     assert find_config(None) == tmp_path / "env.yaml"
     assert find_config(str(tmp_path / "flag.yaml")) == tmp_path / "flag.yaml"
+    assert find_config("flag.yaml") == tmp_path / "flag.yaml"  # relative: made absolute here
+    monkeypatch.setenv("B70DEPLOY_CONFIG", "env.yaml")
+    assert find_config(None) == tmp_path / "env.yaml"
 
 
 def test_defaults_need_no_root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
