@@ -21,7 +21,7 @@ from ..deploy.deploydir import deployed_names, read_deployed
 from ..deploy.health import wait_healthy
 from ..deploy.probe import probe_health
 from ..deploy.smoke import run_smoke, served_version
-from ..deploy.verify import readings, remote_readings
+from ..deploy.verify import load_bound, readings, remote_readings
 from ..errors import B70Error, OperationError
 from ..render.draft import copy_name, ensure_draft_copy
 from ..render.files import COMPOSE_FILE
@@ -207,7 +207,7 @@ class DockerNode:
     def idle_readings(self) -> list[Reading]:
         cfg = self.node.config
         if self.node.on_this_host:
-            return readings(port=self.port, feeders=cfg.feeders, load_threshold=cfg.load_threshold)
+            return readings(port=self.port, feeders=cfg.feeders, load_threshold=load_bound(cfg.load_threshold))
         return remote_readings(self.node.address, self.port)
 
     def ensure_draft(self, stack: Stack) -> str | None:
