@@ -4,6 +4,8 @@ revisions)."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import click
 
 from ..actions import inspect
@@ -96,9 +98,23 @@ def history(ctx: Ctx, as_json: bool, last: int | None, show_all: bool, node_name
         plain_rows(headers, cells)  # a terminal table of thousands of rows takes rich seconds
     else:
         table(headers, cells)
-    gone = [f"revision {r['number']}: image {str(r['image_id'])[:19]} is gone; fix: {r['image_fix']}"
-            for r in shown if r["image_gone"]]
+    gone = gone_images(shown)
     if gone:
         click.echo("\n".join(gone), err=True)  # one write, as in `status`
     if last is None and len(shown) < total:
         click.echo(f"{len(shown)} newest of {total:,} revisions; --all or -n N for more", err=True)
+
+
+def gone_images(rows: list[dict[str, Any]]) -> list[str]:
+    """One line per gone image, naming the revisions that ran it (twenty rows of one image
+    are one fix, not twenty)."""
+    by_image: dict[str, list[dict[str, Any]]] = {}
+    for r in rows:
+        if r["image_gone"]:
+            by_image.setdefault(str(r["image_id"]), []).append(r)
+    lines = []
+    for image_id, revs in by_image.items():
+        numbers = ", ".join(str(r["number"]) for r in sorted(revs, key=lambda r: r["number"]))
+        label = "revision" if len(revs) == 1 else "revisions"
+        lines.append(f"image {image_id[:19]} is gone ({label} {numbers}); fix: {revs[0]['image_fix']}")
+    return lines

@@ -180,3 +180,14 @@ def test_config_from_environment_variable(scratch: Scratch) -> None:
     assert res.returncode == 0 and len(json.loads(res.stdout)) == len(SHIPPED_STACKS)
     res = run_cli(scratch.root / "missing.yaml", "stacks", in_process=True)
     assert res.returncode == 2 and "missing.yaml: file not found" in res.stderr
+
+
+def test_history_names_a_gone_image_once_whatever_the_rows_that_ran_it() -> None:
+    from b70deploy.cli.records import gone_images
+
+    rows = [{"number": n, "image_gone": n != 4, "image_id": "sha256:" + ("a" * 64 if n < 4 else "b" * 64),
+             "image_fix": "docker load -i FILE"} for n in range(1, 7)]
+    assert gone_images(rows) == [
+        f"image sha256:{'a' * 12} is gone (revisions 1, 2, 3); fix: docker load -i FILE",
+        f"image sha256:{'b' * 12} is gone (revisions 5, 6); fix: docker load -i FILE",
+    ]
