@@ -5,13 +5,14 @@ are imported by the commands that use them (`stacks` over 1,000 stacks must stay
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import click
 import yaml
 
 from ..actions.stacks import merged_document, summaries
-from ..errors import UserError
+from ..errors import EXIT_BAD_INPUT, UserError
 from ..state.fsio import read_tree, write_tree
 from ..ui.output import emit_json, note, table, warn
 from .base import Ctx, pass_ctx
@@ -22,13 +23,16 @@ from .base import Ctx, pass_ctx
 @pass_ctx
 def stacks(ctx: Ctx, as_json: bool) -> None:
     """List the stack catalogue."""
-    rows = summaries(ctx.node)
+    rows, broken = summaries(ctx.node)
     if as_json:
         emit_json(rows)
-        return
-    table(["stack", "extends", "image", "model", "max len", "kv", "spec", "aliases"],
-          [[r["name"], r["extends"] or "", r["image"], r["model"], f"{r['max_model_len']:,}", r["kv_cache_dtype"],
-            r["speculative"] or "none", ", ".join(r["served_model_names"])] for r in rows])
+    elif rows or not broken:
+        table(["stack", "extends", "image", "model", "max len", "kv", "spec", "aliases"],
+              [[r["name"], r["extends"] or "", r["image"], r["model"], f"{r['max_model_len']:,}",
+                r["kv_cache_dtype"], r["speculative"] or "none", ", ".join(r["served_model_names"])] for r in rows])
+    if broken:  # the good stacks are listed; each broken file gets its own line, and the exit says so
+        click.echo("\n".join(f"error: {e}" for e in broken), err=True)
+        sys.exit(EXIT_BAD_INPUT)
 
 
 @click.command(epilog="Example: b70deploy show eagle3 --json")
