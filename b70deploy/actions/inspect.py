@@ -13,7 +13,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from ..deploy.nodeio import VLLM
-from ..errors import UserError
+from ..errors import B70Error, UserError
 from ..state.journal import Journal
 from ..state.revisions import HEALTHY_OUTCOMES, Revision, RevisionStore, Summaries
 
@@ -78,8 +78,10 @@ def _container(node: Node) -> dict[str, Any]:
 
     try:
         attrs = inspect_service(node.project, VLLM)
-    except Exception as e:  # the engine may be down; status must still answer
-        return {"status": f"unknown ({e})"}
+    except B70Error as e:  # the engine may be down; status must still answer, and say so
+        return {"status": "unknown", "engine_error": e.what, "engine_fix": e.fix}
+    except Exception as e:  # an SDK or CLI surprise: still an answer
+        return {"status": "unknown", "engine_error": str(e), "engine_fix": "check the engine answers (docker info)"}
     st = state_from(attrs)
     labels = dict((attrs or {}).get("Config", {}).get("Labels") or {})
     return {"status": st.status, "exit_code": st.exit_code, "image_id": st.image_id,
@@ -95,9 +97,11 @@ def differences(node: Node, cur: Revision | None, st: dict[str, Any]) -> tuple[l
     lock = st.get("lock")
     if lock and not lock["alive"]:
         return [f"a stale lock of pid {lock['pid']} (`{lock['command']}`)"], "b70deploy unlock"
+    box = st["container"]
+    if box.get("engine_error"):  # what runs is unknown: neither a rollback nor a restore is advice
+        return [box["engine_error"]], box["engine_fix"]
     if cur is None:
         return [], None
-    box = st["container"]
     found = drift(node, cur, box)
     if found:
         return found, f"b70deploy rollback {cur.number} (its exact files and image, recreated)"

@@ -4,11 +4,13 @@ revisions)."""
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 import click
 
 from ..actions import inspect
+from ..errors import EXIT_FAILED
 from ..ui.output import emit_json, plain_rows, table
 from .base import Ctx, pass_ctx
 
@@ -41,7 +43,13 @@ def status(ctx: Ctx, as_json: bool, select: str | None, node_name: str | None) -
     st = inspect.status(ctx.node)
     if as_json:
         emit_json(st)
-        return
+    else:
+        _print_status(st)
+    if st["container"].get("engine_error"):
+        sys.exit(EXIT_FAILED)  # what runs is unknown: a script must not read this as "all well"
+
+
+def _print_status(st: dict[str, Any]) -> None:
     cur = st["current"]
     if cur is None:
         click.echo("no revision deployed")
@@ -61,6 +69,8 @@ def status(ctx: Ctx, as_json: bool, select: str | None, node_name: str | None) -
     if run:
         click.echo(f"INTERRUPTED: `{run['command']}` stopped at step {run['step']} (revision {run['revision']}); "
                    f"fix: {run['fix']}")
+    elif st["container"].get("engine_error"):
+        click.echo(f"UNKNOWN: {st['container']['engine_error']}; fix: {st['fix']}")
     elif st["differs"]:
         click.echo(f"DIFFERS: {'; '.join(st['differs'])}; fix: {st['fix']}")
     gone = [f"IMAGE GONE: rollback to revision {g['revision']} ({g['stack']}) needs {str(g['image_id'])[:19]}; "

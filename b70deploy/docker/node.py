@@ -31,7 +31,7 @@ from ..vllmlog.diagnosis import diagnose
 from . import engine
 from .compose import Compose
 from .keep import REPO, keep_tag, revision_of
-from .proc import last_line, run
+from .proc import explain, last_line, run
 
 if TYPE_CHECKING:
     from ..config.node import Node
@@ -48,16 +48,21 @@ def compose_config(files: Mapping[str, bytes], project: str,
                    folder: Path | None = None) -> tuple[dict[str, Any] | None, str | None]:
     """`docker compose config` of `files` written into `folder` (default: a scratch folder gone
     on return; a caller that reads the bind sources afterwards passes its own): (the resolved
-    config, None) or (None, why Compose refused them)."""
+    config, None) or (None, why Compose refused them). OperationError when Compose itself cannot
+    run (no plugin, no engine)."""
     if folder is None:
         with tempfile.TemporaryDirectory(prefix="b70deploy-config-") as tmp:
             return compose_config(files, project, Path(tmp))
     write_tree(folder, files)
+    argv = Compose(folder, project).config(fmt="json")
     try:
-        result = run(Compose(folder, project).config(fmt="json"), timeout=60, check=False)
+        result = run(argv, timeout=60, check=False)
     except B70Error as e:
         return None, e.what  # the caller says the fix
     if result.returncode != 0:
+        known = explain(argv, result.stderr)
+        if known is not None:  # no Compose plugin, no engine: not the files' fault
+            raise known
         return None, last_line(result.stderr)
     try:
         return json.loads(result.stdout), None
