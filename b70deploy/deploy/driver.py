@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from ..errors import Terminated, UserError
+from ..errors import Declined, Terminated, UserError
 from ..state.journal import RunRecord
 from ..state.statedir import StateDir
 from .nodeio import NodeIO
@@ -82,6 +82,9 @@ class Driver:
             self.state.audit.record(command, "ok" if outcome.ok else "failed", revision=outcome.revision,
                                     summary=outcome.summary)
             return outcome
+        except Declined:
+            self.state.audit.record(command, "declined")
+            raise
         except BaseException as exc:
             self.state.audit.record(command, "error", error=str(exc)[:500])
             raise
