@@ -105,7 +105,7 @@ def history(ctx: Ctx, as_json: bool, last: int | None, show_all: bool, node_name
               f"{r['kv_cache_tokens']:,}" if r.get("kv_cache_tokens") else "",
               r.get("time_to_healthy") or "", r["message"]] for r in shown]
     if show_all:
-        plain_rows(headers, cells)  # a terminal table of thousands of rows takes rich seconds
+        plain_rows(headers, cells)  # thousands of rows: no fitting pass over them
     else:
         table(headers, cells)
     gone = gone_images(shown)

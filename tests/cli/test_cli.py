@@ -191,3 +191,22 @@ def test_history_names_a_gone_image_once_whatever_the_rows_that_ran_it() -> None
         f"image sha256:{'a' * 12} is gone (revisions 1, 2, 3); fix: docker load -i FILE",
         f"image sha256:{'b' * 12} is gone (revisions 5, 6); fix: docker load -i FILE",
     ]
+
+
+@pytest.mark.parametrize("width", [80, 100, 120, 160, 240])
+def test_a_table_fits_the_terminal_and_keeps_words_whole(width: int) -> None:
+    from b70deploy.ui.output import fitted
+
+    headers = ["rev", "stack", "kind", "outcome", "pin", "created", "image", "KV tokens", "healthy s", "message"]
+    rows = [[12, "w4a16-131k", "rollback", "superseded", "*", "2026-12-01T23:49:32+0000", "intel/vllm:latest",
+             "270,592", "21.4", "first deploy: W4A16 + fp8 KV at 262K, with words enough to wrap"]]
+    lines = fitted(headers, rows, width)
+    # ten columns need ~100: narrower, the rows run past the edge (the terminal wraps them)
+    # rather than lose a column or cut a header
+    assert width < 100 or all(len(line) <= width for line in lines), (width, lines)
+    body = " ".join(lines)
+    for whole in ("superseded", "w4a16-131k", "rollback", "270,592", "healthy s"):  # never "superse/ded"
+        assert whole in body, (whole, lines)
+    words = ["first", "deploy:", "W4A16", "+", "fp8", "KV", "at", "262K,", "with", "words", "enough", "to", "wrap"]
+    cells = " ".join(lines[1:]).split()
+    assert [w for w in cells if w in words] == words  # the message is all there, in order
