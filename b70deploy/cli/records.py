@@ -104,6 +104,10 @@ def history(ctx: Ctx, as_json: bool, last: int | None, show_all: bool, node_name
               r["image_ref"] + (" (GONE)" if r["image_gone"] else ""),
               f"{r['kv_cache_tokens']:,}" if r.get("kv_cache_tokens") else "",
               r.get("time_to_healthy") or "", r["message"]] for r in shown]
+    if any(r.get("failure") for r in shown):  # why a revision failed, beside what it was for
+        headers.append("why it failed")
+        for row, r in zip(cells, shown, strict=True):
+            row.append(r.get("failure") or "")
     if show_all:
         plain_rows(headers, cells)  # thousands of rows: no fitting pass over them
     else:

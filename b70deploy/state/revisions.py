@@ -118,7 +118,11 @@ class Revision:
             "kv_cache_tokens": self.status.facts.get("kv_cache_tokens"),
             "time_to_healthy": self.status.facts.get("time_to_healthy"),
             "vllm_version": self.status.vllm_version,
+            "failure": (self.status.diagnosis or self.status.failure or "")[:FAILURE_SHOWN] or None,
         }
+
+
+FAILURE_SHOWN = 200  # characters of a failed revision's reason in its summary (status.json keeps it whole)
 
 
 class Summaries:
