@@ -16,6 +16,7 @@ from ..errors import EXIT_BAD_INPUT, UserError
 from ..state.fsio import read_tree, write_tree
 from ..ui.output import emit_json, note, table, warn
 from .base import Ctx, pass_ctx
+from .complete import rollback_targets, stack_names
 
 
 @click.command(epilog="Example: b70deploy stacks --json")
@@ -36,7 +37,7 @@ def stacks(ctx: Ctx, as_json: bool) -> None:
 
 
 @click.command(epilog="Example: b70deploy show eagle3 --json")
-@click.argument("stack")
+@click.argument("stack", shell_complete=stack_names)
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of YAML.")
 @pass_ctx
 def show(ctx: Ctx, stack: str, as_json: bool) -> None:
@@ -49,7 +50,7 @@ def show(ctx: Ctx, stack: str, as_json: bool) -> None:
 
 
 @click.command(epilog="Example: b70deploy render eagle3 --out /tmp/eagle3")
-@click.argument("stack")
+@click.argument("stack", shell_complete=stack_names)
 @click.option("--out", metavar="DIR", help="Write the files into DIR instead of printing them.")
 @click.option("--json", "as_json", is_flag=True, help="Print the files as JSON (secrets masked).")
 @click.option("--no-docker", is_flag=True, help="Do not ask the engine: plain render, no image pin, no patches.")
@@ -93,7 +94,7 @@ def render(ctx: Ctx, stack: str, out: str | None, as_json: bool, no_docker: bool
 
 
 @click.command(epilog="Examples: b70deploy diff eagle3 | b70deploy diff 3 7")
-@click.argument("what", nargs=-1, required=True, metavar="STACK | REV_A REV_B")
+@click.argument("what", nargs=-1, required=True, metavar="STACK | REV_A REV_B", shell_complete=rollback_targets)
 @click.option("--json", "as_json", is_flag=True, help="Print the changed files and the diff as JSON.")
 @pass_ctx
 def diff(ctx: Ctx, what: tuple[str, ...], as_json: bool) -> None:

@@ -24,6 +24,7 @@ from ..errors import Declined, UserError
 from ..ui.output import emit_json, table
 from ..ui.progress import PlainReporter, Reporter, make_reporter, paused
 from .base import Ctx, pass_ctx
+from .complete import rollback_targets, stack_names
 
 _TIMEOUT_HELP = "Seconds to wait for /health of the new stack (default: node timeouts.health, 720)."
 
@@ -121,7 +122,7 @@ def _common(fn: Any) -> Any:
 
 @click.command(epilog="Examples: b70deploy switch eagle3 -m 'EAGLE-3 with the fixed draft' --yes | "
              "b70deploy switch eagle3 --nodes all --max-unavailable 2 --pause 30")
-@click.argument("stack")
+@click.argument("stack", shell_complete=stack_names)
 @click.option("--dry-run", is_flag=True, help="Print the plan and the diff; change nothing.")
 @click.option("--no-auto-rollback", is_flag=True, help="On failure, leave the failed stack for inspection.")
 @_rolling_options
@@ -167,7 +168,7 @@ def switch(ctx: Ctx, stack: str, dry_run: bool, no_auto_rollback: bool, select: 
 
 @click.command(epilog="Examples: b70deploy rollback | b70deploy rollback tq-256k | b70deploy rollback 12 | "
              "b70deploy rollback --nodes a,b --max-unavailable 1")
-@click.argument("target", required=False)
+@click.argument("target", required=False, shell_complete=rollback_targets)
 @_rolling_options
 @_common
 @pass_ctx
@@ -285,7 +286,7 @@ def gc(ctx: Ctx, dry_run: bool, as_json: bool) -> None:
 
 
 @click.command(epilog="Examples: b70deploy drain && b70deploy up ngram --dark | b70deploy up tiny --dark --force")
-@click.argument("stack")
+@click.argument("stack", shell_complete=stack_names)
 @click.option("--dark", is_flag=True, required=True, help="Required: run on the dark port, own project.")
 @click.option("--timeout", type=float)
 @click.option("--force", is_flag=True, help="Start even while production's vllm runs (both must fit on the GPU).")

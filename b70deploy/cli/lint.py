@@ -17,11 +17,12 @@ from ..ui.output import emit_json
 from ..vllmlog.bootlog import parse_boot_facts
 from ..vllmlog.diagnosis import diagnose as run_diagnosis
 from .base import Ctx, pass_ctx
+from .complete import revision_numbers, stack_names
 
 
 @click.command(epilog="Examples:\n\n  b70deploy lint eagle3\n\n  b70deploy lint --all --json\n\n"
                     "Exit codes: 0 no errors (warnings allowed), 2 errors found.")
-@click.argument("stacks", nargs=-1)
+@click.argument("stacks", nargs=-1, shell_complete=stack_names)
 @click.option("--all", "all_stacks", is_flag=True, help="Lint every stack in the catalogue.")
 @click.option("--json", "as_json", is_flag=True, help="Print findings as JSON.")
 @click.option("--no-docker", is_flag=True, help="Only the checks that need no Docker (no image, compose or port).")
@@ -81,7 +82,7 @@ def _container_lines(name: str) -> list[str]:
                     "  b70deploy diagnose --container b70-vllm-1 --json\n\n"
                     "  b70deploy diagnose --log /tmp/vllm.log --stack w4a16\n\n"
                     "Exit codes: 0 no fatal signature, 1 a fatal signature found, 2 bad input.")
-@click.argument("rev", required=False)
+@click.argument("rev", required=False, shell_complete=revision_numbers)
 @click.option("--log", "log_file", metavar="FILE", help="Read a saved boot log ('-' for stdin).")
 @click.option("--container", metavar="NAME", help="Read a container's log through Docker.")
 @click.option("--stack", "stack_name", metavar="STACK",

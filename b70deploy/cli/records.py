@@ -13,6 +13,7 @@ from ..actions import inspect
 from ..errors import EXIT_FAILED
 from ..ui.output import emit_json, plain_rows, table
 from .base import Ctx, pass_ctx
+from .complete import node_names
 
 PAGE = 20  # history's default: the newest rows; --all or -n N for more
 
@@ -20,7 +21,8 @@ PAGE = 20  # history's default: the newest rows; --all or -n N for more
 @click.option("--json", "as_json", is_flag=True)
 @click.option("--nodes", "select", is_flag=False, flag_value="all", default=None, metavar="[all|a,b]",
               help="With an inventory: one row per node (all when no list is given).")
-@click.option("--node", "node_name", metavar="NAME", help="With an inventory: this node's full status.")
+@click.option("--node", "node_name", metavar="NAME", shell_complete=node_names,
+              help="With an inventory: this node's full status.")
 @pass_ctx
 def status(ctx: Ctx, as_json: bool, select: str | None, node_name: str | None) -> None:
     """What runs now: revision, stack, health, boot facts, image, interrupted runs."""
@@ -85,7 +87,8 @@ def _print_status(st: dict[str, Any]) -> None:
 @click.option("-n", "last", type=click.IntRange(min=0), default=None,
               help=f"Only the last N revisions (default {PAGE} in a table; 0 = all).")
 @click.option("--all", "show_all", is_flag=True, help="Every revision, as plain rows (fast on any count).")
-@click.option("--node", "node_name", metavar="NAME", help="With an inventory: that node's revisions.")
+@click.option("--node", "node_name", metavar="NAME", shell_complete=node_names,
+              help="With an inventory: that node's revisions.")
 @pass_ctx
 def history(ctx: Ctx, as_json: bool, last: int | None, show_all: bool, node_name: str | None) -> None:
     """Every revision: stack, outcome, image, KV tokens, time to healthy.

@@ -8,10 +8,11 @@ import click
 from ..actions import inspect
 from ..ui.output import emit_json, table
 from .base import Ctx, pass_ctx
+from .complete import revision_numbers
 
 
 @click.command(epilog="Example: b70deploy logs 12")
-@click.argument("revision", type=int)
+@click.argument("revision", type=int, shell_complete=revision_numbers)
 @pass_ctx
 def logs(ctx: Ctx, revision: int) -> None:
     """Print the container log kept with REVISION (failed boots keep theirs)."""
@@ -24,7 +25,7 @@ def _pin(ctx: Ctx, revision: int, pinned: bool) -> None:
 
 
 @click.command(epilog="Example: b70deploy pin 7")
-@click.argument("revision", type=int)
+@click.argument("revision", type=int, shell_complete=revision_numbers)
 @pass_ctx
 def pin(ctx: Ctx, revision: int) -> None:
     """Keep REVISION forever (prune skips it)."""
@@ -32,7 +33,7 @@ def pin(ctx: Ctx, revision: int) -> None:
 
 
 @click.command(epilog="Example: b70deploy unpin 7")
-@click.argument("revision", type=int)
+@click.argument("revision", type=int, shell_complete=revision_numbers)
 @pass_ctx
 def unpin(ctx: Ctx, revision: int) -> None:
     """Let prune remove REVISION again."""
