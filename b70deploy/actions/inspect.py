@@ -250,13 +250,19 @@ def set_pin(node: Node, number: int, pinned: bool) -> None:
         state.revisions.update_status(number, pinned=pinned)
 
 
-def prune(node: Node, keep: int | None) -> list[int]:
-    """Delete old revisions, keeping the newest `keep`, every pinned one and the current one."""
+def prune_plan(node: Node, keep: int | None, *, force: bool = False) -> tuple[list[int], dict[int, str]]:
+    """What prune would delete, and the old revisions it keeps with why (changes nothing)."""
+    return RevisionStore(node.state_dir).prune_plan(keep or node.config.keep_revisions, force=force)
+
+
+def prune(node: Node, keep: int | None, *, force: bool = False) -> list[int]:
+    """Delete old revisions, keeping the newest `keep`, every pinned one and the current one
+    (and, unless `force`, the newest adopted revision and unproven imports)."""
     from ..state.statedir import StateDir
 
     state = StateDir(node.state_dir)
     with state.lock("prune", wait=10.0):
-        return state.revisions.prune(keep or node.config.keep_revisions)
+        return state.revisions.prune(keep or node.config.keep_revisions, force=force)
 
 
 def audit(node: Node, last: int) -> list[dict[str, Any]]:
