@@ -250,6 +250,9 @@ def _verify(r: Run) -> None:
                 r.info(f"{x.name}: {x.detail}")
             return
         text = "; ".join(f"{x.name}: {x.detail}" for x in bad)
+        if not waiting:  # said at the first busy reading, whatever the clock says next
+            r.info(f"waiting up to {r.plan.timeouts.verify:.0f} s for the node to go idle: {text}")
+            waiting = True
         if r.io.monotonic() >= deadline:
             if r.plan.kind == "rollback":
                 r.info(f"warning: node not idle ({text}); rolling back anyway")
@@ -257,9 +260,6 @@ def _verify(r: Run) -> None:
             raise OperationError(f"node not idle after {r.plan.timeouts.verify:.0f} s: {text}",
                                  fix="wait for clients to finish, or raise --verify-wait (node config: "
                                      "timeouts.verify; the load's bound is load_threshold)")
-        if not waiting:
-            r.info(f"waiting up to {r.plan.timeouts.verify:.0f} s for the node to go idle: {text}")
-            waiting = True
         r.io.sleep(1.0)
 
 
