@@ -12,6 +12,7 @@ CLI, their catcher turns them into a result or into a B70Error):
     +-- B70Error                   errors.py: exit_code 1; `where=`, `fix=`
     |   +-- UserError              errors.py: bad input, exit 2, newlines escaped
     |   +-- OperationError         errors.py: the node failed, exit 1
+    |       +-- Declined           errors.py: the operator answered no at the prompt; nothing changed
     |       +-- LockBusy           state/lock.py: another command holds the node
     |       +-- StaleLock          state/lock.py: the holder died mid-run (resume/rollback/unlock)
     +-- StepFailed                 deploy/runner.py: a step raised; carries the cause and the
@@ -63,6 +64,10 @@ class OperationError(B70Error):
     the container's last log lines after a newline (the dark boot does): they are kept."""
 
     exit_code = EXIT_FAILED
+
+
+class Declined(OperationError):
+    """The operator said no to "Drain production ...?": nothing changed; audited as declined."""
 
 
 class Terminated(KeyboardInterrupt):

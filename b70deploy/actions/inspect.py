@@ -13,7 +13,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from ..deploy.nodeio import VLLM
-from ..errors import UserError
+from ..errors import B70Error, UserError
 from ..state.journal import Journal
 from ..state.revisions import FSCK_FIX, HEALTHY_OUTCOMES, DamagedRecord, Revision, RevisionStore, Summaries, sha256
 
@@ -93,8 +93,10 @@ def _container(node: Node) -> dict[str, Any]:
 
     try:
         attrs = inspect_service(node.project, VLLM)
-    except Exception as e:  # the engine may be down; status must still answer
-        return {"status": f"unknown ({e})"}
+    except B70Error as e:  # the engine may be down; status must still answer, and say so
+        return {"status": "unknown", "engine_error": e.what, "engine_fix": e.fix}
+    except Exception as e:  # an SDK or CLI surprise: still an answer
+        return {"status": "unknown", "engine_error": str(e), "engine_fix": "check the engine answers (docker info)"}
     st = state_from(attrs)
     labels = dict((attrs or {}).get("Config", {}).get("Labels") or {})
     return {"status": st.status, "exit_code": st.exit_code, "image_id": st.image_id,
@@ -112,6 +114,9 @@ def differences(node: Node, store: RevisionStore, cur: Revision | None,
     lock = st.get("lock")
     if lock and not lock["alive"]:
         return [f"a stale lock of pid {lock['pid']} (`{lock['command']}`)"], "b70deploy unlock"
+    box = st["container"]
+    if box.get("engine_error"):  # what runs is unknown: neither a rollback nor a restore is advice
+        return [box["engine_error"]], box["engine_fix"]
     if cur is None:
         number = st.get("current_number")
         if number is not None and store.exists(number):
@@ -121,7 +126,6 @@ def differences(node: Node, store: RevisionStore, cur: Revision | None,
             return [f"{store.current_path} names revision {number}, which has no folder"], \
                 "b70deploy fsck --repair (points it at what the deploy dir holds)"
         return [], None
-    box = st["container"]
     found = drift(node, cur, box)
     damage = cur.damage()  # its stored copy, checked against the hashes it recorded
     if found:
@@ -282,13 +286,19 @@ def set_pin(node: Node, number: int, pinned: bool) -> None:
         state.revisions.update_status(number, pinned=pinned)
 
 
-def prune(node: Node, keep: int | None) -> list[int]:
-    """Delete old revisions, keeping the newest `keep`, every pinned one and the current one."""
+def prune_plan(node: Node, keep: int | None, *, force: bool = False) -> tuple[list[int], dict[int, str]]:
+    """What prune would delete, and the old revisions it keeps with why (changes nothing)."""
+    return RevisionStore(node.state_dir).prune_plan(keep or node.config.keep_revisions, force=force)
+
+
+def prune(node: Node, keep: int | None, *, force: bool = False) -> list[int]:
+    """Delete old revisions, keeping the newest `keep`, every pinned one and the current one
+    (and, unless `force`, the newest adopted revision and unproven imports)."""
     from ..state.statedir import StateDir
 
     state = StateDir(node.state_dir)
     with state.lock("prune", wait=10.0):
-        return state.revisions.prune(keep or node.config.keep_revisions)
+        return state.revisions.prune(keep or node.config.keep_revisions, force=force)
 
 
 def audit(node: Node, last: int) -> list[dict[str, Any]]:

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 import click
 
 from ..docker.endpoint import activate  # stdlib only: safe for the root --help
+from .complete import node_names
 
 if TYPE_CHECKING:
     from ..config.node import Node
@@ -121,7 +122,7 @@ class LazyGroup(click.Group):
               help="Node config (default: $B70DEPLOY_CONFIG, ./b70deploy.yaml, /etc/b70deploy/node.yaml).")
 @click.option("--stacks-dir", metavar="DIR", envvar="B70DEPLOY_STACKS",
               help="Stack catalogue folder (default: node config's stacks_dir, else the shipped one).")
-@click.option("--node", "node_name", metavar="NAME", envvar="B70DEPLOY_NODE",
+@click.option("--node", "node_name", metavar="NAME", envvar="B70DEPLOY_NODE", shell_complete=node_names,
               help="With an inventory (nodes: in the config): the node a command acts on.")
 @click.version_option(package_name="b70deploy")
 @click.pass_context

@@ -5,6 +5,7 @@ records, logs, pin, unpin, prune, audit and unlock in revisions: they need no sw
 from __future__ import annotations
 
 import sys
+from contextlib import nullcontext
 from typing import Any
 
 import click
@@ -19,20 +20,22 @@ from ..actions.switch import DeployOptions, Switch
 from ..deploy.driver import Outcome
 from ..deploy.plan import DeployPlan
 from ..deploy.rollout import Plan
-from ..errors import OperationError, UserError
+from ..errors import Declined, UserError
 from ..ui.output import emit_json, table
-from ..ui.progress import PlainReporter, make_reporter
+from ..ui.progress import PlainReporter, Reporter, make_reporter, paused
 from .base import Ctx, pass_ctx
+from .complete import rollback_targets, stack_names
 
 _TIMEOUT_HELP = "Seconds to wait for /health of the new stack (default: node timeouts.health, 720)."
 
 
-def confirm(question: str, assume_yes: bool) -> None:
+def confirm(question: str, assume_yes: bool, reporter: Reporter | None = None) -> None:
     """Ask on a terminal before stopping production; never blocks a pipe or CI."""
     if assume_yes or not sys.stdin.isatty():
         return
-    if not click.confirm(question, default=False, err=True):
-        raise OperationError("cancelled; nothing changed")
+    with paused(reporter) if reporter is not None else nullcontext():
+        if not click.confirm(question, default=False, err=True):
+            raise Declined("declined at the prompt; nothing changed")
 
 
 def _finish(outcome: Outcome, as_json: bool) -> None:
@@ -121,7 +124,7 @@ def _common(fn: Any) -> Any:
 
 @click.command(epilog="Examples: b70deploy switch eagle3 -m 'EAGLE-3 with the fixed draft' --yes | "
              "b70deploy switch eagle3 --nodes all --max-unavailable 2 --pause 30")
-@click.argument("stack")
+@click.argument("stack", shell_complete=stack_names)
 @click.option("--dry-run", is_flag=True, help="Print the plan and the diff; change nothing.")
 @click.option("--no-auto-rollback", is_flag=True, help="On failure, leave the failed stack for inspection.")
 @_rolling_options
@@ -153,10 +156,11 @@ def switch(ctx: Ctx, stack: str, dry_run: bool, no_auto_rollback: bool, select: 
         return
     prod = ctx.node.config.ports.prod
 
-    def ask(plan: DeployPlan) -> None:
-        confirm(f"Drain production on :{prod} and switch to {stack}?", yes)
-
     reporter = make_reporter(quiet=as_json)
+
+    def ask(plan: DeployPlan) -> None:
+        confirm(f"Drain production on :{prod} and switch to {stack}?", yes, reporter)
+
     try:
         outcome = action.run(reporter, confirm=ask)
     finally:
@@ -166,7 +170,7 @@ def switch(ctx: Ctx, stack: str, dry_run: bool, no_auto_rollback: bool, select: 
 
 @click.command(epilog="Examples: b70deploy rollback | b70deploy rollback tq-256k | b70deploy rollback 12 | "
              "b70deploy rollback --nodes a,b --max-unavailable 1")
-@click.argument("target", required=False)
+@click.argument("target", required=False, shell_complete=rollback_targets)
 @_rolling_options
 @_common
 @pass_ctx
@@ -187,10 +191,12 @@ def rollback(ctx: Ctx, target: str | None, select: str | None, max_unavailable: 
         return
     _no_rolling_flags(max_unavailable, pause, rollback_all_on_failure)
 
-    def ask(plan: DeployPlan) -> None:
-        confirm(f"Drain production and roll back to revision {plan.restored_from} ({plan.stack.name})?", yes)
-
     reporter = make_reporter(quiet=as_json)
+
+    def ask(plan: DeployPlan) -> None:
+        confirm(f"Drain production and roll back to revision {plan.restored_from} ({plan.stack.name})?", yes,
+                reporter)
+
     try:
         outcome = Rollback(ctx.node, target, opts).run(reporter, confirm=ask)
     finally:
@@ -282,7 +288,7 @@ def gc(ctx: Ctx, dry_run: bool, as_json: bool) -> None:
 
 
 @click.command(epilog="Examples: b70deploy drain && b70deploy up ngram --dark | b70deploy up tiny --dark --force")
-@click.argument("stack")
+@click.argument("stack", shell_complete=stack_names)
 @click.option("--dark", is_flag=True, required=True, help="Required: run on the dark port, own project.")
 @click.option("--timeout", type=float)
 @click.option("--force", is_flag=True, help="Start even while production's vllm runs (both must fit on the GPU).")

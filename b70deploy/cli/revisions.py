@@ -3,15 +3,19 @@ commands so they import no switch machinery (the engine SDK, rich, the renderer)
 
 from __future__ import annotations
 
+import sys
+
 import click
 
 from ..actions import inspect
+from ..errors import Declined
 from ..ui.output import emit_json, table
 from .base import Ctx, pass_ctx
+from .complete import revision_numbers
 
 
 @click.command(epilog="Example: b70deploy logs 12")
-@click.argument("revision", type=int)
+@click.argument("revision", type=int, shell_complete=revision_numbers)
 @pass_ctx
 def logs(ctx: Ctx, revision: int) -> None:
     """Print the container log kept with REVISION (failed boots keep theirs)."""
@@ -24,7 +28,7 @@ def _pin(ctx: Ctx, revision: int, pinned: bool) -> None:
 
 
 @click.command(epilog="Example: b70deploy pin 7")
-@click.argument("revision", type=int)
+@click.argument("revision", type=int, shell_complete=revision_numbers)
 @pass_ctx
 def pin(ctx: Ctx, revision: int) -> None:
     """Keep REVISION forever (prune skips it)."""
@@ -32,19 +36,35 @@ def pin(ctx: Ctx, revision: int) -> None:
 
 
 @click.command(epilog="Example: b70deploy unpin 7")
-@click.argument("revision", type=int)
+@click.argument("revision", type=int, shell_complete=revision_numbers)
 @pass_ctx
 def unpin(ctx: Ctx, revision: int) -> None:
     """Let prune remove REVISION again."""
     _pin(ctx, revision, False)
 
 
-@click.command(epilog="Example: b70deploy prune --keep 20")
+@click.command(epilog="Examples: b70deploy prune --keep 20 --dry-run | b70deploy prune --keep 5 --yes")
 @click.option("--keep", type=click.IntRange(1), help="Revisions to keep (default: node keep_revisions, 20).")
+@click.option("--dry-run", is_flag=True, help="Say what would be deleted and what is kept; delete nothing.")
+@click.option("--force", is_flag=True, help="Also delete the newest adopted revision and unproven imports.")
+@click.option("--yes", "-y", is_flag=True, help="Do not ask before deleting.")
 @pass_ctx
-def prune(ctx: Ctx, keep: int | None) -> None:
+def prune(ctx: Ctx, keep: int | None, dry_run: bool, force: bool, yes: bool) -> None:
     """Delete old revisions, keeping the newest N, every pinned one and the current one."""
-    gone = inspect.prune(ctx.node, keep)
+    doomed, kept = inspect.prune_plan(ctx.node, keep, force=force)
+    for number, why in sorted(kept.items()):
+        click.echo(f"keeping revision {number}: {why}", err=True)
+    listed = f": {', '.join(map(str, doomed))}" if doomed else ""
+    if dry_run:
+        click.echo(f"would delete {len(doomed)} revision(s){listed} (dry run, nothing deleted)")
+        return
+    if not doomed:
+        click.echo("nothing to prune")
+        return
+    if not yes and sys.stdin.isatty() and not click.confirm(
+            f"Delete revision(s) {', '.join(map(str, doomed))} and their files for good?", default=False, err=True):
+        raise Declined("declined at the prompt; nothing deleted")
+    gone = inspect.prune(ctx.node, keep, force=force)
     click.echo(f"pruned {len(gone)} revisions" + (f": {', '.join(map(str, gone))}; `b70deploy gc` frees their "
                                                   "images" if gone else ""))
 

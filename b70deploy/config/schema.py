@@ -463,7 +463,7 @@ class NodeConfig(Strict):
     ports: Ports = Ports()
     companions: list[Companion] = Field(default_factory=list)
     feeders: list[str] = Field(default_factory=list)
-    load_threshold: float = Field(default=2.0, gt=0, le=1024)
+    load_threshold: float | None = Field(default=None, gt=0, le=1024)  # None: the core count (verify.load_bound)
     timeouts: Timeouts = Timeouts()
     secrets_env_file: str | None = None
     image_map: dict[str, str] = Field(default_factory=dict)

@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from ..errors import Terminated, UserError
+from ..errors import Declined, Terminated, UserError
 from ..state import space
 from ..state.journal import RunRecord
 from ..state.statedir import StateDir
@@ -84,6 +84,10 @@ class Driver:
             outcome = self._run(run, runner)
             self._audit(command, outcome)
             return outcome
+        except Declined:
+            space.best_effort(self.state.path, lambda: self.state.audit.record(command, "declined"),
+                              f"the audit log ({self.state.audit.path})", self.reporter.info)
+            raise
         except BaseException as exc:
             said = str(exc)[:500]
             space.best_effort(self.state.path, lambda: self.state.audit.record(command, "error", error=said),

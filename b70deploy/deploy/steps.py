@@ -274,7 +274,11 @@ def _undo_drain(r: Run) -> None:
 
 
 def _verify(r: Run) -> None:
+    if r.previous is None:  # no revision was serving: no client can be cut off, whatever the load
+        r.info("nothing was serving: idle check skipped")
+        return
     deadline = r.io.monotonic() + r.plan.timeouts.verify
+    waiting = False
     while True:
         got = r.io.idle_readings()
         bad = [x for x in got if not x.ok]
@@ -282,13 +286,17 @@ def _verify(r: Run) -> None:
             for x in got:
                 r.info(f"{x.name}: {x.detail}")
             return
+        text = "; ".join(f"{x.name}: {x.detail}" for x in bad)
+        if not waiting:  # said at the first busy reading, whatever the clock says next
+            r.info(f"waiting up to {r.plan.timeouts.verify:.0f} s for the node to go idle: {text}")
+            waiting = True
         if r.io.monotonic() >= deadline:
-            text = "; ".join(f"{x.name}: {x.detail}" for x in bad)
             if r.plan.kind == "rollback":
                 r.info(f"warning: node not idle ({text}); rolling back anyway")
                 return
             raise OperationError(f"node not idle after {r.plan.timeouts.verify:.0f} s: {text}",
-                                 fix="wait for clients to finish, or raise --verify-wait")
+                                 fix="wait for clients to finish, or raise --verify-wait (node config: "
+                                     "timeouts.verify; the load's bound is load_threshold)")
         r.io.sleep(1.0)
 
 

@@ -21,7 +21,7 @@ from ..deploy.deploydir import deployed_names, read_deployed
 from ..deploy.health import wait_healthy
 from ..deploy.probe import probe_health
 from ..deploy.smoke import run_smoke, served_version
-from ..deploy.verify import readings, remote_readings
+from ..deploy.verify import load_bound, readings, remote_readings
 from ..errors import B70Error, OperationError
 from ..render.draft import copy_name, ensure_draft_copy
 from ..render.files import COMPOSE_FILE
@@ -31,7 +31,7 @@ from ..vllmlog.diagnosis import diagnose
 from . import engine
 from .compose import Compose
 from .keep import REPO, keep_tag, revision_of
-from .proc import last_line, run
+from .proc import explain, last_line, run
 
 if TYPE_CHECKING:
     from ..config.node import Node
@@ -48,16 +48,21 @@ def compose_config(files: Mapping[str, bytes], project: str,
                    folder: Path | None = None) -> tuple[dict[str, Any] | None, str | None]:
     """`docker compose config` of `files` written into `folder` (default: a scratch folder gone
     on return; a caller that reads the bind sources afterwards passes its own): (the resolved
-    config, None) or (None, why Compose refused them)."""
+    config, None) or (None, why Compose refused them). OperationError when Compose itself cannot
+    run (no plugin, no engine)."""
     if folder is None:
         with tempfile.TemporaryDirectory(prefix="b70deploy-config-") as tmp:
             return compose_config(files, project, Path(tmp))
     write_tree(folder, files)
+    argv = Compose(folder, project).config(fmt="json")
     try:
-        result = run(Compose(folder, project).config(fmt="json"), timeout=60, check=False)
+        result = run(argv, timeout=60, check=False)
     except B70Error as e:
         return None, e.what  # the caller says the fix
     if result.returncode != 0:
+        known = explain(argv, result.stderr)
+        if known is not None:  # no Compose plugin, no engine: not the files' fault
+            raise known
         return None, last_line(result.stderr)
     try:
         return json.loads(result.stdout), None
@@ -207,7 +212,7 @@ class DockerNode:
     def idle_readings(self) -> list[Reading]:
         cfg = self.node.config
         if self.node.on_this_host:
-            return readings(port=self.port, feeders=cfg.feeders, load_threshold=cfg.load_threshold)
+            return readings(port=self.port, feeders=cfg.feeders, load_threshold=load_bound(cfg.load_threshold))
         return remote_readings(self.node.address, self.port)
 
     def ensure_draft(self, stack: Stack) -> str | None:

@@ -181,7 +181,11 @@ class Revision:
             "kv_cache_tokens": self.status.facts.get("kv_cache_tokens"),
             "time_to_healthy": self.status.facts.get("time_to_healthy"),
             "vllm_version": self.status.vllm_version,
+            "failure": (self.status.diagnosis or self.status.failure or "")[:FAILURE_SHOWN] or None,
         }
+
+
+FAILURE_SHOWN = 200  # characters of a failed revision's reason in its summary (status.json keeps it whole)
 
 
 class Summaries:
@@ -581,13 +585,14 @@ class RevisionStore:
     def log_path(self, number: int) -> Path:
         return self._dir(number) / "container.log"
 
-    def prune(self, keep: int) -> list[int]:
-        """Delete all but the newest `keep` revisions, never a pinned one or the current one."""
-        if not self._doomed(self.index(), keep):  # the usual case after a switch: no marker, no index write
+    def prune(self, keep: int, *, force: bool = False) -> list[int]:
+        """Delete all but the newest `keep` revisions, never a pinned one or the current one, nor
+        (unless `force`) a way back that exists once: see `prune_plan`."""
+        if not self._doomed(self.index(), keep, force=force):  # the usual case after a switch: no index write
             return []
         with self._changing():
             entries = self.index()
-            doomed = self._doomed(entries, keep)
+            doomed = self._doomed(entries, keep, force=force)
             for n in doomed:
                 # Rename first so a crash mid-delete never leaves a half-revision under its number.
                 trash = self.root / f".trash-{n:06d}"
@@ -600,11 +605,35 @@ class RevisionStore:
             self._write_index([e for e in entries if e["number"] not in gone])
         return doomed
 
-    def _doomed(self, entries: list[dict[str, Any]], keep: int) -> list[int]:
-        current = self.current_number()
+    def prune_plan(self, keep: int, *, force: bool = False) -> tuple[list[int], dict[int, str]]:
+        """What `prune(keep, force)` would delete, and the old revisions it keeps, each with why."""
+        entries = self.index()
+        return self._doomed(entries, keep, force=force), self._kept(entries, keep, force=force)
+
+    def _doomed(self, entries: list[dict[str, Any]], keep: int, *, force: bool) -> list[int]:
+        kept = self._kept(entries, keep, force=force)
         newest = {e["number"] for e in entries[-keep:]} if keep > 0 else set()
-        return [e["number"] for e in entries
-                if e["number"] not in newest and not e["pinned"] and e["number"] != current]
+        return [e["number"] for e in entries if e["number"] not in newest and e["number"] not in kept]
+
+    def _kept(self, entries: list[dict[str, Any]], keep: int, *, force: bool) -> dict[int, str]:
+        """The revisions older than the newest `keep` that stay, and why: pinned, current, and,
+        unless `force`, the newest adopted revision (the way back to the hand-made node) and an
+        unproven import (one that never ran: nothing else holds its bytes)."""
+        current = self.current_number()
+        adopted = [e["number"] for e in entries if e.get("kind") == "adopt"]
+        older = entries[:-keep] if keep > 0 else entries
+        why: dict[int, str] = {}
+        for e in older:
+            n = e["number"]
+            if e["pinned"]:
+                why[n] = "pinned"
+            elif n == current:
+                why[n] = "current"
+            elif not force and adopted and n == adopted[-1]:
+                why[n] = "the newest adopted revision: the way back to the hand-made node (--force deletes it)"
+            elif not force and e.get("kind") == "import" and e.get("outcome") == "unproven":
+                why[n] = "an unproven import: nothing else holds its bytes (--force deletes it)"
+        return why
 
     def sweep(self, older_than: float) -> list[str]:
         """Remove what a killed writer left (`.new-*` and `.trash-*` folders, `.*.tmp` files of

@@ -8,7 +8,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from kit.scratch import MINIMAL_STACK, SHIPPED_STACKS, Scratch
+from simkit import run_cli
 
 from b70deploy.config.catalogue import Catalogue, deep_merge
 from b70deploy.config.node import load_node
@@ -267,3 +269,50 @@ def test_declared_name_must_match_file(scratch: Scratch) -> None:
 def test_missing_stacks_dir_is_a_user_error(tmp_path: Path) -> None:
     with pytest.raises(UserError, match="stacks folder not found"):
         Catalogue(tmp_path / "absent")
+
+
+# ------------------------------------------------------------------ a new operator's mistakes
+
+
+def test_a_mistyped_stack_name_gets_a_did_you_mean(scratch: Scratch) -> None:
+    scratch.write_stack("w4a16-131k", MINIMAL_STACK)
+    scratch.write_stack("eagle3", MINIMAL_STACK)
+    with pytest.raises(UserError, match=r"no stack named 'w4a16-13k'.*fix: did you mean w4a16-131k\?"):
+        Catalogue(scratch.stacks).load("w4a16-13k")
+    with pytest.raises(UserError, match="fix: use one of: eagle3, w4a16-131k"):
+        Catalogue(scratch.stacks).load("zzz")
+
+
+def test_an_empty_stack_file_says_it_is_empty(scratch: Scratch) -> None:
+    path = scratch.write_stack("blank", "")
+    with pytest.raises(UserError, match="the stack file is empty") as e:
+        Catalogue(scratch.stacks).load("blank")
+    assert str(path) in str(e.value) and "required key" not in str(e.value)
+
+
+def test_every_error_of_a_file_is_in_its_one_line(scratch: Scratch) -> None:
+    path = scratch.write_stack("bad", {**MINIMAL_STACK, "max_model_len": "lots", "dtype": 3, "tensor_paralel": 2})
+    with pytest.raises(UserError) as e:
+        Catalogue(scratch.stacks).load("bad")
+    text = str(e.value)
+    assert "\n" not in text and text.startswith(f"{path}: 3 errors: ")
+    for key in ("max_model_len", "dtype", "tensor_paralel"):
+        assert f"{key}: " in text, text
+
+
+def test_stacks_lists_the_good_stacks_and_a_line_per_broken_file(scratch: Scratch) -> None:
+    scratch.write_stack("good", MINIMAL_STACK)
+    scratch.write_stack("zz-good", MINIMAL_STACK)
+    scratch.write_stack("blank", "")
+    scratch.write_stack("orphan", {"extends": "nobody"})
+    (scratch.stacks / "Bad Name.yaml").write_text(yaml.safe_dump(MINIMAL_STACK))
+    r = run_cli(scratch.config, "stacks", "--json", in_process=True)
+    assert r.returncode == 2
+    assert [row["name"] for row in json.loads(r.stdout)] == ["good", "zz-good"]
+    errors = r.stderr.strip().splitlines()
+    assert len(errors) == 3, errors
+    assert any("blank.yaml: the stack file is empty" in e for e in errors)
+    assert any("orphan.yaml: extends: unknown parent stack 'nobody'" in e for e in errors)
+    assert any("'Bad Name.yaml' is not a valid stack name" in e for e in errors)
+    r = run_cli(scratch.config, "stacks", in_process=True)
+    assert r.returncode == 2 and "zz-good" in r.stdout and "good" in r.stdout
