@@ -456,7 +456,9 @@ class NodeConfig(Strict):
     state_dir: str | None = None
     stacks_dir: str | None = None
     patches_dir: str | None = None
-    models_dir: str = "/models"
+    models_dir: str = "/models"   # the host folder of the weights bind (stacks' model paths are below it)
+    # Its path inside the container: the report's node binds /llms:/llms, not /models.
+    models_target: str = "/models"
     device_dir: str | None = "/dev/dri"
     gids: dict[str, int] | None = None
     bind_address: str = "0.0.0.0"
@@ -487,6 +489,13 @@ class NodeConfig(Strict):
     address: str = "127.0.0.1"          # host at which /health and smoke reach the node's ports
     # The inventory: one entry per node, each a set of overrides of the keys above.
     nodes: dict[str, dict[str, Any]] | None = None
+
+    @field_validator("models_target")
+    @classmethod
+    def _models_target(cls, v: str) -> str:
+        if not ABS_PATH_RE.match(v) or v.rstrip("/") == "":
+            raise invalid(f"models_target {v!r} is not an absolute path in the container", "e.g. /models or /llms")
+        return v.rstrip("/")
 
     @field_validator("docker_host")
     @classmethod

@@ -77,18 +77,19 @@ FLAGS: tuple[Flag, ...] = (
 )
 
 
-def container_model_path(rel: str) -> str:
-    return f"{CONTAINER_MODELS}/{rel}"
+def container_model_path(rel: str, root: str = CONTAINER_MODELS) -> str:
+    """A model folder below the models dir, as the container sees it (`root`: the node's models_target)."""
+    return f"{root}/{rel}"
 
 
-def model_rel_path(path: str) -> str | None:
-    """The inverse of container_model_path: `rel` for /models/rel, else None."""
-    prefix = f"{CONTAINER_MODELS}/"
+def model_rel_path(path: str, root: str = CONTAINER_MODELS) -> str | None:
+    """The inverse of container_model_path: `rel` for ROOT/rel, else None."""
+    prefix = f"{root}/"
     rel = path[len(prefix):].strip("/") if path.startswith(prefix) else ""
     return rel or None
 
 
-def speculative_json(stack: Stack, *, draft_path: str | None = None) -> str | None:
+def speculative_json(stack: Stack, *, draft_path: str | None = None, root: str = CONTAINER_MODELS) -> str | None:
     """The --speculative-config value: compact JSON with sorted keys, as the post wrote it."""
     spec = stack.speculative
     if spec is None:
@@ -101,7 +102,7 @@ def speculative_json(stack: Stack, *, draft_path: str | None = None) -> str | No
     if spec.prompt_lookup_max is not None:
         conf["prompt_lookup_max"] = spec.prompt_lookup_max
     if spec.model is not None:
-        conf["model"] = draft_path or container_model_path(spec.model)
+        conf["model"] = draft_path or container_model_path(spec.model, root)
     conf.update(spec.tuning)
     return json.dumps(conf, sort_keys=True, separators=(",", ":"))
 
@@ -117,14 +118,14 @@ def _text(value: object) -> str:
     return f"{value:g}" if isinstance(value, float) else str(value)
 
 
-def serve_flags(stack: Stack, *, draft_path: str | None = None) -> list[str]:
+def serve_flags(stack: Stack, *, draft_path: str | None = None, root: str = CONTAINER_MODELS) -> list[str]:
     """Every flag after the model argument: FLAGS in order, then extra_args verbatim."""
     args: list[str] = []
     for f in FLAGS:
         if f.kind == "fixed":
             args += [f.flag, f.fixed]
         elif f.kind == "speculative":
-            spec = speculative_json(stack, draft_path=draft_path)
+            spec = speculative_json(stack, draft_path=draft_path, root=root)
             args += [] if spec is None else [f.flag, spec]
         else:
             value = _value(stack, f.key)
@@ -139,14 +140,15 @@ def serve_flags(stack: Stack, *, draft_path: str | None = None) -> list[str]:
     return args + list(stack.extra_args)
 
 
-def container_command(stack: Stack, *, model: str = MODEL_REF, draft_path: str | None = None) -> list[str]:
+def container_command(stack: Stack, *, model: str = MODEL_REF, draft_path: str | None = None,
+                      root: str = CONTAINER_MODELS) -> list[str]:
     """The compose `command:` list, shaped by the image's entrypoint style.
 
     A `bash -c '... exec "$@"' --` entrypoint runs the command verbatim, so it must name the
     program; an `ENTRYPOINT ["vllm","serve"]` image takes the model and flags only.
     """
     head = ["vllm", "serve"] if stack.entrypoint_style == "bash-c" else []
-    return [*head, model, *serve_flags(stack, draft_path=draft_path)]
+    return [*head, model, *serve_flags(stack, draft_path=draft_path, root=root)]
 
 
 # ---------------------------------------------------------------- back: argv -> stack keys
