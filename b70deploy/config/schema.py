@@ -200,6 +200,9 @@ class Stack(Strict):
     tool_calling: ToolCalling = ToolCalling()
     speculative: Speculative | None = None
     extra_args: list[str] = Field(default_factory=list)
+    # Shell run before the server, verbatim: the command becomes `bash -c "PRELUDE && exec vllm
+    # serve ..."` (the report's old stack imported its TurboQuant registration this way).
+    prelude: str | None = None
     env: EnvMap = Field(default_factory=dict)
     mounts: list[HostMount] = Field(default_factory=list)
     patches: list[str] = Field(default_factory=list)
@@ -250,6 +253,13 @@ class Stack(Strict):
     def _token(cls, v: str | None) -> str | None:
         if v is not None and not re.match(r"^[A-Za-z0-9_]+$", v):
             raise invalid(f"{v!r} is not a single word", "use e.g. fp8 or FLASH_ATTN")
+        return v
+
+    @field_validator("prelude")
+    @classmethod
+    def _prelude(cls, v: str | None) -> str | None:
+        if v is not None and (not v.strip() or any(c in v for c in "\n\r\x00")):
+            raise invalid("prelude is empty or has a line break", "one shell line, e.g. python3 -c 'import x'")
         return v
 
     @field_validator("extra_args")

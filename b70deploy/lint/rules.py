@@ -14,7 +14,7 @@ import yaml
 
 from ..render import draft as draft_mod
 from ..render.files import COMPOSE_FILE, DOTENV_FILE
-from ..render.vllm_args import FLAG_BY_NAME, Flag, flag_name
+from ..render.vllm_args import FLAG_BY_NAME, Flag, flag_name, split_prelude
 from ..state import caches
 from . import kv
 from .findings import Finding, LintContext, Severity
@@ -72,9 +72,20 @@ def _style(ctx: LintContext) -> str:
         else ctx.stack.entrypoint_style
 
 
-def _command(ctx: LintContext) -> list[str]:
+def _raw_command(ctx: LintContext) -> list[str]:
     cmd = _vllm_service(ctx.compose_config or _compose(ctx)).get("command") or ctx.rendered.command
     return [str(a) for a in cmd] if isinstance(cmd, list) else str(cmd).split()
+
+
+def _command(ctx: LintContext) -> list[str]:
+    """The command as `vllm serve ...`: a `bash -c "PRELUDE && vllm serve ..."` script read as its serve part."""
+    raw = _raw_command(ctx)
+    if ctx.stack.prelude and len(raw) == 1:  # a vllm-serve image's prelude: the script under bash -c
+        raw = ["bash", "-c", raw[0]]
+    try:
+        return split_prelude(raw)[1]
+    except ValueError:
+        return raw
 
 
 def _read_json(path: Path) -> dict[str, Any] | None:
@@ -97,6 +108,8 @@ def command_shape(ctx: LintContext) -> Iterator[Finding]:
     cmd = _command(ctx)
     style = _style(ctx)
     src = f"image {ctx.image.ref}" if ctx.image else "the stack's entrypoint_style"
+    if cmd != _raw_command(ctx) or ctx.stack.prelude:
+        return  # a bash -c script names `vllm serve` itself, under either entrypoint
     if style == "bash-c" and cmd[:2] != ["vllm", "serve"]:
         yield _f(ctx, "command-bare-flags", "error",
                  f"{src} runs the command through bash -c '... exec \"$@\"' --, but the command starts with "

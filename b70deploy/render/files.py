@@ -153,13 +153,17 @@ def render(stack: Stack, node: Node, devices: DeviceAccess, *, secrets: Mapping[
     """Render `stack` for `node`. `port`/`project` default to production's."""
     env = _environment()
     port = node.config.ports.prod if port is None else port
-    command = container_command(stack, draft_path=draft_path, root=node.config.models_target)
+    # A prelude's bash -c script is one argument, escaped whole for Compose: it names the model itself.
+    model = container_model_path(stack.model.path, node.config.models_target) if stack.prelude else MODEL_REF
+    command = container_command(stack, model=model, draft_path=draft_path, root=node.config.models_target)
     interp = interpolation_values(stack, node, port=port, image=image)
     warm = "CACHE_DIR" in interp
     compose = env.get_template("docker-compose.yml.j2").render(
         stack=stack,
         project=project or node.project,
         command=command,
+        # A prelude's script under an ENTRYPOINT [vllm, serve] image: bash runs it instead.
+        entrypoint=["/bin/bash", "-c"] if stack.prelude and stack.entrypoint_style == "vllm-serve" else None,
         container_port=CONTAINER_PORT,
         runtime_env_name=RUNTIME_ENV_FILE,
         models_target=node.config.models_target,

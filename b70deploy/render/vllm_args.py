@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import re
+import shlex
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -147,8 +148,45 @@ def container_command(stack: Stack, *, model: str = MODEL_REF, draft_path: str |
     A `bash -c '... exec "$@"' --` entrypoint runs the command verbatim, so it must name the
     program; an `ENTRYPOINT ["vllm","serve"]` image takes the model and flags only.
     """
+    flags = serve_flags(stack, draft_path=draft_path, root=root)
+    if stack.prelude:  # one bash -c script; render/files.py sets the entrypoint a vllm-serve image needs
+        script = f"{stack.prelude} && exec vllm serve {shlex.join([model, *flags])}"
+        return ["bash", "-c", script] if stack.entrypoint_style == "bash-c" else [script]
     head = ["vllm", "serve"] if stack.entrypoint_style == "bash-c" else []
-    return [*head, model, *serve_flags(stack, draft_path=draft_path, root=root)]
+    return [*head, model, *flags]
+
+
+_SERVE_IN_SCRIPT = re.compile(r"(?:^|&&)\s*(?:exec\s+)?vllm\s+serve(?=\s|$)")
+_SHELL_OPERATORS = frozenset("();<>|&`")
+
+
+def split_prelude(command: Sequence[str]) -> tuple[str | None, list[str]]:
+    """A `bash -c "PRE && vllm serve ..."` command as (PRE, [vllm, serve, ...]); any other
+    command as (None, command). Raises ValueError saying what in the script was not understood."""
+    if len(command) < 2 or command[0].rsplit("/", 1)[-1] not in ("bash", "sh") or command[1] != "-c":
+        return None, list(command)
+    if len(command) != 3:
+        raise ValueError(f"{command[0]} -c has {len(command) - 2} arguments after the script; one script is read")
+    script = command[2]
+    found = list(_SERVE_IN_SCRIPT.finditer(script))
+    if not found:
+        raise ValueError("the bash -c script runs no `vllm serve`")
+    at = found[-1]
+    prelude = script[:at.start()].strip() or None
+    if prelude is None and at.group(0).lstrip().startswith("&&"):
+        raise ValueError("the bash -c script has `&&` with nothing before it")
+    rest = script[at.end():]
+    lexer = shlex.shlex(rest, posix=True, punctuation_chars="".join(sorted(_SHELL_OPERATORS)))
+    lexer.whitespace_split = True
+    try:
+        tokens = list(lexer)
+    except ValueError as e:
+        raise ValueError(f"the `vllm serve` part of the bash -c script does not parse ({e})") from None
+    odd = next((t for t in tokens if set(t) <= _SHELL_OPERATORS or "$" in t), None)
+    if odd is not None:
+        raise ValueError(f"the `vllm serve` part of the bash -c script has {odd!r} (a shell operator or "
+                         "expansion): only `PRELUDE && vllm serve ARGS` is read")
+    return prelude, ["vllm", "serve", *tokens]
 
 
 # ---------------------------------------------------------------- back: argv -> stack keys
