@@ -387,6 +387,8 @@ class Companion(Strict):
     container_port: int | None = Field(default=None, ge=1, le=65535)
     environment: EnvMap = Field(default_factory=dict)  # keys become unquoted YAML keys in the compose file
     volumes: list[CompanionVolume] = Field(default_factory=list)
+    # The hand-made service's own (clients and scripts may reach it by that name): a switch keeps it.
+    container_name: str | None = None
 
     @field_validator("name")
     @classmethod
@@ -400,6 +402,13 @@ class Companion(Strict):
     @classmethod
     def _image(cls, v: str) -> str:
         return Stack._image(v)
+
+    @field_validator("container_name")
+    @classmethod
+    def _container_name(cls, v: str | None) -> str | None:
+        if v is not None and not re.match(r"^[a-zA-Z0-9][a-zA-Z0-9_.-]*$", v):
+            raise invalid(f"container_name {v!r} is not a container name", "letters, digits, '_', '.', '-'")
+        return v
 
 
 class Watch(Strict):

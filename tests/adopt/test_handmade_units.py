@@ -5,6 +5,8 @@ of an adopted env_file in `diff REV REV`."""
 
 from __future__ import annotations
 
+import dataclasses
+
 from pathlib import Path
 from typing import Any
 
@@ -133,11 +135,29 @@ def test_init_writes_the_report_node_from_what_it_found() -> None:
     assert got.text().startswith("# b70deploy node config") and yaml.safe_load(got.text()) == cfg
 
 
+def test_init_takes_the_weights_bind_whatever_its_target() -> None:
+    """The report's node: /llms:/llms, the model at huggingface/Qwen/...; a companion with a named
+    data volume (by the engine's name), a container_name, and a key a switch cannot keep."""
+    vllm = {**VLLM_SPEC, "volumes": [{"type": "bind", "source": "/llms", "target": "/llms", "read_only": True}],
+            "command": ["bash", "-c", "python3 -c 'import x' && vllm serve /llms/huggingface/Qwen/M --port 8000"]}
+    webui = {**WEBUI_SPEC, "container_name": "open-webui", "security_opt": ["seccomp=unconfined"],
+             "volumes": [{"type": "volume", "source": "open-webui", "target": "/app/backend/data"}]}
+    got_doc = {**discovery({}).compose, "volumes": {"open-webui": {"name": "b70-vllm_open-webui"}}}
+    got = plan(dataclasses.replace(discovery({"vllm": vllm, "open-webui": webui}),
+                                   compose={**got_doc, "services": {"vllm": vllm, "open-webui": webui}}))
+    cfg = got.config
+    assert cfg["models_dir"] == "/llms/huggingface" and cfg["models_target"] == "/llms/huggingface"
+    [comp] = cfg["companions"]
+    assert comp["container_name"] == "open-webui"
+    assert comp["volumes"] == [{"source": "b70-vllm_open-webui", "target": "/app/backend/data", "read_only": False}]
+    assert any("security_opt" in n for n in got.notes)
+
+
 def test_init_says_what_it_could_not_find() -> None:
     got = plan(discovery({"vllm": {"image": "x"}}, files=["compose.yaml", "gpu.override.yml"]))
     assert got.config["device_dir"] is None
     notes = " | ".join(got.notes)
-    assert "no GPU device nodes" in notes and "publishes no port" in notes and "no bind mount at /models" in notes
+    assert "no GPU device nodes" in notes and "publishes no port" in notes and "is in no bind mount" in notes
     assert "adopt takes one file named docker-compose.yml" in notes
     with pytest.raises(UserError, match="b70deploy drives a service named 'vllm'"):
         plan(discovery({"llm": {"image": "x"}}, vllm_service="llm"))
