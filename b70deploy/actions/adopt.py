@@ -82,11 +82,16 @@ class Adopt:
             for number in reversed(store.numbers()):
                 rev = store.get(number)
                 if rev.read_files() == live:
+                    notes = [f"the deploy dir already is revision {number}: nothing to adopt"]
+                    if store.current_number() != number and rev.meta.image_id in (None, image_id):
+                        # Its bytes were put back by hand and run: that revision is what the node runs.
+                        store.set_current(number)
+                        notes.append(f"revision {number} is current again (it is what runs)")
+                        state.audit.record("adopt", "ok", revision=number, summary=f"revision {number} current")
                     return Adopted(revision=number, stack=rev.meta.stack, created=False,
                                    outcome=rev.status.outcome, image_ref=rev.meta.image_ref,
                                    image_id=str(rev.meta.image_id), files=sorted(live),
-                                   patches=list(rev.meta.patches or []), env=env_summary(live),
-                                   notes=[f"the deploy dir already is revision {number}: nothing to adopt"])
+                                   patches=list(rev.meta.patches or []), env=env_summary(live), notes=notes)
             with ImageInspector(self.node.state_dir) as inspector:
                 records, notes = image_patches(live, image_id, inspector)
             patches = [r.to_dict() for r in records]

@@ -3,8 +3,10 @@
     folder_files    a hand-made compose file, its .env and the files it reads from its folder
     image_patches   each bind-mounted file that replaces a file of the image, as a patch record
                     (a unified diff against the exact image's file, both hashes)
-    check_files     the preflight `import` and `rollback` run on such files: docker compose
-                    config, the image present, and the lint rules over what the command says
+    check_files     the preflight `import` and `rollback` run on such files: what would certainly
+                    fail refuses (compose config, the image, a bound path or the model missing);
+                    the lint rules over what the command says are warnings
+    own_stack       what such a revision is smoke-tested against: its own aliases, /health
     check_drift     a rollback to such files when their image tag has moved: each patched file
                     must still be the one the record was made against
     lint_stack_of   the stack a hand-made vllm service amounts to, for lint
@@ -28,7 +30,7 @@ from pydantic import ValidationError
 
 from ..config.compose_folder import own_files, references
 from ..config.node import Node
-from ..config.schema import Stack
+from ..config.schema import Smoke, Stack
 from ..deploy.nodeio import VLLM
 from ..docker.engine import ImageInfo, image_info
 from ..docker.image_inspect import ImageInspector
@@ -36,9 +38,10 @@ from ..docker.node import compose_config
 from ..errors import UserError
 from ..lint import LintContext, lint_stack
 from ..render.files import COMPOSE_FILE, DOTENV_FILE, Rendered
-from ..render.from_compose import ImageEntrypoint, stack_from_compose
+from ..render.from_compose import ImageEntrypoint, stack_from_compose, weights_bind
 from ..render.masking import is_secret, mask
 from ..render.patches import EditError, ImageFiles, apply_unified_diff, sha256
+from ..render.vllm_args import parse_serve_args, split_prelude
 from ..state.revisions import Revision
 
 
@@ -156,11 +159,18 @@ class Checked:
     compose: dict[str, Any]
     warnings: list[str] = field(default_factory=list)
 
+    @property
+    def vllm(self) -> dict[str, Any]:
+        svc = (self.compose.get("services") or {}).get(VLLM)
+        return svc if isinstance(svc, dict) else {}
+
 
 def check_files(node: Node, files: Mapping[str, bytes], *, name: str, where: str,
                 inspector: ImageInspector) -> Checked:
-    """The preflight of a hand-made deployment: Compose accepts the files, the image is on the
-    engine, and no lint rule finds an error in what the command says. Raises UserError."""
+    """The preflight of bytes the tool did not render (an import, and a rollback to one): only
+    what would certainly fail refuses them (Compose refuses the files, the image is gone, a bound
+    host path or the model is missing); what lint finds in the command is a warning, since the
+    bytes ran as they are. Raises UserError."""
     # Lint reads the bind sources Compose resolved, so the files stay on disk until it is done.
     with tempfile.TemporaryDirectory(prefix="b70deploy-check-") as tmp:
         return _check_in(Path(tmp), node, files, name=name, where=where, inspector=inspector)
@@ -181,27 +191,78 @@ def _check_in(folder: Path, node: Node, files: Mapping[str, bytes], *, name: str
                         fix=f"b70deploy drives a service named {VLLM}: rename the vLLM service")
     info = image_info(str(vllm["image"]))  # a missing image is a UserError naming it
     facts = inspector.facts(info.ref)
-    command = [str(a) for a in vllm.get("command") or []]
     checked = Checked(image=info, compose=doc)
+    if node.on_this_host:
+        _check_bound(vllm, folder, where)
     try:
         family = node.catalogue().load(name).model_family
     except UserError:  # a name the catalogue does not have: no family to compare with
         family = None
     stack = lint_stack_of(name, vllm, facts, family)
     if stack is None:
-        checked.warnings.append("the vllm command does not map to a stack (model outside /models, or a flag "
-                                "lint cannot read): only compose config and the image were checked")
+        checked.warnings.append("the vllm command does not map to a stack (a flag lint cannot read): only compose "
+                                "config, the image and the bound paths were checked")
         return checked
+    command = [str(a) for a in vllm.get("command") or []]
+    models = _weights_dir(vllm)
     ctx = LintContext(node=node, stack=stack, rendered=Rendered(stack=name, files=dict(files), command=command),
-                      models_dir=node.models_dir if node.models_dir.is_dir() else None, image=facts,
-                      compose_config=doc)
-    findings = lint_stack(ctx)
-    errors = [f for f in findings if f.severity == "error"]
-    if errors:
-        raise UserError(f"lint found {len(errors)} error(s): " + "; ".join(f"[{f.id}] {f.message}" for f in errors),
-                        where=where, fix=errors[0].fix)
-    checked.warnings += [f.one_line() for f in findings]
+                      models_dir=models, image=facts, compose_config=doc)
+    checked.warnings += [f.one_line() for f in lint_stack(ctx)]
     return checked
+
+
+def _weights_dir(vllm: Mapping[str, Any]) -> Path | None:
+    """The host folder lint finds the command's model below (the bind that holds it)."""
+    try:
+        out = stack_from_compose(vllm)
+    except UserError:
+        return None
+    host = out.node.get("models_dir")
+    return Path(host) if host and Path(host).is_dir() else None
+
+
+def _check_bound(vllm: Mapping[str, Any], scratch: Path, where: str) -> None:
+    """Every bind source of the vllm service, and the model folder the command serves from one,
+    on this host: the engine refuses a missing source, or vLLM dies on a missing model."""
+    binds = [v for v in vllm.get("volumes") or [] if isinstance(v, dict) and v.get("type") == "bind"]
+    for b in binds:
+        source = str(b.get("source") or "")
+        if source.startswith(str(scratch)):
+            continue  # the revision's own files: written back with it
+        if source and not Path(source).exists():
+            raise UserError(f"the vllm service binds {source} (at {b.get('target')}), which is not on this host; "
+                            "nothing was stopped", where=where,
+                            fix=f"put {source} back (the revision ran with it), or roll back to another revision")
+    try:
+        _prelude, command = split_prelude([str(a) for a in vllm.get("command") or []])
+    except ValueError:
+        return
+    model = parse_serve_args(command[2:] if command[:2] == ["vllm", "serve"] else command).model
+    found = weights_bind(model, binds) if model else None
+    if found is not None and not str(found[0]).startswith(str(scratch)):
+        path = Path(found[0]) / found[2]
+        if not path.exists():
+            raise UserError(f"the model {model} is {path} on this host, which does not exist; nothing was stopped",
+                            where=where, fix=f"put the weights back at {path}, or roll back to another revision")
+
+
+def own_stack(node: Node, name: str, vllm: Mapping[str, Any]) -> Stack:
+    """What a revision of bytes the tool did not render is checked against once it boots: the
+    aliases its own command serves and /health, never a catalogue stack's expectations (the
+    report's TurboQuant copy serves one alias, the catalogue's tq-256k of today two)."""
+    try:
+        _prelude, command = split_prelude([str(a) for a in vllm.get("command") or []])
+        names = parse_serve_args(command[2:] if command[:2] == ["vllm", "serve"] else command).values.get(
+            "served_model_names")
+    except ValueError:
+        names = None
+    # The node's settle window, as stack_overlay gives every stack one.
+    settle = node.config.stack_overlay.get("settle_seconds")
+    return Stack.model_validate({
+        "name": name, "image": str(vllm.get("image") or "unknown"), "model": {"path": "unknown"},
+        "served_model_names": list(names or ["unknown"]), "max_model_len": 256,
+        "smoke": Smoke(completion=None, tool_call=False, aliases=bool(names)),
+        **({"settle_seconds": float(settle)} if isinstance(settle, (int, float)) else {})})
 
 
 def check_drift(rev: Revision, image_ref: str, inspector: ImageFiles) -> list[str]:

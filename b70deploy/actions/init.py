@@ -28,8 +28,8 @@ from ..docker import discover
 from ..errors import UserError
 from ..render import devices
 from ..render.files import COMPOSE_FILE, DOTENV_FILE
-from ..render.masking import is_secret, mask
 from ..render.from_compose import weights_bind
+from ..render.masking import is_secret, mask
 from ..render.vllm_args import CONTAINER_MODELS, CONTAINER_PORT, parse_serve_args, split_prelude
 from ..state.fsio import write_atomic
 from ..state.stamps import now_iso

@@ -99,11 +99,30 @@ def differences(node: Node, cur: Revision | None, st: dict[str, Any]) -> tuple[l
         return [], None
     box = st["container"]
     found = drift(node, cur, box)
+    held = holds_revision(node, cur) if found else None
+    if held is not None:  # e.g. a revision's files copied back by hand: a rollback to cur would undo that
+        rev = RevisionStore(node.state_dir).get(held)
+        return [f"the deploy dir holds revision {held}'s files ({rev.meta.stack}, {rev.meta.kind}), not revision "
+                f"{cur.number}'s"], f"b70deploy adopt (records that revision {held} runs; nothing restarts)"
     if found:
         return found, f"b70deploy rollback {cur.number} (its exact files and image, recreated)"
     if box.get("status") != "running":
         return [f"vllm is {box.get('status')}"], "b70deploy restore"
     return [], None
+
+
+def holds_revision(node: Node, cur: Revision, newest: int = 50) -> int | None:
+    """The revision (other than `cur`, among the newest few) whose recorded file hashes the deploy
+    dir's bytes have, None when none has."""
+    from ..deploy.deploydir import read_deployed
+    from ..state.revisions import sha256
+
+    live = {name: sha256(data) for name, data in read_deployed(node.deploy_dir).items()}
+    store = RevisionStore(node.state_dir)
+    for number in sorted(store.numbers(), reverse=True)[:newest]:
+        if number != cur.number and store.get(number).meta.files == live:
+            return number
+    return None
 
 
 def drift(node: Node, cur: Revision, box: dict[str, Any]) -> list[str]:

@@ -195,7 +195,8 @@ def build_context(node: Node, stack: Stack, *, docker: bool = True, inspector: I
     access = devices_mod.scan(node.device_dir, node.config.gids)
     secrets, _warnings = load_secrets(node.secrets_env_file)
     rendered = render(stack, node, access, secrets=secrets, mounts=mounts_for(patched),
-                      draft_path=draft_path_for(stack, node.config.models_target), image=pin_image, port=port, project=project)
+                      draft_path=draft_path_for(stack, node.config.models_target), image=pin_image, port=port,
+                      project=project)
     ctx = LintContext(node=node, stack=stack, rendered=rendered, models_dir=models_dir, models_dir_missing=missing,
                       image=ctx_image,
                       image_error=image_error, patch_errors=patch_errors, patched=patched, skipped=skipped,

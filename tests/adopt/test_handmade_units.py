@@ -6,7 +6,6 @@ of an adopted env_file in `diff REV REV`."""
 from __future__ import annotations
 
 import dataclasses
-
 from pathlib import Path
 from typing import Any
 

@@ -113,7 +113,8 @@ def test_every_shipped_stack_loads(shipped: Catalogue, name: str) -> None:
 
 # Values straight from the field report.
 POST_VALUES: dict[str, dict[str, Any]] = {
-    "tq-256k": {"image": "vllm-xpu:0.19.0-tr5", "entrypoint_style": "vllm-serve", "kv_cache_dtype": "turboquant_k3v4_nc",
+    "tq-256k": {"image": "vllm-xpu:0.19.0-tr5", "entrypoint_style": "vllm-serve",
+                "kv_cache_dtype": "turboquant_k3v4_nc",
                 "max_model_len": 262144, "prefix_caching": True, "patches": ["gptq-xpu"],
                 "model.path": "Qwen/Qwen3-30B-A3B-GPTQ-Int4", "model.quantization": "gptq",
                 "speculative.method": "suffix"},
