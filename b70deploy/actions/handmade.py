@@ -3,6 +3,9 @@
     folder_files    a hand-made compose file, its .env and the files it reads from its folder
     image_patches   each bind-mounted file that replaces a file of the image, as a patch record
                     (a unified diff against the exact image's file, both hashes)
+    outside_mounts  every other bind of the vllm service, from outside the revision's files: its
+                    source, target and hash (a tree for a folder), kind patch, added or overlay
+    mounts_changed  recorded outside mounts whose bytes on this host changed since
     check_files     the preflight `import` and `rollback` run on such files: what would certainly
                     fail refuses (compose config, the image, a bound path or the model missing);
                     the lint rules over what the command says are warnings
@@ -114,31 +117,96 @@ def image_patches(files: Mapping[str, bytes], image_ref: str,
     image, and a note for each mounted file that does not (new, or identical)."""
     records: list[PatchRecord] = []
     notes: list[str] = []
-    image_id = inspector.image_id(image_ref)
-    pkg = inspector.vllm_package_dir(image_ref)
     for ref in references(files.get(COMPOSE_FILE, b"")):
         if ref.kind != "mount" or ref.service != VLLM or ref.name not in files or ref.target is None:
             continue
         original = inspector.read_file(image_ref, ref.target)
-        mine = files[ref.name]
         if original is None:
             notes.append(f"{ref.name} -> {ref.target}: the image has no such file; kept as a plain file")
             continue
-        if original == mine:
-            notes.append(f"{ref.name} -> {ref.target}: identical to the image's file")
-            continue
-        try:
-            old, new = original.decode("utf-8"), mine.decode("utf-8")
-        except UnicodeDecodeError:
-            notes.append(f"{ref.name} -> {ref.target}: not UTF-8 text; kept as a plain file, no diff")
-            continue
-        diff = "".join(difflib.unified_diff(old.splitlines(keepends=True), new.splitlines(keepends=True),
-                                            fromfile=f"a{ref.target}", tofile=f"b{ref.target}"))
-        rel = posixpath.relpath(ref.target, pkg) if pkg and ref.target.startswith(pkg + "/") else None
-        records.append(PatchRecord(file=ref.name, target=ref.target, package_target=rel, image_id=image_id,
-                                   vllm_version=inspector.vllm_version(image_ref), original_sha256=sha256(original),
-                                   sha256=sha256(mine), diff=diff))
+        rec, note = _patch_record(ref.name, ref.target, files[ref.name], original, image_ref, inspector)
+        records += [rec] if rec is not None else []
+        notes += [note] if note is not None else []
     return records, notes
+
+
+def _patch_record(name: str, target: str, mine: bytes, original: bytes, image_ref: str,
+                  inspector: ImageFiles) -> tuple[PatchRecord | None, str | None]:
+    """`mine` mounted over the image's `original` at `target`: a patch record, or why there is none."""
+    if original == mine:
+        return None, f"{name} -> {target}: identical to the image's file"
+    try:
+        old, new = original.decode("utf-8"), mine.decode("utf-8")
+    except UnicodeDecodeError:
+        return None, f"{name} -> {target}: not UTF-8 text; kept as a plain file, no diff"
+    diff = "".join(difflib.unified_diff(old.splitlines(keepends=True), new.splitlines(keepends=True),
+                                        fromfile=f"a{target}", tofile=f"b{target}"))
+    pkg = inspector.vllm_package_dir(image_ref)
+    rel = posixpath.relpath(target, pkg) if pkg and target.startswith(pkg + "/") else None
+    return PatchRecord(file=name, target=target, package_target=rel, image_id=inspector.image_id(image_ref),
+                       vllm_version=inspector.vllm_version(image_ref), original_sha256=sha256(original),
+                       sha256=sha256(mine), diff=diff), None
+
+
+def tree_sha256(path: Path) -> str | None:
+    """A file's sha256, or a directory's as a tree (each file's path below it and sha256, sorted);
+    None when it cannot be read here."""
+    try:
+        if path.is_file():
+            return sha256(path.read_bytes())
+        if not path.is_dir():
+            return None
+        lines = [f"{f.relative_to(path).as_posix()}\0{sha256(f.read_bytes())}\n"
+                 for f in sorted(path.rglob("*")) if f.is_file()]
+    except OSError:
+        return None
+    return sha256("".join(lines).encode())
+
+
+def outside_mounts(vllm: Mapping[str, Any], folder: Path, image_ref: str, inspector: ImageFiles,
+                   skip: frozenset[str] = frozenset()) -> tuple[list[dict[str, Any]], list[str]]:
+    """A record for every bind mount of the vllm service (resolved by Compose) whose source is not
+    one of the revision's own files below `folder` (nor a target in `skip`, the weights): its
+    absolute source, target and content hash (a directory as a tree), and kind: `patch` (replaces
+    a file of the image: a diff against it, drift-checked like any patch record), `added` (a file
+    the image lacks) or `overlay` (a directory). Notes for what cannot be read here."""
+    records: list[dict[str, Any]] = []
+    notes: list[str] = []
+    for b in vllm.get("volumes") or []:
+        if not isinstance(b, dict) or b.get("type") != "bind":
+            continue
+        source, target = str(b.get("source") or ""), str(b.get("target") or "")
+        if not source or not target or target in skip or Path(source).is_relative_to(folder):
+            continue
+        path = Path(source)
+        digest = tree_sha256(path)
+        if digest is None:
+            notes.append(f"{source} -> {target}: not readable on this host; recorded without a hash")
+        base = {"file": source, "source": source, "target": target, "sha256": digest}
+        if path.is_dir():
+            records.append({**base, "kind": "overlay"})
+            continue
+        original = inspector.read_file(image_ref, target)
+        if original is None:
+            records.append({**base, "kind": "added"})
+            continue
+        rec, note = _patch_record(source, target, path.read_bytes() if digest is not None else b"", original,
+                                  image_ref, inspector)
+        records.append({**rec.to_dict(), **base, "kind": "patch"} if rec is not None else {**base, "kind": "same"})
+        notes += [note] if note is not None else []
+    return records, notes
+
+
+def mounts_changed(records: list[dict[str, Any]] | None) -> list[str]:
+    """Recorded mounts from outside the revision whose bytes on this host are no longer the recorded ones."""
+    out = []
+    for rec in records or []:
+        if rec.get("source") and rec.get("sha256"):
+            now = tree_sha256(Path(rec["source"]))
+            if now != rec["sha256"]:
+                what = "is gone" if now is None else "changed on the host since it was recorded"
+                out.append(f"{rec['source']} (mounted at {rec['target']}) {what}")
+    return out
 
 
 def lint_stack_of(name: str, service: Mapping[str, Any], image: ImageEntrypoint | None,
@@ -158,6 +226,7 @@ class Checked:
     image: ImageInfo
     compose: dict[str, Any]
     warnings: list[str] = field(default_factory=list)
+    mounts: list[dict[str, Any]] = field(default_factory=list)  # outside_mounts: the binds from outside the files
 
     @property
     def vllm(self) -> dict[str, Any]:
@@ -194,6 +263,8 @@ def _check_in(folder: Path, node: Node, files: Mapping[str, bytes], *, name: str
     checked = Checked(image=info, compose=doc)
     if node.on_this_host:
         _check_bound(vllm, folder, where)
+    checked.mounts, notes = outside_mounts(vllm, folder, info.ref, inspector, weights_targets(vllm))
+    checked.warnings += notes
     try:
         family = node.catalogue().load(name).model_family
     except UserError:  # a name the catalogue does not have: no family to compare with
@@ -209,6 +280,15 @@ def _check_in(folder: Path, node: Node, files: Mapping[str, bytes], *, name: str
                       models_dir=models, image=facts, compose_config=doc)
     checked.warnings += [f.one_line() for f in lint_stack(ctx)]
     return checked
+
+
+def weights_targets(vllm: Mapping[str, Any]) -> frozenset[str]:
+    """The container targets of the binds that hold the command's weights (not recorded as mounts:
+    the node config names that folder)."""
+    try:
+        return frozenset(stack_from_compose(vllm).weights_at)
+    except UserError:
+        return frozenset()
 
 
 def _weights_dir(vllm: Mapping[str, Any]) -> Path | None:
@@ -275,6 +355,8 @@ def check_drift(rev: Revision, image_ref: str, inspector: ImageFiles) -> list[st
         return []
     notes = [f"image {image_ref} now names {now[:19]}, revision {rev.number} recorded {str(rev.meta.image_id)[:19]}"]
     for rec in rev.meta.patches or []:
+        if rec.get("kind", "patch") != "patch":
+            continue  # an added file or an overlay: no file of the image to compare with
         current = inspector.read_file(image_ref, rec["target"])
         if current is not None and sha256(current) == rec["original_sha256"]:
             notes.append(f"{rec['file']}: {rec['target']} unchanged in the new image")

@@ -64,8 +64,24 @@ def status(node: Node) -> dict[str, Any]:
         code = health.result()
         out["health"] = code if code is not None else "refused"
         out["differs"], out["fix"] = differences(node, cur, out)
+        out["mounts_changed"] = _mounts_changed(store, cur)
         out["rollback_images_gone"] = gone_targets(table, present.result(), cur.number if cur else None)
     return out
+
+
+def _mounts_changed(store: RevisionStore, cur: Revision | None) -> list[str]:
+    """The current revision's recorded mounts from outside it (adopt, import; through a rollback
+    to one) whose bytes changed on this host."""
+    rev = cur
+    if rev is not None and rev.meta.kind == "rollback" and rev.meta.restored_from is not None \
+            and store.exists(rev.meta.restored_from):
+        rev = store.get(rev.meta.restored_from)
+    records = [p for p in (rev.meta.patches or []) if p.get("source")] if rev is not None else []
+    if not records:
+        return []
+    from .handmade import mounts_changed  # lint and Docker: only for a revision that recorded mounts
+
+    return mounts_changed(records)
 
 
 def _soon(pool: ThreadPoolExecutor, fn: Callable[..., T], *args: Any) -> Future[T]:

@@ -17,7 +17,7 @@ from ..errors import UserError
 from ..state.revisions import Revision
 from ..state.statedir import StateDir
 from ..ui.progress import Reporter
-from .handmade import check_drift, check_files, own_stack
+from .handmade import check_drift, check_files, mounts_changed, own_stack
 from .switch import Confirm, DeployOptions, announced, driver
 
 
@@ -128,6 +128,7 @@ class Rollback:
             checked = check_files(self.node, target.read_files(), name=target.meta.stack,
                                   where=f"revision {target.number}", inspector=inspector)
             notes = check_drift(origin, checked.image.ref, inspector)
+        notes += [f"recorded mount {m}" for m in mounts_changed(origin.meta.patches)]
         return own_stack(self.node, target.meta.stack, checked.vllm), notes + checked.warnings
 
     def run(self, reporter: Reporter, *, confirm: Confirm | None = None) -> Outcome:
