@@ -57,6 +57,10 @@ def _companion(c: dict[str, Any]) -> str:
         parts.append(f"command {' '.join(c['command'])}")
     if c.get("port"):
         parts.append(f"port {c['port']}->{c.get('container_port') or c['port']}")
+    if c.get("container_name"):
+        parts.append(f"container_name {c['container_name']}")
+    if c.get("volumes"):
+        parts.append("volumes " + ", ".join(f"{v['source']}:{v['target']}" for v in c["volumes"]))
     if c.get("environment"):
         parts.append("env " + ", ".join(f"{k}={mask(v)}" if is_secret(k) else k for k, v in c["environment"].items()))
     return f"{c['name']} ({', '.join(parts)})"
@@ -296,7 +300,7 @@ def _companion_of(name: str, spec: dict[str, Any], doc: dict[str, Any], notes: l
         comp["volumes"] = volumes
     if spec.get("container_name"):
         comp["container_name"] = str(spec["container_name"])
-    others = sorted(set(spec) - _COMPANION_KEYS)
+    others = sorted(k for k, v in spec.items() if k not in _COMPANION_KEYS and v not in (None, [], {}))
     if others:
         notes.append(f"companion {name}: not carried over by a switch (no node config key): {', '.join(others)}; "
                      "adopted and imported revisions keep them, rendered stacks do not")
