@@ -123,8 +123,8 @@ def compose_file(node_paths: dict[str, str], *, command: list[str], extra_mounts
         "image": "${VLLM_IMAGE}", "profiles": ["gpu"], "command": command, "env_file": "vllm023.env",
         "environment": {"PYTHONPATH": f"/opt/tq:{SITE}"},
         "ports": ["127.0.0.1:${VLLM_PORT}:8000"], "shm_size": "16g", "ipc": "host",
-        "volumes": [f"{node_paths['llms']}:/llms:ro", f"{node_paths['outside']}/sitecustomize.py:/opt/tq/sitecustomize.py:ro",
-                    *extra_mounts]}
+        "volumes": [f"{node_paths['llms']}:/llms:ro",
+                    f"{node_paths['outside']}/sitecustomize.py:/opt/tq/sitecustomize.py:ro", *extra_mounts]}
     webui = {"image": "${WEBUI_IMAGE}", "profiles": ["gpu"], "container_name": node_paths["webui"],
              "command": ["sim-webui", "--port", "8080", "--data", WEBUI_DATA],
              "security_opt": ["seccomp=unconfined"], "ports": ["127.0.0.1:${WEBUI_PORT}:8080"],
