@@ -26,10 +26,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import requests
 import simkit
 import yaml
-from kit.simnode import docker
+from kit.simnode import completion, docker, service_box
 
 from b70deploy.sim.box import write_models
 from b70deploy.sim.vllm_tree import GPTQ_REL, MARLIN_REL, VARIANTS, vllm_files
@@ -86,18 +85,10 @@ class RealNode:
         return json.loads(self.cli(*args, "--json").stdout)
 
     def completion(self, model: str) -> dict[str, Any]:
-        r = requests.post(f"http://127.0.0.1:{self.port}/v1/completions", timeout=30,
-                          json={"model": model, "prompt": "The capital of France is", "max_tokens": 4})
-        assert r.status_code == 200, r.text
-        body: dict[str, Any] = r.json()
-        return body
+        return completion(self.port, model)
 
     def vllm_box(self) -> dict[str, Any]:
-        ids = docker("ps", "-q", "--filter", f"label=com.docker.compose.project={self.project}",
-                     "--filter", "label=com.docker.compose.service=vllm").stdout.split()
-        assert len(ids) == 1, ids
-        got: dict[str, Any] = json.loads(docker("inspect", ids[0]).stdout)[0]
-        return got
+        return service_box(self.project)
 
     def mounts(self) -> dict[str, str]:
         """The vllm container's mounts, target -> source, as the engine reports them."""
