@@ -44,7 +44,7 @@ from ..render.files import COMPOSE_FILE, DOTENV_FILE, Rendered
 from ..render.from_compose import ImageEntrypoint, stack_from_compose, weights_bind
 from ..render.masking import is_secret, mask
 from ..render.patches import EditError, ImageFiles, apply_unified_diff, sha256
-from ..render.vllm_args import parse_serve_args, split_prelude
+from ..render.vllm_args import parse_command
 from ..state.revisions import Revision
 
 
@@ -271,8 +271,8 @@ def _check_in(folder: Path, node: Node, files: Mapping[str, bytes], *, name: str
         family = None
     stack = lint_stack_of(name, vllm, facts, family)
     if stack is None:
-        checked.warnings.append("the vllm command does not map to a stack (a flag lint cannot read): only compose "
-                                "config, the image and the bound paths were checked")
+        checked.warnings.append("the vllm command does not map to a stack (a model in no bind mount, or a flag lint "
+                                "cannot read): only compose config, the image and the bound paths were checked")
         return checked
     command = [str(a) for a in vllm.get("command") or []]
     models = _weights_dir(vllm)
@@ -314,10 +314,9 @@ def _check_bound(vllm: Mapping[str, Any], scratch: Path, where: str) -> None:
                             "nothing was stopped", where=where,
                             fix=f"put {source} back (the revision ran with it), or roll back to another revision")
     try:
-        _prelude, command = split_prelude([str(a) for a in vllm.get("command") or []])
+        model = parse_command([str(a) for a in vllm.get("command") or []]).model
     except ValueError:
         return
-    model = parse_serve_args(command[2:] if command[:2] == ["vllm", "serve"] else command).model
     found = weights_bind(model, binds) if model else None
     if found is not None and not str(found[0]).startswith(str(scratch)):
         path = Path(found[0]) / found[2]
@@ -331,9 +330,7 @@ def own_stack(node: Node, name: str, vllm: Mapping[str, Any]) -> Stack:
     aliases its own command serves and /health, never a catalogue stack's expectations (the
     report's TurboQuant copy serves one alias, the catalogue's tq-256k of today two)."""
     try:
-        _prelude, command = split_prelude([str(a) for a in vllm.get("command") or []])
-        names = parse_serve_args(command[2:] if command[:2] == ["vllm", "serve"] else command).values.get(
-            "served_model_names")
+        names = parse_command([str(a) for a in vllm.get("command") or []]).values.get("served_model_names")
     except ValueError:
         names = None
     # The node's settle window, as stack_overlay gives every stack one.

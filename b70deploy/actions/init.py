@@ -30,7 +30,7 @@ from ..render import devices
 from ..render.files import COMPOSE_FILE, DOTENV_FILE
 from ..render.from_compose import weights_bind
 from ..render.masking import is_secret, mask
-from ..render.vllm_args import CONTAINER_MODELS, CONTAINER_PORT, parse_serve_args, split_prelude
+from ..render.vllm_args import CONTAINER_MODELS, CONTAINER_PORT, parse_command
 from ..state.fsio import write_atomic
 from ..state.stamps import now_iso
 
@@ -237,7 +237,7 @@ def _models(vllm: dict[str, Any], put: Callable[[str, Any, str], None], notes: l
     whatever target (the report's /llms:/llms)."""
     binds = [v for v in vllm.get("volumes") or [] if isinstance(v, dict) and v.get("type") == "bind"]
     try:
-        model = parse_serve_args(_serve_part([str(a) for a in vllm.get("command") or []])).model
+        model = parse_command([str(a) for a in vllm.get("command") or []]).model
     except ValueError:
         model = None
     found = weights_bind(model, binds) if model else None
@@ -255,12 +255,6 @@ def _models(vllm: dict[str, Any], put: Callable[[str, Any, str], None], notes: l
         where += " (the folder above the model's org/name, where the catalogue's model paths resolve)"
     put("models_dir", host, where)
     put("models_target", inside, where)
-
-
-def _serve_part(command: list[str]) -> list[str]:
-    """The tokens after `vllm serve` (or the whole command under an ENTRYPOINT [vllm, serve] image)."""
-    _prelude, command = split_prelude(command)
-    return command[2:] if command[:2] == ["vllm", "serve"] else command
 
 
 # What a switch renders for a companion; any other key of the hand-made service is named in a note.

@@ -189,6 +189,14 @@ def split_prelude(command: Sequence[str]) -> tuple[str | None, list[str]]:
     return prelude, ["vllm", "serve", *tokens]
 
 
+def parse_command(command: Sequence[str]) -> ParsedServe:
+    """A compose `command:` (plain, bare flags under an ENTRYPOINT [vllm, serve] image, or
+    `bash -c "PRE && vllm serve ..."`) read as its `vllm serve` arguments. Raises ValueError for
+    a bash -c script split_prelude cannot read."""
+    argv = split_prelude(command)[1]
+    return parse_serve_args(argv[2:] if argv[:2] == ["vllm", "serve"] else argv)
+
+
 # ---------------------------------------------------------------- back: argv -> stack keys
 
 
