@@ -26,7 +26,6 @@ def docker(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
     return result
 
 
-@dataclass
 def completion(port: int, model: str) -> dict[str, Any]:
     """A completion from the node's port, as a client asks it (200 required)."""
     r = requests.post(f"http://127.0.0.1:{port}/v1/completions", timeout=30,
@@ -45,6 +44,7 @@ def service_box(project: str, service: str = "vllm") -> dict[str, Any]:
     return got
 
 
+@dataclass
 class SimNode:
     root: Path
     project: str
