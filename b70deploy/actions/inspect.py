@@ -115,7 +115,7 @@ def differences(node: Node, cur: Revision | None, st: dict[str, Any]) -> tuple[l
         return [], None
     box = st["container"]
     found = drift(node, cur, box)
-    held = holds_revision(node, cur) if found else None
+    held = holds_revision(node, cur) if found and box.get("status") == "running" else None
     if held is not None:  # e.g. a revision's files copied back by hand: a rollback to cur would undo that
         rev = RevisionStore(node.state_dir).get(held)
         return [f"the deploy dir holds revision {held}'s files ({rev.meta.stack}, {rev.meta.kind}), not revision "
@@ -128,15 +128,17 @@ def differences(node: Node, cur: Revision | None, st: dict[str, Any]) -> tuple[l
 
 
 def holds_revision(node: Node, cur: Revision, newest: int = 50) -> int | None:
-    """The revision (other than `cur`, among the newest few) whose recorded file hashes the deploy
-    dir's bytes have, None when none has."""
+    """The revision (other than `cur`, among the newest few, one that ran healthy or was imported)
+    whose recorded file hashes the deploy dir's bytes have, None when none has."""
     from ..deploy.deploydir import read_deployed
     from ..state.revisions import sha256
 
     live = {name: sha256(data) for name, data in read_deployed(node.deploy_dir).items()}
     store = RevisionStore(node.state_dir)
     for number in sorted(store.numbers(), reverse=True)[:newest]:
-        if number != cur.number and store.get(number).meta.files == live:
+        rev = store.get(number) if number != cur.number else None
+        # Only bytes that ran healthy (or an import): a failed run's files left behind are undone by a rollback.
+        if rev is not None and rev.meta.files == live and rev.status.outcome in (*HEALTHY_OUTCOMES, "unproven"):
             return number
     return None
 
