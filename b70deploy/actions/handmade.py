@@ -328,7 +328,7 @@ def _check_bound(vllm: Mapping[str, Any], scratch: Path, where: str) -> None:
 def own_stack(node: Node, name: str, vllm: Mapping[str, Any]) -> Stack:
     """What a revision of bytes the tool did not render is checked against once it boots: the
     aliases its own command serves and /health, never a catalogue stack's expectations (the
-    report's TurboQuant copy serves one alias, the catalogue's tq-256k of today two)."""
+    report's TurboQuant copy serves one alias where a catalogue stack of its name expected two)."""
     try:
         names = parse_command([str(a) for a in vllm.get("command") or []]).values.get("served_model_names")
     except ValueError:

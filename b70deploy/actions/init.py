@@ -2,8 +2,9 @@
 
 From the engine: the running vLLM Compose project (container labels: project, working dir,
 compose and env files), and from `docker compose config` of its files the published port
-and bind address, the models dir (the bind mount at /models), the vllm service's env_file
-and the companions (the project's other services). From the host: the numeric gids that
+and bind address, the models dir and its path in the container (the bind that holds the model the
+command serves, at /models or anywhere), the vllm service's env_file and the companions (the
+project's other services, with their volumes and container_name). From the host: the numeric gids that
 own the /dev/dri nodes, and the state dir. Nothing is written over an existing config.
 """
 
@@ -283,13 +284,13 @@ def _companion_of(name: str, spec: dict[str, Any], doc: dict[str, Any], notes: l
             continue
         if v.get("type") == "volume" and v.get("source"):
             # Compose prefixes a volume with the project unless it is given a name: the engine's name it is.
-            real = ((doc.get("volumes") or {}).get(v["source"]) or {}).get("name") or v["source"]
-            volumes.append({"source": str(real), "target": str(v["target"]), "read_only": bool(v.get("read_only"))})
+            source = ((doc.get("volumes") or {}).get(v["source"]) or {}).get("name") or v["source"]
         elif v.get("type") == "bind" and str(v.get("source", "")).startswith("/"):
-            volumes.append({"source": str(v["source"]), "target": str(v["target"]),
-                            "read_only": bool(v.get("read_only"))})
+            source = v["source"]
         else:
             notes.append(f"companion {name}: the {v.get('type')} mount at {v['target']} is not carried over")
+            continue
+        volumes.append({"source": str(source), "target": str(v["target"]), "read_only": bool(v.get("read_only"))})
     if volumes:
         comp["volumes"] = volumes
     if spec.get("container_name"):
