@@ -79,8 +79,24 @@ def status(node: Node) -> dict[str, Any]:
         code = health.result()
         out["health"] = code if code is not None else "refused"
         out["differs"], out["fix"] = differences(node, store, cur, out)
+        out["mounts_changed"] = _mounts_changed(store, cur)
         out["rollback_images_gone"] = gone_targets(table, present.result(), cur.number if cur else None)
     return out
+
+
+def _mounts_changed(store: RevisionStore, cur: Revision | None) -> list[str]:
+    """The current revision's recorded mounts from outside it (adopt, import; through a rollback
+    to one) whose bytes changed on this host."""
+    rev = cur
+    if rev is not None and rev.meta.kind == "rollback" and rev.meta.restored_from is not None \
+            and store.exists(rev.meta.restored_from):
+        rev = store.get(rev.meta.restored_from)
+    records = [p for p in (rev.meta.patches or []) if p.get("source")] if rev is not None else []
+    if not records:
+        return []
+    from .handmade import mounts_changed  # lint and Docker: only for a revision that recorded mounts
+
+    return mounts_changed(records)
 
 
 def _soon(pool: ThreadPoolExecutor, fn: Callable[..., T], *args: Any) -> Future[T]:
@@ -127,6 +143,11 @@ def differences(node: Node, store: RevisionStore, cur: Revision | None,
                 "b70deploy fsck --repair (points it at what the deploy dir holds)"
         return [], None
     found = drift(node, cur, box)
+    held = holds_revision(node, cur) if found and box.get("status") == "running" else None
+    if held is not None:  # e.g. a revision's files copied back by hand: a rollback to cur would undo that
+        rev = store.get(held)
+        return [f"the deploy dir holds revision {held}'s files ({rev.meta.stack}, {rev.meta.kind}), not revision "
+                f"{cur.number}'s"], f"b70deploy adopt (records that revision {held} runs; nothing restarts)"
     damage = cur.damage()  # its stored copy, checked against the hashes it recorded
     if found:
         if damage is None:
@@ -141,6 +162,25 @@ def differences(node: Node, store: RevisionStore, cur: Revision | None,
     if box.get("status") != "running":
         return [f"vllm is {box.get('status')}"], "b70deploy restore"
     return [], None
+
+
+def holds_revision(node: Node, cur: Revision, newest: int = 50) -> int | None:
+    """The revision (other than `cur`, among the newest few, one that ran healthy or was imported)
+    whose recorded file hashes the deploy dir's bytes have, None when none has."""
+    from ..deploy.deploydir import read_deployed
+    from ..state.revisions import sha256
+
+    live = {name: sha256(data) for name, data in read_deployed(node.deploy_dir).items()}
+    store = RevisionStore(node.state_dir)
+    for number in sorted(store.numbers(), reverse=True)[:newest]:
+        try:
+            rev = store.get(number) if number != cur.number else None
+        except UserError:  # damaged records: status lists them as DAMAGED; they hold nothing here
+            continue
+        # Only bytes that ran healthy (or an import): a failed run's files left behind are undone by a rollback.
+        if rev is not None and rev.meta.files == live and rev.status.outcome in (*HEALTHY_OUTCOMES, "unproven"):
+            return number
+    return None
 
 
 def drift(node: Node, cur: Revision, box: dict[str, Any]) -> list[str]:

@@ -44,7 +44,7 @@ def prepare(node: Node, name: str, *, port: int | None = None, project: str | No
     access = devices_mod.scan(node.device_dir, node.config.gids)
     secrets, warnings = load_secrets(node.secrets_env_file)
     rendered = render(stack, node, access, secrets=secrets, port=port, project=project,
-                      draft_path=draft_path_for(stack))
+                      draft_path=draft_path_for(stack, node.config.models_target))
     return Prepared(stack=stack, rendered=rendered, warnings=tuple(warnings))
 
 
@@ -100,7 +100,8 @@ def _draft_lines(node: Node, stack: Stack) -> list[str]:
         return []
     rel = copy_name(spec.model, spec.draft_max_position_embeddings)
     state = "present" if (node.models_dir / rel / "config.json").is_file() else "made by the switch if missing"
-    return [f"draft: the command serves the copy {draft_path_for(stack)} (host {node.models_dir / rel}, "
+    at = draft_path_for(stack, node.config.models_target)
+    return [f"draft: the command serves the copy {at} (host {node.models_dir / rel}, "
             f"max_position_embeddings {spec.draft_max_position_embeddings}, weights hard-linked; {state})"]
 
 

@@ -78,6 +78,8 @@ def _print_status(st: dict[str, Any]) -> None:
         click.echo(f"UNKNOWN: {st['container']['engine_error']}; fix: {st['fix']}")
     elif st["differs"]:
         click.echo(f"DIFFERS: {'; '.join(st['differs'])}; fix: {st['fix']}")
+    for changed in st.get("mounts_changed") or []:
+        click.echo(f"MOUNT CHANGED: {changed}; the revision recorded other bytes (a rollback to it mounts these)")
     gone = [f"IMAGE GONE: rollback to revision {g['revision']} ({g['stack']}) needs {str(g['image_id'])[:19]}; "
             f"fix: {g['fix']}" for g in st["rollback_images_gone"]]
     gone += [f"DAMAGED: {d}" for d in st["damaged"]]

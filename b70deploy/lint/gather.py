@@ -34,12 +34,12 @@ if TYPE_CHECKING:
     from ..docker.image_inspect import ImageInspector
 
 
-def draft_path_for(stack: Stack) -> str | None:
+def draft_path_for(stack: Stack, root: str) -> str | None:
     """The container path of the draft the switch will serve (the fixed copy, if one is asked for)."""
     spec = stack.speculative
     if spec is None or not spec.model or spec.draft_max_position_embeddings is None:
         return None
-    return container_model_path(copy_name(spec.model, spec.draft_max_position_embeddings))
+    return container_model_path(copy_name(spec.model, spec.draft_max_position_embeddings), root)
 
 
 def _memory_key(doc: dict[str, Any]) -> tuple[Any, ...]:
@@ -163,7 +163,10 @@ def build_context(node: Node, stack: Stack, *, docker: bool = True, inspector: I
                                  pin_image=pin_image, port=port, project=project, memory=memory)
     skipped: list[str] = []
     models_dir: Path | None = node.models_dir if node.models_dir.is_dir() else None
-    if models_dir is None:
+    # On this host an absent models folder is an error (models-dir-missing): the switch would stop
+    # the old stack for a bind the engine refuses. On a remote node it is not ours to see.
+    missing = node.models_dir if models_dir is None and node.on_this_host else None
+    if models_dir is None and missing is None:
         skipped.append(f"models_dir {node.models_dir} not found: model and draft file checks skipped")
     patch_errors: dict[str, tuple[str, str]] = {}
     specs: list[PatchSpec] = []
@@ -192,8 +195,10 @@ def build_context(node: Node, stack: Stack, *, docker: bool = True, inspector: I
     access = devices_mod.scan(node.device_dir, node.config.gids)
     secrets, _warnings = load_secrets(node.secrets_env_file)
     rendered = render(stack, node, access, secrets=secrets, mounts=mounts_for(patched),
-                      draft_path=draft_path_for(stack), image=pin_image, port=port, project=project)
-    ctx = LintContext(node=node, stack=stack, rendered=rendered, models_dir=models_dir, image=ctx_image,
+                      draft_path=draft_path_for(stack, node.config.models_target), image=pin_image, port=port,
+                      project=project)
+    ctx = LintContext(node=node, stack=stack, rendered=rendered, models_dir=models_dir, models_dir_missing=missing,
+                      image=ctx_image,
                       image_error=image_error, patch_errors=patch_errors, patched=patched, skipped=skipped,
                       measured_kv=measured_kv(node, stack, ctx_image.id if ctx_image else None, memory))
     if docker:
