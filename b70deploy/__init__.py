@@ -9,7 +9,8 @@ the rooms above it in this list.
     state/       the state dir behind one object (statedir): immutable revisions (revisions),
                  the step journal (journal), the deploy lock (lock), the audit log (audit),
                  atomic files and the one file-mode rule (fsio), who and when (stamps), the
-                 warm-boot compile caches (caches)
+                 warm-boot compile caches (caches), room on its disk and writes that must not
+                 stop an undo (space)
     config/      what the operator writes: stack and node schema (schema), the catalogue with
                  `extends:` (catalogue), parsed stack files kept by content hash (doc_cache),
                  node config loading (node) and its validated settings kept between runs
@@ -56,11 +57,13 @@ the rooms above it in this list.
                  inspect, diff, stacks, prepare, stack_from_compose, patch_from_file, init, adopt,
                  imports, watch; handmade: the files and preflight of a deployment the tool did not
                  render); the state dir's small changes: pin, unpin, prune, unlock (bookkeeping);
+                 the revision store checked and mended (fsck);
                  the one block every mutating command runs in: lock, audit line, notifications
                  (mutating)
     cli/         click commands only: parse flags, build an action, print its result: the root
                  group, COMMANDS and `mutate`, the reporter and exit line of every mutating command
-                 (base), the options several commands share (options), one module per group of
+                 (base), the options several commands share (options), shell completion of
+                 stacks, revisions and nodes (complete), one module per group of
                  commands (catalogue, lint, deploy, records, revisions, bench, patch, watch, sim,
                  stack, adopt)
 """

@@ -12,9 +12,13 @@ B70Error:
     Exception
     +-- B70Error                   errors.py: exit_code 1; `where=`, `fix=`
     |   +-- UserError              errors.py: bad input, exit 2, newlines escaped
+    |   |   +-- DamagedRecord      state/revisions.py: a record that cannot be read, or stored bytes
+    |   |                          that are not the ones recorded (fsck --repair mends)
     |   +-- OperationError         errors.py: the node failed, exit 1
+    |       +-- Declined           errors.py: the operator answered no at the prompt; nothing changed
     |       +-- LockBusy           state/lock.py: another command holds the node
     |       +-- StaleLock          state/lock.py: the holder died mid-run (resume/rollback/unlock)
+    |       +-- StateDirFull       state/space.py: too little room for a run, refused before the drain
     +-- StepFailed                 deploy/runner.py: a step raised; carries the cause and the
     |                              undo errors; deploy/driver.py turns it into the Outcome
     +-- BootFailed                 docker/health.py: inside wait_healthy only (fatal line, exit,
@@ -71,6 +75,10 @@ class OperationError(B70Error):
     the container's last log lines after a newline (the dark boot does): they are kept."""
 
     exit_code = EXIT_FAILED
+
+
+class Declined(OperationError):
+    """The operator said no to "Drain production ...?": nothing changed; audited as declined."""
 
 
 class Terminated(KeyboardInterrupt):

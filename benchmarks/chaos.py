@@ -35,6 +35,23 @@ runs that one trial again with the same signal, direction, delay and pick. Bound
 carries a random suffix and is removed in a `finally`, also on Ctrl-C or SIGTERM.
 
     python benchmarks/chaos.py --trials 60 --json benchmarks/results/chaos.json
+
+Two more trial kinds (issue 22), each with its own count (`--disk-full N`, `--damaged N`):
+
+  disk-full  the state dir is a tmpfs of the benchmark's own (root: mounted in setup, unmounted
+             in the `finally`). The trial fills it before `switch` (to the last byte, or leaving
+             a random 0-600 KiB), or to the last byte at a random moment during it. Right after
+             the switch exits (the disk still full) the node must already serve what `current`
+             names (the outside check below, less the leftovers), and a run that met the full
+             disk must say "is full"; then the filler goes and status's advice is followed to
+             agreement.
+  damaged    one record of the store is damaged at random (a flipped byte in a stored file, a
+             truncated or empty meta.json or status.json, a deleted stored file or meta.json,
+             garbage in index.json; of the current revision or an older one), then one command
+             runs (rollback N, rollback, rollback STACK, switch STACK, status, history). It must
+             not print a traceback, a refusal must be one line, the node must serve what the
+             records name, and nothing may run bytes that differ from their revision's hashes;
+             then `fsck --repair` and status's advice bring it to agreement.
 """
 
 from __future__ import annotations
@@ -76,7 +93,8 @@ STACKS = {  # name -> (served names, max_model_len): what /v1/models tells apart
     "alpha": (["chaos-alpha", "alias-a"], 131072),
     "beta": (["chaos-beta", "alias-b"], 262144),
 }
-REVISION_ENTRY = re.compile(r"^(\d{6}|index\.json|index\.lock|current)$")
+REVISION_ENTRY = re.compile(r"^(\d{6}|index\.json|index\.lock|current|damaged)$")  # damaged/: fsck --repair
+FULL_FS_KIB = 4096  # the disk-full trials' state dir
 
 
 def log(msg: str) -> None:
@@ -131,6 +149,7 @@ class ChaosNode:
     root: Path
     suffix: str
     boot: float
+    small_state: bool = False  # the state dir on a tmpfs of FULL_FS_KIB (disk-full trials)
     project: str = ""
     tag: str = ""
     prod: int = 0
@@ -158,6 +177,10 @@ class ChaosNode:
         if r.returncode != 0:
             raise RuntimeError(f"sim build failed:\n{r.stdout}\n{r.stderr}")
         docker("tag", SIM_TAGS["bash-c"], self.tag)  # our own copy: other work may rebuild the shared tag
+        if self.small_state:
+            self.state.mkdir(parents=True)
+            subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={FULL_FS_KIB}k,mode=0755", "tmpfs", str(self.state)],
+                           check=True, capture_output=True, text=True)
         write_models(self.root / "models")
         self.write_stacks()
         self.prod = free_port()
@@ -228,7 +251,14 @@ class ChaosNode:
     # ---------------------------------------------------------- the outside check
 
     def check(self, st: dict[str, Any]) -> list[str]:
-        """Everything that is not in agreement, looked at from outside the tool."""
+        """Everything that is not in agreement, looked at from outside the tool (a record the
+        check itself cannot read is a disagreement, not the benchmark's crash)."""
+        try:
+            return self._check(st)
+        except (OSError, ValueError, KeyError) as e:
+            return [f"the outside check could not read the records: {e}"]
+
+    def _check(self, st: dict[str, Any]) -> list[str]:
         bad: list[str] = []
         if "error" in st:
             return [str(st["error"])]
@@ -327,6 +357,8 @@ class ChaosNode:
         with contextlib.suppress(Exception):
             remove_keep_tags(self.project)
             docker("rmi", self.tag, check=False)
+        if self.small_state:
+            subprocess.run(["umount", "-l", str(self.state)], capture_output=True, check=False)
         shutil.rmtree(self.root, ignore_errors=True)
 
     def reset(self) -> str:
@@ -336,7 +368,11 @@ class ChaosNode:
                          check=False).stdout.split()
             if ids:
                 docker("rm", "-f", *ids, check=False)
-        shutil.rmtree(self.state, ignore_errors=True)
+        if self.small_state:  # the mount point stays: empty it
+            for p in self.state.iterdir():
+                shutil.rmtree(p) if p.is_dir() else p.unlink()
+        else:
+            shutil.rmtree(self.state, ignore_errors=True)
         shutil.rmtree(self.deploy, ignore_errors=True)
         self.seen_meta.clear()
         r = self.cli("switch", "alpha", "--yes")
@@ -394,7 +430,8 @@ def advice_of(st: dict[str, Any]) -> str | None:
 
 
 def commands_in(advice: str) -> list[str]:
-    return [m.strip() for m in re.findall(r"b70deploy ((?:resume|rollback|restore|unlock)(?: \d+)?)", advice)]
+    return [m.strip() for m in re.findall(r"b70deploy ((?:resume|rollback|restore|unlock|fsck --repair)(?: \d+)?)",
+                                          advice)]
 
 
 @dataclass(frozen=True)
@@ -450,7 +487,51 @@ def run_trial(node: ChaosNode, trial: Trial, typical: float, max_steps: int = 5)
     t_quiet = time.monotonic()
     at_step, events = journal_steps(node.state, offset, epoch_sig)
     summary = next((ln for ln in reversed((out + err).splitlines()) if ln.strip()), "")
-    # recovery: follow status's advice until it has none
+    advised, picks, ran, st = follow_advice(node, rng, max_steps)
+    t_done = time.monotonic()
+    problems = node.check(st)
+    if advised and advice_of(st) is not None:
+        problems.append(f"still advising after {max_steps} commands: {advice_of(st)}")
+    return {
+        "seed": trial.seed, "trial": trial.index, "replay": f"{trial.seed}:{trial.index}",
+        "signal": trial.sig.name, "from": source, "to": trial.target, "prep": prep,
+        "fraction": round(fraction, 4), "delay": round(delay, 3), "typical": round(typical, 3),
+        "finished_before_signal": exited_before, "switch_rc": proc.returncode, "switch_said": summary[:300],
+        "killed_in": at_step, "journal": events,
+        "signal_to_exit": round(t_exit - t_sig, 3), "orphans_waited": round(orphans, 3),
+        "advised": advised, "picked": picks, "commands": ran,
+        "recovery_seconds": round(t_done - t_quiet, 3), "signal_to_agreement": round(t_done - t_sig, 3),
+        "agreement": not problems, "problems": problems,
+        "serving_after": node.serving(),
+    }
+
+
+# ---------------------------------------------------------------- disk-full and damaged-store trials
+
+
+def free_kib(path: Path) -> int:
+    st = os.statvfs(path)
+    return st.f_bavail * st.f_frsize // 1024
+
+
+def fill_to(path: Path, leave_kib: int) -> Path:
+    """A filler file under `path` leaving `leave_kib` KiB free (0: to the last byte)."""
+    filler = path / f"chaos-filler-{uuid.uuid4().hex[:6]}"
+    chunk = bytes(1 << 16)
+    with filler.open("wb", buffering=0) as fh:
+        while (room := free_kib(path) * 1024 - leave_kib * 1024) > 0:
+            try:
+                fh.write(chunk[:min(len(chunk), room)])
+            except OSError:
+                break
+    return filler
+
+
+def follow_advice(node: ChaosNode, rng: random.Random,
+                  max_steps: int = 5) -> tuple[list[str], list[str], list[dict[str, Any]], dict[str, Any]]:
+    """Run what `status --json` advises, one command at a time, until it advises nothing; where
+    it offers two ("resume (finish it) or rollback (undo it)") the trial's RNG picks one.
+    Returns the advice, the picks, the commands run and the last status."""
     advised: list[str] = []
     picks: list[str] = []
     ran: list[dict[str, Any]] = []
@@ -470,25 +551,210 @@ def run_trial(node: ChaosNode, trial: Trial, typical: float, max_steps: int = 5)
         c0 = time.monotonic()
         r = node.cli(*args)
         ran.append({"command": f"b70deploy {' '.join(args)}", "rc": r.returncode,
-                    "seconds": round(time.monotonic() - c0, 3),
-                    "said": next((ln for ln in reversed((r.stdout + r.stderr).splitlines()) if ln.strip()), "")})
+                    "seconds": round(time.monotonic() - c0, 3), "said": last_line(r)})
         st = node.status()
-    t_done = time.monotonic()
+    return advised, picks, ran, st
+
+
+def last_line(r: subprocess.CompletedProcess[str]) -> str:
+    return next((ln for ln in reversed((r.stdout + r.stderr).splitlines()) if ln.strip()), "")[:300]
+
+
+def records_agree(node: ChaosNode, st: dict[str, Any]) -> list[str]:
+    """The outside check, less what needs room or a mended store: the node serves what `current`
+    names (label, /v1/models, a completion, the deploy dir's bytes by the recorded hashes)."""
+    revs = node.state / "revisions"
+    cur_text = (revs / "current").read_text().strip() if (revs / "current").is_file() else ""
+    if not cur_text.isdigit():
+        return [f"no current revision ({cur_text!r})"]
+    cur = revs / f"{int(cur_text):06d}"
+    try:
+        meta = json.loads((cur / "meta.json").read_text())
+    except (OSError, ValueError):
+        return []  # the trial damaged it: the records name nothing readable to compare with
+    stack = str(meta["stack"])
+    bad = []
+    if node.serving() != stack:
+        bad.append(f"vllm serves {node.serving()}, current revision {cur_text} is {stack}")
+    elif stack in STACKS:
+        names = STACKS[stack][0]
+        code, body = http(f"http://127.0.0.1:{node.prod}/v1/models")
+        ids = [c.get("id") for c in body.get("data", [])] if code == 200 and isinstance(body, dict) else []
+        if ids != names:
+            bad.append(f"/v1/models {code}: {ids}, revision {cur_text} serves {names}")
+    live = {n: sha256(b) for n, b in tree(node.deploy).items()}
+    if live != meta["files"]:
+        bad.append(f"deploy dir is not revision {cur_text}'s recorded bytes")
+    return bad
+
+
+def said_full(text: str) -> bool:
+    return "is full" in text
+
+
+def run_disk_trial(node: ChaosNode, index: int, seed: int, typical: float) -> dict[str, Any]:
+    rng = random.Random(f"{seed}:disk:{index}")
+    during = rng.random() < 0.6
+    # Before: a level around what a run needs (about 290 KiB beside the reserve). During: to the
+    # last byte, after the CLI's start and plan (~a quarter of a switch), so it lands mid-run.
+    leave = 0 if during or rng.random() < 0.3 else rng.randrange(0, 600)
+    delay = (0.25 + 0.75 * rng.random()) * typical if during else 0.0
+    target = "beta" if node.serving() == "alpha" else "alpha"
+    filler: Path | None = None
+    t0 = time.monotonic()
+    try:
+        if not during:
+            filler = fill_to(node.state, leave)
+        proc = subprocess.Popen(node.argv("switch", target, "--yes"), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                text=True, env=node.env(), start_new_session=True)
+        if during:
+            time.sleep(delay)
+            filler = fill_to(node.state, leave)
+        out, err = proc.communicate(timeout=300)
+        full_at = free_kib(node.state)
+        st = node.status()
+        immediate = records_agree(node, st)
+        ended_pending = [d.name for d in sorted((node.state / "revisions").glob("0*"))
+                         if (d / "status.json").is_file() and '"pending"' in (d / "status.json").read_text()]
+    finally:
+        if filler is not None:
+            filler.unlink(missing_ok=True)
+    met_full = "No space left" in out + err or "is full" in out + err
+    advised, _, ran, st = follow_advice(node, rng)
     problems = node.check(st)
-    if advised and advice_of(st) is not None:
-        problems.append(f"still advising after {max_steps} commands: {advice_of(st)}")
-    return {
-        "seed": trial.seed, "trial": trial.index, "replay": f"{trial.seed}:{trial.index}",
-        "signal": trial.sig.name, "from": source, "to": trial.target, "prep": prep,
-        "fraction": round(fraction, 4), "delay": round(delay, 3), "typical": round(typical, 3),
-        "finished_before_signal": exited_before, "switch_rc": proc.returncode, "switch_said": summary[:300],
-        "killed_in": at_step, "journal": events,
-        "signal_to_exit": round(t_exit - t_sig, 3), "orphans_waited": round(orphans, 3),
-        "advised": advised, "picked": picks, "commands": ran,
-        "recovery_seconds": round(t_done - t_quiet, 3), "signal_to_agreement": round(t_done - t_sig, 3),
-        "agreement": not problems, "problems": problems,
-        "serving_after": node.serving(),
-    }
+    return {"kind": "disk-full", "trial": index, "replay": f"{seed}:disk:{index}", "to": target,
+            "when": "during" if during else "before", "delay": round(delay, 3), "leave_kib": leave,
+            "free_kib_after": full_at, "switch_rc": proc.returncode, "switch_said": last_line(
+                subprocess.CompletedProcess([], proc.returncode, out, err)),
+            "traceback": "Traceback" in out + err, "met_full": met_full,
+            "said_full": said_full(out + err), "committed": proc.returncode == 0,
+            "serves_records_immediately": not immediate, "immediate_problems": immediate,
+            "pending_left": ended_pending, "advised": advised, "commands": ran,
+            "agreement": not problems, "problems": problems, "seconds": round(time.monotonic() - t0, 2)}
+
+
+DAMAGES = ("flip-byte", "truncate-meta", "empty-meta", "truncate-status", "delete-file", "delete-meta",
+           "garbage-index")
+COMMANDS = ("rollback N", "rollback", "rollback STACK", "switch STACK", "status", "history")
+
+
+def damage(node: ChaosNode, rng: random.Random, what: str) -> str:
+    revs = node.state / "revisions"
+    numbers = sorted(int(p.name) for p in revs.iterdir() if p.name.isdigit())
+    cur = int((revs / "current").read_text())
+    n = cur if rng.random() < 0.5 else rng.choice([x for x in numbers if x != cur] or [cur])
+    folder = revs / f"{n:06d}"
+    if what == "garbage-index":
+        (revs / "index.json").write_bytes(b'{"columns": {"number": [1, 2')
+        return "index.json"
+    if what in ("flip-byte", "delete-file"):
+        files = sorted(p for p in (folder / "files").rglob("*") if p.is_file())
+        victim = rng.choice(files)
+        if what == "delete-file":
+            victim.unlink()
+        else:
+            data = bytearray(victim.read_bytes())
+            at = rng.randrange(len(data))
+            data[at] = ord("#") if data[at] != ord("#") else ord("$")
+            victim.write_bytes(bytes(data))
+        return f"revision {n} ({'current' if n == cur else 'older'}): {what} {victim.relative_to(folder)}"
+    record = folder / ("status.json" if what == "truncate-status" else "meta.json")
+    if what == "delete-meta":
+        record.unlink()
+    else:
+        head = record.read_bytes()
+        record.write_bytes(b"" if what == "empty-meta" else head[:rng.randrange(1, len(head) - 1)])
+    return f"revision {n} ({'current' if n == cur else 'older'}): {what}"
+
+
+def run_damage_trial(node: ChaosNode, index: int, seed: int) -> dict[str, Any]:
+    rng = random.Random(f"{seed}:damaged:{index}")
+    what, command = rng.choice(DAMAGES), rng.choice(COMMANDS)
+    revs = node.state / "revisions"
+    if len([p for p in revs.iterdir() if p.name.isdigit()]) < 3:  # an older revision of each stack to aim at
+        for stack in ("beta", "alpha"):
+            node.cli("switch", stack, "--yes")
+    numbers = sorted(int(p.name) for p in revs.iterdir() if p.name.isdigit())
+    cur = int((revs / "current").read_text())
+    before = {"serving": node.serving(), "live": {n: sha256(b) for n, b in tree(node.deploy).items()}}
+    hashes = {n: json.loads((revs / f"{n:06d}" / "meta.json").read_text())["files"] for n in numbers}
+    where = damage(node, rng, what)
+    other = rng.choice([x for x in numbers if x != cur])
+    stack = "alpha" if node.serving() == "beta" else "beta"
+    args = {"rollback N": ["rollback", str(other), "--yes"], "rollback": ["rollback", "--yes"],
+            "rollback STACK": ["rollback", stack, "--yes"], "switch STACK": ["switch", stack, "--yes"],
+            "status": ["status"], "history": ["history"]}[command]
+    r = node.cli(*args)
+    text = r.stdout + r.stderr
+    errors = [ln for ln in r.stderr.splitlines() if ln.startswith("error: ")]
+    live = {n: sha256(b) for n, b in tree(node.deploy).items()}
+    # Wrong deployed: the deploy dir changed to bytes that no revision recorded before the damage.
+    wrong = live != before["live"] and live not in hashes.values()
+    serving_after = node.serving()
+    advised_before = advice_of(node.status())
+    rep = node.cli("fsck", "--repair")
+    advised, _, ran, st = follow_advice(node, rng)
+    problems = node.check(st)
+    return {"kind": "damaged", "trial": index, "replay": f"{seed}:damaged:{index}", "damage": where,
+            "command": " ".join(args), "rc": r.returncode, "said": last_line(r),
+            "traceback": "Traceback" in text, "one_line": r.returncode == 0 or (len(errors) == 1 and "; fix: " in
+                                                                                  errors[0]),
+            "refused": r.returncode == 2, "wrong_deployed": wrong, "serving_before": before["serving"],
+            "serving_after": serving_after, "status_advised": advised_before,
+            "damage_kind": what,
+            "advised_damaged": where.startswith("revision") and f"rollback {where.split()[1].rstrip(':')} " in
+            f"{advised_before or ''} ",
+            "fsck_rc": rep.returncode, "fsck_said": last_line(rep), "advised": advised, "commands": ran,
+            "agreement": not problems, "problems": problems}
+
+
+def summarize_kinds(trials: list[dict[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    disk = [t for t in trials if t.get("kind") == "disk-full"]
+    if disk:
+        out["disk-full"] = {
+            "trials": len(disk), "before": sum(t["when"] == "before" for t in disk),
+            "during": sum(t["when"] == "during" for t in disk),
+            "committed": sum(t["committed"] for t in disk), "met_full": sum(t["met_full"] for t in disk),
+            "said_full_when_met": sum(t["said_full"] for t in disk if t["met_full"]),
+            "serves_records_immediately": sum(t["serves_records_immediately"] for t in disk),
+            "pending_left": sum(bool(t["pending_left"]) for t in disk),
+            "tracebacks": sum(t["traceback"] for t in disk), "agreement": sum(t["agreement"] for t in disk),
+            "failures": [{"replay": t["replay"], "problems": t["problems"] or t["immediate_problems"]}
+                         for t in disk if not t["agreement"] or not t["serves_records_immediately"]]}
+    bad = [t for t in trials if t.get("kind") == "damaged"]
+    if bad:
+        out["damaged"] = {
+            "trials": len(bad), "refused": sum(t["refused"] for t in bad),
+            "tracebacks": sum(t["traceback"] for t in bad), "one_line": sum(t["one_line"] for t in bad),
+            "wrong_deployed": sum(t["wrong_deployed"] for t in bad),
+            "advised_damaged": sum(t["advised_damaged"] for t in bad),
+            "agreement": sum(t["agreement"] for t in bad),
+            "damages": {d: sum(t["damage_kind"] == d for t in bad) for d in DAMAGES},
+            "failures": [{"replay": t["replay"], "damage": t["damage"], "command": t["command"],
+                          "problems": t["problems"]} for t in bad if not t["agreement"] or t["traceback"]
+                         or not t["one_line"] or t["wrong_deployed"]]}
+    return out
+
+
+def table_kinds(summary: dict[str, Any]) -> str:
+    lines = []
+    d = summary.get("disk-full")
+    if d:
+        lines += ["| disk-full trials | filled before / during | committed | met the full disk | said \"is full\" "
+                  "(of those) | served what the records name, right after | revision left pending | tracebacks | "
+                  "agreement after the advice |", "|---:|---|---:|---:|---:|---:|---:|---:|---:|",
+                  f"| {d['trials']} | {d['before']} / {d['during']} | {d['committed']} | {d['met_full']} | "
+                  f"{d['said_full_when_met']} | {d['serves_records_immediately']} | {d['pending_left']} | "
+                  f"{d['tracebacks']} | {d['agreement']} |", ""]
+    b = summary.get("damaged")
+    if b:
+        lines += ["| damaged-store trials | refused (exit 2) | one-line output | tracebacks | wrong bytes deployed | "
+                  "status advised the damaged revision | agreement after fsck --repair and the advice |",
+                  "|---:|---:|---:|---:|---:|---:|---:|",
+                  f"| {b['trials']} | {b['refused']} | {b['one_line']} | {b['tracebacks']} | {b['wrong_deployed']} | "
+                  f"{b['advised_damaged']} | {b['agreement']} |"]
+    return "\n".join(lines)
 
 
 # ---------------------------------------------------------------- the run
@@ -578,7 +844,8 @@ def measure_typical(node: ChaosNode, runs: int) -> tuple[float, list[float]]:
 
 
 def run(args: argparse.Namespace, result: dict[str, Any]) -> None:
-    node = ChaosNode(Path(tempfile.mkdtemp(prefix="b70chaos-")), uuid.uuid4().hex[:8], args.boot)
+    node = ChaosNode(Path(tempfile.mkdtemp(prefix="b70chaos-")), uuid.uuid4().hex[:8], args.boot,
+                     small_state=args.disk_full > 0)
     started = time.monotonic()
     try:
         node.setup()
@@ -610,6 +877,18 @@ def run(args: argparse.Namespace, result: dict[str, Any]) -> None:
             if not t["agreement"]:
                 t["reset"] = node.reset()
                 log(t["reset"])
+        for kind, count in (("disk-full", args.disk_full), ("damaged", args.damaged)):
+            for i in range(count):
+                if time.monotonic() - started > args.max_minutes * 60:
+                    result["stopped_early"] = True
+                    break
+                t = run_disk_trial(node, i, args.seed, typical) if kind == "disk-full" else \
+                    run_damage_trial(node, i, args.seed)
+                result["trials"].append(t)
+                log(f"{kind} trial {i}: " + json.dumps({k: t[k] for k in t if k not in ("commands", "advised")})[:400])
+                if not t["agreement"]:
+                    t["reset"] = node.reset()
+                    log(t["reset"])
     finally:
         log("cleaning up")
         node.cleanup()
@@ -630,11 +909,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--measure", type=int, default=3, help="clean switches to measure the typical duration (default 3)")
     p.add_argument("--boot", type=float, default=0.6, help="sim boot delay, B70SIM_BOOT_SECONDS (default 0.6)")
     p.add_argument("--max-minutes", type=float, default=45, help="stop starting trials after this (default 45)")
+    p.add_argument("--disk-full", type=int, default=0, metavar="N",
+                   help="disk-full trials after the signal ones (the state dir on a tmpfs: root)")
+    p.add_argument("--damaged", type=int, default=0, metavar="N", help="damaged-store trials after those")
     p.add_argument("--json", type=Path, help="write every trial and the summary here")
     p.add_argument("--table", type=Path, metavar="JSON", help="print the table of an earlier results file, and exit")
     args = p.parse_args(argv)
     if args.table:
-        print(table(summarize(json.loads(args.table.read_text())["trials"])))
+        trials = json.loads(args.table.read_text())["trials"]
+        print(table(summarize([t for t in trials if "kind" not in t])))
+        print(table_kinds(summarize_kinds(trials)))
         return 0
     # Started in the background by a shell without job control, this process (and so every
     # switch it starts) would ignore SIGINT, and Python installs no KeyboardInterrupt handler
@@ -658,12 +942,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         log("interrupted; everything created was removed")
         code = 130
-    result["summary"] = summarize(result["trials"])
+    result["summary"] = summarize([t for t in result["trials"] if "kind" not in t])
+    result["summary_kinds"] = summarize_kinds(result["trials"])
     print(f"seed {args.seed}; {len(result['trials'])} trials")
-    print(table(result["summary"]))
+    if any(s["trials"] for s in result["summary"].values()):
+        print(table(result["summary"]))
+    print(table_kinds(result["summary_kinds"]))
     for s in result["summary"].values():
         for f in s["failures"]:
             print(f"FAILED {f['replay']} (delay {f['delay']} s, in {f['killed_in']}): {f['problems']}")
+    for s in result["summary_kinds"].values():
+        for f in s["failures"]:
+            print(f"FAILED {json.dumps(f)[:600]}")
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(result, indent=1) + "\n")

@@ -8,7 +8,9 @@ runs, with a patch record for each mounted file that replaces one of the image's
 
 from __future__ import annotations
 
+import tempfile
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from ..config.names import check_name
@@ -17,10 +19,10 @@ from ..deploy.nodeio import VLLM
 from ..deploy.steps import record_live
 from ..docker import discover, engine
 from ..docker.image_inspect import ImageInspector
-from ..docker.node import DockerNode
+from ..docker.node import DockerNode, compose_config
 from ..errors import UserError
 from ..render.files import COMPOSE_FILE
-from .handmade import check_env_names, env_summary, image_patches
+from .handmade import check_env_names, env_summary, image_patches, outside_mounts, weights_targets
 from .mutating import mutating
 
 
@@ -71,6 +73,17 @@ class Adopt:
         check_env_names(live[COMPOSE_FILE], where=str(node.deploy_dir / COMPOSE_FILE))
         return container, live
 
+    def _outside(self, live: dict[str, bytes], image_id: str,
+                 inspector: ImageInspector) -> tuple[list[dict[str, Any]], list[str]]:
+        """The vllm service's binds from outside the deploy dir's own files, each recorded with its hash."""
+        with tempfile.TemporaryDirectory(prefix="b70deploy-adopt-") as tmp:
+            doc, error = compose_config(live, self.node.project, Path(tmp))
+            if doc is None:
+                return [], [f"docker compose config refused the live files ({error}): mounts from outside the "
+                            "folder are not recorded"]
+            vllm = (doc.get("services") or {}).get(VLLM) or {}
+            return outside_mounts(vllm, Path(tmp), image_id, inspector, weights_targets(vllm))
+
     def run(self) -> Adopted:
         check_name(self.stack, what="--as stack name")
         with mutating(self.node, "adopt") as m:
@@ -81,15 +94,22 @@ class Adopt:
             for number in reversed(store.numbers()):
                 rev = store.get(number)
                 if rev.read_files() == live:
+                    notes = [f"the deploy dir already is revision {number}: nothing to adopt"]
                     m.ended("ok", revision=number, summary=f"already revision {number}")
+                    if store.current_number() != number and rev.meta.image_id in (None, image_id):
+                        # Its bytes were put back by hand and run: that revision is what the node runs.
+                        store.set_current(number)
+                        notes.append(f"revision {number} is current again (it is what runs)")
+                        m.ended("ok", revision=number, summary=f"revision {number} current")
                     return Adopted(revision=number, stack=rev.meta.stack, created=False,
                                    outcome=rev.status.outcome, image_ref=rev.meta.image_ref,
                                    image_id=str(rev.meta.image_id), files=sorted(live),
-                                   patches=list(rev.meta.patches or []), env=env_summary(live),
-                                   notes=[f"the deploy dir already is revision {number}: nothing to adopt"])
+                                   patches=list(rev.meta.patches or []), env=env_summary(live), notes=notes)
             with ImageInspector(self.node.state_dir) as inspector:
                 records, notes = image_patches(live, image_id, inspector)
-            patches = [r.to_dict() for r in records]
+                mounts, said = self._outside(live, image_id, inspector)
+            patches = [r.to_dict() for r in records] + mounts
+            notes += said
             rev = record_live(store, DockerNode.production(self.node), live, stack=self.stack, image_ref=image_ref,
                               image_id=image_id, patches=patches,
                               message=self.message or f"adopted: the hand-made deployment of project "

@@ -1,4 +1,4 @@
-"""The state dir's small changes: pin, unpin, prune, unlock. Each goes through the mutating
+"""The state dir's small changes: pin, unpin, prune (and what it would delete), unlock. Each goes through the mutating
 wrapper (the lock, one audit line); like `history`, they import no switch machinery."""
 
 from __future__ import annotations
@@ -19,10 +19,18 @@ def set_pin(node: Node, number: int, pinned: bool) -> None:
         m.ended("ok", revision=number)
 
 
-def prune(node: Node, keep: int | None) -> list[int]:
-    """Delete old revisions, keeping the newest `keep`, every pinned one and the current one."""
+def prune_plan(node: Node, keep: int | None, *, force: bool = False) -> tuple[list[int], dict[int, str]]:
+    """What prune would delete, and the old revisions it keeps with why (changes nothing)."""
+    from ..state.revisions import RevisionStore
+
+    return RevisionStore(node.state_dir).prune_plan(keep or node.config.keep_revisions, force=force)
+
+
+def prune(node: Node, keep: int | None, *, force: bool = False) -> list[int]:
+    """Delete old revisions, keeping the newest `keep`, every pinned one and the current one
+    (and, unless `force`, the newest adopted revision and unproven imports)."""
     with mutating(node, "prune", wait=10.0) as m:
-        gone = m.state.revisions.prune(keep or node.config.keep_revisions)
+        gone = m.state.revisions.prune(keep or node.config.keep_revisions, force=force)
         m.ended("ok", removed=gone)
     return gone
 

@@ -3,8 +3,13 @@
     folder_files    a hand-made compose file, its .env and the files it reads from its folder
     image_patches   each bind-mounted file that replaces a file of the image, as a patch record
                     (a unified diff against the exact image's file, both hashes)
-    check_files     the preflight `import` and `rollback` run on such files: docker compose
-                    config, the image present, and the lint rules over what the command says
+    outside_mounts  every other bind of the vllm service, from outside the revision's files: its
+                    source, target and hash (a tree for a folder), kind patch, added or overlay
+    mounts_changed  recorded outside mounts whose bytes on this host changed since
+    check_files     the preflight `import` and `rollback` run on such files: what would certainly
+                    fail refuses (compose config, the image, a bound path or the model missing);
+                    the lint rules over what the command says are warnings
+    own_stack       what such a revision is smoke-tested against: its own aliases, /health
     check_drift     a rollback to such files when their image tag has moved: each patched file
                     must still be the one the record was made against
     lint_stack_of   the stack a hand-made vllm service amounts to, for lint
@@ -28,7 +33,7 @@ from pydantic import ValidationError
 
 from ..config.compose_folder import own_files, references
 from ..config.node import Node
-from ..config.schema import Stack
+from ..config.schema import Smoke, Stack
 from ..deploy.nodeio import VLLM
 from ..deploy.plan import ImageInfo
 from ..docker.engine import image_info
@@ -37,9 +42,10 @@ from ..docker.node import compose_config
 from ..errors import UserError
 from ..lint import LintContext, lint_stack
 from ..render.files import COMPOSE_FILE, DOTENV_FILE, Rendered
-from ..render.from_compose import ImageEntrypoint, stack_from_compose
+from ..render.from_compose import ImageEntrypoint, stack_from_compose, weights_bind
 from ..render.masking import is_secret, mask
 from ..render.patches import EditError, ImageFiles, apply_unified_diff, sha256
+from ..render.vllm_args import parse_command
 from ..state.revisions import Revision
 
 
@@ -112,31 +118,96 @@ def image_patches(files: Mapping[str, bytes], image_ref: str,
     image, and a note for each mounted file that does not (new, or identical)."""
     records: list[PatchRecord] = []
     notes: list[str] = []
-    image_id = inspector.image_id(image_ref)
-    pkg = inspector.vllm_package_dir(image_ref)
     for ref in references(files.get(COMPOSE_FILE, b"")):
         if ref.kind != "mount" or ref.service != VLLM or ref.name not in files or ref.target is None:
             continue
         original = inspector.read_file(image_ref, ref.target)
-        mine = files[ref.name]
         if original is None:
             notes.append(f"{ref.name} -> {ref.target}: the image has no such file; kept as a plain file")
             continue
-        if original == mine:
-            notes.append(f"{ref.name} -> {ref.target}: identical to the image's file")
-            continue
-        try:
-            old, new = original.decode("utf-8"), mine.decode("utf-8")
-        except UnicodeDecodeError:
-            notes.append(f"{ref.name} -> {ref.target}: not UTF-8 text; kept as a plain file, no diff")
-            continue
-        diff = "".join(difflib.unified_diff(old.splitlines(keepends=True), new.splitlines(keepends=True),
-                                            fromfile=f"a{ref.target}", tofile=f"b{ref.target}"))
-        rel = posixpath.relpath(ref.target, pkg) if pkg and ref.target.startswith(pkg + "/") else None
-        records.append(PatchRecord(file=ref.name, target=ref.target, package_target=rel, image_id=image_id,
-                                   vllm_version=inspector.vllm_version(image_ref), original_sha256=sha256(original),
-                                   sha256=sha256(mine), diff=diff))
+        rec, note = _patch_record(ref.name, ref.target, files[ref.name], original, image_ref, inspector)
+        records += [rec] if rec is not None else []
+        notes += [note] if note is not None else []
     return records, notes
+
+
+def _patch_record(name: str, target: str, mine: bytes, original: bytes, image_ref: str,
+                  inspector: ImageFiles) -> tuple[PatchRecord | None, str | None]:
+    """`mine` mounted over the image's `original` at `target`: a patch record, or why there is none."""
+    if original == mine:
+        return None, f"{name} -> {target}: identical to the image's file"
+    try:
+        old, new = original.decode("utf-8"), mine.decode("utf-8")
+    except UnicodeDecodeError:
+        return None, f"{name} -> {target}: not UTF-8 text; kept as a plain file, no diff"
+    diff = "".join(difflib.unified_diff(old.splitlines(keepends=True), new.splitlines(keepends=True),
+                                        fromfile=f"a{target}", tofile=f"b{target}"))
+    pkg = inspector.vllm_package_dir(image_ref)
+    rel = posixpath.relpath(target, pkg) if pkg and target.startswith(pkg + "/") else None
+    return PatchRecord(file=name, target=target, package_target=rel, image_id=inspector.image_id(image_ref),
+                       vllm_version=inspector.vllm_version(image_ref), original_sha256=sha256(original),
+                       sha256=sha256(mine), diff=diff), None
+
+
+def tree_sha256(path: Path) -> str | None:
+    """A file's sha256, or a directory's as a tree (each file's path below it and sha256, sorted);
+    None when it cannot be read here."""
+    try:
+        if path.is_file():
+            return sha256(path.read_bytes())
+        if not path.is_dir():
+            return None
+        lines = [f"{f.relative_to(path).as_posix()}\0{sha256(f.read_bytes())}\n"
+                 for f in sorted(path.rglob("*")) if f.is_file()]
+    except OSError:
+        return None
+    return sha256("".join(lines).encode())
+
+
+def outside_mounts(vllm: Mapping[str, Any], folder: Path, image_ref: str, inspector: ImageFiles,
+                   skip: frozenset[str] = frozenset()) -> tuple[list[dict[str, Any]], list[str]]:
+    """A record for every bind mount of the vllm service (resolved by Compose) whose source is not
+    one of the revision's own files below `folder` (nor a target in `skip`, the weights): its
+    absolute source, target and content hash (a directory as a tree), and kind: `patch` (replaces
+    a file of the image: a diff against it, drift-checked like any patch record), `added` (a file
+    the image lacks) or `overlay` (a directory). Notes for what cannot be read here."""
+    records: list[dict[str, Any]] = []
+    notes: list[str] = []
+    for b in vllm.get("volumes") or []:
+        if not isinstance(b, dict) or b.get("type") != "bind":
+            continue
+        source, target = str(b.get("source") or ""), str(b.get("target") or "")
+        if not source or not target or target in skip or Path(source).is_relative_to(folder):
+            continue
+        path = Path(source)
+        digest = tree_sha256(path)
+        if digest is None:
+            notes.append(f"{source} -> {target}: not readable on this host; recorded without a hash")
+        base = {"file": source, "source": source, "target": target, "sha256": digest}
+        if path.is_dir():
+            records.append({**base, "kind": "overlay"})
+            continue
+        original = inspector.read_file(image_ref, target)
+        if original is None:
+            records.append({**base, "kind": "added"})
+            continue
+        rec, note = _patch_record(source, target, path.read_bytes() if digest is not None else b"", original,
+                                  image_ref, inspector)
+        records.append({**rec.to_dict(), **base, "kind": "patch"} if rec is not None else {**base, "kind": "same"})
+        notes += [note] if note is not None else []
+    return records, notes
+
+
+def mounts_changed(records: list[dict[str, Any]] | None) -> list[str]:
+    """Recorded mounts from outside the revision whose bytes on this host are no longer the recorded ones."""
+    out = []
+    for rec in records or []:
+        if rec.get("source") and rec.get("sha256"):
+            now = tree_sha256(Path(rec["source"]))
+            if now != rec["sha256"]:
+                what = "is gone" if now is None else "changed on the host since it was recorded"
+                out.append(f"{rec['source']} (mounted at {rec['target']}) {what}")
+    return out
 
 
 def lint_stack_of(name: str, service: Mapping[str, Any], image: ImageEntrypoint | None,
@@ -156,12 +227,20 @@ class Checked:
     image: ImageInfo
     compose: dict[str, Any]
     warnings: list[str] = field(default_factory=list)
+    mounts: list[dict[str, Any]] = field(default_factory=list)  # outside_mounts: the binds from outside the files
+
+    @property
+    def vllm(self) -> dict[str, Any]:
+        svc = (self.compose.get("services") or {}).get(VLLM)
+        return svc if isinstance(svc, dict) else {}
 
 
 def check_files(node: Node, files: Mapping[str, bytes], *, name: str, where: str,
                 inspector: ImageInspector) -> Checked:
-    """The preflight of a hand-made deployment: Compose accepts the files, the image is on the
-    engine, and no lint rule finds an error in what the command says. Raises UserError."""
+    """The preflight of bytes the tool did not render (an import, and a rollback to one): only
+    what would certainly fail refuses them (Compose refuses the files, the image is gone, a bound
+    host path or the model is missing); what lint finds in the command is a warning, since the
+    bytes ran as they are. Raises UserError."""
     # Lint reads the bind sources Compose resolved, so the files stay on disk until it is done.
     with tempfile.TemporaryDirectory(prefix="b70deploy-check-") as tmp:
         return _check_in(Path(tmp), node, files, name=name, where=where, inspector=inspector)
@@ -182,27 +261,86 @@ def _check_in(folder: Path, node: Node, files: Mapping[str, bytes], *, name: str
                         fix=f"b70deploy drives a service named {VLLM}: rename the vLLM service")
     info = image_info(str(vllm["image"]))  # a missing image is a UserError naming it
     facts = inspector.facts(info.ref)
-    command = [str(a) for a in vllm.get("command") or []]
     checked = Checked(image=info, compose=doc)
+    if node.on_this_host:
+        _check_bound(vllm, folder, where)
+    checked.mounts, notes = outside_mounts(vllm, folder, info.ref, inspector, weights_targets(vllm))
+    checked.warnings += notes
     try:
         family = node.catalogue().load(name).model_family
     except UserError:  # a name the catalogue does not have: no family to compare with
         family = None
     stack = lint_stack_of(name, vllm, facts, family)
     if stack is None:
-        checked.warnings.append("the vllm command does not map to a stack (model outside /models, or a flag "
-                                "lint cannot read): only compose config and the image were checked")
+        checked.warnings.append("the vllm command does not map to a stack (a model in no bind mount, or a flag lint "
+                                "cannot read): only compose config, the image and the bound paths were checked")
         return checked
+    command = [str(a) for a in vllm.get("command") or []]
+    models = _weights_dir(vllm)
     ctx = LintContext(node=node, stack=stack, rendered=Rendered(stack=name, files=dict(files), command=command),
-                      models_dir=node.models_dir if node.models_dir.is_dir() else None, image=facts,
-                      compose_config=doc)
-    findings = lint_stack(ctx)
-    errors = [f for f in findings if f.severity == "error"]
-    if errors:
-        raise UserError(f"lint found {len(errors)} error(s): " + "; ".join(f"[{f.id}] {f.message}" for f in errors),
-                        where=where, fix=errors[0].fix)
-    checked.warnings += [f.one_line() for f in findings]
+                      models_dir=models, image=facts, compose_config=doc)
+    checked.warnings += [f.one_line() for f in lint_stack(ctx)]
     return checked
+
+
+def weights_targets(vllm: Mapping[str, Any]) -> frozenset[str]:
+    """The container targets of the binds that hold the command's weights (not recorded as mounts:
+    the node config names that folder)."""
+    try:
+        return frozenset(stack_from_compose(vllm).weights_at)
+    except UserError:
+        return frozenset()
+
+
+def _weights_dir(vllm: Mapping[str, Any]) -> Path | None:
+    """The host folder lint finds the command's model below (the bind that holds it)."""
+    try:
+        out = stack_from_compose(vllm)
+    except UserError:
+        return None
+    host = out.node.get("models_dir")
+    return Path(host) if host and Path(host).is_dir() else None
+
+
+def _check_bound(vllm: Mapping[str, Any], scratch: Path, where: str) -> None:
+    """Every bind source of the vllm service, and the model folder the command serves from one,
+    on this host: the engine refuses a missing source, or vLLM dies on a missing model."""
+    binds = [v for v in vllm.get("volumes") or [] if isinstance(v, dict) and v.get("type") == "bind"]
+    for b in binds:
+        source = str(b.get("source") or "")
+        if source.startswith(str(scratch)):
+            continue  # the revision's own files: written back with it
+        if source and not Path(source).exists():
+            raise UserError(f"the vllm service binds {source} (at {b.get('target')}), which is not on this host; "
+                            "nothing was stopped", where=where,
+                            fix=f"put {source} back (the revision ran with it), or roll back to another revision")
+    try:
+        model = parse_command([str(a) for a in vllm.get("command") or []]).model
+    except ValueError:
+        return
+    found = weights_bind(model, binds) if model else None
+    if found is not None and not str(found[0]).startswith(str(scratch)):
+        path = Path(found[0]) / found[2]
+        if not path.exists():
+            raise UserError(f"the model {model} is {path} on this host, which does not exist; nothing was stopped",
+                            where=where, fix=f"put the weights back at {path}, or roll back to another revision")
+
+
+def own_stack(node: Node, name: str, vllm: Mapping[str, Any]) -> Stack:
+    """What a revision of bytes the tool did not render is checked against once it boots: the
+    aliases its own command serves and /health, never a catalogue stack's expectations (the
+    report's TurboQuant copy serves one alias where a catalogue stack of its name expected two)."""
+    try:
+        names = parse_command([str(a) for a in vllm.get("command") or []]).values.get("served_model_names")
+    except ValueError:
+        names = None
+    # The node's settle window, as stack_overlay gives every stack one.
+    settle = node.config.stack_overlay.get("settle_seconds")
+    return Stack.model_validate({
+        "name": name, "image": str(vllm.get("image") or "unknown"), "model": {"path": "unknown"},
+        "served_model_names": list(names or ["unknown"]), "max_model_len": 256,
+        "smoke": Smoke(completion=None, tool_call=False, aliases=bool(names)),
+        **({"settle_seconds": float(settle)} if isinstance(settle, (int, float)) else {})})
 
 
 def check_drift(rev: Revision, image_ref: str, inspector: ImageFiles) -> list[str]:
@@ -215,6 +353,8 @@ def check_drift(rev: Revision, image_ref: str, inspector: ImageFiles) -> list[st
         return []
     notes = [f"image {image_ref} now names {now[:19]}, revision {rev.number} recorded {str(rev.meta.image_id)[:19]}"]
     for rec in rev.meta.patches or []:
+        if rec.get("kind", "patch") != "patch":
+            continue  # an added file or an overlay: no file of the image to compare with
         current = inspector.read_file(image_ref, rec["target"])
         if current is not None and sha256(current) == rec["original_sha256"]:
             notes.append(f"{rec['file']}: {rec['target']} unchanged in the new image")

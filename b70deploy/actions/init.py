@@ -2,8 +2,9 @@
 
 From the engine: the running vLLM Compose project (container labels: project, working dir,
 compose and env files), and from `docker compose config` of its files the published port
-and bind address, the models dir (the bind mount at /models), the vllm service's env_file
-and the companions (the project's other services). From the host: the numeric gids that
+and bind address, the models dir and its path in the container (the bind that holds the model the
+command serves, at /models or anywhere), the vllm service's env_file and the companions (the
+project's other services, with their volumes and container_name). From the host: the numeric gids that
 own the /dev/dri nodes, and the state dir. Nothing is written over an existing config.
 """
 
@@ -12,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import os
 import stat
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -27,8 +29,9 @@ from ..docker import discover
 from ..errors import UserError
 from ..render import devices
 from ..render.files import COMPOSE_FILE, DOTENV_FILE
+from ..render.from_compose import weights_bind
 from ..render.masking import is_secret, mask
-from ..render.vllm_args import CONTAINER_MODELS, CONTAINER_PORT
+from ..render.vllm_args import CONTAINER_MODELS, CONTAINER_PORT, parse_command
 from ..state.fsio import write_atomic
 from ..state.stamps import now_iso
 
@@ -55,6 +58,10 @@ def _companion(c: dict[str, Any]) -> str:
         parts.append(f"command {' '.join(c['command'])}")
     if c.get("port"):
         parts.append(f"port {c['port']}->{c.get('container_port') or c['port']}")
+    if c.get("container_name"):
+        parts.append(f"container_name {c['container_name']}")
+    if c.get("volumes"):
+        parts.append("volumes " + ", ".join(f"{v['source']}:{v['target']}" for v in c["volumes"]))
     if c.get("environment"):
         parts.append("env " + ", ".join(f"{k}={mask(v)}" if is_secret(k) else k for k, v in c["environment"].items()))
     return f"{c['name']} ({', '.join(parts)})"
@@ -208,12 +215,7 @@ def plan(d: Discovery, state_dir: Path | None = None) -> InitPlan:
         if target != CONTAINER_PORT:
             notes.append(f"vllm listens on {target} in the hand-made file; stacks b70deploy renders use "
                          f"{CONTAINER_PORT}")
-    models = next((v for v in vllm.get("volumes") or [] if v.get("type") == "bind"
-                   and v.get("target") == CONTAINER_MODELS), None)
-    if models is None:
-        notes.append(f"no bind mount at {CONTAINER_MODELS} in service {VLLM}: models_dir keeps its default")
-    else:
-        put("models_dir", models["source"], f"the bind mount at {CONTAINER_MODELS} of service {VLLM}")
+    _models(vllm, put, notes)
     # Compose's resolved config inlines env_file into environment: the file's own text names it.
     env_files = [str(p.working_dir / r.name) for r in references(d.compose_text)
                  if r.kind == "env_file" and r.service == VLLM]
@@ -224,27 +226,80 @@ def plan(d: Discovery, state_dir: Path | None = None) -> InitPlan:
             mode = stat.S_IMODE(Path(env_files[0]).stat().st_mode)
             if mode & 0o077:
                 notes.append(f"{env_files[0]} is mode {mode:o}: chmod 600 it (it holds secrets)")
-    companions = []
-    for name in sorted(services):
-        if name == VLLM:
-            continue
-        spec = services[name]
-        comp: dict[str, Any] = {"name": name, "image": spec.get("image")}
-        if spec.get("command"):
-            comp["command"] = [str(a) for a in spec["command"]]
-        got = _port(spec)
-        if got is not None:
-            comp["port"], comp["container_port"] = got[0], got[1]
-        # The rendered compose file sets OPENAI_API_BASE_URL itself (to the vllm service).
-        env = {str(k): "" if v is None else str(v) for k, v in (spec.get("environment") or {}).items()
-               if k != OPENAI_BASE}
-        if env:
-            comp["environment"] = env
-        companions.append(comp)
+    companions = [_companion_of(name, services[name], doc, notes) for name in sorted(services) if name != VLLM]
     if companions:
         put("companions", companions, f"the other services of project {p.name} "
             f"({', '.join(c['name'] for c in companions)}): stopped with vllm by a drain, started after it")
     return out
+
+
+def _models(vllm: dict[str, Any], put: Callable[[str, Any, str], None], notes: list[str]) -> None:
+    """models_dir and models_target from the bind that holds the model the command serves, at
+    whatever target (the report's /llms:/llms)."""
+    binds = [v for v in vllm.get("volumes") or [] if isinstance(v, dict) and v.get("type") == "bind"]
+    try:
+        model = parse_command([str(a) for a in vllm.get("command") or []]).model
+    except ValueError:
+        model = None
+    found = weights_bind(model, binds) if model else None
+    at_models = next((b for b in binds if b.get("target") == CONTAINER_MODELS), None)
+    if found is None and model is None and at_models is not None:  # no command to read: the /models bind
+        put("models_dir", at_models["source"], f"the bind mount at {CONTAINER_MODELS} of service {VLLM}")
+        return
+    if found is None:
+        notes.append(f"the model of service {VLLM} ({model or 'none found'}) is in no bind mount: models_dir and "
+                     "models_target keep their defaults")
+        return
+    host, inside, _rel = found
+    where = f"the bind mount of service {VLLM} that holds its model {model}"
+    if inside not in {str(b["target"]).rstrip("/") for b in binds}:
+        where += " (the folder above the model's org/name, where the catalogue's model paths resolve)"
+    put("models_dir", host, where)
+    put("models_target", inside, where)
+
+
+# What a switch renders for a companion; any other key of the hand-made service is named in a note.
+_COMPANION_KEYS = frozenset({"image", "command", "ports", "environment", "volumes", "container_name", "profiles",
+                             "restart", "networks", "labels", "depends_on", "env_file"})
+
+
+def _companion_of(name: str, spec: dict[str, Any], doc: dict[str, Any], notes: list[str]) -> dict[str, Any]:
+    """A companion as the node config keeps it: image, command, port, environment, its data
+    volumes (a named volume by the engine's own name, so the switch mounts the same data) and
+    container_name."""
+    comp: dict[str, Any] = {"name": name, "image": spec.get("image")}
+    if spec.get("command"):
+        comp["command"] = [str(a) for a in spec["command"]]
+    got = _port(spec)
+    if got is not None:
+        comp["port"], comp["container_port"] = got[0], got[1]
+    # The rendered compose file sets OPENAI_API_BASE_URL itself (to the vllm service).
+    env = {str(k): "" if v is None else str(v) for k, v in (spec.get("environment") or {}).items()
+           if k != OPENAI_BASE}
+    if env:
+        comp["environment"] = env
+    volumes = []
+    for v in spec.get("volumes") or []:
+        if not isinstance(v, dict) or not v.get("target"):
+            continue
+        if v.get("type") == "volume" and v.get("source"):
+            # Compose prefixes a volume with the project unless it is given a name: the engine's name it is.
+            source = ((doc.get("volumes") or {}).get(v["source"]) or {}).get("name") or v["source"]
+        elif v.get("type") == "bind" and str(v.get("source", "")).startswith("/"):
+            source = v["source"]
+        else:
+            notes.append(f"companion {name}: the {v.get('type')} mount at {v['target']} is not carried over")
+            continue
+        volumes.append({"source": str(source), "target": str(v["target"]), "read_only": bool(v.get("read_only"))})
+    if volumes:
+        comp["volumes"] = volumes
+    if spec.get("container_name"):
+        comp["container_name"] = str(spec["container_name"])
+    others = sorted(k for k, v in spec.items() if k not in _COMPANION_KEYS and v not in (None, [], {}))
+    if others:
+        notes.append(f"companion {name}: not carried over by a switch (no node config key): {', '.join(others)}; "
+                     "adopted and imported revisions keep them, rendered stacks do not")
+    return comp
 
 
 @dataclass

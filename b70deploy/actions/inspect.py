@@ -12,14 +12,16 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from ..deploy.nodeio import VLLM
-from ..errors import UserError
+from ..errors import B70Error, UserError
 from ..state.journal import Journal
-from ..state.revisions import HEALTHY_OUTCOMES, Revision, RevisionStore, Summaries
+from ..state.revisions import FSCK_FIX, HEALTHY_OUTCOMES, DamagedRecord, Revision, RevisionStore, Summaries, sha256
 
 if TYPE_CHECKING:
     from ..config.node import Node
 
 T = TypeVar("T")
+DEEP_ROWS = 200  # history reads the records of the rows it shows up to this many (--all of 10,000: not)
+STATUS_CHECKS = 20  # status reads the records of the newest this many revisions
 
 FACT_ROWS = [
     ("kv_cache_tokens", "GPU KV cache (tokens)"),
@@ -43,16 +45,29 @@ def status(node: Node) -> dict[str, Any]:
         # The engine and /health answer (the docker CLI: ~20 ms a call) while the records are read here.
         box = _soon(pool, _container, node)
         health = _soon(pool, probe_health, f"http://{node.address}:{node.settings.prod_port}/health")
-        present = _soon(pool, _image_ids)
+        present = _soon(pool, image_ids)
         store = RevisionStore(node.state_dir)
-        cur = store.current()
+        damaged: list[str] = []  # records that cannot be read: listed, never a reason to fail
+        try:
+            cur = store.current()
+        except DamagedRecord as e:
+            cur = None
+            damaged.append(e.what)
         table = store.summaries()
+        # The newest revisions (the likely rollback targets) are read whole: a torn record is listed.
+        newest = store.marked(table.rows(max(len(table) - STATUS_CHECKS, 0)))
+        damaged += [row["damage"] for row in newest if row.get("damage") and row["damage"] not in damaged]
         out: dict[str, Any] = {"node": node.project, "deploy_dir": str(node.deploy_dir),
-                               "state_dir": str(node.state_dir), "current": cur.summary() if cur else None}
+                               "state_dir": str(node.state_dir), "current": cur.summary() if cur else None,
+                               "current_number": store.current_number(), "damaged": damaged}
         if cur is not None:
             out["facts"] = cur.status.facts
         out["lock"] = holder_info(node.state_dir)
-        run = Journal(node.state_dir).last_run()
+        try:
+            run = Journal(node.state_dir).last_run()
+        except DamagedRecord as e:
+            run = None
+            damaged.append(e.what)
         if run is not None and not run.finished:
             out["interrupted"] = {"command": run.command, "step": run.last_step, "run": run.run_id,
                                   "revision": run.context.get("revision"), "previous": run.context.get("previous"),
@@ -60,9 +75,25 @@ def status(node: Node) -> dict[str, Any]:
         out["container"] = box.result()
         code = health.result()
         out["health"] = code if code is not None else "refused"
-        out["differs"], out["fix"] = differences(node, cur, out)
+        out["differs"], out["fix"] = differences(node, store, cur, out)
+        out["mounts_changed"] = _mounts_changed(store, cur)
         out["rollback_images_gone"] = gone_targets(table, present.result(), cur.number if cur else None)
     return out
+
+
+def _mounts_changed(store: RevisionStore, cur: Revision | None) -> list[str]:
+    """The current revision's recorded mounts from outside it (adopt, import; through a rollback
+    to one) whose bytes changed on this host."""
+    rev = cur
+    if rev is not None and rev.meta.kind == "rollback" and rev.meta.restored_from is not None \
+            and store.exists(rev.meta.restored_from):
+        rev = store.get(rev.meta.restored_from)
+    records = [p for p in (rev.meta.patches or []) if p.get("source")] if rev is not None else []
+    if not records:
+        return []
+    from .handmade import mounts_changed  # lint and Docker: only for a revision that recorded mounts
+
+    return mounts_changed(records)
 
 
 def _soon(pool: ThreadPoolExecutor, fn: Callable[..., T], *args: Any) -> Future[T]:
@@ -76,34 +107,79 @@ def _container(node: Node) -> dict[str, Any]:
 
     try:
         attrs = inspect_service(node.project, VLLM)
-    except Exception as e:  # the engine may be down; status must still answer
-        return {"status": f"unknown ({e})"}
+    except B70Error as e:  # the engine may be down; status must still answer, and say so
+        return {"status": "unknown", "engine_error": e.what, "engine_fix": e.fix}
+    except Exception as e:  # an SDK or CLI surprise: still an answer
+        return {"status": "unknown", "engine_error": str(e), "engine_fix": "check the engine answers (docker info)"}
     st = state_from(attrs)
     labels = dict((attrs or {}).get("Config", {}).get("Labels") or {})
     return {"status": st.status, "exit_code": st.exit_code, "image_id": st.image_id,
             "stack": labels.get("b70deploy.stack"), "working_dir": labels.get(WORKING_DIR)}
 
 
-def differences(node: Node, cur: Revision | None, st: dict[str, Any]) -> tuple[list[str], str | None]:
+def differences(node: Node, store: RevisionStore, cur: Revision | None,
+                st: dict[str, Any]) -> tuple[list[str], str | None]:
     """Where the deploy dir, the records and the running container disagree, and the one
-    command that makes them agree (an interrupted run's advice comes first)."""
+    command that makes them agree (an interrupted run's advice comes first). A revision whose
+    stored bytes are not the ones it recorded is never advised."""
     if st.get("interrupted"):
         return [f"`{st['interrupted']['command']}` was interrupted at {st['interrupted']['step']}"], \
             st["interrupted"]["fix"]
     lock = st.get("lock")
     if lock and not lock["alive"]:
         return [f"a stale lock of pid {lock['pid']} (`{lock['command']}`)"], "b70deploy unlock"
-    if cur is None:
-        return [], None
     box = st["container"]
+    if box.get("engine_error"):  # what runs is unknown: neither a rollback nor a restore is advice
+        return [box["engine_error"]], box["engine_fix"]
+    if cur is None:
+        number = st.get("current_number")
+        if number is not None and store.exists(number):
+            return [f"the current revision's records cannot be read: {st['damaged'][0]}"], \
+                "b70deploy fsck --repair (sets it aside and keeps the live deploy dir as a new revision)"
+        if number is not None:
+            return [f"{store.current_path} names revision {number}, which has no folder"], \
+                "b70deploy fsck --repair (points it at what the deploy dir holds)"
+        return [], None
     from ..docker.deploydir import drift
 
     found = drift(node, cur, box)
+    held = holds_revision(node, cur) if found and box.get("status") == "running" else None
+    if held is not None:  # e.g. a revision's files copied back by hand: a rollback to cur would undo that
+        rev = store.get(held)
+        return [f"the deploy dir holds revision {held}'s files ({rev.meta.stack}, {rev.meta.kind}), not revision "
+                f"{cur.number}'s"], f"b70deploy adopt (records that revision {held} runs; nothing restarts)"
+    damage = cur.damage()  # its stored copy, checked against the hashes it recorded
     if found:
-        return found, f"b70deploy rollback {cur.number} (its exact files and image, recreated)"
+        if damage is None:
+            return found, f"b70deploy rollback {cur.number} (its exact files and image, recreated)"
+        other = store.latest_healthy(exclude=[cur.number], verified=True)
+        return [*found, f"its stored copy is damaged too: {damage}"], (
+            f"b70deploy rollback {other.number} (revision {other.number}, {other.meta.stack}: its bytes verified)"
+            if other is not None else FSCK_FIX)
+    if damage is not None:  # the deploy dir is right: the stored copy can be mended from it
+        return [f"revision {cur.number}'s stored copy is damaged ({damage}); the deploy dir matches its hashes"], \
+            "b70deploy fsck --repair (restores the stored copy from the deploy dir)"
     if box.get("status") != "running":
         return [f"vllm is {box.get('status')}"], "b70deploy restore"
     return [], None
+
+
+def holds_revision(node: Node, cur: Revision, newest: int = 50) -> int | None:
+    """The revision (other than `cur`, among the newest few, one that ran healthy or was imported)
+    whose recorded file hashes the deploy dir's bytes have, None when none has."""
+    from ..docker.deploydir import read_deployed
+
+    live = {name: sha256(data) for name, data in read_deployed(node.deploy_dir).items()}
+    store = RevisionStore(node.state_dir)
+    for number in sorted(store.numbers(), reverse=True)[:newest]:
+        try:
+            rev = store.get(number) if number != cur.number else None
+        except UserError:  # damaged records: status lists them as DAMAGED; they hold nothing here
+            continue
+        # Only bytes that ran healthy (or an import): a failed run's files left behind are undone by a rollback.
+        if rev is not None and rev.meta.files == live and rev.status.outcome in (*HEALTHY_OUTCOMES, "unproven"):
+            return number
+    return None
 
 
 def history(node: Node, last: int | None = None) -> tuple[int, list[dict[str, Any]]]:
@@ -111,9 +187,12 @@ def history(node: Node, last: int | None = None) -> tuple[int, list[dict[str, An
     `image_gone` (None: the engine did not answer) and, for a gone image, `image_fix`: how to
     get that exact image back."""
     with ThreadPoolExecutor(max_workers=1) as pool:
-        present = _soon(pool, _image_ids)  # the engine answers while the index is read
-        table = RevisionStore(node.state_dir).summaries()
+        present = _soon(pool, image_ids)  # the engine answers while the index is read
+        store = RevisionStore(node.state_dir)
+        table = store.summaries()
         shown = table.rows(0 if last is None else max(len(table) - last, 0))
+        if len(shown) <= DEEP_ROWS:  # a page's records are read whole (a truncated meta.json is marked)
+            store.marked(shown)
         return len(table), _marked(shown, present.result())
 
 
@@ -144,7 +223,7 @@ def gone_targets(table: Summaries, present: set[str] | None, current: int | None
             if image_id and image_id not in present and number != current and outcome in HEALTHY_OUTCOMES]
 
 
-def _image_ids() -> set[str] | None:
+def image_ids() -> set[str] | None:
     """Every image id on the engine, or None when it does not answer (the records must still
     be shown). The docker CLI, not the SDK: `history` starts without importing it."""
     from ..docker.proc import run

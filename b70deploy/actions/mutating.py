@@ -18,8 +18,9 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from ..errors import B70Error, UserError
+from ..errors import B70Error, Declined, UserError
 from ..state.statedir import StateDir
+from ..ui.output import warn
 
 if TYPE_CHECKING:  # pin, prune and unlock import this module: as light as `history`
     from ..config.node import Node
@@ -76,15 +77,28 @@ def mutating(node: Node, command: str, *, wait: float = 0.0, take_stale: bool = 
             yield m
         except UserError:
             raise  # bad input: refused with nothing changed (exit 2), so no audit line either
+        except Declined:
+            _audit(state, command, "declined", {}, warn)
+            raise
         except BaseException as exc:
-            state.audit.record(command, "error", error=str(exc)[:500])
+            _audit(state, command, "error", {"error": str(exc)[:500]}, warn)
             raise
         else:
-            state.audit.record(command, m.outcome, **m.fields)
+            done = m.deployed
+            # A full disk makes the audit line a warning of the outcome, never the command's error.
+            _audit(state, command, m.outcome, m.fields,
+                   warn if done is None else (done.warnings if done.ok else done.details).append)
         finally:
             _held.reset(token)
             lock.release()
         tell(m.deployed)
+
+
+def _audit(state: StateDir, command: str, outcome: str, fields: dict[str, Any], say: Callable[[str], None]) -> None:
+    from ..state import space
+
+    space.best_effort(state.path, lambda: state.audit.record(command, outcome, **fields),
+                      f"the audit log ({state.audit.path})", say)
 
 
 class _Tell:

@@ -8,6 +8,7 @@ from ..config.node import Node
 from ..deploy.nodeio import VLLM, Reading
 from ..deploy.steps import restore
 from ..docker.node import DockerNode
+from ..docker.verify import load_bound
 from ..errors import OperationError
 from ..ui.progress import Reporter
 from .mutating import mutating
@@ -43,7 +44,7 @@ class Verify:
     def plan(self) -> str:
         cfg = self.node.config
         return (f"read the socket table for :{cfg.ports.prod}, {len(cfg.feeders)} feeder(s) and the load "
-                f"(threshold {cfg.load_threshold}) for up to {self.wait:g} s")
+                f"(threshold {load_bound(cfg.load_threshold):g}) for up to {self.wait:g} s")
 
     def run(self) -> tuple[bool, list[Reading]]:
         """Readings until the node is idle or `wait` seconds pass; (idle, last readings)."""

@@ -43,7 +43,7 @@ def prepare(node: Node, name: str, *, port: int | None = None, project: str | No
     access = devices_mod.scan(node.device_dir, node.config.gids)
     secrets, warnings = load_secrets(node.secrets_env_file)
     rendered = render(stack, node, access, secrets=secrets, port=port, project=project,
-                      draft_path=served_draft_path(stack))
+                      draft_path=served_draft_path(stack, node.config.models_target))
     return PlainRender(stack=stack, rendered=rendered, warnings=tuple(warnings))
 
 
@@ -96,9 +96,9 @@ def _draft_lines(node: Node, stack: Stack) -> list[str]:
     if rel is None or stack.speculative is None:
         return []
     state = "present" if (node.models_dir / rel / "config.json").is_file() else "made by the switch if missing"
-    return [f"draft: the command serves the copy {served_draft_path(stack)} (host {node.models_dir / rel}, "
-            f"max_position_embeddings {stack.speculative.draft_max_position_embeddings}, weights hard-linked; "
-            f"{state})"]
+    return [f"draft: the command serves the copy {served_draft_path(stack, node.config.models_target)} (host "
+            f"{node.models_dir / rel}, max_position_embeddings {stack.speculative.draft_max_position_embeddings}, "
+            f"weights hard-linked; {state})"]
 
 
 def switch_view(node: Node, name: str, *, docker: bool = True) -> SwitchView:

@@ -7,15 +7,16 @@ import time
 from dataclasses import dataclass
 
 from ..config.node import Node
+from ..config.schema import Smoke, Stack
 from ..deploy.driver import Outcome
-from ..deploy.plan import DeployPlan, ImageInfo, Kind, recovery, stack_of
+from ..deploy.plan import DeployPlan, ImageInfo, Kind, recovery
 from ..docker.image_inspect import ImageInspector
 from ..docker.node import DockerNode
 from ..errors import UserError
 from ..state.revisions import Revision
 from ..state.statedir import StateDir
 from ..ui.progress import Reporter
-from .handmade import check_drift, check_files
+from .handmade import check_drift, check_files, mounts_changed, own_stack
 from .mutating import mutating
 from .switch import Confirm, DeployOptions, deploy
 
@@ -63,14 +64,31 @@ def handmade_origin(state: StateDir, rev: Revision) -> Revision | None:
     return rev if rev.meta.kind in ("adopt", "import") else None
 
 
+def stack_of(node: Node, rev: Revision) -> Stack:
+    """The stack a revision was rendered from: its own record, else the catalogue, else a
+    bare one that only checks /health. Bytes the tool did not render (adopt, import) are never
+    mapped onto a catalogue stack of the same name."""
+    if rev.meta.stack_doc:
+        return Stack.model_validate(rev.meta.stack_doc)
+    if rev.meta.kind in ("adopt", "import"):
+        return own_stack(node, rev.meta.stack, {})
+    try:
+        return node.catalogue().load(rev.meta.stack)
+    except UserError:
+        return Stack(name=rev.meta.stack, image="unknown", model={"path": "unknown"},  # type: ignore[arg-type]
+                     served_model_names=["unknown"], max_model_len=256,
+                     smoke=Smoke(completion=None, tool_call=False, aliases=False))
+
+
 def revision_plan(node: Node, rev: Revision, opts: DeployOptions, *, kind: Kind, message: str,
-                  restored_from: int | None) -> DeployPlan:
+                  restored_from: int | None, stack: Stack | None = None,
+                  warnings: tuple[str, ...] = ()) -> DeployPlan:
     """A revision's own bytes and image, as a plan (a rollback, or a resumed run's)."""
     image = ImageInfo(ref=rev.meta.image_ref, id=rev.meta.image_id or rev.meta.image_ref,
                              repo_digest=rev.meta.repo_digest, tags=())
-    return DeployPlan(kind=kind, stack=stack_of(node, rev), files=rev.read_files(), image=image, message=message,
-                      companions=node.companions, waits=opts.waits(node), auto_rollback=opts.auto_rollback,
-                      restored_from=restored_from)
+    return DeployPlan(kind=kind, stack=stack or stack_of(node, rev), files=rev.verified_files(), image=image,
+                      message=message, companions=node.companions, waits=opts.waits(node),
+                      auto_rollback=opts.auto_rollback, restored_from=restored_from, warnings=warnings)
 
 
 @dataclass
@@ -97,21 +115,21 @@ class Rollback:
                             f"(was {meta.image_ref}); nothing was stopped",
                             fix=recovery(meta.image_ref, meta.image_id, meta.repo_digest))
         origin = handmade_origin(StateDir(self.node.state_dir), target)
-        if origin is not None:
-            self._check_handmade(target, origin, reporter)
+        stack, warnings = self._check_handmade(target, origin) if origin is not None else (None, [])
         return revision_plan(self.node, target, self.opts, kind="rollback", restored_from=target.number,
-                             message=self.opts.message or f"rollback to revision {target.number}")
+                             message=self.opts.message or f"rollback to revision {target.number}", stack=stack,
+                             warnings=tuple(warnings))
 
-    def _check_handmade(self, target: Revision, origin: Revision, reporter: Reporter | None) -> None:
-        """Files the tool did not render get the preflight an import had: compose config, the
-        image, lint; and, when their image tag moved, the drift check of `origin`'s patch records."""
+    def _check_handmade(self, target: Revision, origin: Revision) -> tuple[Stack, list[str]]:
+        """Bytes the tool did not render are rolled back to as bytes: the preflight of an import
+        (only what would certainly fail refuses), the drift check of `origin`'s patch records and
+        mounts; the smoke tests are what the copy itself serves."""
         with ImageInspector(self.node.state_dir) as inspector:
-            checked = check_files(self.node, target.read_files(), name=target.meta.stack,
+            checked = check_files(self.node, target.verified_files(), name=target.meta.stack,
                                   where=f"revision {target.number}", inspector=inspector)
             notes = check_drift(origin, checked.image.ref, inspector)
-        if reporter is not None:
-            for line in notes + checked.warnings:
-                reporter.info(f"warning: {line}")
+        notes += [f"recorded mount {m}" for m in mounts_changed(origin.meta.patches)]
+        return own_stack(self.node, target.meta.stack, checked.vllm), notes + checked.warnings
 
     def run(self, reporter: Reporter, *, confirm: Confirm | None = None) -> Outcome:
         """Lock first (taking over a killed run's), then plan, then the steps."""

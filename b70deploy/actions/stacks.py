@@ -6,11 +6,14 @@ from typing import Any
 
 from ..config.node import Node
 from ..config.schema import Stack
+from ..errors import UserError
 
 
-def summaries(node: Node) -> list[dict[str, Any]]:
+def summaries(node: Node) -> tuple[list[dict[str, Any]], list[UserError]]:
+    """A row per stack that loads, and the error of each stack file that does not."""
     out = []
-    for stack in node.catalogue().load_all():
+    stacks, broken = node.catalogue().load_each()
+    for stack in stacks:
         out.append({
             "name": stack.name,
             "extends": stack.extends,
@@ -22,7 +25,7 @@ def summaries(node: Node) -> list[dict[str, Any]]:
             "served_model_names": stack.served_model_names,
             "description": stack.description,
         })
-    return out
+    return out, broken
 
 
 def merged_document(node: Node, name: str) -> dict[str, Any]:

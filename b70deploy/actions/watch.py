@@ -29,7 +29,7 @@ from ..ui.progress import PlainReporter
 from ..watch import memory as saved
 from ..watch.decide import Act, Look, Memory, Subject, decide, in_bake, remember
 from ..watch.observe import Deaths, Observer
-from .rollback import Rollback
+from .rollback import Rollback, stack_of
 from .switch import DeployOptions
 
 Emit = Callable[[dict[str, Any]], None]  # one event line
@@ -58,7 +58,7 @@ class WatchNode:
     def run(self, emit: Emit) -> None:
         state = StateDir(self.node.state_dir)
         deaths = Deaths(self.node).start()
-        observer = Observer(self.node, deaths)
+        observer = Observer(self.node, deaths, stack_of=stack_of)
         notifier = Notifier.of(self.node)
         mem = Memory(rolled_back=saved.rolled_back(state.path))
         watching: int | None = None

@@ -12,6 +12,7 @@ import click
 
 from ..deploy import interrupts
 from ..errors import EXIT_BAD_INPUT, EXIT_FAILED, B70Error, Terminated
+from ..state.space import FULL_ERRNOS, FULL_FIX
 from .base import cli
 
 __all__ = ["cli", "main", "run"]
@@ -58,6 +59,9 @@ def _main(argv: list[str] | None) -> None:
         if os.environ.get("B70DEPLOY_DEBUG"):
             raise
         where = e.filename or "a file"
+        if e.errno in FULL_ERRNOS:
+            click.echo(f"error: {where}: {e.strerror}: its filesystem is full; fix: {FULL_FIX}", err=True)
+            sys.exit(EXIT_FAILED)
         click.echo(f"error: {where}: {e.strerror or e}; fix: check the folders in the node config (state_dir, "
                    "deploy_dir, models_dir) exist or can be made, and that this user may write them "
                    "(B70DEPLOY_DEBUG=1 shows the traceback)", err=True)

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, NamedTuple, TypeVar
 import click
 
 from ..docker.endpoint import activate  # stdlib only: safe for the root --help
+from .complete import node_names
 
 if TYPE_CHECKING:
     from ..config.node import Node
@@ -95,6 +96,8 @@ COMMANDS: dict[str, Command] = {
                             'caches.'),
     "audit": Command("revisions", 'The audit log: who ran which mutating command, when, and how it ended.'),
     "unlock": Command("revisions", 'Clear a stale lock left by a killed run (refused while its process runs).'),
+    "fsck": Command("revisions", "Check the revision store: hashes, records, index, current, images; --repair "
+                                 "mends."),
     "up": Command("deploy", 'Run STACK on the dark port for benchmarking; production files are never touched.'),
     "down": Command("deploy", 'Stop and remove the dark stack.'),
     "bench": Command("bench", 'Measure prefill, decode or aggregate tok/s of a server (one results file per run).'),
@@ -145,7 +148,7 @@ class LazyGroup(click.Group):
               help="Node config (default: $B70DEPLOY_CONFIG, ./b70deploy.yaml, /etc/b70deploy/node.yaml).")
 @click.option("--stacks-dir", metavar="DIR", envvar="B70DEPLOY_STACKS",
               help="Stack catalogue folder (default: node config's stacks_dir, else the shipped one).")
-@click.option("--node", "node_name", metavar="NAME", envvar="B70DEPLOY_NODE",
+@click.option("--node", "node_name", metavar="NAME", envvar="B70DEPLOY_NODE", shell_complete=node_names,
               help="With an inventory (nodes: in the config): the node a command acts on.")
 @click.version_option(package_name="b70deploy")
 @click.pass_context

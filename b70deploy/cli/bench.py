@@ -27,6 +27,7 @@ from ..state.stamps import now_iso
 from ..ui.output import emit_json, table, warn
 from . import options
 from .base import Ctx, mutate, pass_ctx
+from .complete import stack_names
 
 BENCH_EPILOG = """\b
 Examples:
@@ -271,7 +272,7 @@ Examples:
   b70deploy bench cycle ngram --verify-wait 60 -- sweep --concurrency 1,2,4,12 --ctx 8192
 Everything after -- goes to `bench` (or `bench sweep`), pointed at the dark stack. Ctrl-C or
 SIGTERM at any point still removes the dark stack and restores production.""")
-@click.argument("stack")
+@click.argument("stack", shell_complete=stack_names)
 @click.argument("bench_args", nargs=-1, type=click.UNPROCESSED)
 @options.VERIFY_WAIT
 @click.option("--timeout", type=float, help="Seconds to wait for the dark stack's /health (default: node timeouts).")

@@ -5,34 +5,39 @@ are imported by the commands that use them (`stacks` over 1,000 stacks must stay
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import click
 import yaml
 
 from ..actions.stacks import merged_document, summaries
-from ..errors import UserError
+from ..errors import EXIT_BAD_INPUT, UserError
 from ..state.fsio import read_tree, write_tree
 from ..ui.output import emit_json, note, table, warn
 from . import options
 from .base import Ctx, pass_ctx
+from .complete import rollback_targets, stack_names
 
 
 @click.command(epilog="Example: b70deploy stacks --json")
 @options.as_json("the catalogue")
 @pass_ctx
 def stacks(ctx: Ctx, as_json: bool) -> None:
-    rows = summaries(ctx.node)
+    rows, broken = summaries(ctx.node)
     if as_json:
         emit_json(rows)
-        return
-    table(["stack", "extends", "image", "model", "max len", "kv", "spec", "aliases"],
-          [[r["name"], r["extends"] or "", r["image"], r["model"], f"{r['max_model_len']:,}", r["kv_cache_dtype"],
-            r["speculative"] or "none", ", ".join(r["served_model_names"])] for r in rows])
+    elif rows or not broken:
+        table(["stack", "extends", "image", "model", "max len", "kv", "spec", "aliases"],
+              [[r["name"], r["extends"] or "", r["image"], r["model"], f"{r['max_model_len']:,}",
+                r["kv_cache_dtype"], r["speculative"] or "none", ", ".join(r["served_model_names"])] for r in rows])
+    if broken:  # the good stacks are listed; each broken file gets its own line, and the exit says so
+        click.echo("\n".join(f"error: {e}" for e in broken), err=True)
+        sys.exit(EXIT_BAD_INPUT)
 
 
 @click.command(epilog="Example: b70deploy show eagle3 --json")
-@click.argument("stack")
+@click.argument("stack", shell_complete=stack_names)
 @options.as_json("the merged stack")
 @pass_ctx
 def show(ctx: Ctx, stack: str, as_json: bool) -> None:
@@ -44,7 +49,7 @@ def show(ctx: Ctx, stack: str, as_json: bool) -> None:
 
 
 @click.command(epilog="Example: b70deploy render eagle3 --out /tmp/eagle3")
-@click.argument("stack")
+@click.argument("stack", shell_complete=stack_names)
 @click.option("--out", metavar="DIR", help="Write the files into DIR instead of printing them.")
 @options.as_json("the files (secrets masked)")
 @click.option("--no-docker", is_flag=True, help="Do not ask the engine: plain render, no image pin, no patches.")
@@ -86,7 +91,7 @@ def render(ctx: Ctx, stack: str, out: str | None, as_json: bool, no_docker: bool
 
 
 @click.command(epilog="Examples: b70deploy diff eagle3 | b70deploy diff 3 7")
-@click.argument("what", nargs=-1, required=True, metavar="STACK | REV_A REV_B")
+@click.argument("what", nargs=-1, required=True, metavar="STACK | REV_A REV_B", shell_complete=rollback_targets)
 @options.as_json("the changed files and the diff")
 @pass_ctx
 def diff(ctx: Ctx, what: tuple[str, ...], as_json: bool) -> None:

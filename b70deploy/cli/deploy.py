@@ -6,6 +6,7 @@ records, logs, pin, unpin, prune, audit and unlock in revisions: they need no sw
 from __future__ import annotations
 
 import sys
+from contextlib import nullcontext
 from typing import Any
 
 import click
@@ -20,21 +21,23 @@ from ..actions.switch import DeployOptions, Switch
 from ..deploy.driver import Outcome
 from ..deploy.plan import DeployPlan
 from ..deploy.rollout import RolloutPlan
-from ..errors import OperationError, UserError
+from ..errors import Declined, UserError
 from ..ui.output import emit_json, table
-from ..ui.progress import PlainReporter
+from ..ui.progress import PlainReporter, Reporter, paused
 from . import options
 from .base import Ctx, mutate, pass_ctx
+from .complete import rollback_targets, stack_names
 
 _TIMEOUT_HELP = "Seconds to wait for /health of the new stack (default: node timeouts.health, 720)."
 
 
-def confirm(question: str, assume_yes: bool) -> None:
+def confirm(question: str, assume_yes: bool, reporter: Reporter | None = None) -> None:
     """Ask on a terminal before stopping production; never blocks a pipe or CI."""
     if assume_yes or not sys.stdin.isatty():
         return
-    if not click.confirm(question, default=False, err=True):
-        raise OperationError("cancelled; nothing changed")
+    with paused(reporter) if reporter is not None else nullcontext():
+        if not click.confirm(question, default=False, err=True):
+            raise Declined("declined at the prompt; nothing changed")
 
 
 def finish(outcome: Outcome, as_json: bool) -> None:
@@ -45,6 +48,8 @@ def finish(outcome: Outcome, as_json: bool) -> None:
         if not outcome.ok:  # a success's checks were shown as they passed
             for line in outcome.details:
                 click.echo(line, err=True)
+        for line in outcome.warnings:  # committed, but a record could not be written (a full disk)
+            click.echo(line, err=True)
         click.echo(outcome.summary)
     if not outcome.ok:
         sys.exit(outcome.exit_code)
@@ -122,7 +127,7 @@ def _common(fn: Any) -> Any:
 
 @click.command(epilog="Examples: b70deploy switch eagle3 -m 'EAGLE-3 with the fixed draft' --yes | "
              "b70deploy switch eagle3 --nodes all --max-unavailable 2 --pause 30")
-@click.argument("stack")
+@click.argument("stack", shell_complete=stack_names)
 @click.option("--dry-run", is_flag=True, help="Print the plan and the diff; change nothing.")
 @click.option("--no-auto-rollback", is_flag=True, help="On failure, leave the failed stack for inspection.")
 @_rolling_options
@@ -151,15 +156,16 @@ def switch(ctx: Ctx, stack: str, dry_run: bool, no_auto_rollback: bool, select: 
         return
     prod = ctx.node.config.ports.prod
 
-    def ask(plan: DeployPlan) -> None:
-        confirm(f"Drain production on :{prod} and switch to {stack}?", yes)
+    def ask(plan: DeployPlan, reporter: Reporter) -> None:
+        confirm(f"Drain production on :{prod} and switch to {stack}?", yes, reporter)
 
-    mutate(lambda reporter: action.run(reporter, confirm=ask), quiet=as_json, end=lambda o: finish(o, as_json))
+    mutate(lambda reporter: action.run(reporter, confirm=lambda plan: ask(plan, reporter)), quiet=as_json,
+           end=lambda o: finish(o, as_json))
 
 
 @click.command(epilog="Examples: b70deploy rollback | b70deploy rollback tq-256k | b70deploy rollback 12 | "
              "b70deploy rollback --nodes a,b --max-unavailable 1")
-@click.argument("target", required=False)
+@click.argument("target", required=False, shell_complete=rollback_targets)
 @_rolling_options
 @_common
 @pass_ctx
@@ -177,11 +183,13 @@ def rollback(ctx: Ctx, target: str | None, select: str | None, max_unavailable: 
         return
     _no_rolling_flags(max_unavailable, pause, rollback_all_on_failure)
 
-    def ask(plan: DeployPlan) -> None:
-        confirm(f"Drain production and roll back to revision {plan.restored_from} ({plan.stack.name})?", yes)
+    def ask(plan: DeployPlan, reporter: Reporter) -> None:
+        confirm(f"Drain production and roll back to revision {plan.restored_from} ({plan.stack.name})?", yes,
+                reporter)
 
     action = Rollback(ctx.node, target, opts)
-    mutate(lambda reporter: action.run(reporter, confirm=ask), quiet=as_json, end=lambda o: finish(o, as_json))
+    mutate(lambda reporter: action.run(reporter, confirm=lambda plan: ask(plan, reporter)), quiet=as_json,
+           end=lambda o: finish(o, as_json))
 
 
 @click.command(epilog="Example: b70deploy resume")
@@ -254,7 +262,7 @@ def gc(ctx: Ctx, dry_run: bool, as_json: bool) -> None:
 
 
 @click.command(epilog="Examples: b70deploy drain && b70deploy up ngram --dark | b70deploy up tiny --dark --force")
-@click.argument("stack")
+@click.argument("stack", shell_complete=stack_names)
 @click.option("--dark", is_flag=True, required=True, help="Required: run on the dark port, own project.")
 @click.option("--timeout", type=float)
 @click.option("--force", is_flag=True, help="Start even while production's vllm runs (both must fit on the GPU).")

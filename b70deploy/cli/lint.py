@@ -18,11 +18,12 @@ from ..vllmlog.bootlog import parse_boot_facts
 from ..vllmlog.diagnosis import diagnose as run_diagnosis
 from . import options
 from .base import Ctx, pass_ctx
+from .complete import revision_numbers, stack_names
 
 
 @click.command(epilog="Examples:\n\n  b70deploy lint eagle3\n\n  b70deploy lint --all --json\n\n"
                     "Exit codes: 0 no errors (warnings allowed), 2 errors found.")
-@click.argument("stacks", nargs=-1)
+@click.argument("stacks", nargs=-1, shell_complete=stack_names)
 @click.option("--all", "all_stacks", is_flag=True, help="Lint every stack in the catalogue.")
 @options.as_json("findings")
 @click.option("--no-docker", is_flag=True, help="Only the checks that need no Docker (no image, compose or port).")
@@ -50,14 +51,16 @@ def lint(ctx: Ctx, stacks: tuple[str, ...], all_stacks: bool, as_json: bool, no_
     return EXIT_BAD_INPUT if errors else 0
 
 
-def diagnose_revision(ctx: Ctx, rev: str) -> tuple[list[str], Stack | None]:
-    """The container log kept with revision REV (a failed boot keeps its own), and the stack it
-    was rendered from when the revision recorded it."""
+def diagnose_revision(ctx: Ctx, rev: str) -> tuple[list[str], Stack | None, str | None]:
+    """The container log kept with revision REV (a failed boot keeps its own), the stack it
+    was rendered from when the revision recorded it, and why it failed, as recorded (a smoke
+    test's failure is in no log line)."""
     if not rev.isdigit():
         raise UserError(f"{rev!r} is not a revision number", fix="`b70deploy history` lists the revisions")
     text = logs(ctx.node, int(rev))
-    doc = RevisionStore(ctx.node.state_dir).get(int(rev)).meta.stack_doc
-    return text.splitlines(), Stack.model_validate(doc) if doc else None
+    revision = RevisionStore(ctx.node.state_dir).get(int(rev))
+    doc = revision.meta.stack_doc
+    return text.splitlines(), Stack.model_validate(doc) if doc else None, revision.status.failure
 
 
 def _container_lines(name: str) -> list[str]:
@@ -79,7 +82,7 @@ def _container_lines(name: str) -> list[str]:
                     "  b70deploy diagnose --container b70-vllm-1 --json\n\n"
                     "  b70deploy diagnose --log /tmp/vllm.log --stack w4a16\n\n"
                     "Exit codes: 0 no fatal signature, 1 a fatal signature found, 2 bad input.")
-@click.argument("rev", required=False)
+@click.argument("rev", required=False, shell_complete=revision_numbers)
 @click.option("--log", "log_file", metavar="FILE", help="Read a saved boot log ('-' for stdin).")
 @click.option("--container", metavar="NAME", help="Read a container's log through Docker.")
 @click.option("--stack", "stack_name", metavar="STACK",
@@ -92,6 +95,7 @@ def diagnose(ctx: Ctx, rev: str | None, log_file: str | None, container: str | N
         raise UserError("give exactly one of REV, --log FILE or --container NAME",
                         fix="e.g. b70deploy diagnose --log vllm.log")
     stack = ctx.node.catalogue().load(stack_name) if stack_name is not None else None
+    failure = None
     if log_file is not None:
         try:
             text = sys.stdin.read() if log_file == "-" else Path(log_file).read_text(errors="replace")
@@ -101,17 +105,19 @@ def diagnose(ctx: Ctx, rev: str | None, log_file: str | None, container: str | N
     elif container is not None:
         lines = _container_lines(container)
     else:
-        lines, recorded = diagnose_revision(ctx, rev or "")
+        lines, recorded, failure = diagnose_revision(ctx, rev or "")
         stack = stack or recorded
     found = run_diagnosis(lines, stack)
     facts = parse_boot_facts(lines)
     if as_json:
         emit_json({"diagnosis": found.to_dict() if found else None, "boot_facts": facts.to_dict(),
-                   "lines": len(lines)})
+                   "lines": len(lines), "failure": failure})
     elif found is None:
         known = {k: v for k, v in facts.to_dict().items() if v not in (None, False, [])}
         click.echo("boot facts: " + (", ".join(f"{k}={v}" for k, v in known.items()) or "none stated"))
         click.echo(f"diagnose: no fatal signature in {len(lines)} line(s)")
+        if failure:  # e.g. a smoke test: the log is clean, the revision still failed
+            click.echo(f"revision {rev} failed: {failure}")
     else:
         click.echo(f"line {found.line_number}: {found.line}")
         click.echo(f"diagnose: {found.title} [{found.id}]; fix: {found.fix}")

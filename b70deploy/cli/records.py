@@ -4,12 +4,18 @@ revisions)."""
 
 from __future__ import annotations
 
+import sys
+from typing import Any
+
 import click
 
 from ..actions import inspect
+from ..errors import EXIT_FAILED
+from ..state.revisions import FSCK_FIX
 from ..ui.output import emit_json, plain_rows, table
 from . import options
 from .base import Ctx, pass_ctx
+from .complete import node_names
 
 PAGE = 20  # history's default: the newest rows; --all or -n N for more
 
@@ -17,7 +23,8 @@ PAGE = 20  # history's default: the newest rows; --all or -n N for more
 @options.as_json("the status")
 @click.option("--nodes", "select", is_flag=False, flag_value="all", default=None, metavar="[all|a,b]",
               help="With an inventory: one row per node (all when no list is given).")
-@click.option("--node", "node_name", metavar="NAME", help="With an inventory: this node's full status.")
+@click.option("--node", "node_name", metavar="NAME", shell_complete=node_names,
+              help="With an inventory: this node's full status.")
 @pass_ctx
 def status(ctx: Ctx, as_json: bool, select: str | None, node_name: str | None) -> None:
     if select is not None:
@@ -39,9 +46,17 @@ def status(ctx: Ctx, as_json: bool, select: str | None, node_name: str | None) -
     st = inspect.status(ctx.node)
     if as_json:
         emit_json(st)
-        return
+    else:
+        _print_status(st)
+    if st["container"].get("engine_error"):
+        sys.exit(EXIT_FAILED)  # what runs is unknown: a script must not read this as "all well"
+
+
+def _print_status(st: dict[str, Any]) -> None:
     cur = st["current"]
-    if cur is None:
+    if cur is None and st.get("current_number") is not None and st["damaged"]:
+        click.echo(f"revision {st['current_number']}: its records cannot be read (see DAMAGED)")
+    elif cur is None:
         click.echo("no revision deployed")
     else:
         click.echo(f"revision {cur['number']}: {cur['stack']} ({cur['outcome']}), image {cur['image_ref']} "
@@ -59,10 +74,15 @@ def status(ctx: Ctx, as_json: bool, select: str | None, node_name: str | None) -
     if run:
         click.echo(f"INTERRUPTED: `{run['command']}` stopped at step {run['step']} (revision {run['revision']}); "
                    f"fix: {run['fix']}")
+    elif st["container"].get("engine_error"):
+        click.echo(f"UNKNOWN: {st['container']['engine_error']}; fix: {st['fix']}")
     elif st["differs"]:
         click.echo(f"DIFFERS: {'; '.join(st['differs'])}; fix: {st['fix']}")
+    for changed in st.get("mounts_changed") or []:
+        click.echo(f"MOUNT CHANGED: {changed}; the revision recorded other bytes (a rollback to it mounts these)")
     gone = [f"IMAGE GONE: rollback to revision {g['revision']} ({g['stack']}) needs {str(g['image_id'])[:19]}; "
             f"fix: {g['fix']}" for g in st["rollback_images_gone"]]
+    gone += [f"DAMAGED: {d}" for d in st["damaged"]]
     if gone:
         click.echo("\n".join(gone))  # one write: thousands of echo calls cost 0.1 s
 
@@ -73,7 +93,8 @@ def status(ctx: Ctx, as_json: bool, select: str | None, node_name: str | None) -
 @click.option("-n", "last", type=click.IntRange(min=0), default=None,
               help=f"Only the last N revisions (default {PAGE} in a table; 0 = all).")
 @click.option("--all", "show_all", is_flag=True, help="Every revision, as plain rows (fast on any count).")
-@click.option("--node", "node_name", metavar="NAME", help="With an inventory: that node's revisions.")
+@click.option("--node", "node_name", metavar="NAME", shell_complete=node_names,
+              help="With an inventory: that node's revisions.")
 @pass_ctx
 def history(ctx: Ctx, as_json: bool, last: int | None, show_all: bool, node_name: str | None) -> None:
     """A table shows the newest revisions and says how many more there are; --json (unless -n)
@@ -86,17 +107,37 @@ def history(ctx: Ctx, as_json: bool, last: int | None, show_all: bool, node_name
         emit_json(shown)
         return
     headers = ["rev", "stack", "kind", "outcome", "pin", "created", "image", "KV tokens", "healthy s", "message"]
-    cells = [[r["number"], r["stack"], r["kind"], r["outcome"], "*" if r["pinned"] else "", r["created"],
+    cells = [[r["number"], r["stack"], r["kind"], "DAMAGED" if r.get("damage") else r["outcome"],
+              "*" if r["pinned"] else "", r["created"],
               r["image_ref"] + (" (GONE)" if r["image_gone"] else ""),
               f"{r['kv_cache_tokens']:,}" if r.get("kv_cache_tokens") else "",
               r.get("time_to_healthy") or "", r["message"]] for r in shown]
+    if any(r.get("failure") for r in shown):  # why a revision failed, beside what it was for
+        headers.append("why it failed")
+        for row, r in zip(cells, shown, strict=True):
+            row.append(r.get("failure") or "")
     if show_all:
-        plain_rows(headers, cells)  # a terminal table of thousands of rows takes rich seconds
+        plain_rows(headers, cells)  # thousands of rows: no fitting pass over them
     else:
         table(headers, cells)
-    gone = [f"revision {r['number']}: image {str(r['image_id'])[:19]} is gone; fix: {r['image_fix']}"
-            for r in shown if r["image_gone"]]
+    gone = gone_images(shown)
+    gone += [f"revision {r['number']}: DAMAGED: {r['damage']}; fix: {FSCK_FIX}" for r in shown if r.get("damage")]
     if gone:
         click.echo("\n".join(gone), err=True)  # one write, as in `status`
     if last is None and len(shown) < total:
         click.echo(f"{len(shown)} newest of {total:,} revisions; --all or -n N for more", err=True)
+
+
+def gone_images(rows: list[dict[str, Any]]) -> list[str]:
+    """One line per gone image, naming the revisions that ran it (twenty rows of one image
+    are one fix, not twenty)."""
+    by_image: dict[str, list[dict[str, Any]]] = {}
+    for r in rows:
+        if r["image_gone"]:
+            by_image.setdefault(str(r["image_id"]), []).append(r)
+    lines = []
+    for image_id, revs in by_image.items():
+        numbers = ", ".join(str(r["number"]) for r in sorted(revs, key=lambda r: r["number"]))
+        label = "revision" if len(revs) == 1 else "revisions"
+        lines.append(f"image {image_id[:19]} is gone ({label} {numbers}); fix: {revs[0]['image_fix']}")
+    return lines

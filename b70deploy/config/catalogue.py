@@ -9,6 +9,7 @@ for its key (checked against the schema); a wrong one is an error naming the fil
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -107,12 +108,18 @@ class Catalogue:
 
     def names(self) -> list[str]:
         names = []
-        for path in sorted(self.dir.glob("*.yaml"), key=lambda p: p.stem):  # by name: w4a16 before w4a16-131k
+        for path in self._files():
             if not is_valid_name(path.stem):
-                raise UserError(f"stack file name {path.name!r} is not a valid stack name",
-                                where=str(path), fix="rename it to [a-z0-9][a-z0-9._-]*.yaml")
+                raise _bad_file_name(path)
             names.append(path.stem)
         return names
+
+    def _valid_names(self) -> list[str]:
+        """For a hint: the stacks there are, less a badly named file (its own error is elsewhere)."""
+        return [p.stem for p in self._files() if is_valid_name(p.stem)]
+
+    def _files(self) -> list[Path]:
+        return sorted(self.dir.glob("*.yaml"), key=lambda p: p.stem)  # by name: w4a16 before w4a16-131k
 
     def path_of(self, name: str) -> Path:
         if not is_valid_name(name):
@@ -120,8 +127,10 @@ class Catalogue:
                             fix="use [a-z0-9][a-z0-9._-]*; `b70deploy stacks` lists them")
         path = self.dir / f"{name}.yaml"
         if not path.is_file():
-            known = ", ".join(self.names()) or "none"
-            raise UserError(f"no stack named {name!r} in {self.dir}", fix=f"use one of: {known}")
+            names = self._valid_names()
+            close = difflib.get_close_matches(name, names, n=1, cutoff=0.6)
+            fix = f"did you mean {close[0]}?" if close else f"use one of: {', '.join(names) or 'none'}"
+            raise UserError(f"no stack named {name!r} in {self.dir}", fix=fix)
         return path
 
     def resolve_doc(self, name: str) -> ResolvedDoc:
@@ -143,8 +152,12 @@ class Catalogue:
                 if child_path is None:
                     raise
                 raise UserError(f"extends: unknown parent stack {current!r}", where=str(child_path),
-                                fix=f"use one of: {', '.join(self.names())}") from None
+                                fix=f"use one of: {', '.join(self._valid_names())}") from None
             doc = self.cache.read(path) if self.cache is not None else read_yaml(path)
+            if not doc:
+                raise UserError("the stack file is empty", where=str(path),
+                                fix="write a stack (image, model, ...) or `extends:` one; stacks/w4a16.yaml "
+                                    "is an example")
             declared = doc.get("name", path.stem)
             if declared != path.stem:
                 raise UserError(f"name: {declared!r} differs from the file name {path.stem!r}",
@@ -191,7 +204,27 @@ class Catalogue:
         self.save_cache()
         return stacks
 
+    def load_each(self) -> tuple[list[Stack], list[UserError]]:
+        """Every stack that loads, and the error of each file that does not: one broken file
+        does not hide the rest of the catalogue."""
+        stacks: list[Stack] = []
+        broken: list[UserError] = []
+        for path in self._files():
+            try:
+                if not is_valid_name(path.stem):
+                    raise _bad_file_name(path)
+                stacks.append(self.load(path.stem))
+            except UserError as e:
+                broken.append(e)
+        self.save_cache()
+        return stacks, broken
+
     def save_cache(self) -> None:
         """Keep the files parsed so far for the next run (see doc_cache)."""
         if self.cache is not None:
             self.cache.save()
+
+
+def _bad_file_name(path: Path) -> UserError:
+    return UserError(f"stack file name {path.name!r} is not a valid stack name", where=str(path),
+                     fix="rename it to [a-z0-9][a-z0-9._-]*.yaml")

@@ -31,15 +31,15 @@ SYSTEM_PATH = Path("/etc/b70deploy/node.yaml")
 
 
 def find_config(explicit: str | None) -> Path | None:
-    """The config file to use, in the documented order; None means built-in defaults."""
-    if explicit:
-        return Path(explicit)
-    env = os.environ.get(ENV_CONFIG)
-    if env:
-        return Path(env)
-    local = Path.cwd() / CWD_NAME
-    if local.is_file():
-        return local
+    """The config file to use, in the documented order; None means built-in defaults. The path
+    is absolute: the config's relative paths are relative to its folder, and Compose would
+    resolve a relative one against the deploy dir instead."""
+    given = explicit or os.environ.get(ENV_CONFIG)
+    if given:
+        return Path(os.path.expanduser(given)).absolute()
+    for local in (Path.cwd() / CWD_NAME, Path.cwd() / CWD_NAME.replace(".yaml", ".yml")):
+        if local.is_file():
+            return local
     if SYSTEM_PATH.is_file():
         return SYSTEM_PATH
     return None

@@ -200,6 +200,9 @@ class Stack(Strict):
     tool_calling: ToolCalling = ToolCalling()
     speculative: Speculative | None = None
     extra_args: list[str] = Field(default_factory=list)
+    # Shell run before the server, verbatim: the command becomes `bash -c "PRELUDE && exec vllm
+    # serve ..."` (the report's old stack imported its TurboQuant registration this way).
+    prelude: str | None = None
     env: EnvMap = Field(default_factory=dict)
     mounts: list[HostMount] = Field(default_factory=list)
     patches: list[str] = Field(default_factory=list)
@@ -250,6 +253,13 @@ class Stack(Strict):
     def _token(cls, v: str | None) -> str | None:
         if v is not None and not re.match(r"^[A-Za-z0-9_]+$", v):
             raise invalid(f"{v!r} is not a single word", "use e.g. fp8 or FLASH_ATTN")
+        return v
+
+    @field_validator("prelude")
+    @classmethod
+    def _prelude(cls, v: str | None) -> str | None:
+        if v is not None and (not v.strip() or any(c in v for c in "\n\r\x00")):
+            raise invalid("prelude is empty or has a line break", "one shell line, e.g. python3 -c 'import x'")
         return v
 
     @field_validator("extra_args")
@@ -377,6 +387,8 @@ class Companion(Strict):
     container_port: int | None = Field(default=None, ge=1, le=65535)
     environment: EnvMap = Field(default_factory=dict)  # keys become unquoted YAML keys in the compose file
     volumes: list[CompanionVolume] = Field(default_factory=list)
+    # The hand-made service's own (clients and scripts may reach it by that name): a switch keeps it.
+    container_name: str | None = None
 
     @field_validator("name")
     @classmethod
@@ -390,6 +402,13 @@ class Companion(Strict):
     @classmethod
     def _image(cls, v: str) -> str:
         return Stack._image(v)
+
+    @field_validator("container_name")
+    @classmethod
+    def _container_name(cls, v: str | None) -> str | None:
+        if v is not None and not re.match(r"^[a-zA-Z0-9][a-zA-Z0-9_.-]*$", v):
+            raise invalid(f"container_name {v!r} is not a container name", "letters, digits, '_', '.', '-'")
+        return v
 
 
 class Watch(Strict):
@@ -456,14 +475,16 @@ class NodeConfig(Strict):
     state_dir: str | None = None
     stacks_dir: str | None = None
     patches_dir: str | None = None
-    models_dir: str = "/models"
+    models_dir: str = "/models"   # the host folder of the weights bind (stacks' model paths are below it)
+    # Its path inside the container: the report's node binds /llms:/llms, not /models.
+    models_target: str = "/models"
     device_dir: str | None = "/dev/dri"
     gids: dict[str, int] | None = None
     bind_address: str = "0.0.0.0"
     ports: Ports = Ports()
     companions: list[Companion] = Field(default_factory=list)
     feeders: list[str] = Field(default_factory=list)
-    load_threshold: float = Field(default=2.0, gt=0, le=1024)
+    load_threshold: float | None = Field(default=None, gt=0, le=1024)  # None: the core count (verify.load_bound)
     timeouts: Timeouts = Timeouts()
     secrets_env_file: str | None = None
     image_map: dict[str, str] = Field(default_factory=dict)
@@ -487,6 +508,13 @@ class NodeConfig(Strict):
     address: str = "127.0.0.1"          # host at which /health and smoke reach the node's ports
     # The inventory: one entry per node, each a set of overrides of the keys above.
     nodes: dict[str, dict[str, Any]] | None = None
+
+    @field_validator("models_target")
+    @classmethod
+    def _models_target(cls, v: str) -> str:
+        if not ABS_PATH_RE.match(v) or v.rstrip("/") == "":
+            raise invalid(f"models_target {v!r} is not an absolute path in the container", "e.g. /models or /llms")
+        return v.rstrip("/")
 
     @field_validator("docker_host")
     @classmethod

@@ -119,11 +119,23 @@ def _model_of(annotation: Any) -> Any:
     return None
 
 
+SHOWN_ERRORS = 5  # a file with many wrong keys: the first few, and how many more, on the one line
+
+
 def validate(model: type[M], data: Mapping[str, Any], *, where: str | Any) -> M:
-    """Validate `data`; `where` is a file name, or a callable mapping a key path to one."""
+    """Validate `data`; `where` is a file name, or a callable mapping a key path to one. Every
+    error of the document is in the one line (a fix-one, rerun, fix-the-next loop otherwise),
+    named at the file of the first."""
     try:
         return model.model_validate(data)
     except ValidationError as exc:
-        key, what, fix = first_error(exc, model)
+        found = [_explain(err, model) for err in exc.errors()]
+        key, what, fix = found[0]
         path = where(key) if callable(where) else where
-        raise UserError(f"{key}: {what}", where=str(path), fix=fix) from None
+        if len(found) == 1:
+            raise UserError(f"{key}: {what}", where=str(path), fix=fix) from None
+        shown = found[:SHOWN_ERRORS]
+        more = f"; and {len(found) - len(shown)} more" if len(found) > len(shown) else ""
+        message = "; ".join(f"{k}: {w}" for k, w, _ in shown) + more
+        fixes = "; ".join(f"{k}: {f}" for k, _, f in shown)
+        raise UserError(f"{len(found)} errors: {message}", where=str(path), fix=fixes) from None

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ..errors import Terminated, UserError
+from ..state import space
 from ..state.journal import RunRecord
 from ..state.statedir import StateDir
 from .nodeio import NodeIO
@@ -40,11 +41,12 @@ class Outcome:
     exit_code: int = 0
     rolled_back: bool = False  # failed, and the previous revision serves again
     diagnosis: str | None = None  # the fatal log signature of a failed boot, with its fix
+    warnings: list[str] = field(default_factory=list)  # a success's bookkeeping that could not be written
 
     def to_dict(self) -> dict[str, Any]:
         return {"ok": self.ok, "revision": self.revision, "stack": self.stack, "summary": self.summary,
                 "details": self.details, "exit_code": self.exit_code, "rolled_back": self.rolled_back,
-                "diagnosis": self.diagnosis}
+                "diagnosis": self.diagnosis, "warnings": self.warnings}
 
 
 def _no_step(step: str) -> None:
@@ -71,6 +73,7 @@ class Driver:
         self.reporter.phase("plan", "before drain: files rendered or read back, image present and pinned, "
                             "patches extracted, lint, compose config")
         self.reporter.info(f"image {plan.image.ref} = {plan.image.id[:19]}; planned in {planned_in:.2f} s")
+        self._room(plan)  # before the first write of the run: its journal line
         interrupted = self.close_interrupted(by=command)  # we hold the lock: an unfinished run was killed
         if confirm is not None:
             on_step("confirm")
@@ -95,19 +98,30 @@ class Driver:
         return self._resume(command, run, plan_of, replan, on_step)
 
     def close_interrupted(self, *, by: str) -> bool:
-        """Mark a killed run as ended, and its uncommitted revision as interrupted; whether there was one."""
+        """Mark a killed run as ended and every revision still `pending` (the killed run's, or
+        one whose run could not write its outcome: a full disk) as interrupted; whether a run was
+        killed. We hold the lock: no run that could still finish one is left."""
         run = self.state.interrupted_run()
+        if run is not None:
+            self.state.journal.append(run.run_id, "run-aborted", reason=f"interrupted; taken over by `{by}`")
+        store = self.state.revisions
+        table = store.summaries()
+        for number, outcome in zip(table.numbers(), table.column("outcome"), strict=True):
+            if outcome == "pending" and store.get(number).status.outcome == "pending":
+                store.update_status(number, outcome="interrupted",
+                                    failure="its run ended before it recorded the outcome")
         if run is None:
             return False
-        self.state.journal.append(run.run_id, "run-aborted", reason=f"interrupted; taken over by `{by}`")
-        store = self.state.revisions
-        rev = run.context.get("revision")
-        if isinstance(rev, int) and store.exists(rev) and store.get(rev).status.outcome == "pending":
-            store.update_status(rev, outcome="interrupted")
         self.reporter.info(f"took over from the interrupted `{run.command}` (stopped at {run.last_step or 'start'})")
         return True
 
     # ------------------------------------------------------------------ internals
+
+    def _room(self, plan: DeployPlan) -> None:
+        """StateDirFull unless the state dir has room for what running `plan` writes."""
+        index = self.state.revisions.index_path
+        space.check(self.state.path, space.need([len(b) for b in plan.files.values()],
+                                                index.stat().st_size if index.is_file() else 0))
 
     def _runner(self, command: str, on_step: Callable[[str], None]) -> Runner[Run]:
         return Runner(self.state.journal, self.reporter, command=command, on_step=on_step, fault=self.fault)
@@ -128,11 +142,13 @@ class Driver:
                                f"revision {cur}")
             self.reporter.phase("resume", f"`{run.command}` stopped before it stored its revision; running it again")
             plan = replan(run)
+            self._room(plan)
             runner = self._runner(f"{command} {run.command}", on_step)
             runner.start({**ctx, "previous": store.current_number(), "resumed_from": run.run_id})
             return self._run(Run(plan, self.io, store, self.reporter, runner, after_interrupt=True), runner)
         rev = store.get(rev_no)
         plan = plan_of(run, rev)
+        self._room(plan)
         runner = self._runner(f"{command} {run.command}", on_step)
         r = Run(plan, self.io, store, self.reporter, runner)
         prev_no = ctx.get("previous")
@@ -166,22 +182,28 @@ class Driver:
                        compensate=lambda: r.plan.auto_rollback or not r.got.activated)
         except StepFailed as failure:
             return self._failed(r, failure)
-        assert r.got.revision is not None  # record ran, in this run or the killed one
+        rev = r.got.revision
+        assert rev is not None  # record ran, in this run or the killed one
         store = self.state.revisions
-        store.update_status(r.got.revision.number, timings=dict(runner.timings))  # now with commit and companions
-        store.prune(self.keep_revisions)
-        facts = r.got.facts or store.get(r.got.revision.number).status.facts  # a resumed run may have checked nothing
+        # Committed: the node is on the new revision. What is written from here on only adds to
+        # the records, so a full disk makes it a warning and the run still succeeds.
+        r.salvage(lambda: store.update_status(rev.number, timings=dict(runner.timings)),
+                  f"revision {rev.number}'s step timings")  # now with commit and companions
+        r.salvage(lambda: store.prune(self.keep_revisions), "the pruned index (old revisions stay)")
+        facts = r.got.facts or rev.status.facts  # a resumed run may have checked nothing
         kv = facts.get("kv_cache_tokens")
         extra = f", KV {kv:,} tokens" if isinstance(kv, int) else ""
-        return Outcome(True, r.got.revision.number, r.plan.stack.name,
-                       f"node on revision {r.got.revision.number} ({r.plan.stack.name}), healthy in "
-                       f"{facts.get('time_to_healthy', 0):.1f} s{extra}", r.got.checks_passed)
+        warned = runner.warnings + ([space.full_line(self.state.path)] if any(
+            "state dir is full" in w for w in runner.warnings) else [])
+        return Outcome(True, rev.number, r.plan.stack.name,
+                       f"node on revision {rev.number} ({r.plan.stack.name}), healthy in "
+                       f"{facts.get('time_to_healthy', 0):.1f} s{extra}", r.got.checks_passed, warnings=warned)
 
     def _failed(self, r: Run, failure: StepFailed) -> Outcome:
         store = self.state.revisions
         err = failure.error
-        if isinstance(err, UserError) and not r.got.activated:
-            raise err  # bad input found in preflight: exit 2, nothing changed
+        if isinstance(err, UserError | space.StateDirFull) and not r.got.activated:
+            raise err  # bad input or no room, found before the drain: one line, nothing changed
         interrupt = ("SIGTERM" if isinstance(err, Terminated)
                      else "Ctrl-C" if isinstance(err, KeyboardInterrupt) else None)
         failed = f"interrupted ({interrupt})" if interrupt else "failed"
@@ -193,15 +215,19 @@ class Driver:
         if r.got.wait is not None and not r.got.wait.healthy:
             details.append("last log lines:")
             details += [f"  | {line}" for line in r.got.wait.tail(12)]
-        if r.got.revision is not None:
-            store.update_status(r.got.revision.number, outcome="failed" if r.got.activated else "aborted",
-                                failure=f"{failure.step}: {err}"[:2000],
-                                diagnosis=finding.one_line() if finding else None, facts=r.got.facts,
-                                timings=dict(r.runner.timings))
+        rev = r.got.revision
+        if rev is not None:
+            verdict = "interrupted" if interrupt else "failed" if r.got.activated else "aborted"
+            r.salvage(lambda: store.update_status(rev.number, outcome=verdict, failure=f"{failure.step}: {err}"[:2000],
+                                                  diagnosis=finding.one_line() if finding else None, facts=r.got.facts,
+                                                  timings=dict(r.runner.timings)),
+                      f"revision {rev.number}'s outcome")
             if r.got.activated:
-                number = r.got.revision.number
-                details.append(f"revision {number} kept with its log: b70deploy logs {number}")
+                details.append(f"revision {rev.number} kept with its log: b70deploy logs {rev.number}")
         details += failure.undo_errors
+        details += r.runner.warnings
+        if space.is_full(failure) or any("state dir is full" in w for w in r.runner.warnings):
+            details.append(space.full_line(self.state.path))
         prev, name = r.got.previous, r.plan.stack.name
         rolled_back = False
         if not r.plan.auto_rollback and r.got.activated:

@@ -12,12 +12,9 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Literal
 
-from ..errors import UserError
-
 if TYPE_CHECKING:
     from ..config.node import Node
     from ..config.schema import Stack
-    from ..state.revisions import Revision
 
 Kind = Literal["switch", "rollback"]
 
@@ -75,17 +72,3 @@ class DeployPlan:
     def __post_init__(self) -> None:
         object.__setattr__(self, "files", MappingProxyType(dict(self.files)))
 
-
-def stack_of(node: Node, rev: Revision) -> Stack:
-    """The stack a revision was rendered from: its own record, else the catalogue, else a
-    bare one that only checks /health (a snapshot of a hand-made deployment)."""
-    from ..config.schema import Smoke, Stack  # pydantic: `history` imports this module for recovery()
-
-    if rev.meta.stack_doc:
-        return Stack.model_validate(rev.meta.stack_doc)
-    try:
-        return node.catalogue().load(rev.meta.stack)
-    except UserError:
-        return Stack(name=rev.meta.stack, image="unknown", model={"path": "unknown"},  # type: ignore[arg-type]
-                     served_model_names=["unknown"], max_model_len=256,
-                     smoke=Smoke(completion=None, tool_call=False, aliases=False))

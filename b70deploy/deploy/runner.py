@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
 from ..state.journal import Journal
+from ..state.space import best_effort
 from ..ui.progress import Reporter
 from . import interrupts
 
@@ -37,6 +38,7 @@ class Step(Generic[S]):
     action: Callable[[S], None]
     compensation: Callable[[S], None] | None = None
     undo_summary: str = "-"            # what its compensation does, for the plan
+    commits: bool = False              # once it is done the run has committed: later journal lines are best-effort
 
 
 @dataclass
@@ -98,6 +100,25 @@ class Runner(Generic[S]):
         self.on_step = on_step
         self.run_id = run_id or uuid.uuid4().hex[:12]
         self.timings: dict[str, float] = {}
+        self.committed = False
+        self.warnings: list[str] = []  # bookkeeping that could not be written (a full disk), said once each
+
+    def warn(self, line: str) -> None:
+        self.warnings.append(line)
+        self.reporter.info(line)
+
+    def _log(self, event: str, **fields: object) -> bool:
+        """A journal line that must not stop what follows it (an undo, a committed run's end)."""
+        return best_effort(self.journal.path.parent, lambda: self.journal.append(self.run_id, event, **fields),
+                           f"the journal line {event} ({self.journal.path})", self.warn)
+
+    def _step_line(self, event: str, **fields: object) -> None:
+        """Before the commit a journal line that cannot be written stops the run (resume needs
+        them); after it, the node is on the new revision and a lost line is a warning."""
+        if self.committed:
+            self._log(event, **fields)
+        else:
+            self.journal.append(self.run_id, event, **fields)
 
     def start(self, context: dict[str, object]) -> None:
         self.journal.append(self.run_id, "run-start", command=self.command, context=context, pid=os.getpid())
@@ -119,13 +140,14 @@ class Runner(Generic[S]):
                 self.fault("before", step.name)
                 if self.on_step is not None:
                     self.on_step(step.name)
-                self.journal.append(self.run_id, "step-start", step=step.name)
+                self._step_line("step-start", step=step.name)
                 started = True
                 self.reporter.phase(step.name, step.summary)
                 step.action(state)
                 self.fault("during", step.name)
                 self.timings[step.name] = round(time.monotonic() - t0, 3)
-                self.journal.append(self.run_id, "step-done", step=step.name, seconds=self.timings[step.name])
+                self.committed = self.committed or step.commits
+                self._step_line("step-done", step=step.name, seconds=self.timings[step.name])
                 completed.append(step)
                 started = False
                 self.fault("after", step.name)
@@ -134,22 +156,21 @@ class Runner(Generic[S]):
             except BaseException as exc:
                 if started:
                     self.timings[step.name] = round(time.monotonic() - t0, 3)
-                    self.journal.append(self.run_id, "step-failed", step=step.name, error=str(exc)[:2000])
+                    self._log("step-failed", step=step.name, error=str(exc)[:2000])
                 failure = StepFailed(step.name, exc)
                 undo = compensate() if callable(compensate) else compensate
                 if undo:  # the step's own compensation only if it started: it may be half done
                     failure.undo_errors = self.compensate([*completed, *([step] if started else [])], state)
                     failure.compensated = True
-                self.journal.append(self.run_id, "run-failed", step=step.name, error=str(exc)[:2000],
-                                    compensated=undo)
+                self._log("run-failed", step=step.name, error=str(exc)[:2000], compensated=undo)
                 raise failure from exc
-        self.journal.append(self.run_id, "run-ok")
+        self._log("run-ok")
 
     def compensate(self, completed: Sequence[Step[S]], state: S) -> list[str]:
         with deferred_interrupts() as deferred:
             errors = self._compensate(completed, state)
         if deferred:  # undoing was not cut short: say that the signal was seen
-            self.journal.append(self.run_id, "undo-shielded", signals=deferred)
+            self._log("undo-shielded", signals=deferred)
             self.reporter.info(f"signal {', '.join(map(str, deferred))} during the undo: finished the undo first")
         return errors
 
@@ -158,12 +179,14 @@ class Runner(Generic[S]):
         for step in reversed(completed):
             if step.compensation is None:
                 continue
-            self.journal.append(self.run_id, "undo-start", step=step.name)
+            # Every journal line here is best-effort: a full disk must not skip the undo behind it.
+            self._log("undo-start", step=step.name)
             self.reporter.phase(f"undo {step.name}", step.undo_summary)
             try:
                 step.compensation(state)
-                self.journal.append(self.run_id, "undo-done", step=step.name)
             except Exception as exc:  # keep undoing the rest, report all
                 errors.append(f"undo {step.name}: {exc}")
-                self.journal.append(self.run_id, "undo-failed", step=step.name, error=str(exc)[:2000])
+                self._log("undo-failed", step=step.name, error=str(exc)[:2000])
+            else:
+                self._log("undo-done", step=step.name)
         return errors

@@ -26,7 +26,7 @@ from __future__ import annotations
 import contextvars
 import io as _io
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -35,7 +35,8 @@ from dotenv import dotenv_values
 
 from ..errors import OperationError, UserError
 from ..render.files import COMPOSE_FILE
-from ..state.revisions import Revision, RevisionStore, Verdict
+from ..state import space
+from ..state.revisions import DamagedRecord, Revision, RevisionStore, Verdict
 from ..state.stamps import now_iso, operator
 from ..vllmlog.bootlog import check_expectations, parse_boot_facts
 from ..vllmlog.diagnosis import diagnose, for_stack
@@ -54,6 +55,7 @@ class Handoff:
 
     revision: Revision | None = None        # record (or the resumed run's); every later step, the outcome
     previous: Revision | None = None        # record / snapshot; undo of activate, the outcome
+    previous_files: dict[str, bytes] | None = None  # record / snapshot (checked before the drain); the undos
     activated: bool = False                 # activate; the driver: compensate, and was bad input seen early
     wait: WaitResult | None = None          # wait-healthy, settle; check, the failed outcome's log lines
     rollback_wait: WaitResult | None = None  # undo of activate; the rolled-back outcome's seconds
@@ -77,6 +79,18 @@ class Run:
 
     def info(self, message: str) -> None:
         self.reporter.info(message)
+
+    def salvage(self, write: Callable[[], object], what: str, *, reserve: bool = True) -> bool:
+        """A bookkeeping write of the failure and undo paths: never raises (state/space.py)."""
+        return space.best_effort(self.store.root.parent, write, what, self.runner.warn, reserve=reserve)
+
+    def undo_files(self) -> dict[str, bytes]:
+        """The previous revision's bytes for an undo, verified (a resumed run checks them now)."""
+        got = self.got
+        assert got.previous is not None
+        if got.previous_files is None:
+            got.previous_files = got.previous.verified_files()
+        return got.previous_files
 
 
 # ---------------------------------------------------------------- preflight
@@ -132,7 +146,8 @@ def _warm(r: Run) -> None:
 def _record(r: Run) -> None:
     if r.got.revision is None:  # else a resumed run: the killed one stored (and noted) it already
         p = r.plan
-        r.got.previous = r.store.current()
+        r.got.previous = r.store.current()  # DamagedRecord (exit 2) when its records cannot be read
+        r.got.previous_files = undo_bytes(r.io, r.got.previous)
         r.got.revision = r.store.create(
             stack=p.stack.name, kind=p.kind, files=p.files, image_ref=p.image.ref, image_id=p.image.id,
             repo_digest=p.image.repo_digest, operator=operator(), message=p.message, created=now_iso(),
@@ -141,6 +156,16 @@ def _record(r: Run) -> None:
         r.info(f"revision {r.got.revision.number} ({p.stack.name}); previous: "
                + (f"{r.got.previous.number} ({r.got.previous.meta.stack})" if r.got.previous else "none"))
     keep(r.io, r.got.revision)
+
+
+def undo_bytes(io: NodeIO, previous: Revision | None) -> dict[str, bytes] | None:
+    """What an undo would write back, checked before the drain: the live deploy dir when it is
+    byte for byte what `previous` recorded (its stored copy is then not needed), else the stored
+    copy, verified against its hashes (DamagedRecord: the switch is refused, nothing stopped)."""
+    if previous is None:
+        return None
+    live = io.read_deployed()
+    return live if previous.matches(live) else previous.verified_files()
 
 
 def keep(io: NodeIO, rev: Revision) -> None:
@@ -152,9 +177,11 @@ def keep(io: NodeIO, rev: Revision) -> None:
 
 
 def _unrecord(r: Run) -> None:
-    if r.got.revision is not None and r.store.get(r.got.revision.number).status.outcome == "pending":
-        r.store.update_status(r.got.revision.number, outcome="failed" if r.got.activated else "aborted",
-                              updated=now_iso())
+    rev = r.got.revision
+    if rev is not None:
+        r.salvage(lambda: r.store.get(rev.number).status.outcome == "pending" and r.store.update_status(
+            rev.number, outcome="failed" if r.got.activated else "aborted", updated=now_iso()),
+            f"revision {rev.number}'s outcome")
 
 
 def _snapshot(r: Run) -> None:
@@ -165,19 +192,29 @@ def _snapshot(r: Run) -> None:
         r.info("deploy dir is empty: first deployment on this node")
         return
     for number in _recent(r.store, r.got.previous):
-        if r.store.get(number).read_files() == live:  # e.g. a killed run's files, being rolled back
+        try:
+            same = r.store.get(number).matches(live)  # by hash: e.g. a killed run's files, being rolled back
+        except DamagedRecord:
+            continue  # records that cannot be read match nothing
+        if same:
             r.info(f"deploy dir matches revision {number}")
             return
-    image_ref = _dotenv_value(live.get(".env", b""), "VLLM_IMAGE") or "unknown"
-    image_id = r.io.image_id(image_ref) if image_ref != "unknown" else None
     # Only what passed the health gate under the tool counts as healthy: files a killed run
     # left behind are kept, as interrupted, never as a rollback target by stack name.
-    adopted = record_live(r.store, r.io, live, stack=_label_stack(live) or "adopted", image_ref=image_ref,
-                          image_id=image_id, message="snapshot of the live deploy dir before a switch",
-                          outcome="interrupted" if r.after_interrupt else None)
-    r.got.previous = adopted
+    adopted = keep_live(r.store, r.io, live, message="snapshot of the live deploy dir before a switch",
+                        outcome="interrupted" if r.after_interrupt else None)
+    r.got.previous, r.got.previous_files = adopted, dict(live)
     r.runner.note(previous=adopted.number, adopted=adopted.number)
     r.info(f"live files differed from every revision: kept them as revision {adopted.number}")
+
+
+def keep_live(store: RevisionStore, io: NodeIO, live: Mapping[str, bytes], *, message: str,
+              outcome: Verdict | None = None) -> Revision:
+    """record_live of a deploy dir the tool finds, its stack and image read from the files."""
+    image_ref = _dotenv_value(live.get(".env", b""), "VLLM_IMAGE") or "unknown"
+    image_id = io.image_id(image_ref) if image_ref != "unknown" else None
+    return record_live(store, io, live, stack=_label_stack(live) or "adopted", image_ref=image_ref,
+                       image_id=image_id, message=message, outcome=outcome)
 
 
 def record_live(store: RevisionStore, io: NodeIO, live: Mapping[str, bytes], *, stack: str, image_ref: str,
@@ -241,12 +278,16 @@ def _undo_drain(r: Run) -> None:
             r.io.up(r.plan.companions, recreate=False)
             r.info(f"started {', '.join(r.plan.companions)}")
         return
-    r.io.write_deployed(r.got.previous.read_files())
+    r.io.write_deployed(r.undo_files())
     restore(r.io, r.reporter, companions=r.plan.companions, timeout=r.plan.waits.rollback)
 
 
 def _verify(r: Run) -> None:
+    if r.got.previous is None:  # no revision was serving: no client can be cut off, whatever the load
+        r.info("nothing was serving: idle check skipped")
+        return
     deadline = r.io.monotonic() + r.plan.waits.verify
+    waiting = False
     while True:
         got = r.io.idle_readings()
         bad = [x for x in got if not x.ok]
@@ -254,13 +295,17 @@ def _verify(r: Run) -> None:
             for x in got:
                 r.info(f"{x.name}: {x.detail}")
             return
+        text = "; ".join(f"{x.name}: {x.detail}" for x in bad)
+        if not waiting:  # said at the first busy reading, whatever the clock says next
+            r.info(f"waiting up to {r.plan.waits.verify:.0f} s for the node to go idle: {text}")
+            waiting = True
         if r.io.monotonic() >= deadline:
-            text = "; ".join(f"{x.name}: {x.detail}" for x in bad)
             if r.plan.kind == "rollback":
                 r.info(f"warning: node not idle ({text}); rolling back anyway")
                 return
             raise OperationError(f"node not idle after {r.plan.waits.verify:.0f} s: {text}",
-                                 fix="wait for clients to finish, or raise --verify-wait")
+                                 fix="wait for clients to finish, or raise --verify-wait (node config: "
+                                     "timeouts.verify; the load's bound is load_threshold)")
         r.io.sleep(1.0)
 
 
@@ -288,8 +333,9 @@ def _undo_activate(r: Run) -> None:
         raise OperationError(f"the image that ran revision {r.got.previous.number} ({meta.image_id}) is gone",
                              fix=f"{recovery(meta.image_ref, meta.image_id, meta.repo_digest)}, "
                                  "then b70deploy rollback")
+    files = r.undo_files()  # checked before the container goes: a damaged copy is refused first
     r.io.discard(VLLM)  # its log is kept; a crash-looping container makes compose's stop slow
-    r.io.write_deployed(r.got.previous.read_files())
+    r.io.write_deployed(files)
     r.io.up([VLLM])
     r.got.rollback_wait = r.io.wait_healthy(timeout=r.plan.waits.rollback, reporter=r.reporter)
     if not r.got.rollback_wait.healthy:
@@ -299,11 +345,13 @@ def _undo_activate(r: Run) -> None:
 
 def _save_log(r: Run, lines: list[str] | None = None) -> None:
     """Keep the boot's log with the revision: the lines the follower read, or the engine's copy."""
-    if r.got.revision is None:
+    rev = r.got.revision
+    if rev is None:
         return
     got = lines if lines is not None else r.io.container_log()
     if got:
-        r.store.save_log(r.got.revision.number, "\n".join(got) + "\n")
+        r.salvage(lambda: r.store.save_log(rev.number, "\n".join(got) + "\n"), f"revision {rev.number}'s log",
+                  reserve=False)
 
 
 def _wait_healthy(r: Run) -> None:
@@ -400,17 +448,19 @@ def _commit(r: Run) -> None:
     # live files were snapshotted first), are superseded.
     previous = r.got.previous.number if r.got.previous else None
     for number in {previous, r.store.current_number()} - {None, r.got.revision.number}:
-        if number is not None and r.store.get(number).status.outcome == "deployed":
+        if number is not None and r.store.exists(number) and r.store.get(number).status.outcome == "deployed":
             r.store.update_status(number, outcome="superseded", updated=now_iso())
     r.store.set_current(r.got.revision.number)
 
 
 def _undo_commit(r: Run) -> None:
     """A failure after commit (companions) rolls the node back, so the current pointer goes back too."""
-    if r.got.previous is not None:
-        r.store.set_current(r.got.previous.number)
-        if r.got.previous.status.outcome == "deployed":
-            r.store.update_status(r.got.previous.number, outcome="deployed", updated=now_iso())
+    prev = r.got.previous
+    if prev is not None:
+        r.salvage(lambda: r.store.set_current(prev.number), f"the current pointer ({r.store.current_path})")
+        if prev.status.outcome == "deployed":
+            r.salvage(lambda: r.store.update_status(prev.number, outcome="deployed", updated=now_iso()),
+                      f"revision {prev.number}'s outcome")
     else:
         r.store.clear_current()
 
@@ -450,7 +500,7 @@ def steps(plan: DeployPlan) -> list[Step[Run]]:
              f"{plan.stack.settle_seconds:g} s while the smoke tests run and the companions start", _wait_healthy),
         Step("check", "boot facts vs expectations, smoke test results", _check),
         Step("commit", "mark the revision deployed and make it current", _commit, _undo_commit,
-             f"point current back at {prev}"),
+             f"point current back at {prev}", commits=True),
         Step("companions", "companions started (in the settle window, else now)", _start_companions),
     ]
 

@@ -40,9 +40,11 @@ def read_deployed(deploy_dir: Path) -> dict[str, bytes]:
 def drift(node: Node, cur: Revision, box: dict[str, Any]) -> list[str]:
     """How the deploy dir and the vllm container (`box`: its stack label, image id and compose
     working dir) differ from revision `cur`: a hand-run compose, another tool, a hand edit."""
+    from ..state.revisions import sha256
+
     found: list[str] = []
-    live = read_deployed(node.deploy_dir)
-    want = cur.read_files()
+    live = {name: sha256(data) for name, data in read_deployed(node.deploy_dir).items()}
+    want = cur.meta.files  # the hashes it recorded: its stored copy may be what is damaged
     changed = sorted(n for n in set(live) | set(want) if live.get(n) != want.get(n))
     if changed:
         found.append(f"deploy dir differs from revision {cur.number}: {', '.join(changed)}")

@@ -23,6 +23,7 @@ from ..deploy.plan import ImageInfo
 from ..errors import OperationError, UserError
 from . import endpoint
 from .containers import ContainerState, state_from
+from .proc import engine_address
 
 # The API version each endpoint negotiated, asked once per process: version="auto" costs one more
 # request for every client made (a switch makes a dozen), and over ssh:// the SDK opens a new ssh
@@ -48,7 +49,7 @@ def client() -> Any:
         _api_versions.setdefault(local, made.api.api_version)
         return made
     except DockerException as e:
-        where = target.get("DOCKER_HOST") or target.get("DOCKER_CONTEXT") or "the local engine"
+        where = engine_address()
         if "paramiko" in str(e):  # the SDK's ssh:// transport imports paramiko even to shell out
             raise OperationError(f"the docker SDK cannot open {where}: paramiko is not installed",
                                  fix="pip install 'docker[ssh]' (b70deploy's own install brings it)") from None

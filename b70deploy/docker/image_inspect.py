@@ -35,11 +35,15 @@ from .engine import client  # the current endpoint's engine (a remote node's, in
 LABEL = "b70deploy.role"
 LABEL_VALUE = "image-probe"
 STATE_DIR_LABEL = "b70deploy.state_dir"  # which node's state dir the probe belongs to
-CACHE_VERSION = 1
+CACHE_VERSION = 2  # 2: the probe runs isolated from / (facts of version 1 may name a shadowing folder)
 
-# Run by the image's own Python. find_spec on a top-level name does not import the package.
+# Run by the image's own Python, isolated (-I) from / (WORKDIR may hold a `vllm/` folder that
+# shadows the package: `python3 -c` puts the working dir first on sys.path, the `vllm` console
+# script does not). -I also drops PYTHONPATH, so the image's own PYTHONPATH is put back in front,
+# where the server's interpreter has it. find_spec on a top-level name does not import the package.
 PROBE = r"""
 import importlib.metadata as md, importlib.util as u, json, os, re, sys
+sys.path[:0] = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
 out = {"python": sys.executable, "vllm_dir": None, "vllm_version": None, "packages": [], "modules": {}}
 s = u.find_spec("vllm")
 if s is not None and s.origin:
@@ -163,6 +167,7 @@ class ImageInspector:
     def _create(self, ref: str, entrypoint: list[str], command: list[str] | None = None) -> Any:
         return self.client.containers.create(
             ref, entrypoint=entrypoint, command=command, name=f"b70deploy-probe-{uuid.uuid4().hex[:10]}",
+            working_dir="/",
             labels={LABEL: LABEL_VALUE, STATE_DIR_LABEL: str(self.state_dir)}, network_disabled=True, detach=True)
 
     def _probe_container(self, ref: str) -> Any:
@@ -170,7 +175,7 @@ class ImageInspector:
         (get_archive works on a stopped container) uses it. Removed by close()."""
         key = self._key(ref)
         if key not in self._containers:
-            self._containers[key] = self._create(ref, ["python3"], ["-c", PROBE])
+            self._containers[key] = self._create(ref, ["python3"], ["-I", "-c", PROBE])
         return self._containers[key]
 
     def close(self) -> None:
@@ -251,7 +256,7 @@ class ImageInspector:
             if python == "python3":
                 out = self._start(self._probe_container(ref))
             else:
-                out = self._run(ref, [python, "-c", PROBE])
+                out = self._run(ref, [python, "-I", "-c", PROBE])
             if out:
                 try:
                     probe = json.loads(out.strip().splitlines()[-1])

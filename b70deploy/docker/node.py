@@ -29,9 +29,9 @@ from .deploydir import deployed_names, read_deployed
 from .health import wait_healthy
 from .keep import REPO, keep_tag, revision_of
 from .probe import probe_health
-from .proc import last_line, run
+from .proc import explain, last_line, run
 from .smoke import run_smoke, served_version
-from .verify import readings, remote_readings
+from .verify import load_bound, readings, remote_readings
 
 if TYPE_CHECKING:
     from ..config.node import Node
@@ -46,16 +46,21 @@ def compose_config(files: Mapping[str, bytes], project: str,
                    folder: Path | None = None) -> tuple[dict[str, Any] | None, str | None]:
     """`docker compose config` of `files` written into `folder` (default: a scratch folder gone
     on return; a caller that reads the bind sources afterwards passes its own): (the resolved
-    config, None) or (None, why Compose refused them)."""
+    config, None) or (None, why Compose refused them). OperationError when Compose itself cannot
+    run (no plugin, no engine)."""
     if folder is None:
         with tempfile.TemporaryDirectory(prefix="b70deploy-config-") as tmp:
             return compose_config(files, project, Path(tmp))
     write_tree(folder, files)
+    argv = Compose(folder, project).config(fmt="json")
     try:
-        result = run(Compose(folder, project).config(fmt="json"), timeout=60, check=False)
+        result = run(argv, timeout=60, check=False)
     except B70Error as e:
         return None, e.what  # the caller says the fix
     if result.returncode != 0:
+        known = explain(argv, result.stderr)
+        if known is not None:  # no Compose plugin, no engine: not the files' fault
+            raise known
         return None, last_line(result.stderr)
     try:
         return json.loads(result.stdout), None
@@ -205,7 +210,7 @@ class DockerNode:
     def idle_readings(self) -> list[Reading]:
         cfg = self.node.config
         if self.node.on_this_host:
-            return readings(port=self.port, feeders=cfg.feeders, load_threshold=cfg.load_threshold)
+            return readings(port=self.port, feeders=cfg.feeders, load_threshold=load_bound(cfg.load_threshold))
         return remote_readings(self.node.address, self.port)
 
     def ensure_draft(self, stack: Stack) -> str | None:

@@ -32,6 +32,13 @@ def _ip(text: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
     return mapped or addr
 
 
+def load_bound(configured: float | None) -> float:
+    """The load average under which the node counts as idle: the node config's `load_threshold`,
+    else one runnable task per core (a fixed 2.0 kept a busy 2-core box from ever going idle,
+    and would call a 64-core one idle under a heavy load)."""
+    return configured if configured is not None else float(os.cpu_count() or 1)
+
+
 def readings(*, port: int, feeders: list[str], load_threshold: float, conns: list[Any] | None = None,
              load1: float | None = None) -> list[Reading]:
     conns = psutil.net_connections(kind="inet") if conns is None else conns
@@ -50,7 +57,8 @@ def readings(*, port: int, feeders: list[str], load_threshold: float, conns: lis
         mine = [c for c in est if _ip(c.raddr.ip) == ipaddress.ip_address(feeder)]
         out.append(Reading(f"feeder {feeder}", not mine, f"{len(mine)} ESTABLISHED"))
     load = os.getloadavg()[0] if load1 is None else load1
-    out.append(Reading("load (1 min)", load < load_threshold, f"{load:.2f} (threshold {load_threshold:g})"))
+    out.append(Reading("load (1 min)", load < load_threshold,
+                       f"{load:.2f} (threshold {load_threshold:g}: node config load_threshold)"))
     return out
 
 

@@ -43,6 +43,7 @@ class LintContext:
     stack: Stack
     rendered: Rendered
     models_dir: Path | None = None
+    models_dir_missing: Path | None = None          # the node's models folder, absent on this host
     image: ImageFacts | None = None
     image_error: str | None = None
     compose_config: dict[str, Any] | None = None    # `docker compose config --format json`

@@ -154,7 +154,10 @@ def build_context(node: Node, stack: Stack, *, docker: bool = True, inspector: I
                                  pin_image=pin_image, port=port, project=project, memory=memory)
     skipped: list[str] = []
     models_dir: Path | None = node.models_dir if node.models_dir.is_dir() else None
-    if models_dir is None:
+    # On this host an absent models folder is an error (models-dir-missing): the switch would stop
+    # the old stack for a bind the engine refuses. On a remote node it is not ours to see.
+    missing = node.models_dir if models_dir is None and node.on_this_host else None
+    if models_dir is None and missing is None:
         skipped.append(f"models_dir {node.models_dir} not found: model and draft file checks skipped")
     patch_errors: dict[str, tuple[str, str]] = {}
     specs: list[PatchSpec] = []
@@ -183,9 +186,10 @@ def build_context(node: Node, stack: Stack, *, docker: bool = True, inspector: I
     access = devices_mod.scan(node.device_dir, node.config.gids)
     secrets, _warnings = load_secrets(node.secrets_env_file)
     rendered = render(stack, node, access, secrets=secrets, mounts=mounts_for(patched),
-                      patch_files=deploy_files(patched), draft_path=served_draft_path(stack), image=pin_image,
-                      port=port, project=project)
-    ctx = LintContext(node=node, stack=stack, rendered=rendered, models_dir=models_dir, image=ctx_image,
+                      patch_files=deploy_files(patched), draft_path=served_draft_path(stack, node.config.models_target),
+                      image=pin_image, port=port, project=project)
+    ctx = LintContext(node=node, stack=stack, rendered=rendered, models_dir=models_dir, models_dir_missing=missing,
+                      image=ctx_image,
                       image_error=image_error, patch_errors=patch_errors, patched=patched, skipped=skipped,
                       measured_kv=measured_kv(node, stack, ctx_image.id if ctx_image else None, memory))
     if docker:

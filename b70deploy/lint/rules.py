@@ -14,7 +14,7 @@ import yaml
 
 from ..render import draft as draft_mod
 from ..render.files import COMPOSE_FILE, DOTENV_FILE
-from ..render.vllm_args import CONTAINER_MODELS, FLAG_BY_NAME, Flag, flag_name
+from ..render.vllm_args import FLAG_BY_NAME, Flag, flag_name, split_prelude
 from ..state import caches
 from . import kv
 from .findings import Finding, LintContext, Severity
@@ -72,9 +72,20 @@ def _style(ctx: LintContext) -> str:
         else ctx.stack.entrypoint_style
 
 
-def _command(ctx: LintContext) -> list[str]:
+def _raw_command(ctx: LintContext) -> list[str]:
     cmd = _vllm_service(ctx.compose_config or _compose(ctx)).get("command") or ctx.rendered.command
     return [str(a) for a in cmd] if isinstance(cmd, list) else str(cmd).split()
+
+
+def _command(ctx: LintContext) -> list[str]:
+    """The command as `vllm serve ...`: a `bash -c "PRELUDE && vllm serve ..."` script read as its serve part."""
+    raw = _raw_command(ctx)
+    if ctx.stack.prelude and len(raw) == 1:  # a vllm-serve image's prelude: the script under bash -c
+        raw = ["bash", "-c", raw[0]]
+    try:
+        return split_prelude(raw)[1]
+    except ValueError:
+        return raw
 
 
 def _read_json(path: Path) -> dict[str, Any] | None:
@@ -97,6 +108,8 @@ def command_shape(ctx: LintContext) -> Iterator[Finding]:
     cmd = _command(ctx)
     style = _style(ctx)
     src = f"image {ctx.image.ref}" if ctx.image else "the stack's entrypoint_style"
+    if cmd != _raw_command(ctx) or ctx.stack.prelude:
+        return  # a bash -c script names `vllm serve` itself, under either entrypoint
     if style == "bash-c" and cmd[:2] != ["vllm", "serve"]:
         yield _f(ctx, "command-bare-flags", "error",
                  f"{src} runs the command through bash -c '... exec \"$@\"' --, but the command starts with "
@@ -119,10 +132,11 @@ def model_argument(ctx: LintContext) -> Iterator[Finding]:
         cmd = _command(ctx)
         idx = 2 if cmd[:2] == ["vllm", "serve"] else 0
         model = cmd[idx] if len(cmd) > idx else ""
-        if not model or "$" in model or model.startswith("-") or not model.startswith(f"{CONTAINER_MODELS}/"):
+        root = ctx.node.config.models_target
+        if not model or "$" in model or model.startswith("-") or not model.startswith(f"{root}/"):
             yield _f(ctx, "model-arg-unresolved", "error",
                      f"after `docker compose config` the model argument is {model!r}, not a path under "
-                     f"{CONTAINER_MODELS}", fix)
+                     f"{root} (the node's models_target)", fix)
         return
     # No Compose to ask: every ${VAR} in the compose file must be defined in the .env beside it.
     text = ctx.rendered.files.get(COMPOSE_FILE, b"").decode()
@@ -206,8 +220,14 @@ def production_aliases(ctx: LintContext) -> Iterator[Finding]:
 # ---------------------------------------------------------------- model, quantization, architecture
 
 
-@rule("model-missing", "draft-missing")
+@rule("models-dir-missing", "model-missing", "draft-missing")
 def model_files(ctx: LintContext) -> Iterator[Finding]:
+    if ctx.models_dir_missing is not None:
+        yield _f(ctx, "models-dir-missing", "error",
+                 f"models_dir {ctx.models_dir_missing} does not exist on this host: the engine refuses the weights "
+                 "bind (create_host_path: false), after the old stack has stopped",
+                 "set models_dir (and models_target) in the node config to the host folder of the weights, or "
+                 "mount that folder")
     if ctx.models_dir is None:
         return
     checks = [("model", ctx.stack.model.path)]

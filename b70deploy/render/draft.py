@@ -76,10 +76,11 @@ def stack_copy(stack: Stack) -> str | None:
     return copy_name(spec.model, spec.draft_max_position_embeddings)
 
 
-def served_draft_path(stack: Stack) -> str | None:
-    """The container path of the draft the switch will serve (the fixed copy, if one is asked for)."""
+def served_draft_path(stack: Stack, root: str) -> str | None:
+    """The container path of the draft the switch will serve (the fixed copy, if one is asked
+    for), below `root`, the node's models_target."""
     rel = stack_copy(stack)
-    return container_model_path(rel) if rel is not None else None
+    return container_model_path(rel, root) if rel is not None else None
 
 
 def copy_origin(name: str) -> tuple[str, int] | None:

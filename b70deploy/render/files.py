@@ -24,7 +24,6 @@ from .filenames import DOTENV_FILE as DOTENV_FILE
 from .filenames import RUNTIME_ENV_FILE as RUNTIME_ENV_FILE
 from .masking import mask_env_text
 from .vllm_args import (
-    CONTAINER_MODELS,
     CONTAINER_PORT,
     MODEL_REF,
     container_command,
@@ -131,7 +130,7 @@ def interpolation_values(stack: Stack, node: Node, *, port: int, image: str | No
     values = {
         "VLLM_IMAGE": image or stack.image,     # a revision pins the image id that ran
         "VLLM_IMAGE_REF": stack.image,           # the reference it came from (not used by Compose)
-        "VLLM_MODEL": container_model_path(stack.model.path),
+        "VLLM_MODEL": container_model_path(stack.model.path, node.config.models_target),
         "VLLM_PORT": str(port),
         "VLLM_BIND_ADDRESS": node.config.bind_address,
         "MODELS_DIR": str(node.models_dir),
@@ -157,16 +156,20 @@ def render(stack: Stack, node: Node, devices: DeviceAccess, *, secrets: Mapping[
     producer of a deploy dir's bytes. `port`/`project` default to production's."""
     env = _environment()
     port = node.config.ports.prod if port is None else port
-    command = container_command(stack, draft_path=draft_path)
+    # A prelude's bash -c script is one argument, escaped whole for Compose: it names the model itself.
+    model = container_model_path(stack.model.path, node.config.models_target) if stack.prelude else MODEL_REF
+    command = container_command(stack, model=model, draft_path=draft_path, root=node.config.models_target)
     interp = interpolation_values(stack, node, port=port, image=image)
     warm = "CACHE_DIR" in interp
     compose = env.get_template("docker-compose.yml.j2").render(
         stack=stack,
         project=project or node.project,
         command=command,
+        # A prelude's script under an ENTRYPOINT [vllm, serve] image: bash runs it instead.
+        entrypoint=["/bin/bash", "-c"] if stack.prelude and stack.entrypoint_style == "vllm-serve" else None,
         container_port=CONTAINER_PORT,
         runtime_env_name=RUNTIME_ENV_FILE,
-        models_target=CONTAINER_MODELS,
+        models_target=node.config.models_target,
         mounts=(*mounts, *(Mount(m.source, m.target) for m in stack.mounts)),
         devices=str(devices.device_dir) if devices.device_dir else None,
         group_add=devices.group_add,

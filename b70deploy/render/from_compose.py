@@ -24,12 +24,21 @@ from ..config.validation import first_error, value_error
 from ..errors import UserError
 from .draft import copy_origin
 from .masking import is_secret
-from .vllm_args import CONTAINER_PORT, FLAGS, SPEC_FLAG, ParsedServe, entrypoint_style, model_rel_path, parse_serve_args
+from .vllm_args import (
+    CONTAINER_PORT,
+    FLAGS,
+    SPEC_FLAG,
+    ParsedServe,
+    entrypoint_style,
+    model_rel_path,
+    parse_serve_args,
+    split_prelude,
+)
 
 SERVE = ["vllm", "serve"]
 # Service keys the stack or the node config account for; any other is named in the notes.
 _HANDLED = frozenset({"image", "command", "entrypoint", "environment", "volumes", "ports", "devices", "group_add",
-                      "shm_size", "ipc", "profiles", "restart", "networks", "labels", "container_name", "env_file"})
+                      "shm_size", "profiles", "restart", "networks", "labels", "env_file"})
 
 
 class ImageEntrypoint(Protocol):
@@ -95,26 +104,47 @@ def _binds(service: Mapping[str, Any]) -> list[dict[str, Any]]:
     return [v for v in service.get("volumes") or [] if isinstance(v, dict) and v.get("type") == "bind"]
 
 
+def _holder(path: str, binds: Sequence[Mapping[str, Any]]) -> Mapping[str, Any] | None:
+    """The bind mount whose target holds `path` (the deepest, when binds nest)."""
+    holders = [b for b in binds if path == b.get("target") or path.startswith(f"{str(b.get('target')).rstrip('/')}/")]
+    return max(holders, key=lambda b: len(str(b.get("target")))) if holders else None
+
+
+def weights_bind(path: str, binds: Sequence[Mapping[str, Any]]) -> tuple[str, str, str] | None:
+    """(host folder, its container path, the model's path below it) for a model served from a bind
+    mount at any target (the report's /llms:/llms, not /models), None outside every bind. Below
+    the bind, a model in Hugging Face's `org/name` layout (huggingface/Qwen/Qwen3-30B-A3B-W4A16)
+    has the folder above `org/name` as its models folder, so the catalogue's `Qwen/...` paths
+    resolve there too."""
+    holder = _holder(path, binds)
+    if holder is None:
+        return None
+    target, source = str(holder["target"]).rstrip("/"), str(holder.get("source") or "").rstrip("/")
+    parts = [p for p in path[len(target):].split("/") if p]
+    if not parts:
+        return None
+    base = "/".join(parts[:-2]) if len(parts) > 2 else ""
+    return (f"{source}/{base}" if base else source, f"{target}/{base}" if base else target,
+            "/".join(parts[-2:] if base else parts))
+
+
 def _in_container(path: str, binds: Sequence[Mapping[str, Any]], what: str, where: str,
                   out: FromCompose) -> str:
     """A container path as a path below the node's models_dir (the bind that holds it)."""
-    rel = model_rel_path(path)
-    holder = next((b for b in binds if path == b.get("target") or path.startswith(f"{b.get('target')}/")), None)
-    if holder is not None and rel is None:
-        target = str(holder["target"]).rstrip("/")
-        rel = path[len(target):].strip("/") or None
-        if rel is not None:
-            out.notes.append(f"the {what} is mounted at {target}, not /models: the stack serves it as "
-                             f"/models/{rel} from the node's models_dir")
-    if rel is None:
-        raise UserError(f"{what} {path!r} is not inside a bind-mounted folder", where=where,
-                        fix="bind-mount the weights folder (e.g. /srv/models:/models) and name the model by its "
-                            "path in the container")
-    if holder is not None:
-        if out.node.setdefault("models_dir", holder.get("source")) != holder.get("source"):
-            raise UserError(f"the {what} is in {holder.get('source')}, the model in {out.node['models_dir']}",
-                            where=where, fix="put the model and its draft under one host folder (the models_dir)")
-        out.weights_at.add(str(holder.get("target")))
+    found = weights_bind(path, binds)
+    if found is None:
+        rel = model_rel_path(path)
+        if rel is None:
+            raise UserError(f"{what} {path!r} is not inside a bind-mounted folder", where=where,
+                            fix="bind-mount the weights folder (e.g. /srv/models:/models) and name the model by its "
+                                "path in the container")
+        return rel
+    host, inside, rel = found
+    if out.node.setdefault("models_dir", host) != host:
+        raise UserError(f"the {what} is in {host}, the model in {out.node['models_dir']}",
+                        where=where, fix="put the model and its draft under one host folder (the models_dir)")
+    out.node["models_target"] = inside
+    out.weights_at.add(str((_holder(path, binds) or {}).get("target")))
     return rel
 
 
@@ -185,6 +215,15 @@ def _serve_args(service: Mapping[str, Any], image: ImageEntrypoint | None, where
     if not command:
         raise UserError("the service has no command", where=where,
                         fix="write the vllm serve command into the compose file's command:")
+    try:
+        prelude, command = split_prelude(command)
+    except ValueError as e:
+        raise UserError(f"the command is a bash -c script b70deploy cannot read: {e}", where=where,
+                        fix="write it as bash -c \"PRELUDE && vllm serve MODEL FLAGS\" (or a plain vllm serve "
+                            "command)") from None
+    if prelude is not None:
+        out.doc["prelude"] = prelude
+        out.sources["prelude"] = "the command's bash -c script, before `&& vllm serve` (kept verbatim)"
     style = out.doc["entrypoint_style"] = _style(service, image, command, out)
     if command[:2] == SERVE:
         if style == "vllm-serve":

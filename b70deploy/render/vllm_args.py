@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import posixpath
 import re
+import shlex
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -78,18 +79,19 @@ FLAGS: tuple[Flag, ...] = (
 )
 
 
-def container_model_path(rel: str) -> str:
-    return f"{CONTAINER_MODELS}/{rel}"
+def container_model_path(rel: str, root: str = CONTAINER_MODELS) -> str:
+    """A model folder below the models dir, as the container sees it (`root`: the node's models_target)."""
+    return f"{root}/{rel}"
 
 
-def model_rel_path(path: str) -> str | None:
-    """The inverse of container_model_path: `rel` for /models/rel, else None."""
-    prefix = f"{CONTAINER_MODELS}/"
+def model_rel_path(path: str, root: str = CONTAINER_MODELS) -> str | None:
+    """The inverse of container_model_path: `rel` for ROOT/rel, else None."""
+    prefix = f"{root}/"
     rel = path[len(prefix):].strip("/") if path.startswith(prefix) else ""
     return rel or None
 
 
-def speculative_json(stack: Stack, *, draft_path: str | None = None) -> str | None:
+def speculative_json(stack: Stack, *, draft_path: str | None = None, root: str = CONTAINER_MODELS) -> str | None:
     """The --speculative-config value: compact JSON with sorted keys, as the post wrote it."""
     spec = stack.speculative
     if spec is None:
@@ -102,7 +104,7 @@ def speculative_json(stack: Stack, *, draft_path: str | None = None) -> str | No
     if spec.prompt_lookup_max is not None:
         conf["prompt_lookup_max"] = spec.prompt_lookup_max
     if spec.model is not None:
-        conf["model"] = draft_path or container_model_path(spec.model)
+        conf["model"] = draft_path or container_model_path(spec.model, root)
     conf.update(spec.tuning)
     return json.dumps(conf, sort_keys=True, separators=(",", ":"))
 
@@ -118,14 +120,14 @@ def _text(value: object) -> str:
     return f"{value:g}" if isinstance(value, float) else str(value)
 
 
-def serve_flags(stack: Stack, *, draft_path: str | None = None) -> list[str]:
+def serve_flags(stack: Stack, *, draft_path: str | None = None, root: str = CONTAINER_MODELS) -> list[str]:
     """Every flag after the model argument: FLAGS in order, then extra_args verbatim."""
     args: list[str] = []
     for f in FLAGS:
         if f.kind == "fixed":
             args += [f.flag, f.fixed]
         elif f.kind == "speculative":
-            spec = speculative_json(stack, draft_path=draft_path)
+            spec = speculative_json(stack, draft_path=draft_path, root=root)
             args += [] if spec is None else [f.flag, spec]
         else:
             value = _value(stack, f.key)
@@ -140,14 +142,60 @@ def serve_flags(stack: Stack, *, draft_path: str | None = None) -> list[str]:
     return args + list(stack.extra_args)
 
 
-def container_command(stack: Stack, *, model: str = MODEL_REF, draft_path: str | None = None) -> list[str]:
+def container_command(stack: Stack, *, model: str = MODEL_REF, draft_path: str | None = None,
+                      root: str = CONTAINER_MODELS) -> list[str]:
     """The compose `command:` list, shaped by the image's entrypoint style.
 
     A `bash -c '... exec "$@"' --` entrypoint runs the command verbatim, so it must name the
     program; an `ENTRYPOINT ["vllm","serve"]` image takes the model and flags only.
     """
+    flags = serve_flags(stack, draft_path=draft_path, root=root)
+    if stack.prelude:  # one bash -c script; render/files.py sets the entrypoint a vllm-serve image needs
+        script = f"{stack.prelude} && exec vllm serve {shlex.join([model, *flags])}"
+        return ["bash", "-c", script] if stack.entrypoint_style == "bash-c" else [script]
     head = ["vllm", "serve"] if stack.entrypoint_style == "bash-c" else []
-    return [*head, model, *serve_flags(stack, draft_path=draft_path)]
+    return [*head, model, *flags]
+
+
+_SERVE_IN_SCRIPT = re.compile(r"(?:^|&&)\s*(?:exec\s+)?vllm\s+serve(?=\s|$)")
+_SHELL_OPERATORS = frozenset("();<>|&`")
+
+
+def split_prelude(command: Sequence[str]) -> tuple[str | None, list[str]]:
+    """A `bash -c "PRE && vllm serve ..."` command as (PRE, [vllm, serve, ...]); any other
+    command as (None, command). Raises ValueError saying what in the script was not understood."""
+    if len(command) < 2 or command[0].rsplit("/", 1)[-1] not in ("bash", "sh") or command[1] != "-c":
+        return None, list(command)
+    if len(command) != 3:
+        raise ValueError(f"{command[0]} -c has {len(command) - 2} arguments after the script; one script is read")
+    script = command[2]
+    found = list(_SERVE_IN_SCRIPT.finditer(script))
+    if not found:
+        raise ValueError("the bash -c script runs no `vllm serve`")
+    at = found[-1]
+    prelude = script[:at.start()].strip() or None
+    if prelude is None and at.group(0).lstrip().startswith("&&"):
+        raise ValueError("the bash -c script has `&&` with nothing before it")
+    rest = script[at.end():]
+    lexer = shlex.shlex(rest, posix=True, punctuation_chars="".join(sorted(_SHELL_OPERATORS)))
+    lexer.whitespace_split = True
+    try:
+        tokens = list(lexer)
+    except ValueError as e:
+        raise ValueError(f"the `vllm serve` part of the bash -c script does not parse ({e})") from None
+    odd = next((t for t in tokens if set(t) <= _SHELL_OPERATORS or "$" in t), None)
+    if odd is not None:
+        raise ValueError(f"the `vllm serve` part of the bash -c script has {odd!r} (a shell operator or "
+                         "expansion): only `PRELUDE && vllm serve ARGS` is read")
+    return prelude, ["vllm", "serve", *tokens]
+
+
+def parse_command(command: Sequence[str]) -> ParsedServe:
+    """A compose `command:` (plain, bare flags under an ENTRYPOINT [vllm, serve] image, or
+    `bash -c "PRE && vllm serve ..."`) read as its `vllm serve` arguments. Raises ValueError for
+    a bash -c script split_prelude cannot read."""
+    argv = split_prelude(command)[1]
+    return parse_serve_args(argv[2:] if argv[:2] == ["vllm", "serve"] else argv)
 
 
 # ---------------------------------------------------------------- back: argv -> stack keys

@@ -123,12 +123,13 @@ DEFAULT_MODEL = "Qwen/Qwen3-0.6B"
 DEFAULT_MAX_MODEL_LEN = 262144
 FAIL_MODES = ("marlin", "arctic", "kv-too-small", "hang", "compile-hang", "unhealthy", "die-after-ready",
               "garbage", "attn-fallback")
-KV_DEFAULTS = {"fp8": 270592, "k3v4_nc": 453184}
+# The fork names its preset turboquant_k3v4_nc (the report writes it k3v4_nc).
+KV_DEFAULTS = {"fp8": 270592, "k3v4_nc": 453184, "turboquant_k3v4_nc": 453184}
 KV_DEFAULT_OTHER = 135296
 EAGLE_TRIM = 265664 / 270592
 # Bytes of KV per token (K and V, 48 layers x 4 KV heads x 128 dims of Qwen3-30B-A3B): fp8 one
 # byte per value, which gives the post's 12.39 GiB for 270,592 tokens.
-KV_BYTES = {"fp8": 49152, "k3v4_nc": 21504}
+KV_BYTES = {"fp8": 49152, "k3v4_nc": 21504, "turboquant_k3v4_nc": 21504}
 KV_BYTES_OTHER = 98304
 BLOCK_SIZE = 16
 GIB = 1024**3

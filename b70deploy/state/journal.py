@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from .fsio import append_jsonl
+from .revisions import DamagedRecord
 
 RUN_END_EVENTS = ("run-ok", "run-failed", "run-aborted")
 
@@ -58,6 +59,13 @@ class Journal:
                         continue  # a torn last line from a crash: the line before it stands
         except FileNotFoundError:
             return
+        except OSError as e:
+            raise self.unreadable(e) from None
+
+    def unreadable(self, e: OSError) -> DamagedRecord:
+        return DamagedRecord(self.path, f"the run journal is unreadable ({e.strerror or e})",
+                             fix="give it back to the user that deploys (it is written 0600), or move it aside: "
+                                 "the runs it records are then forgotten")
 
     def last_run(self) -> RunRecord | None:
         """The last run that started, with its events. Read from the end of the journal: it
@@ -86,6 +94,8 @@ class Journal:
             fh = self.path.open("rb")
         except FileNotFoundError:
             return []
+        except OSError as e:
+            raise self.unreadable(e) from None
         with fh:
             pos = fh.seek(0, os.SEEK_END)
             later: list[bytes] = []  # the whole lines after `pos`, in file order

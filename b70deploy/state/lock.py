@@ -93,16 +93,26 @@ class DeployLock:
         if self._lock is None:  # one FileLock per DeployLock: it counts re-entrant acquires
             self._lock = filelock.FileLock(str(self.dir / "lock"))
         deadline = time.monotonic() + self.wait
+        unnamed = 0  # tries past the deadline while the holder's details were missing
         while True:
             try:
                 self._lock.acquire(timeout=0)
                 break
             except filelock.Timeout:
                 if time.monotonic() >= deadline:
+                    # The holder writes its details just after it takes the flock and removes
+                    # them just before it lets go: one without them is waited for briefly
+                    # (it may be done in a moment), so the refusal can name it.
                     holder = self.read_holder()
-                    who = holder.describe() if holder else "another b70deploy process"
-                    raise LockBusy(f"the node is locked by {who}", fix="wait for it, or pass --lock-wait SECONDS") \
-                        from None
+                    if holder is not None or unnamed >= 10:
+                        who = holder.describe() if holder else (
+                            f"another b70deploy process (its pid, command and step could not be read from "
+                            f"{self.details}: {_unreadable(self.details)})")
+                        raise LockBusy(f"the node is locked by {who}",
+                                       fix="wait for it, or pass --lock-wait SECONDS") from None
+                    unnamed += 1
+                    time.sleep(0.1)
+                    continue
                 time.sleep(0.2)
         stale = self.read_holder()
         if stale is not None:
@@ -111,19 +121,22 @@ class DeployLock:
                 self._lock.release()
                 raise StaleLock(stale)
             self.taken_over = stale
+        self.set_step(step)  # first: a refused rival names us
         # Every writer of the state dir holds this lock: temp files and half-made revision
         # folders older than now were left by a killed run (SIGKILL runs no cleanup).
         self.swept = [*RevisionStore(self.dir).sweep(time.time()), *sweep_temp(self.dir, time.time())]
-        self.set_step(step)
         return self
 
     def set_step(self, step: str) -> None:
+        """Name `step` in the details file. A write that fails (a full disk) keeps the old
+        details: they inform, and must not fail the run."""
         import psutil
 
         me = whoami()
         holder = Holder(pid=me.pid, host=me.host, user=me.user, command=self.command, step=step, since=now_iso(),
                         started_at=psutil.Process(me.pid).create_time())
-        write_atomic(self.details, (json.dumps(asdict(holder)) + "\n").encode(), mode=0o644)
+        with contextlib.suppress(OSError):
+            write_atomic(self.details, (json.dumps(asdict(holder)) + "\n").encode(), mode=0o644)
 
     def release(self) -> None:
         with contextlib.suppress(FileNotFoundError):
@@ -149,5 +162,17 @@ def holder_info(state_dir: Path) -> dict[str, Any] | None:
 def _read_holder(details: Path) -> Holder | None:
     try:
         return Holder(**json.loads(details.read_text()))
-    except (FileNotFoundError, json.JSONDecodeError, TypeError):
+    except (OSError, ValueError, TypeError):
         return None
+
+
+def _unreadable(details: Path) -> str:
+    try:
+        json.loads(details.read_text())
+    except FileNotFoundError:
+        return "no such file"
+    except OSError as e:
+        return str(e.strerror or e)
+    except ValueError:
+        return "not valid JSON"
+    return "not a lock holder's details"

@@ -9,6 +9,11 @@ Layout (state_dir/revisions/):
     index.lock            flocked by whoever changes revisions or the index
     index.dirty           present while a change is under way (a killed writer leaves it)
     current               the number of the revision the node runs (written last)
+    damaged/NNNNNN-STAMP  a revision `fsck --repair` set aside (its number is never given again)
+
+Every deploy of a revision's bytes reads them through `Revision.verified_files`, which checks
+each against the sha256 meta.json recorded; a record that cannot be read is a DamagedRecord
+naming the file (one line, exit 2), never a traceback.
 
 A revision directory is assembled under a temporary name and renamed into place, so a
 killed run never leaves a half-written revision; files/ and meta.json never change again.
@@ -48,6 +53,27 @@ HEALTHY_OUTCOMES = ("deployed", "superseded")
 
 def sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
+
+
+FSCK_FIX = "`b70deploy fsck` lists every damaged record; `b70deploy fsck --repair` mends what it can"
+
+
+class DamagedRecord(UserError):
+    """A record of the store that cannot be read, or stored bytes that are not the ones the
+    revision recorded: refused before anything on the node changes (exit 2, one line)."""
+
+    def __init__(self, path: Path, what: str, *, fix: str = FSCK_FIX) -> None:
+        self.path = path
+        super().__init__(f"{path}: {what}", fix=fix)
+
+
+def unreadable(path: Path, exc: BaseException) -> str:
+    """Why a record at `path` could not be read, in a few words (no traceback)."""
+    if isinstance(exc, FileNotFoundError):
+        return "missing"
+    if isinstance(exc, OSError):
+        return f"unreadable ({exc.strerror or exc})"
+    return f"damaged ({'empty' if not path.is_file() or path.stat().st_size == 0 else 'not valid JSON'})"
 
 
 @dataclass(frozen=True)
@@ -106,7 +132,44 @@ class Revision:
         return self.path / "files"
 
     def read_files(self) -> dict[str, bytes]:
+        """The stored bytes as they are now, unchecked: for showing them (diff), never for deploying."""
         return {name: (self.files_dir / name).read_bytes() for name in self.meta.files}
+
+    def verified_files(self) -> dict[str, bytes]:
+        """The stored bytes, each checked against the sha256 its meta.json recorded (and a patch
+        record's hash against the file it names): what every deploy of this revision writes.
+        DamagedRecord names the first file that is missing or changed."""
+        out: dict[str, bytes] = {}
+        for name, want in self.meta.files.items():
+            path = self.files_dir / name
+            try:
+                data = path.read_bytes()
+            except OSError as e:
+                raise self.damaged(path, unreadable(path, e)) from None
+            if sha256(data) != want:
+                raise self.damaged(path, f"sha256 {sha256(data)[:12]}, revision {self.number} recorded {want[:12]}")
+            out[name] = data
+        for rec in self.meta.patches or []:
+            if rec.get("sha256") not in (None, self.meta.files.get(str(rec.get("file")))):
+                raise self.damaged(self.path / "meta.json", f"the patch record of {rec.get('file')} names sha256 "
+                                   f"{str(rec.get('sha256'))[:12]}, not that of the stored file")
+        return out
+
+    def damage(self) -> str | None:
+        """What verified_files would refuse, or None when every stored byte is as recorded."""
+        try:
+            self.verified_files()
+        except DamagedRecord as e:
+            return e.what
+        return None
+
+    def matches(self, files: Mapping[str, bytes]) -> bool:
+        """Whether `files` (a deploy dir's) are byte for byte what this revision recorded, by hash."""
+        return {name: sha256(data) for name, data in files.items()} == self.meta.files
+
+    def damaged(self, path: Path, what: str) -> DamagedRecord:
+        return DamagedRecord(path, f"revision {self.number}: {what}; nothing was changed",
+                             fix=f"roll back to another revision (`b70deploy history`), or {FSCK_FIX}")
 
     def summary(self) -> dict[str, Any]:
         return {
@@ -118,7 +181,11 @@ class Revision:
             "kv_cache_tokens": self.status.facts.get("kv_cache_tokens"),
             "time_to_healthy": self.status.facts.get("time_to_healthy"),
             "vllm_version": self.status.vllm_version,
+            "failure": (self.status.diagnosis or self.status.failure or "")[:FAILURE_SHOWN] or None,
         }
+
+
+FAILURE_SHOWN = 200  # characters of a failed revision's reason in its summary (status.json keeps it whole)
 
 
 class Summaries:
@@ -198,17 +265,58 @@ class RevisionStore:
             return []
 
     def exists(self, number: int) -> bool:
-        return (self._dir(number) / "meta.json").is_file()
+        """Whether revision `number` has a folder (get() then reads it, or names what is damaged)."""
+        return self._dir(number).is_dir()
+
+    def marked(self, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """`rows` (index summaries) with `damage` set where the revision's meta.json or
+        status.json cannot be read (each is read: for a page of rows, not for 10,000)."""
+        for row in rows:
+            if not row.get("damage"):
+                what = self.problem(row["number"])
+                if what:
+                    row["damage"] = what
+        return rows
 
     def get(self, number: int) -> Revision:
+        """Revision `number`; UserError when there is none, DamagedRecord (naming the file) when
+        its meta.json or status.json cannot be read."""
         path = self._dir(number)
+        if not path.is_dir():
+            raise UserError(f"no revision {number}", fix="`b70deploy history` lists the revisions")
+        return Revision(meta=self._meta(number), status=self._status(number), path=path)
+
+    def _meta(self, number: int) -> Meta:
+        path = self._dir(number) / "meta.json"
         try:
-            meta = Meta.from_dict(json.loads((path / "meta.json").read_text()))
+            doc = json.loads(path.read_bytes())
+            meta = Meta.from_dict(doc) if isinstance(doc, dict) else None
+        except (OSError, ValueError) as e:
+            raise DamagedRecord(path, f"revision {number}'s record is {unreadable(path, e)}") from None
+        if meta is None or meta.number != number or not isinstance(meta.files, dict) or not meta.stack:
+            raise DamagedRecord(path, f"revision {number}'s record is damaged (not the meta.json of revision "
+                                      f"{number})")
+        return meta
+
+    def _status(self, number: int) -> Status:
+        path = self._dir(number) / "status.json"
+        try:
+            doc = json.loads(path.read_bytes())
+            if not isinstance(doc, dict):
+                raise ValueError("not an object")
+            return Status.from_dict(doc)
         except FileNotFoundError:
-            raise UserError(f"no revision {number}", fix="`b70deploy history` lists the revisions") from None
-        status_path = path / "status.json"
-        status = Status.from_dict(json.loads(status_path.read_text())) if status_path.is_file() else Status()
-        return Revision(meta=meta, status=status, path=path)
+            return Status()  # a revision stored before status.json existed
+        except (OSError, ValueError, TypeError) as e:
+            raise DamagedRecord(path, f"revision {number}'s outcome is {unreadable(path, e)}") from None
+
+    def problem(self, number: int) -> str | None:
+        """What keeps revision `number`'s records from being read (None: they read)."""
+        try:
+            self.get(number)
+        except DamagedRecord as e:
+            return e.what
+        return None
 
     def current_number(self) -> int | None:
         try:
@@ -218,8 +326,10 @@ class RevisionStore:
         return int(text) if text.isdigit() else None
 
     def current(self) -> Revision | None:
+        """The revision `current` names; None when nothing is deployed or its folder is gone
+        (set aside by `fsck --repair`), DamagedRecord when its records cannot be read."""
         n = self.current_number()
-        return self.get(n) if n is not None and self.exists(n) else None
+        return self.get(n) if n is not None and self._dir(n).is_dir() else None
 
     def index(self) -> list[dict[str, Any]]:
         """Summaries of every revision, oldest first; repaired (see the module docstring) when
@@ -243,6 +353,34 @@ class RevisionStore:
         except OSError:  # a state dir this user may read but not write: repair in memory only
             return self._repaired(None if self.dirty_path.exists() else entries)
 
+    def rebuild_index(self) -> list[dict[str, Any]]:
+        """Read every revision again and rewrite the index from them."""
+        if not self.root.is_dir():
+            return []
+        with self._changing():
+            return self._repair_locked(None).rows()
+
+    def from_folders(self) -> Summaries:
+        """Every folder's summary read afresh (damaged ones as damaged_summary): what the index
+        should say."""
+        return self._repaired(None)
+
+    def index_disagreement(self) -> list[str]:
+        """How index.json differs from the folders (fsck): empty when it agrees."""
+        entries = self._read_index()
+        if entries is None:
+            return [f"{self.index_path}: missing or not an index"] if self.root.is_dir() else []
+        listed = {e["number"]: e for e in entries.rows()}
+        found = {e["number"]: e for e in self.from_folders().rows() if not e.get("damage")}
+        out = [f"{self.index_path} lists revision {n}, which has no folder" for n in sorted(set(listed) - set(found))
+               if not self._dir(n).is_dir()]
+        out += [f"{self.index_path} lacks revision {n}" for n in sorted(set(found) - set(listed))]
+        for n in sorted(set(found) & set(listed)):
+            keys = sorted(k for k in found[n] if found[n][k] != listed[n].get(k))
+            if keys:
+                out.append(f"{self.index_path}: revision {n}'s {', '.join(keys)} differ from its folder")
+        return out
+
     def _lists_every_folder(self, entries: Summaries) -> bool:
         """Whether `entries` has every revision folder. The names of one listdir first: numbers()
         (an is_dir and an int for each of 10,000 entries) costs twice that, and is asked only
@@ -262,20 +400,26 @@ class RevisionStore:
 
     def _repaired(self, entries: Summaries | None) -> Summaries:
         """`entries` less those whose folder is gone, plus a summary of each folder they lack
-        (all of them for None), by number."""
+        (all of them for None), by number. A folder whose records cannot be read is listed as
+        `damaged` (what is wrong, in `damage`), and never written to the index (_write_index):
+        the next reader looks at it again, so a mended one shows as it is."""
         known = {e["number"]: e for e in entries.rows()} if entries is not None else {}
         out = []
         for n in self.numbers():
             if n in known:
                 out.append(known[n])
-            elif self.exists(n):
+                continue
+            try:
                 out.append(self.get(n).summary())
+            except DamagedRecord as e:
+                out.append(damaged_summary(n, e.what))
         return Summaries.of(out)
 
     def _read_index(self) -> Summaries | None:
+        """The index, None when it is missing or cannot be read: rebuilt from the folders then."""
         try:
             return Summaries.parse(self.index_path.read_bytes())
-        except (FileNotFoundError, NotADirectoryError):
+        except OSError:
             return None
 
     @contextlib.contextmanager
@@ -317,14 +461,23 @@ class RevisionStore:
         self._write_index(self._repaired(entries).rows())
         self.dirty_path.unlink()
 
-    def latest_healthy(self, stack: str | None = None, *, exclude: Iterable[int] = ()) -> Revision | None:
-        """The newest revision (of `stack`) that ran healthy."""
+    def latest_healthy(self, stack: str | None = None, *, exclude: Iterable[int] = (),
+                       verified: bool = False) -> Revision | None:
+        """The newest revision (of `stack`) that ran healthy; `verified`: of those whose records
+        read and whose stored bytes are the ones recorded (what `status` may advise)."""
         skip = set(exclude)
         for entry in reversed(self.index()):
             if entry["number"] in skip or entry["outcome"] not in HEALTHY_OUTCOMES:
                 continue
             if stack is None or entry["stack"] == stack:
-                return self.get(entry["number"])
+                if not verified:
+                    return self.get(entry["number"])
+                try:
+                    rev = self.get(entry["number"])
+                except DamagedRecord:
+                    continue
+                if rev.damage() is None:
+                    return rev
         return None
 
     def latest_restorable(self, stack: str) -> Revision | None:
@@ -352,8 +505,8 @@ class RevisionStore:
         with self._changing():  # one writer at a time: the number is ours until the rename
             for stale in self.root.glob(".new-*"):  # a killed writer's: every writer holds the flock
                 shutil.rmtree(stale, ignore_errors=True)
-            numbers = self.numbers()
-            number = (numbers[-1] + 1) if numbers else 1
+            numbers = self.numbers() + self._set_aside_numbers()  # a number is never given twice
+            number = max(numbers) + 1 if numbers else 1
             meta = Meta(number=number, stack=stack, kind=kind, parent=self.current_number(),
                         restored_from=restored_from, created=created, image_ref=image_ref, image_id=image_id,
                         repo_digest=repo_digest, operator=operator, message=message,
@@ -386,6 +539,37 @@ class RevisionStore:
             self._upsert_index(new)
         return new
 
+    def mend_file(self, number: int, name: str, data: bytes) -> None:
+        """Put back stored file `name` of revision `number` from a copy whose sha256 is the one
+        the revision recorded (the deploy dir's): the revision is then as it was made."""
+        rev = self.get(number)
+        if sha256(data) != rev.meta.files.get(name):
+            raise ValueError(f"not revision {number}'s {name}")
+        write_atomic(rev.files_dir / name, data, mode=file_mode(name))
+
+    def reset_status(self, number: int, status: Status) -> None:
+        """Write status.json anew (fsck --repair, for one that cannot be read)."""
+        with self._changing(number):
+            write_atomic(self._dir(number) / "status.json", _dumps(asdict(status)), mode=0o644)
+            self._upsert_index(self.get(number))
+
+    def set_aside(self, number: int, stamp: str) -> Path:
+        """Move revision `number`'s folder to revisions/damaged/ (fsck --repair): kept for a look,
+        never listed, rolled back to or pruned again."""
+        with self._changing():
+            aside = self.root / "damaged" / f"{number:06d}-{stamp}"
+            aside.parent.mkdir(exist_ok=True)
+            os.rename(self._dir(number), aside)
+            fsync_dir(self.root)
+            self._write_index(self._repaired(self._read_index()).rows())
+        return aside
+
+    def _set_aside_numbers(self) -> list[int]:
+        try:
+            return [int(p.name[:6]) for p in (self.root / "damaged").iterdir() if p.name[:6].isdigit()]
+        except (FileNotFoundError, NotADirectoryError):
+            return []
+
     def set_current(self, number: int) -> None:
         write_atomic(self.current_path, f"{number}\n".encode(), mode=0o644)
 
@@ -401,13 +585,14 @@ class RevisionStore:
     def log_path(self, number: int) -> Path:
         return self._dir(number) / "container.log"
 
-    def prune(self, keep: int) -> list[int]:
-        """Delete all but the newest `keep` revisions, never a pinned one or the current one."""
-        if not self._doomed(self.index(), keep):  # the usual case after a switch: no marker, no index write
+    def prune(self, keep: int, *, force: bool = False) -> list[int]:
+        """Delete all but the newest `keep` revisions, never a pinned one or the current one, nor
+        (unless `force`) a way back that exists once: see `prune_plan`."""
+        if not self._doomed(self.index(), keep, force=force):  # the usual case after a switch: no index write
             return []
         with self._changing():
             entries = self.index()
-            doomed = self._doomed(entries, keep)
+            doomed = self._doomed(entries, keep, force=force)
             for n in doomed:
                 # Rename first so a crash mid-delete never leaves a half-revision under its number.
                 trash = self.root / f".trash-{n:06d}"
@@ -420,11 +605,35 @@ class RevisionStore:
             self._write_index([e for e in entries if e["number"] not in gone])
         return doomed
 
-    def _doomed(self, entries: list[dict[str, Any]], keep: int) -> list[int]:
-        current = self.current_number()
+    def prune_plan(self, keep: int, *, force: bool = False) -> tuple[list[int], dict[int, str]]:
+        """What `prune(keep, force)` would delete, and the old revisions it keeps, each with why."""
+        entries = self.index()
+        return self._doomed(entries, keep, force=force), self._kept(entries, keep, force=force)
+
+    def _doomed(self, entries: list[dict[str, Any]], keep: int, *, force: bool) -> list[int]:
+        kept = self._kept(entries, keep, force=force)
         newest = {e["number"] for e in entries[-keep:]} if keep > 0 else set()
-        return [e["number"] for e in entries
-                if e["number"] not in newest and not e["pinned"] and e["number"] != current]
+        return [e["number"] for e in entries if e["number"] not in newest and e["number"] not in kept]
+
+    def _kept(self, entries: list[dict[str, Any]], keep: int, *, force: bool) -> dict[int, str]:
+        """The revisions older than the newest `keep` that stay, and why: pinned, current, and,
+        unless `force`, the newest adopted revision (the way back to the hand-made node) and an
+        unproven import (one that never ran: nothing else holds its bytes)."""
+        current = self.current_number()
+        adopted = [e["number"] for e in entries if e.get("kind") == "adopt"]
+        older = entries[:-keep] if keep > 0 else entries
+        why: dict[int, str] = {}
+        for e in older:
+            n = e["number"]
+            if e["pinned"]:
+                why[n] = "pinned"
+            elif n == current:
+                why[n] = "current"
+            elif not force and adopted and n == adopted[-1]:
+                why[n] = "the newest adopted revision: the way back to the hand-made node (--force deletes it)"
+            elif not force and e.get("kind") == "import" and e.get("outcome") == "unproven":
+                why[n] = "an unproven import: nothing else holds its bytes (--force deletes it)"
+        return why
 
     def sweep(self, older_than: float) -> list[str]:
         """Remove what a killed writer left (`.new-*` and `.trash-*` folders, `.*.tmp` files of
@@ -454,7 +663,13 @@ class RevisionStore:
         self._write_index(entries)
 
     def _write_index(self, entries: list[dict[str, Any]]) -> None:
-        write_atomic(self.index_path, Summaries.of(entries).dumps(), mode=0o644)
+        write_atomic(self.index_path, Summaries.of([e for e in entries if not e.get("damage")]).dumps(), mode=0o644)
+
+
+def damaged_summary(number: int, what: str) -> dict[str, Any]:
+    """The row `history` shows for a revision whose records cannot be read."""
+    return {"number": number, "stack": "?", "kind": "?", "outcome": "damaged", "pinned": False, "created": "",
+            "image_ref": "?", "image_id": None, "message": "", "damage": what}
 
 
 def _dumps(data: Any) -> bytes:

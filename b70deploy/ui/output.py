@@ -1,12 +1,12 @@
-"""Printing data: rich tables on a terminal, plain aligned rows otherwise, JSON on request.
-
-rich is imported only for a terminal: laying out a 10,000-row table with it takes seconds,
-and a pipe gets plain rows either way."""
+"""Printing data: tables fitted to the terminal's width, plain aligned rows otherwise, JSON on
+request."""
 
 from __future__ import annotations
 
 import json
+import shutil
 import sys
+import textwrap
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -19,21 +19,53 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[Any]], *, title: str |
     if not sys.stdout.isatty():
         plain_rows(headers, rows, title=title)
         return
-    from rich.console import Console
-    from rich.table import Table
+    width = shutil.get_terminal_size((160, 24)).columns
+    sys.stdout.write("".join(f"{line}\n" for line in _titled(title, fitted(headers, rows, width))))
 
-    console = Console(soft_wrap=False)
-    t = Table(title=title, show_edge=False, header_style="bold", box=None,
-              pad_edge=False)
-    for h in headers:
-        t.add_column(h, overflow="fold")
-    for row in rows:
-        t.add_row(*["" if v is None else str(v) for v in row])
-    console.print(t)
+
+WHOLE = 24  # a column of single words up to this long is kept whole ("superse/ded" was unreadable)
+FLOOR = 10  # the narrowest a column is made: a free-text column wraps to it, a word column is cut to it
+
+
+def fitted(headers: Sequence[str], rows: Sequence[Sequence[Any]], width: int) -> list[str]:
+    """The table laid out in `width` columns, no column dropped: free-text columns wrap at
+    spaces first; then the widest word columns are cut with an ellipsis (an image ref, a
+    timestamp), never below FLOOR; what still does not fit is printed unfitted, the terminal
+    wrapping the lines, rather than lose a cell."""
+    cells = [list(headers), *(["" if v is None else str(v) for v in row] for row in rows)]
+    columns = list(zip(*cells, strict=True))
+    widths = [max(map(len, c)) for c in columns]
+    words = [widths[i] <= WHOLE and not any(" " in c for c in col[1:]) for i, col in enumerate(columns)]
+
+    def total() -> int:
+        return sum(widths) + 2 * (len(widths) - 1)
+
+    # Free text wraps first (to a readable WHOLE), then word columns are cut, then free text
+    # wraps further: each pass the widest column first, none below its floor or its header.
+    for of_words, floor in ((False, WHOLE), (True, FLOOR), (False, FLOOR)):
+        for i in sorted(range(len(widths)), key=lambda i: -widths[i]):
+            if total() > width and words[i] == of_words:
+                least = min(widths[i], max(floor, len(headers[i])))
+                widths[i] = max(least, widths[i] - (total() - width))
+    lines: list[str] = []
+    for row in cells:
+        parts = [_cell(text, widths[i], wrap=not words[i]) for i, text in enumerate(row)]
+        for k in range(max(len(p) for p in parts)):
+            line = "  ".join((p[k] if k < len(p) else "").ljust(widths[i]) for i, p in enumerate(parts))
+            lines.append(line.rstrip())
+    return lines
+
+
+def _cell(text: str, width: int, *, wrap: bool) -> list[str]:
+    if len(text) <= width:
+        return [text]
+    if wrap:
+        return textwrap.wrap(text, width) or [""]
+    return [text[: width - 1] + "…"]
 
 
 def plain_rows(headers: Sequence[str], rows: Sequence[Sequence[Any]], *, title: str | None = None) -> None:
-    """Columns padded to their widest cell, two spaces apart (as the rich table lays them out
+    """Columns padded to their widest cell, two spaces apart (as `fitted` lays them out
     without a box), one line per row, never folded: for pipes and grep."""
     cells = [list(headers), *(["" if v is None else str(v) for v in row] for row in rows)]
     widths = [max(map(len, column)) for column in zip(*cells, strict=True)]

@@ -8,6 +8,8 @@ from __future__ import annotations
 import sys
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any, Protocol, TextIO
 
 
@@ -99,10 +101,13 @@ class LiveReporter:
         self._live.refresh()
 
     def phase(self, name: str, detail: str = "") -> None:
+        from rich.text import Text
+
         self._phase = name
         self._status = detail
-        self.console.print(f"[dim]{_clock(time.monotonic() - self.start)}[/dim] {name}"
-                           + (f": {detail}" if detail else ""), highlight=False)
+        line = Text(_clock(time.monotonic() - self.start), style="dim")
+        line.append(f" {name}" + (f": {detail}" if detail else ""))  # as text: a [..] in it is no markup
+        self.console.print(line, highlight=False)
         self._refresh()
 
     def info(self, message: str) -> None:
@@ -119,6 +124,21 @@ class LiveReporter:
 
     def close(self) -> None:
         self._live.stop()
+
+
+@contextmanager
+def paused(reporter: Reporter) -> Iterator[None]:
+    """The terminal to itself for a question: the live line stops redrawing (it wrote over the
+    prompt, and rich read the prompt's "[y/N]" as markup and dropped it) and comes back after."""
+    live = reporter._live if isinstance(reporter, LiveReporter) else None
+    if live is None:
+        yield
+        return
+    live.stop()
+    try:
+        yield
+    finally:
+        live.start()
 
 
 def make_reporter(*, quiet: bool = False) -> Reporter:

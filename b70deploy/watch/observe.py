@@ -9,16 +9,16 @@ import contextlib
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import requests
 
 from ..bench.metrics import finished_requests
 from ..config.node import Node
 from ..deploy.nodeio import VLLM
-from ..deploy.plan import stack_of
 from ..docker import engine
 from ..docker.containers import ContainerState
 from ..docker.deploydir import WORKING_DIR, drift
@@ -29,6 +29,9 @@ from ..state.revisions import HEALTHY_OUTCOMES, Revision
 from ..state.statedir import StateDir
 from ..vllmlog.diagnosis import diagnose
 from .decide import Look, Problem, Subject
+
+if TYPE_CHECKING:
+    from ..config.schema import Stack
 
 LOG_TAIL = 400        # lines of the container log a look diagnoses
 KILLED_WITHIN = 30.0  # a die this soon after a kill of the same container was a stop, not a crash
@@ -102,6 +105,9 @@ class Observer:
 
     node: Node
     deaths: Deaths
+    # The stack a revision serves (actions.rollback.stack_of, handed in by actions/watch.py: a
+    # room below actions cannot import it); only the fatal-log check needs it.
+    stack_of: Callable[[Node, Revision], Stack] | None = None
     last_look: float = field(default_factory=time.time)
     unhealthy: int = 0
     last_smoke: float = 0.0
@@ -157,7 +163,8 @@ class Observer:
         cfg = self.node.config.watch
         out: list[Problem] = []
         log = engine.container_log(container, tail=LOG_TAIL).splitlines() if container is not None else []
-        stack = stack_of(self.node, cur)
+        assert self.stack_of is not None, "actions/watch.py hands the Observer its stack_of"
+        stack = self.stack_of(self.node, cur)
         finding = diagnose(log, stack)
         diagnosis = finding.one_line() if finding else None
         if finding is not None:

@@ -95,7 +95,7 @@ def test_a_gone_image_is_named_by_status_and_history_and_rollback_refuses_before
     row = node.json("history")[0]
     assert row["number"] == 1 and row["image_gone"] is True and "docker load" in row["image_fix"]
     shown = node.cli("history", check=True)
-    assert "(GONE)" in shown.stdout and f"revision 1: image {old[:19]} is gone; fix: docker load" in shown.stderr
+    assert "(GONE)" in shown.stdout and f"image {old[:19]} is gone (revision 1); fix: docker load" in shown.stderr
     st = node.json("status")
     assert [(g["revision"], g["stack"]) for g in st["rollback_images_gone"]] == [(1, "alpha")]
     assert "IMAGE GONE: rollback to revision 1 (alpha)" in node.cli("status", check=True).stdout

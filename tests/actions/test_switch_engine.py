@@ -127,6 +127,14 @@ def test_healthy_but_wrong_fails_the_check_and_rolls_back(node: SimNode, stack: 
     assert "failed at check" in r.stderr and why in r.stderr, r.stderr
     assert "node back on revision 1 (alpha)" in r.stdout
     assert node.json("status")["current"]["stack"] == "alpha"
+    # why it failed is kept with the revision: in history, and in diagnose when no log line says it
+    failed = next(h for h in node.json("history") if h["number"] == 2)
+    assert failed["outcome"] == "failed" and why in failed["failure"], failed
+    shown = node.cli("history", check=True).stdout
+    assert "why it failed" in shown and why.split()[0] in shown, shown
+    if stack == "garbage":  # the smoke test: a clean log
+        said = node.cli("diagnose", "2").stdout
+        assert "no fatal signature" in said and "revision 2 failed: check: " in said and why in said, said
 
 
 def test_rollback_by_stack_restores_exact_bytes_pinned_to_the_image_that_ran(node: SimNode) -> None:
@@ -269,7 +277,7 @@ def test_an_interrupt_inside_activate_undoes_it_and_leaves_no_renamed_container(
     assert status["current"]["stack"] == "alpha" and status["differs"] == [] and status["fix"] is None
     assert_deploy_dir_is_revision(node, status["current"]["number"])
     assert sorted(_project_containers(node)) == sorted([f"{node.project}-vllm-1", f"{node.project}-webui-1"])
-    assert node.json("history")[-1]["outcome"] == "failed"
+    assert node.json("history")[-1]["outcome"] == "interrupted"  # not failed: it was stopped
 
 
 def assert_deploy_dir_is_revision(node: SimNode, number: int) -> None:

@@ -23,7 +23,7 @@ import pytest
 import requests
 import simkit
 import yaml
-from kit.simnode import docker
+from kit.simnode import completion, docker, service_box
 
 from b70deploy.sim.box import write_models
 from b70deploy.sim.vllm_tree import GPTQ_REL, MARLIN_REL, VARIANTS
@@ -76,18 +76,10 @@ class HandNode:
         return f"http://127.0.0.1:{self.port}{path}"
 
     def completion(self, model: str) -> dict[str, Any]:
-        r = requests.post(self.url("/v1/completions"), json={"model": model, "prompt": "The capital of France is",
-                                                             "max_tokens": 4}, timeout=30)
-        assert r.status_code == 200, r.text
-        body: dict[str, Any] = r.json()
-        return body
+        return completion(self.port, model)
 
     def vllm_container(self) -> dict[str, Any]:
-        ids = docker("ps", "-q", "--filter", f"label=com.docker.compose.project={self.project}",
-                     "--filter", "label=com.docker.compose.service=vllm").stdout.split()
-        assert len(ids) == 1, ids
-        got: dict[str, Any] = json.loads(docker("inspect", ids[0]).stdout)[0]
-        return got
+        return service_box(self.project)
 
 
 RAN: list[tuple[str, subprocess.CompletedProcess[str]]] = []

@@ -5,6 +5,7 @@ of an adopted env_file in `diff REV REV`."""
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +15,7 @@ from kit.scratch import Scratch
 
 from b70deploy.actions.handmade import PatchRecord, check_drift, lint_stack_of
 from b70deploy.actions.init import Discovery, Fact, plan
-from b70deploy.actions.inspect import diff_revisions
+from b70deploy.actions.inspect import diff_revisions, differences
 from b70deploy.actions.rollback import handmade_origin
 from b70deploy.config.compose_folder import Reference, references
 from b70deploy.config.node import load_node
@@ -133,11 +134,29 @@ def test_init_writes_the_report_node_from_what_it_found() -> None:
     assert got.text().startswith("# b70deploy node config") and yaml.safe_load(got.text()) == cfg
 
 
+def test_init_takes_the_weights_bind_whatever_its_target() -> None:
+    """The report's node: /llms:/llms, the model at huggingface/Qwen/...; a companion with a named
+    data volume (by the engine's name), a container_name, and a key a switch cannot keep."""
+    vllm = {**VLLM_SPEC, "volumes": [{"type": "bind", "source": "/llms", "target": "/llms", "read_only": True}],
+            "command": ["bash", "-c", "python3 -c 'import x' && vllm serve /llms/huggingface/Qwen/M --port 8000"]}
+    webui = {**WEBUI_SPEC, "container_name": "open-webui", "security_opt": ["seccomp=unconfined"],
+             "volumes": [{"type": "volume", "source": "open-webui", "target": "/app/backend/data"}]}
+    # `docker compose config` names the volume as the engine has it: the project's prefix in front.
+    doc = {"volumes": {"open-webui": {"name": "b70-vllm_open-webui"}}, "services": {"vllm": vllm, "open-webui": webui}}
+    got = plan(dataclasses.replace(discovery({"vllm": vllm, "open-webui": webui}), compose=doc))
+    cfg = got.config
+    assert cfg["models_dir"] == "/llms/huggingface" and cfg["models_target"] == "/llms/huggingface"
+    [comp] = cfg["companions"]
+    assert comp["container_name"] == "open-webui"
+    assert comp["volumes"] == [{"source": "b70-vllm_open-webui", "target": "/app/backend/data", "read_only": False}]
+    assert any("security_opt" in n for n in got.notes)
+
+
 def test_init_says_what_it_could_not_find() -> None:
     got = plan(discovery({"vllm": {"image": "x"}}, files=["compose.yaml", "gpu.override.yml"]))
     assert got.config["device_dir"] is None
     notes = " | ".join(got.notes)
-    assert "no GPU device nodes" in notes and "publishes no port" in notes and "no bind mount at /models" in notes
+    assert "no GPU device nodes" in notes and "publishes no port" in notes and "is in no bind mount" in notes
     assert "adopt takes one file named docker-compose.yml" in notes
     with pytest.raises(UserError, match="b70deploy drives a service named 'vllm'"):
         plan(discovery({"llm": {"image": "x"}}, vllm_service="llm"))
@@ -233,3 +252,23 @@ def test_diff_of_two_adopted_revisions_masks_every_runtime_env_value(scratch: Sc
     text, _ = diff_revisions(node, 1, 2)
     assert "zone0" not in text and "zone1" not in text and "tok1" not in text and "tok2" not in text
     assert "ZE_AFFINITY_MASK=****(sha256:" in text and "VLLM_PORT=8002" in text   # .env stays readable
+
+
+def test_status_names_the_revision_a_deploy_dir_holds_instead_of_undoing_it(scratch: Scratch) -> None:
+    """The report's way back by hand: revision 1's files copied into the deploy dir while revision 2
+    is current. status says which revision the bytes are and gives adopt, not `rollback 2`."""
+    node = load_node(str(scratch.config))
+    store = RevisionStore(node.state_dir)
+    files = {1: {"docker-compose.yml": b"services: {vllm: {image: hand}}\n"},
+             2: {"docker-compose.yml": b"services: {vllm: {image: rendered}}\n"}}
+    for n, kind in ((1, "adopt"), (2, "switch")):
+        store.create(stack="ngram" if n == 1 else "eagle3", kind=kind, image_ref="img", image_id=None,  # type: ignore[arg-type]
+                     repo_digest=None, operator="t", message="", created="now", outcome="deployed", files=files[n])
+    store.set_current(2)
+    node.deploy_dir.mkdir(parents=True, exist_ok=True)
+    (node.deploy_dir / "docker-compose.yml").write_bytes(files[1]["docker-compose.yml"])
+    current = store.current()
+    assert current is not None
+    found, fix = differences(node, current, {"container": {"status": "running"}, "lock": None})
+    assert found == ["the deploy dir holds revision 1's files (ngram, adopt), not revision 2's"]
+    assert fix is not None and fix.startswith("b70deploy adopt") and "rollback" not in fix

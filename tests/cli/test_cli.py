@@ -116,11 +116,16 @@ def test_config_search_order(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) ->
     assert find_config(None) is None
     system.write_text("project: sys\n")
     assert find_config(None) == system
+    (tmp_path / "b70deploy.yml").write_text("project: cwd\n")  # the other spelling of YAML
+    assert find_config(None) == tmp_path / "b70deploy.yml"
     (tmp_path / "b70deploy.yaml").write_text("project: cwd\n")
     assert find_config(None) == tmp_path / "b70deploy.yaml"
     monkeypatch.setenv("B70DEPLOY_CONFIG", str(tmp_path / "env.yaml"))
     assert find_config(None) == tmp_path / "env.yaml"
     assert find_config(str(tmp_path / "flag.yaml")) == tmp_path / "flag.yaml"
+    assert find_config("flag.yaml") == tmp_path / "flag.yaml"  # relative: made absolute here
+    monkeypatch.setenv("B70DEPLOY_CONFIG", "env.yaml")
+    assert find_config(None) == tmp_path / "env.yaml"
 
 
 def test_defaults_need_no_root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -175,3 +180,33 @@ def test_config_from_environment_variable(scratch: Scratch) -> None:
     assert res.returncode == 0 and len(json.loads(res.stdout)) == len(SHIPPED_STACKS)
     res = run_cli(scratch.root / "missing.yaml", "stacks", in_process=True)
     assert res.returncode == 2 and "missing.yaml: file not found" in res.stderr
+
+
+def test_history_names_a_gone_image_once_whatever_the_rows_that_ran_it() -> None:
+    from b70deploy.cli.records import gone_images
+
+    rows = [{"number": n, "image_gone": n != 4, "image_id": "sha256:" + ("a" * 64 if n < 4 else "b" * 64),
+             "image_fix": "docker load -i FILE"} for n in range(1, 7)]
+    assert gone_images(rows) == [
+        f"image sha256:{'a' * 12} is gone (revisions 1, 2, 3); fix: docker load -i FILE",
+        f"image sha256:{'b' * 12} is gone (revisions 5, 6); fix: docker load -i FILE",
+    ]
+
+
+@pytest.mark.parametrize("width", [80, 100, 120, 160, 240])
+def test_a_table_fits_the_terminal_and_keeps_words_whole(width: int) -> None:
+    from b70deploy.ui.output import fitted
+
+    headers = ["rev", "stack", "kind", "outcome", "pin", "created", "image", "KV tokens", "healthy s", "message"]
+    rows = [[12, "w4a16-131k", "rollback", "superseded", "*", "2026-12-01T23:49:32+0000", "intel/vllm:latest",
+             "270,592", "21.4", "first deploy: W4A16 + fp8 KV at 262K, with words enough to wrap"]]
+    lines = fitted(headers, rows, width)
+    # ten columns need ~100: narrower, the rows run past the edge (the terminal wraps them)
+    # rather than lose a column or cut a header
+    assert width < 100 or all(len(line) <= width for line in lines), (width, lines)
+    body = " ".join(lines)
+    for whole in ("superseded", "w4a16-131k", "rollback", "270,592", "healthy s"):  # never "superse/ded"
+        assert whole in body, (whole, lines)
+    words = ["first", "deploy:", "W4A16", "+", "fp8", "KV", "at", "262K,", "with", "words", "enough", "to", "wrap"]
+    cells = " ".join(lines[1:]).split()
+    assert [w for w in cells if w in words] == words  # the message is all there, in order

@@ -24,7 +24,7 @@ from b70deploy.cli.base import cli
 
 # The commands that change the node or the state dir. A new command goes here or in OTHERS.
 MUTATING = {"switch", "rollback", "resume", "drain", "restore", "gc", "up", "down", "pin", "unpin", "prune",
-            "unlock", "adopt", "import", "bench cycle"}
+            "unlock", "adopt", "import", "bench cycle", "fsck"}
 # watch changes the node only by rolling back, and each of its rollbacks is `Rollback.run`, inside
 # the wrapper (the source check below holds every lock to actions/mutating.py).
 OTHERS = {
@@ -122,7 +122,7 @@ def _holder(state: Path) -> subprocess.Popen[str]:
 
 # What each refused command is, with arguments that would otherwise run it.
 REFUSED = [("switch", "alpha", "--yes"), ("rollback", "--yes"), ("up", "alpha", "--dark"), ("down", "--dark"),
-           ("gc",), ("restore",), ("pin", "1"), ("unpin", "1"), ("prune",), ("unlock",), ("adopt",)]
+           ("gc",), ("restore",), ("pin", "1"), ("unpin", "1"), ("unlock",), ("adopt",), ("fsck", "--repair")]
 
 
 def test_a_held_lock_refuses_each_mutating_command_at_once(scratch: Scratch) -> None:
@@ -141,7 +141,7 @@ def test_a_held_lock_refuses_each_mutating_command_at_once(scratch: Scratch) -> 
 
 
 def test_unlock_clears_only_a_stale_lock_and_the_small_changes_are_audited(scratch: Scratch) -> None:
-    """unlock, prune and down --dark never wrote the audit log; through the wrapper they do."""
+    """unlock and down --dark never wrote the audit log; through the wrapper they do."""
     state = scratch.root / "state"
     holder = _holder(state)
     try:
@@ -153,9 +153,8 @@ def test_unlock_clears_only_a_stale_lock_and_the_small_changes_are_audited(scrat
     cleared = run_cli(scratch.config, "unlock", in_process=True, check=True)
     assert f"cleared the stale lock of pid {holder.pid}" in cleared.stdout
     assert run_cli(scratch.config, "unlock", in_process=True, check=True).stdout.strip() == "no stale lock"
-    assert run_cli(scratch.config, "prune", in_process=True, check=True).stdout.strip() == "pruned 0 revisions"
     assert run_cli(scratch.config, "down", "--dark", in_process=True, check=True).stdout.strip() == "no dark stack"
     audit = json.loads(run_cli(scratch.config, "audit", "--json", in_process=True, check=True).stdout)
-    assert [(a["command"], a["outcome"]) for a in audit] == [("unlock", "ok"), ("unlock", "ok"), ("prune", "ok"),
+    assert [(a["command"], a["outcome"]) for a in audit] == [("unlock", "ok"), ("unlock", "ok"),
                                                               ("down --dark", "ok")]
     assert audit[0]["cleared"].startswith(f"pid {holder.pid} ") and audit[1]["cleared"] is None

@@ -6,6 +6,8 @@ exactly one "fix:" (a message that carries its own fix and also passes fix= prin
 
 from __future__ import annotations
 
+import json
+import os
 import subprocess
 from pathlib import Path
 
@@ -86,3 +88,25 @@ def test_engine_failures_print_one_fix(docker_engine: None, scratch: Scratch) ->
     _one_fix(run_cli(scratch.config, "diagnose", "--container", "b70test-no-such-container"), "container")
     line = _one_fix(run_cli(scratch.config, "switch", "ok", "--yes"), "image absent")
     assert "b70test-absent/vllm:never" in line
+
+
+def test_a_missing_compose_plugin_is_named_as_such(docker_engine: None, scratch: Scratch, tmp_path: Path) -> None:
+    bare = tmp_path / "docker-config"  # a docker config folder with no cli-plugins in it
+    bare.mkdir()
+    env = {"DOCKER_CONFIG": str(bare)}
+    if subprocess.run(["docker", "compose", "version"], env={**os.environ, **env}, capture_output=True,
+                      check=False).returncode == 0:
+        pytest.skip("this machine has Compose installed system-wide: it cannot be taken away here")
+    scratch.write_stack("ok", MINIMAL_STACK)
+    line = _one_fix(run_cli(scratch.config, "lint", "ok", env=env), "no compose plugin")
+    assert "the Docker Compose v2 plugin is missing" in line and "docker --help" not in line, line
+
+
+def test_a_dead_docker_host_is_named_and_status_does_not_advise_a_restore(scratch: Scratch, tmp_path: Path) -> None:
+    dead = f"unix://{tmp_path}/no-engine.sock"
+    r = run_cli(scratch.config, "status", env={"DOCKER_HOST": dead})
+    assert r.returncode == 1 and "Traceback" not in r.stderr, (r.stdout, r.stderr)
+    assert f"UNKNOWN: cannot reach the Docker Engine at {dead} ($DOCKER_HOST)" in r.stdout, r.stdout
+    assert "restore" not in r.stdout and "rollback" not in r.stdout, r.stdout
+    r = run_cli(scratch.config, "status", "--json", env={"DOCKER_HOST": dead})
+    assert r.returncode == 1 and dead in json.loads(r.stdout)["container"]["engine_error"]

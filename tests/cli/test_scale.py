@@ -103,3 +103,4 @@ def test_a_command_imports_only_what_it_uses(node25: Scratch, args: tuple[str, .
         loaded = set(proc.stdout.strip().splitlines()[-1].removeprefix("LOADED=").split(","))
         assert not loaded & forbidden, (run, proc.stderr)
         assert "b70deploy" in loaded
+

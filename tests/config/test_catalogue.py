@@ -8,7 +8,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from kit.scratch import MINIMAL_STACK, SHIPPED_STACKS, Scratch
+from simkit import run_cli
 
 from b70deploy.config.catalogue import Catalogue, deep_merge
 from b70deploy.config.node import load_node
@@ -99,7 +101,9 @@ def test_every_shipped_stack_loads(shipped: Catalogue, name: str) -> None:
     # The two aliases clients use survive every migration of the 30B (the post's cutover rule);
     # the hybrids the report tried and did not ship serve their own alias, never those two.
     production = {"qwen3-30b-a3b-w4a16", "qwen3-30b-tq-256k"}
-    if stack.model_family == "qwen3-30b-a3b":
+    if name == "tq-256k":  # the old stack itself: the one alias it served (the new stack added the second)
+        assert stack.served_model_names == ["qwen3-30b-tq-256k"]
+    elif stack.model_family == "qwen3-30b-a3b":
         assert production <= set(stack.served_model_names)
     else:
         assert name in ("qwen35", "qwen36") and not production & set(stack.served_model_names)
@@ -111,7 +115,8 @@ def test_every_shipped_stack_loads(shipped: Catalogue, name: str) -> None:
 
 # Values straight from the field report.
 POST_VALUES: dict[str, dict[str, Any]] = {
-    "tq-256k": {"image": "vllm-xpu:0.19.0-tr5", "entrypoint_style": "vllm-serve", "kv_cache_dtype": "k3v4_nc",
+    "tq-256k": {"image": "vllm-xpu:0.19.0-tr5", "entrypoint_style": "vllm-serve",
+                "kv_cache_dtype": "turboquant_k3v4_nc",
                 "max_model_len": 262144, "prefix_caching": True, "patches": ["gptq-xpu"],
                 "model.path": "Qwen/Qwen3-30B-A3B-GPTQ-Int4", "model.quantization": "gptq",
                 "speculative.method": "suffix"},
@@ -267,3 +272,50 @@ def test_declared_name_must_match_file(scratch: Scratch) -> None:
 def test_missing_stacks_dir_is_a_user_error(tmp_path: Path) -> None:
     with pytest.raises(UserError, match="stacks folder not found"):
         Catalogue(tmp_path / "absent")
+
+
+# ------------------------------------------------------------------ a new operator's mistakes
+
+
+def test_a_mistyped_stack_name_gets_a_did_you_mean(scratch: Scratch) -> None:
+    scratch.write_stack("w4a16-131k", MINIMAL_STACK)
+    scratch.write_stack("eagle3", MINIMAL_STACK)
+    with pytest.raises(UserError, match=r"no stack named 'w4a16-13k'.*fix: did you mean w4a16-131k\?"):
+        Catalogue(scratch.stacks).load("w4a16-13k")
+    with pytest.raises(UserError, match="fix: use one of: eagle3, w4a16-131k"):
+        Catalogue(scratch.stacks).load("zzz")
+
+
+def test_an_empty_stack_file_says_it_is_empty(scratch: Scratch) -> None:
+    path = scratch.write_stack("blank", "")
+    with pytest.raises(UserError, match="the stack file is empty") as e:
+        Catalogue(scratch.stacks).load("blank")
+    assert str(path) in str(e.value) and "required key" not in str(e.value)
+
+
+def test_every_error_of_a_file_is_in_its_one_line(scratch: Scratch) -> None:
+    path = scratch.write_stack("bad", {**MINIMAL_STACK, "max_model_len": "lots", "dtype": 3, "tensor_paralel": 2})
+    with pytest.raises(UserError) as e:
+        Catalogue(scratch.stacks).load("bad")
+    text = str(e.value)
+    assert "\n" not in text and text.startswith(f"{path}: 3 errors: ")
+    for key in ("max_model_len", "dtype", "tensor_paralel"):
+        assert f"{key}: " in text, text
+
+
+def test_stacks_lists_the_good_stacks_and_a_line_per_broken_file(scratch: Scratch) -> None:
+    scratch.write_stack("good", MINIMAL_STACK)
+    scratch.write_stack("zz-good", MINIMAL_STACK)
+    scratch.write_stack("blank", "")
+    scratch.write_stack("orphan", {"extends": "nobody"})
+    (scratch.stacks / "Bad Name.yaml").write_text(yaml.safe_dump(MINIMAL_STACK))
+    r = run_cli(scratch.config, "stacks", "--json", in_process=True)
+    assert r.returncode == 2
+    assert [row["name"] for row in json.loads(r.stdout)] == ["good", "zz-good"]
+    errors = r.stderr.strip().splitlines()
+    assert len(errors) == 3, errors
+    assert any("blank.yaml: the stack file is empty" in e for e in errors)
+    assert any("orphan.yaml: extends: unknown parent stack 'nobody'" in e for e in errors)
+    assert any("'Bad Name.yaml' is not a valid stack name" in e for e in errors)
+    r = run_cli(scratch.config, "stacks", in_process=True)
+    assert r.returncode == 2 and "zz-good" in r.stdout and "good" in r.stdout

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import os
 import socket
 import time
 from types import SimpleNamespace
 
-from b70deploy.docker.verify import readings
+import pytest
+
+from b70deploy.docker.verify import load_bound, readings
 
 
 def _free_port() -> int:
@@ -49,3 +52,11 @@ def test_feeder_connection_and_load_threshold() -> None:
     assert not got["load (1 min)"].ok and "3.50" in got["load (1 min)"].detail
     remote_tw = [conn("192.168.0.70", 8000, "TIME_WAIT")]
     assert not readings(port=8000, feeders=[], load_threshold=9, conns=remote_tw, load1=0)[0].ok
+
+
+def test_the_load_bound_is_the_core_count_unless_configured(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(os, "cpu_count", lambda: 16)
+    assert load_bound(None) == 16.0
+    assert load_bound(2.5) == 2.5
+    monkeypatch.setattr(os, "cpu_count", lambda: None)
+    assert load_bound(None) == 1.0

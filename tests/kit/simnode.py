@@ -4,6 +4,7 @@ and a teardown that removes all of it."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,6 +24,24 @@ def docker(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
     if check and result.returncode != 0:
         raise AssertionError(f"docker {' '.join(args)}: {result.stderr}")
     return result
+
+
+def completion(port: int, model: str) -> dict[str, Any]:
+    """A completion from the node's port, as a client asks it (200 required)."""
+    r = requests.post(f"http://127.0.0.1:{port}/v1/completions", timeout=30,
+                      json={"model": model, "prompt": "The capital of France is", "max_tokens": 4})
+    assert r.status_code == 200, r.text
+    body: dict[str, Any] = r.json()
+    return body
+
+
+def service_box(project: str, service: str = "vllm") -> dict[str, Any]:
+    """`docker inspect` of the one running container of a compose project's service."""
+    ids = docker("ps", "-q", "--filter", f"label=com.docker.compose.project={project}",
+                 "--filter", f"label=com.docker.compose.service={service}").stdout.split()
+    assert len(ids) == 1, ids
+    got: dict[str, Any] = json.loads(docker("inspect", ids[0]).stdout)[0]
+    return got
 
 
 @dataclass

@@ -114,6 +114,11 @@ def case_model_missing(node: Node) -> LintContext:
     return _ctx(node, "w4a16", model=ModelSpec(path="Qwen/not-downloaded", quantization="compressed-tensors"))
 
 
+def case_models_dir_missing(node: Node) -> LintContext:
+    """The node's models folder is not on this host: an error before anything stops."""
+    return _ctx(dataclasses.replace(node, models_dir=node.models_dir / "not-here"), "w4a16")
+
+
 def case_mount_missing(node: Node) -> LintContext:
     return _ctx(node, "w4a16", mounts=[HostMount(source="/no/such/venv", target="/opt/venv")])
 
@@ -184,6 +189,7 @@ CASES: list[tuple[str, str, Callable[[Node], LintContext], str]] = [
     ("gptq-bfloat16", "error", case_gptq, "dtype: float16"),
     ("tool-parser-missing", "error", case_tool, "tool_calling.parser: hermes"),
     ("flag-twice", "error", case_flag_twice, "(max_model_len)"),
+    ("models-dir-missing", "error", case_models_dir_missing, "models_dir (and models_target)"),
     ("model-missing", "error", case_model_missing, "model.path"),
     ("draft-missing", "error", case_draft_missing, "speculative.model"),
     ("mount-missing", "error", case_mount_missing, "mounts[].source"),

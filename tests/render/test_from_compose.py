@@ -80,7 +80,7 @@ def test_report_shape_maps_keys_and_keeps_the_rest() -> None:
     assert doc["extra_args"] == ["--block-size", "64", "--dtype", "half"]
     assert doc["env"] == {"PRICE": "$5", "ZE_AFFINITY_MASK": "0"} and out.withheld == ["HF_TOKEN"]
     assert "canary-secret" not in repr(out)
-    assert out.node == {"models_dir": "/srv/models"}
+    assert out.node == {"models_dir": "/srv/models", "models_target": "/models"}
     assert any("--port 8001" in n for n in out.notes)
     stack = Stack.model_validate({"name": "x", **doc})
     assert container_command(stack, model="/models/Qwen/Qwen3-30B-A3B-W4A16")[:2] == ["vllm", "serve"]
@@ -101,8 +101,19 @@ def test_weights_elsewhere_and_draft_copy_come_back() -> None:
     out = stack_from_compose({"image": "intel/vllm:latest", "volumes": [bind],
                               "command": [*SERVE[:2], "/hf/Qwen/M", *SERVE[3:], "--speculative-config", spec]})
     assert out.doc["model"] == {"path": "Qwen/M"} and out.node["models_dir"] == "/data/hf"
+    assert out.node["models_target"] == "/hf"
     assert out.doc["speculative"] == {"method": "eagle3", "model": "Qwen/D", "num_speculative_tokens": 3,
                                       "draft_max_position_embeddings": 262144}
+
+
+def test_weights_in_a_hugging_face_tree_below_the_bind() -> None:
+    """The report's node: /llms:/llms with the weights at huggingface/Qwen/...: the models folder is
+    the one above org/name, so the catalogue's Qwen/... paths resolve there as well."""
+    bind = {"type": "bind", "source": "/llms", "target": "/llms", "read_only": True}
+    out = stack_from_compose({"image": "intel/vllm:latest", "volumes": [bind],
+                              "command": [*SERVE[:2], "/llms/huggingface/Qwen/M", *SERVE[3:]]})
+    assert out.doc["model"] == {"path": "Qwen/M"}
+    assert out.node["models_dir"] == "/llms/huggingface" and out.node["models_target"] == "/llms/huggingface"
 
 
 @pytest.mark.parametrize(("svc", "says"), [
@@ -131,7 +142,8 @@ def test_what_the_stack_cannot_hold_is_named() -> None:
     out = stack_from_compose(svc)
     assert out.doc["mounts"] == [{"source": "/srv/p/marlin_utils.py",
                                   "target": "/opt/venv/lib/python3.12/site-packages/vllm/x/marlin_utils.py"}]
-    assert out.node == {"models_dir": "/srv/models", "ports": {"prod": 8000}, "bind_address": "127.0.0.1",
+    assert out.node == {"models_dir": "/srv/models", "models_target": "/models", "ports": {"prod": 8000},
+                        "bind_address": "127.0.0.1",
                         "device_dir": "/dev/dri", "gids": {"gid992": 992}}
     text = "\n".join(out.notes)
     for piece in ("named volume at /root/.cache", "read-write", "patch from-file", "group_add names render",
@@ -203,3 +215,31 @@ def test_from_compose_inverts_render_on_random_stacks(doc: dict[str, Any]) -> No
     back = Stack.model_validate({"name": "s", **stack_from_compose(service).doc})
     assert container_command(back, model=model, draft_path=draft) == command
     assert back.env == stack.env and back.entrypoint_style == stack.entrypoint_style
+
+
+PRELUDE = "python3 -c 'import sys; sys.path.insert(0, \"/opt\"); import turboquant_register'"
+
+
+def test_bash_c_prelude_is_kept_verbatim_and_rendered_back() -> None:
+    """The report's old launch: bash -c "python3 -c '...' && vllm serve ...": the serve part maps as
+    any command, the prefix becomes `prelude:`, and render puts it back in front of `exec vllm serve`."""
+    script = f"{PRELUDE} && vllm serve {' '.join(SERVE[2:])} --kv-cache-dtype turboquant_k3v4_nc"
+    out = stack_from_compose({**service(SERVE), "command": ["bash", "-c", script]})
+    assert out.doc["prelude"] == PRELUDE and out.doc["kv_cache_dtype"] == "turboquant_k3v4_nc"
+    assert out.doc["model"] == {"path": "Qwen/Qwen3-30B-A3B-W4A16"}
+    stack = Stack.model_validate({"name": "x", **out.doc})
+    cmd = container_command(stack, model="/models/Qwen/Qwen3-30B-A3B-W4A16")
+    assert cmd[:2] == ["bash", "-c"] and cmd[2].startswith(f"{PRELUDE} && exec vllm serve /models/Qwen/")
+    again = stack_from_compose({**service(SERVE), "command": cmd})
+    assert again.doc == {**out.doc, "prefix_caching": True}  # the render states the default
+
+
+@pytest.mark.parametrize(("script", "says"), [
+    ("echo hi", "runs no `vllm serve`"),
+    (f"{PRELUDE} && vllm serve /models/Qwen/M --max-model-len 8 ; rm -rf /", "shell operator"),
+    ("vllm serve $MODEL --max-model-len 8", "expansion"),
+])
+def test_a_bash_c_script_it_cannot_read_is_one_line(script: str, says: str) -> None:
+    with pytest.raises(UserError) as e:
+        stack_from_compose({**service(SERVE), "command": ["bash", "-c", script]})
+    assert says in e.value.what and "\n" not in e.value.what

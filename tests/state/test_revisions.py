@@ -16,7 +16,8 @@ FILES = {"docker-compose.yml": b"services: {}\n", ".env": b"VLLM_IMAGE='x'\n", "
 
 
 def make(store: RevisionStore, stack: str = "w4a16", **kw: object) -> int:
-    rev = store.create(stack=stack, kind="switch", files=FILES, image_ref="img:1", image_id="sha256:abc",
+    kw = {"kind": "switch", **kw}
+    rev = store.create(stack=stack, files=FILES, image_ref="img:1", image_id="sha256:abc",
                        repo_digest=None, operator="me@host", message="m", created="2026-11-29T00:00:00", **kw)  # type: ignore[arg-type]
     return rev.number
 
@@ -83,6 +84,34 @@ def test_prune_keeps_last_n_pins_and_current(tmp_path: Path) -> None:
     assert [e["number"] for e in store.index()] == [2, 4, 8, 9, 10]
 
 
+def test_prune_keeps_the_adopted_revision_and_imports_that_never_ran_unless_forced(tmp_path: Path) -> None:
+    store = RevisionStore(tmp_path)
+    make(store, kind="adopt")                       # 1: the hand-made node, the one way back to it
+    make(store, stack="old", kind="import")         # 2: a saved copy, never run
+    store.update_status(2, outcome="unproven")
+    make(store, stack="old", kind="import")         # 3: a saved copy that ran
+    store.update_status(3, outcome="superseded")
+    for _ in range(4):
+        make(store)                                 # 4-7
+    store.set_current(7)
+    doomed, kept = store.prune_plan(2)
+    assert doomed == [3, 4, 5] and set(kept) == {1, 2}, (doomed, kept)
+    assert "adopted" in kept[1] and "unproven import" in kept[2]
+    assert store.numbers() == [1, 2, 3, 4, 5, 6, 7]  # a plan deletes nothing
+    assert store.prune(2) == [3, 4, 5]
+    assert store.prune(2, force=True) == [1, 2]
+    assert store.numbers() == [6, 7]
+
+
+def test_of_two_adopted_revisions_prune_keeps_the_newer(tmp_path: Path) -> None:
+    store = RevisionStore(tmp_path)
+    make(store, kind="adopt")
+    make(store, kind="adopt")
+    make(store)
+    store.set_current(3)
+    assert store.prune(1) == [1]
+
+
 def test_unknown_revision_is_user_error(tmp_path: Path) -> None:
     with pytest.raises(UserError, match="no revision 7"):
         RevisionStore(tmp_path).get(7)
@@ -97,3 +126,22 @@ def test_thousands_of_revisions_history_reads_one_file(tmp_path: Path) -> None:
                for n in range(1, 5001)]
     store._write_index(entries)
     assert len(store.index()) == 5000  # no revision directory was read
+
+
+def test_prune_dry_run_says_what_it_would_delete_and_why_it_keeps_the_rest(tmp_path: Path) -> None:
+    from simkit import run_cli
+
+    store = RevisionStore(tmp_path / "state")
+    make(store, kind="adopt")
+    for _ in range(3):
+        make(store)
+    store.set_current(4)
+    cfg = tmp_path / "node.yaml"
+    cfg.write_text(f"state_dir: {tmp_path / 'state'}\ndeploy_dir: {tmp_path / 'deploy'}\n")
+    r = run_cli(cfg, "prune", "--keep", "1", "--dry-run", in_process=True)
+    assert r.returncode == 0 and "would delete 2 revision(s): 2, 3 (dry run, nothing deleted)" in r.stdout, r.stdout
+    assert "keeping revision 1: the newest adopted revision" in r.stderr, r.stderr
+    assert store.numbers() == [1, 2, 3, 4]
+    r = run_cli(cfg, "prune", "--keep", "1", "--force", "--yes", in_process=True)
+    assert r.returncode == 0 and "pruned 3 revisions: 1, 2, 3" in r.stdout, r.stdout
+    assert store.numbers() == [4]

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import json
+import select
 import shlex
 import signal
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
@@ -52,14 +52,18 @@ def test_json_lines_and_a_clean_stop_on_sigterm(tmp_path: Path, docker_engine: N
     proc = subprocess.Popen([*CLI, "watch", "--json", "--interval", "0.2"], env=cli_env(config),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        time.sleep(3)  # started (imports, the event stream) and looking at an empty node
+        # SIGTERM once it has said it is watching (an event: a fixed sleep ended it during its
+        # imports on a loaded machine, before its handler was there)
+        assert proc.stdout is not None
+        ready, _, _ = select.select([proc.stdout], [], [], 120)
+        first = proc.stdout.readline() if ready else ""
         proc.send_signal(signal.SIGTERM)
         out, err = proc.communicate(timeout=30)
     finally:
         if proc.poll() is None:
             proc.kill()
     assert proc.returncode == 0, err
-    events = [json.loads(line) for line in out.splitlines()]
+    events = [json.loads(line) for line in (first + out).splitlines()]
     assert [e["event"] for e in events] == ["watch.start", "watch.stop"]
     assert events[1]["text"] == "stopped (Terminated)" and "Traceback" not in err
     assert "bake window: 900 s after a switch" in err  # what it will do, on stderr
