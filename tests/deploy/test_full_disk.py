@@ -115,7 +115,7 @@ def test_a_pending_revision_left_by_a_full_disk_is_closed_by_the_next_run(small:
                         image_id="img-beta", repo_digest=None, operator="t@h", message="", created="2026-12-01")
     assert left.status.outcome == "pending"
     b.node.broken.add("beta")
-    b.driver().execute("switch beta", lambda: plan_for("beta"))
+    b.driver().execute("switch beta", plan_for("beta"))
     assert store.get(left.number).status.outcome == "interrupted"
     assert [e["number"] for e in store.index() if e["outcome"] == "pending"] == []
 
