@@ -269,6 +269,6 @@ def test_status_names_the_revision_a_deploy_dir_holds_instead_of_undoing_it(scra
     (node.deploy_dir / "docker-compose.yml").write_bytes(files[1]["docker-compose.yml"])
     current = store.current()
     assert current is not None
-    found, fix = differences(node, current, {"container": {"status": "running"}, "lock": None})
+    found, fix = differences(node, store, current, {"container": {"status": "running"}, "lock": None})
     assert found == ["the deploy dir holds revision 1's files (ngram, adopt), not revision 2's"]
     assert fix is not None and fix.startswith("b70deploy adopt") and "rollback" not in fix
