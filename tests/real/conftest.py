@@ -1,5 +1,6 @@
-"""The real-vLLM lane: vLLM 0.21.0's CPU build serving a tiny random model, deployed by the
-tool under Compose on the real engine (`make test-real`; scripts/real_vllm.sh builds it).
+"""The real-vLLM lane: a vLLM CPU build (B70_REAL_VLLM_VERSION, default 0.21.0) serving a tiny
+random model, deployed by the tool under Compose on the real engine (`make test-real` runs it
+for each version; scripts/real_vllm.sh builds it).
 
 `lane` reads what the build script left in its cache (lane.env); `real_node` is one node for
 the whole module: a sim stack as the fast-booting baseline every failed real switch rolls
@@ -21,7 +22,9 @@ from kit.simnode import SimNode, docker
 
 from b70deploy.sim.box import write_models
 
-CACHE = Path(os.environ.get("B70_REAL_CACHE", "/var/cache/b70deploy/real-vllm-0.21.0"))
+# The version `make test-real` runs this pass for (its REAL_VERSIONS, one pass each).
+VERSION = os.environ.get("B70_REAL_VLLM_VERSION", "0.21.0")
+CACHE = Path(os.environ.get("B70_REAL_CACHE", f"/var/cache/b70deploy/real-vllm-{VERSION}"))
 
 
 @dataclass(frozen=True)
