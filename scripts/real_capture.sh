@@ -6,11 +6,11 @@
 #
 #   B70_REAL_VLLM_VERSION=0.32.0 bash scripts/real_capture.sh boot -- --enforce-eager
 #   B70_REAL_VLLM_VERSION=0.32.0 bash scripts/real_capture.sh crash-sleep-mode -- --enforce-eager --enable-sleep-mode
-#   B70_REAL_VLLM_VERSION=0.32.0 B70_CAPTURE_TOOLCHAIN=1 bash scripts/real_capture.sh boot-compiled -- -O3
+#   B70_REAL_VLLM_VERSION=0.32.0 B70_CAPTURE_COMPILE=1 bash scripts/real_capture.sh boot-compiled
 #
-# B70_CAPTURE_TOOLCHAIN=1 mounts the host's C/C++ toolchain (/usr/bin, /usr/lib, /usr/include,
-# /usr/libexec, /lib/x86_64-linux-gnu) so inductor can compile: torch.compile then runs and its
-# timing lines are printed (TORCHDYNAMO_DISABLE=0, no --enforce-eager).
+# B70_CAPTURE_COMPILE=1 lets Dynamo trace the model (TORCHDYNAMO_DISABLE=0; give no
+# --enforce-eager) with VLLM_CPU_CI_ENV=1, which makes vLLM's CPU platform compile with the eager
+# backend instead of inductor (vllm/platforms/cpu.py): no C++ compiler needed in the image.
 set -euo pipefail
 NAME=${1:?usage: real_capture.sh NAME -- EXTRA_VLLM_ARGS...}; shift
 [ "${1:-}" = "--" ] && shift
@@ -26,9 +26,8 @@ port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); p
 mounts=(-v "${lane[B70_REAL_PYTHON_BASE]}:${lane[B70_REAL_PYTHON_BASE]}:ro" -v "${lane[B70_REAL_VENV]}:${lane[B70_REAL_VENV]}:ro"
         -v "${lane[B70_REAL_MODELS]}:/models:ro")
 envs=(-e VLLM_CPU_KVCACHE_SPACE=1)
-if [ "${B70_CAPTURE_TOOLCHAIN:-0}" = 1 ]; then
-  for d in /usr/bin /usr/lib /usr/include /usr/libexec /lib/x86_64-linux-gnu; do mounts+=(-v "$d:$d:ro"); done
-  envs+=(-e TORCHDYNAMO_DISABLE=0)
+if [ "${B70_CAPTURE_COMPILE:-0}" = 1 ]; then
+  envs+=(-e TORCHDYNAMO_DISABLE=0 -e VLLM_CPU_CI_ENV=1)
 fi
 trap 'docker rm -f "$name" >/dev/null 2>&1 || true' EXIT
 docker run -d --name "$name" --shm-size 1g "${envs[@]}" "${mounts[@]}" -p "127.0.0.1:$port:8000" "${lane[B70_REAL_IMAGE]}" \

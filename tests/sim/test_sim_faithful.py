@@ -71,8 +71,12 @@ ALLOWLIST: list[tuple[str, str]] = [
     (r"\[backends\.py:\d+\] Compiling a graph for dynamic compile range takes [\d.]+ s$",
      'vllm/compilation/backends.py (CompilerManager.compile): logger.info("Compiling a graph for dynamic '
      'compile range takes %.2f s", elapsed)'),
-    (r"\[monitor\.py:\d+\] torch\.compile takes [\d.]+ s in total$",
-     'vllm/compilation/monitor.py: logger.info_once("torch.compile takes %.2f s in total", ...)'),
+    (r"\[monitor\.py:53\] torch\.compile took [\d.]+ s in total$",
+     'vllm/compilation/monitor.py: message = "torch.compile took %.2f s in total" (0.21.0 :20), logged at :53; '
+     "vLLM's CPU platform compiles in DYNAMO_TRACE_ONCE mode, which never prints it (vllm/platforms/cpu.py)"),
+    (r"\[monitor\.py:81\] Initial profiling/warmup run took [\d.]+ s$",
+     'vllm/compilation/monitor.py (0.21.0 :81, monitor_profiling_run): logger.info_once("Initial profiling/warmup '
+     'run took %.2f s", ...)'),
     (r"\[gpu_worker\.py:\d+\] Available KV cache memory: [\d.]+ GiB$",
      'vllm/v1/worker/gpu_worker.py: logger.info_once("Available KV cache memory: %s GiB", ...)'),
     (r"\[cache\.py:\d+\] Using fp8 data type to store kv cache\. It reduces the GPU memory footprint and boosts the "
