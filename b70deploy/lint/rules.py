@@ -16,7 +16,7 @@ import yaml
 from ..render import draft as draft_mod
 from ..errors import UserError
 from ..render.files import COMPOSE_FILE, DOTENV_FILE
-from ..render.patches import find_patch
+from ..render.patches import find_patch, release
 from ..render.vllm_args import CONTAINER_MODELS, FLAG_BY_NAME, Flag, flag_name
 from ..state import caches
 from . import kv
@@ -411,6 +411,53 @@ def kv_budget(ctx: LintContext) -> Iterator[Finding]:
              f"more than {source}: about {fit:,} tokens fit; {verdict}",
              fix_len.format(fit=f"about {fit // 1024 * 1024}") + ", use kv_cache_dtype: fp8, set enforce_eager: true, "
              "or free memory (gpu_memory_utilization, no draft)")
+
+
+# Flags `vllm serve` took in 0.21.0 and no longer takes in 0.32.0: the two parsers the real lane
+# builds (make_arg_parser of vllm.entrypoints.openai.cli_args in 0.21.0, of
+# vllm.entrypoints.launchers.cli_args in 0.32.0), compared flag by flag. Which release between
+# them dropped each is not known here, so only an image of 0.32.0 or later is told.
+REMOVED_FLAGS = {"--calculate-kv-scales": "0.32.0", "--no-calculate-kv-scales": "0.32.0",
+                 "--max-long-partial-prefills": "0.32.0", "--max-num-partial-prefills": "0.32.0",
+                 "--override-attention-dtype": "0.32.0"}
+
+
+@rule("flag-removed")
+def removed_flag(ctx: LintContext) -> Iterator[Finding]:
+    have = release(ctx.image.vllm_version) if ctx.image and ctx.image.vllm_version else None
+    if have is None:
+        return
+    for token in _command(ctx):
+        name, _ = flag_name(token)
+        gone = REMOVED_FLAGS.get(name) if token.startswith("--") else None
+        if gone is not None and have >= (release(gone) or have):
+            yield _f(ctx, "flag-removed", "error",
+                     f"{name} is not a flag of vLLM {ctx.image.vllm_version} (0.21.0 took it, {gone} does not): "
+                     "vllm serve exits 2 with `unrecognized arguments`",
+                     f"drop {name} from extra_args, or pin an image of the vLLM the stack was written for")
+
+
+# The TurboQuant fork's --max-num-seqs footgun (the report's "six integration fixes" post, fix 6):
+# the fork reserves max_num_seqs x max_model_len of its KV up front; 4 x 262,144 left the first 8K
+# prefill out of memory. Only the fork's presets (k3v4_nc) size it that way.
+TURBOQUANT_KV = ("k3v4_nc",)
+
+
+@rule("turboquant-max-num-seqs")
+def turboquant_sizing(ctx: LintContext) -> Iterator[Finding]:
+    s = ctx.stack
+    if s.kv_cache_dtype not in TURBOQUANT_KV:
+        return
+    seqs = s.max_num_seqs
+    pool = s.expect.min_kv_tokens
+    if seqs is None or pool is None or seqs * s.max_model_len <= pool:
+        return
+    fit = max(pool // s.max_model_len, 1)
+    yield _f(ctx, "turboquant-max-num-seqs", "error",
+             f"the TurboQuant fork ({s.kv_cache_dtype}) reserves max_num_seqs x max_model_len = {seqs} x "
+             f"{s.max_model_len:,} = {seqs * s.max_model_len:,} tokens, more than its {pool:,}-token pool: the "
+             "first prefill runs out of memory (the report's fix 6: 4 x 262,144, the first 8K prefill OOM)",
+             f"set max_num_seqs: {fit} (or lower max_model_len so max_num_seqs x max_model_len <= {pool:,})")
 
 
 # ---------------------------------------------------------------- gathered facts

