@@ -8,6 +8,7 @@
 #   B70_REAL_VLLM_VERSION=0.32.0 bash scripts/real_capture.sh crash-sleep-mode -- --enforce-eager --enable-sleep-mode
 #   B70_REAL_VLLM_VERSION=0.32.0 B70_CAPTURE_COMPILE=1 bash scripts/real_capture.sh boot-compiled
 #
+# B70_CAPTURE_WAIT: seconds to wait for /health or the exit (default 1800).
 # B70_CAPTURE_COMPILE=1 lets Dynamo trace the model (TORCHDYNAMO_DISABLE=0; give no
 # --enforce-eager) with VLLM_CPU_CI_ENV=1, which makes vLLM's CPU platform compile with the eager
 # backend instead of inductor (vllm/platforms/cpu.py): no C++ compiler needed in the image.
@@ -34,7 +35,7 @@ docker run -d --name "$name" --shm-size 1g "${envs[@]}" "${mounts[@]}" -p "127.0
   vllm serve /models/${B70_CAPTURE_MODEL:-tiny} --dtype float32 --max-model-len 512 --served-model-name tiny-a tiny-b \
   --host 0.0.0.0 --port 8000 "$@" >/dev/null
 state=exited
-for _ in $(seq 1 600); do
+for _ in $(seq 1 "${B70_CAPTURE_WAIT:-1800}"); do
   if curl -sf "http://127.0.0.1:$port/health" >/dev/null; then state=healthy; break; fi
   [ "$(docker inspect -f '{{.State.Running}}' "$name")" = true ] || break
   sleep 1

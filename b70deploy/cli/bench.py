@@ -88,7 +88,8 @@ def _target(ctx: Ctx, endpoint: str | None, stack: str | None, note: str | None,
                               xpu=ctx.node.config.device_dir is not None)
         if why:
             raise UserError(why, where="--concurrency",
-                            fix=f"measure at C <= {SUFFIX_DEADLOCK_C - 1}, or switch to a stack without suffix decoding first")
+                            fix=f"measure at C <= {SUFFIX_DEADLOCK_C - 1}, or switch to a stack without suffix "
+                            "decoding first")
     ep = Endpoint.parse(endpoint)
     env = environment(ep, known, model=model, note=note, date=now_iso())
     if stack:

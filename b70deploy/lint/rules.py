@@ -13,8 +13,8 @@ from typing import Any
 
 import yaml
 
-from ..render import draft as draft_mod
 from ..errors import UserError
+from ..render import draft as draft_mod
 from ..render.files import COMPOSE_FILE, DOTENV_FILE
 from ..render.patches import find_patch, release
 from ..render.vllm_args import CONTAINER_MODELS, FLAG_BY_NAME, Flag, flag_name
@@ -424,7 +424,8 @@ REMOVED_FLAGS = {"--calculate-kv-scales": "0.32.0", "--no-calculate-kv-scales": 
 
 @rule("flag-removed")
 def removed_flag(ctx: LintContext) -> Iterator[Finding]:
-    have = release(ctx.image.vllm_version) if ctx.image and ctx.image.vllm_version else None
+    version = ctx.image.vllm_version if ctx.image else None
+    have = release(version) if version else None
     if have is None:
         return
     for token in _command(ctx):
@@ -432,7 +433,7 @@ def removed_flag(ctx: LintContext) -> Iterator[Finding]:
         gone = REMOVED_FLAGS.get(name) if token.startswith("--") else None
         if gone is not None and have >= (release(gone) or have):
             yield _f(ctx, "flag-removed", "error",
-                     f"{name} is not a flag of vLLM {ctx.image.vllm_version} (0.21.0 took it, {gone} does not): "
+                     f"{name} is not a flag of vLLM {version} (0.21.0 took it, {gone} does not): "
                      "vllm serve exits 2 with `unrecognized arguments`",
                      f"drop {name} from extra_args, or pin an image of the vLLM the stack was written for")
 

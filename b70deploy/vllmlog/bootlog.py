@@ -80,7 +80,8 @@ _AVAIL_KV = [
 ]
 _WEIGHTS = re.compile(r"Model loading took ([\d.]+) ?GiB", re.IGNORECASE)
 # vllm/compilation/monitor.py: 0.21 `torch.compile took %.2f s in total`; 0.32 `%storch.compile took
-# %.2f s in total` with a `[backbone] ` tag; older releases (vllm/compilation/monitor.py, end_monitoring_torch_compile) said `takes`.
+# %.2f s in total` with a `[backbone] ` tag; older releases (monitor.py's end_monitoring_torch_compile)
+# said `takes`.
 _COMPILE = [
     re.compile(r"torch\.compile (?:took|takes) ([\d.]+) ?s in total"),
     re.compile(r"Compilation finished in ([\d.]+) ?s", re.IGNORECASE),

@@ -1,0 +1,40 @@
+"""The parser and the diagnosis against the bytes a real vLLM 0.32.0 (CPU build) printed.
+
+tests/fixtures/vllm-0.32.0-cpu/ is unedited container output (its README says how each file
+was made). Every expected value below is read off those files.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from b70deploy.vllmlog.bootlog import parse_boot_facts
+from b70deploy.vllmlog.diagnosis import diagnose
+
+REAL = Path(__file__).parents[1] / "fixtures" / "vllm-0.32.0-cpu"
+
+
+def real_lines(name: str) -> list[str]:
+    return (REAL / name).read_text(encoding="utf-8").splitlines()
+
+
+def test_a_multi_line_worker_exception_is_quoted_whole() -> None:
+    """Inductor's CppCompileError carries the g++ command and the linker's output: the engine's
+    `Worker failed with error '...'` spans 8 lines up to `', please check the stack trace above ...`."""
+    lines = real_lines("crash-compile-linker.log")
+    d = diagnose(lines)
+    assert d is not None and d.id == "worker-failed"
+    assert d.line.endswith("RuntimeError: Worker failed with error 'CppCompileError: C++ compile error")
+    cause = d.data["root_cause"]
+    assert cause.startswith("CppCompileError: C++ compile error\n\nCommand:\ng++ ")
+    assert cause.endswith("Output:\n/usr/bin/ld: cannot find /lib/x86_64-linux-gnu/libmvec.so.1: No such file or "
+                          "directory\ncollect2: error: ld returned 1 exit status")
+    assert d.quote.endswith("', please check the stack trace above for the root cause")
+    assert "collect2: error: ld returned 1 exit status" in d.fix  # the fix quotes it whole, on one line
+    assert "\n" not in d.fix
+    # The worker died with it: the later `Worker proc VllmWorker-0 died unexpectedly` is not the cause.
+    assert any("died unexpectedly" in ln for ln in lines[d.line_number:])
+    f = parse_boot_facts(lines)
+    assert f.vllm_version == "0.32.0" and f.kv_cache_tokens is None and f.compile_seconds is None
+    assert f.async_scheduling_disabled is None  # 0.32 never states it
+
