@@ -38,3 +38,18 @@ def test_a_multi_line_worker_exception_is_quoted_whole() -> None:
     assert f.vllm_version == "0.32.0" and f.kv_cache_tokens is None and f.compile_seconds is None
     assert f.async_scheduling_disabled is None  # 0.32 never states it
 
+
+
+def test_sleep_mode_validation_error_quotes_the_value_error_whole() -> None:
+    """`--enable-sleep-mode` on the CPU build: vllm/config/model.py:657 raises it inside ModelConfig;
+    0.32 prints the traceback without the process prefix, the cause indented under it."""
+    lines = real_lines("crash-sleep-mode.log")
+    d = diagnose(lines)
+    assert d is not None and d.id == "config-invalid"
+    assert d.line == "pydantic_core._pydantic_core.ValidationError: 1 validation error for ModelConfig"
+    assert d.data["value_errors"] == ["Sleep mode is not supported on current platform."]
+    assert "Value error, Sleep mode is not supported on current platform." in d.fix
+    assert "remove --enable-sleep-mode" in d.fix
+    assert d.quote.splitlines()[1].startswith("  Value error, Sleep mode is not supported on current platform.")
+    f = parse_boot_facts(lines)
+    assert f.vllm_version == "0.32.0" and f.kv_cache_tokens is None and f.api_server_started is None
