@@ -24,8 +24,8 @@ from pathlib import Path
 
 import pytest
 
-from b70deploy.config.schema import Stack
-from b70deploy.vllmlog.bootlog import BootFacts, parse_boot_facts
+from b70deploy.config.schema import Expect, Stack
+from b70deploy.vllmlog.bootlog import BootFacts, check_expectations, parse_boot_facts
 from b70deploy.vllmlog.diagnosis import CATALOGUE, diagnose, for_stack, is_fatal, log_body
 
 FIX = Path(__file__).parent / "fixtures"
@@ -127,3 +127,16 @@ def test_issue_41663_in_the_container_log_is_a_worker_that_died_and_tp2_names_it
     assert fixed is not None and fixed.fix.startswith("remove --tensor-parallel-size 2 from extra_args")
     single = for_stack(kernel, _stack([]))
     assert single is not None and "already serves on one GPU" in single.fix
+
+
+def test_the_marlin_named_method_on_the_oracles_xpu_backend_meets_the_portable_expectation() -> None:
+    """0.23-0.26 on XPU without the carve-out: `Using CompressedTensorsWNA16MarlinMoEMethod`, then the
+    oracle's `Using 'XPU' WNA16 MoE backend.` (int_wna16.py): not the Marlin kernel."""
+    expect = Expect(moe_method="CompressedTensorsWNA16MoEMethod")
+    xpu = BootFacts(moe_method="CompressedTensorsWNA16MarlinMoEMethod", moe_backend="XPU")
+    assert check_expectations(xpu, expect) == []
+    marlin = BootFacts(moe_method="CompressedTensorsWNA16MarlinMoEMethod", moe_backend="MARLIN")
+    [problem] = check_expectations(marlin, expect)
+    assert "CUDA-only Marlin path" in problem
+    [older] = check_expectations(BootFacts(moe_method="CompressedTensorsWNA16MarlinMoEMethod"), expect)
+    assert "marlin-xpu-carveout" in older  # 0.21/0.22 state no backend: the Marlin kernel
