@@ -155,6 +155,10 @@ BANNER = ("", "       \u2588     \u2588     \u2588\u2584   \u2584\u2588",
           "  \u2588\u2584\u2588\u2580 \u2588     \u2588     \u2588     \u2588  model   {model}",
           "   \u2580\u2580  \u2580\u2580\u2580\u2580\u2580 \u2580\u2580\u2580\u2580\u2580 \u2580     \u2580", "")
 # The routes 0.21.0 lists at startup (`[launcher.py:46] Route: ...`), in its order.
+# 0.32.0 lists HEAD first and more routes; these are among them (tests/fixtures/vllm-0.32.0-cpu/boot.log).
+ROUTES_032 = (("/openapi.json", "HEAD, GET"), ("/docs", "HEAD, GET"), ("/docs/oauth2-redirect", "HEAD, GET"),
+              ("/redoc", "HEAD, GET"), ("/health", "GET"), ("/metrics", "GET"), ("/v1/models", "GET"),
+              ("/v1/completions", "POST"))
 ROUTES = (("/openapi.json", "GET, HEAD"), ("/docs", "GET, HEAD"), ("/docs/oauth2-redirect", "GET, HEAD"),
           ("/redoc", "GET, HEAD"), ("/metrics", "GET"))
 
@@ -419,7 +423,7 @@ WHERE_032 = {
     "api_server.py:613": "entry.py:136", "api_server.py:617": "entry.py:140",
     "parser_manager.py:202": "parser_manager.py:38",
     "launcher.py:37": "launcher.py:186", "launcher.py:46": "launcher.py:195",
-    "multiproc_executor.py:775": "multiproc_executor.py:843",
+    "multiproc_executor.py:775": "multiproc_executor.py:843", "default_loader.py:397": "default_loader.py:501",
 }
 _release = {"032": False}  # set once per process by serve(): the wording of the version reported
 
@@ -1243,8 +1247,9 @@ def emit(level: str, where: str, msg: str, *, proc: str | None = API) -> None:
 
 
 def emit_uvicorn(msg: str, level: str = "INFO") -> None:
-    """uvicorn's own lines, behind the API server's prefix: `(APIServer pid=1) INFO:     msg`."""
-    emit_raw(f"{proc_prefix(API)}{level + ':':<9s} {msg}")
+    """uvicorn's own lines, behind the API server's prefix: `(APIServer pid=1) INFO:     msg`
+    (0.32 prints them bare: `INFO:     msg`)."""
+    emit_raw(f"{'' if _release['032'] else proc_prefix(API)}{level + ':':<9s} {msg}")
 
 
 def emit_raw(text: str, *, err: bool = False) -> None:
@@ -1534,11 +1539,24 @@ def _exit_now(code: int) -> None:
     os._exit(code)
 
 
+# What 0.32.0 prints on SIGTERM (tests/fixtures/vllm-0.32.0-cpu/boot.log), in its order.
+SHUTDOWN_032 = ((API, "launcher.py:254", "[shutdown] API server: shutdown triggered"),
+                (ENGINE, "core.py:1454", "[shutdown] EngineCore: trigger received signal=SIGTERM"),
+                (ENGINE, "core.py:1635", "[shutdown] EngineCore: start mode=abort timeout=0s"),
+                (ENGINE, "core.py:1499", "[shutdown] EngineCore: exiting busy loop"),
+                (API, "core_client.py:777", "[shutdown] MPClient: complete"),
+                (API, "launcher.py:304", "[shutdown] API server: shutting down FastAPI HTTP server"))
+
+
 def _on_sigterm(signum: int, frame: object) -> None:
-    emit("INFO", "core.py:1242", "Shutdown initiated (timeout=0)", proc=ENGINE)
-    emit("INFO", "core.py:1265", "Shutdown complete", proc=ENGINE)
-    emit("INFO", "multiproc_executor.py:775", "Parent process exited, terminating worker queues", proc=WORKER)
-    emit("INFO", "multiproc_executor.py:872", "WorkerProc shutting down.", proc=WORKER)
+    if _release["032"]:
+        for proc, where, msg in SHUTDOWN_032:
+            emit("INFO", where, msg, proc=proc)
+    else:
+        emit("INFO", "core.py:1242", "Shutdown initiated (timeout=0)", proc=ENGINE)
+        emit("INFO", "core.py:1265", "Shutdown complete", proc=ENGINE)
+        emit("INFO", "multiproc_executor.py:775", "Parent process exited, terminating worker queues", proc=WORKER)
+        emit("INFO", "multiproc_executor.py:872", "WorkerProc shutting down.", proc=WORKER)
     shutdown_lines()
     _exit_now(0)
 
@@ -1551,8 +1569,8 @@ def _sleep_until(start: float, fraction: float, total: float) -> None:
 
 def shutdown_lines() -> None:
     """uvicorn's clean shutdown, as the real server prints it."""
-    for msg in ("Shutting down", "Waiting for application shutdown.", "Application shutdown complete.",
-                f"Finished server process [{os.getpid()}]"):
+    last = () if _release["032"] else (f"Finished server process [{os.getpid()}]",)  # 0.32 exits before it
+    for msg in ("Shutting down", "Waiting for application shutdown.", "Application shutdown complete.", *last):
         emit_uvicorn(msg)
 
 
@@ -1626,7 +1644,7 @@ def serve(argv: Sequence[str], env: Mapping[str, str] | None = None,
         emit("INFO", "parser_manager.py:202", '"auto" tool choice has been enabled.')
     emit("INFO", "api_server.py:617", server_start_line(image.version, cfg.host, cfg.port))
     emit("INFO", "launcher.py:37", "Available routes are:")
-    for route, methods in ROUTES:
+    for route, methods in ROUTES_032 if _release["032"] else ROUTES:
         emit("INFO", "launcher.py:46", f"Route: {route}, Methods: {methods}")
     emit_uvicorn(f"Started server process [{os.getpid()}]")
     emit_uvicorn("Waiting for application startup.")

@@ -91,6 +91,9 @@ ALLOWLIST: list[tuple[str, str]] = [
      r"took [\d.]+ s \(compilation: [\d.]+ s\)$",
      'vllm/v1/engine/core.py (0.32.0 :395): logger.info_once("init engine (profile, create kv cache, warmup '
      'model) took %.2f s (compilation: %.2f s)", ...) when torch.compile ran (never on the CPU platform)'),
+    (r"^\(APIServer pid=\d+\) INFO .*\[parser_manager\.py:38\] \"auto\" tool choice has been enabled\.$",
+     'vllm/parser/parser_manager.py (0.32.0 :38): logger.info_once(\'"auto" tool choice has been enabled.\') (the '
+     "0.32 capture ran without --enable-auto-tool-choice; 0.21's boot.log has the line at parser_manager.py:202)"),
     (r"\[monitor\.py:81\] Initial profiling/warmup run took [\d.]+ s$",
      'vllm/compilation/monitor.py (0.21.0 :81, monitor_profiling_run): logger.info_once("Initial profiling/warmup '
      'run took %.2f s", ...)'),

@@ -53,3 +53,20 @@ def test_sleep_mode_validation_error_quotes_the_value_error_whole() -> None:
     assert d.quote.splitlines()[1].startswith("  Value error, Sleep mode is not supported on current platform.")
     f = parse_boot_facts(lines)
     assert f.vllm_version == "0.32.0" and f.kv_cache_tokens is None and f.api_server_started is None
+
+
+def test_good_boot_facts_are_what_vllm_printed() -> None:
+    f = parse_boot_facts(real_lines("boot.log"))
+    assert f.vllm_version == "0.32.0"                     # banner `version 0.32.0`, then `(v0.32.0)`
+    # `CPU KV cache size: 1,048,576 tokens, Maximum concurrency for 512 tokens per request: 2048.00x`: one line
+    assert f.kv_cache_tokens == 1_048_576
+    assert (f.max_concurrency, f.max_concurrency_len) == (2048.0, 512)
+    assert f.init_engine_seconds == 26.94                 # `[core.py:402] init engine (...) took 26.94 s`
+    assert f.available_kv_gib == 1.0                      # `Explicitly set (1.0/18.96) GiB for KV cache on node 0.`
+    assert f.api_server_started                           # `INFO:     Application startup complete.` (no prefix in 0.32)
+    # 0.32 never states async scheduling, and --enforce-eager compiles nothing: absent, never a default.
+    assert f.async_scheduling_disabled is None
+    assert f.compile_seconds is None and f.warmup_seconds is None
+    assert f.attention_backend is None and f.kv_cache_dtype is None and f.moe_method is None
+    assert f.moe_backend is None and f.model_weights_gib is None and f.warnings == []
+    assert diagnose(real_lines("boot.log")) is None
