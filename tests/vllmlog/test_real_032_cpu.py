@@ -63,7 +63,7 @@ def test_good_boot_facts_are_what_vllm_printed() -> None:
     assert (f.max_concurrency, f.max_concurrency_len) == (2048.0, 512)
     assert f.init_engine_seconds == 26.94                 # `[core.py:402] init engine (...) took 26.94 s`
     assert f.available_kv_gib == 1.0                      # `Explicitly set (1.0/18.96) GiB for KV cache on node 0.`
-    assert f.api_server_started                           # `INFO:     Application startup complete.` (no prefix in 0.32)
+    assert f.api_server_started                           # `INFO:     Application startup complete.`, no prefix
     # 0.32 never states async scheduling, and --enforce-eager compiles nothing: absent, never a default.
     assert f.async_scheduling_disabled is None
     assert f.compile_seconds is None and f.warmup_seconds is None
