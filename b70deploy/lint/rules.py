@@ -460,8 +460,9 @@ def removed_flag(ctx: LintContext) -> Iterator[Finding]:
 
 # The TurboQuant fork's --max-num-seqs footgun (the report's "six integration fixes" post, fix 6):
 # the fork reserves max_num_seqs x max_model_len of its KV up front; 4 x 262,144 left the first 8K
-# prefill out of memory. Only the fork's presets (k3v4_nc) size it that way.
-TURBOQUANT_KV = ("k3v4_nc",)
+# prefill out of memory. Only the fork's presets size it that way: its CacheDType value is
+# turboquant_k3v4_nc (stacks/tq-256k.yaml); the report writes it k3v4_nc.
+TURBOQUANT_KV = ("turboquant_k3v4_nc", "k3v4_nc")
 
 
 @rule("turboquant-max-num-seqs")
