@@ -47,7 +47,8 @@ the rooms above it in this list.
                  (run), a concurrency sweep (sweep), the prompt set (prompts), statistics
                  (stats), spec-decode acceptance (metrics), results files (results), compare and
                  its chart (compare, plot), the capture proxy (capture) and replay (replay),
-                 what is measured (deployment), an ETA line (progress)
+                 what is measured (deployment), an ETA line (progress), the
+                 measurements refused before the first request (guards)
     sim/         the simulated vLLM: HTTP server (server), image builder (image), the `vllm`
                  package files inside it (vllm_tree), the post's model folders (box)
     watch/       `watch` after a switch: looks in, acts out (decide), what it reads from the node

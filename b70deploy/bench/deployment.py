@@ -20,14 +20,16 @@ INFO_KEYS = ("endpoint", "stack", "revision", "image_id", "vllm_version", "kv_to
 def current_deployment_info(node: Node) -> dict[str, Any]:
     """What is known about the deployment serving on the node's production port.
 
-    Keys: endpoint, stack, revision, image_id, vllm_version, kv_tokens (None when unknown).
+    Keys: endpoint, stack, revision, image_id, vllm_version, kv_tokens (None when unknown), and
+    speculative (the stack's speculative block, for bench.guards; not written to results).
     """
     current = RevisionStore(node.state_dir).current()
     info: dict[str, Any] = {"endpoint": f"http://127.0.0.1:{node.config.ports.prod}", "stack": None,
                             "revision": None, "image_id": None, "vllm_version": None, "kv_tokens": None}
     if current is not None:
         info.update(stack=current.meta.stack, revision=current.number, image_id=current.meta.image_id,
-                    vllm_version=current.status.vllm_version, kv_tokens=current.status.facts.get("kv_cache_tokens"))
+                    vllm_version=current.status.vllm_version, kv_tokens=current.status.facts.get("kv_cache_tokens"),
+                    speculative=(current.meta.stack_doc or {}).get("speculative"))
     return info
 
 

@@ -19,6 +19,7 @@ from ..bench import sweep as sweep_mod
 from ..bench.capture import CaptureWriter, is_loopback, make_server, parse_listen
 from ..bench.client import Endpoint
 from ..bench.deployment import current_deployment_info, environment, server_facts
+from ..bench.guards import SUFFIX_DEADLOCK_C, suffix_deadlock
 from ..bench.plot import render
 from ..bench.results import default_path, write
 from ..bench.run import BenchConfig, resolve_model, run_bench
@@ -78,11 +79,18 @@ def _common(f: Any) -> Any:
 
 
 def _target(ctx: Ctx, endpoint: str | None, stack: str | None, note: str | None,
-            model: str | None) -> tuple[Endpoint, dict[str, Any]]:
+            model: str | None, concurrency: int = 1) -> tuple[Endpoint, dict[str, Any]]:
     known = None
     if endpoint is None:
         known = current_deployment_info(ctx.node)
         endpoint = str(known["endpoint"])
+        # The node's GPU devices are Intel's (/dev/dri): an XPU node unless its config says none.
+        why = suffix_deadlock({"name": known["stack"], "speculative": known.get("speculative")}, concurrency,
+                              xpu=ctx.node.config.device_dir is not None)
+        if why:
+            raise UserError(why, where="--concurrency",
+                            fix=f"measure at C <= {SUFFIX_DEADLOCK_C - 1}, or switch to a stack without suffix "
+                            "decoding first")
     ep = Endpoint.parse(endpoint)
     env = environment(ep, known, model=model, note=note, date=now_iso())
     if stack:
@@ -152,7 +160,7 @@ def bench(click_ctx: click.Context, ctx: Ctx, metric: str | None, concurrency: i
 
     if metric is None:
         raise UserError("which metric?", where="--metric", fix="give --metric prefill, decode or aggregate")
-    ep, env = _target(ctx, endpoint, stack, note, model)
+    ep, env = _target(ctx, endpoint, stack, note, model, concurrency)
     cfg = BenchConfig(metric=metric, ctx=ctx_tokens, n_prompts=n_prompts, concurrency=concurrency,
                       max_tokens=max_tokens, api=api, ignore_eos=not no_ignore_eos, timeout=timeout,
                       warmup=not no_warmup)
@@ -193,7 +201,7 @@ def sweep(ctx: Ctx, levels: str, waves: int, endpoint: str | None, model: str | 
     lv = sweep_mod.parse_levels(levels)
     if waves < 1:
         raise UserError("waves must be at least 1", where="--waves", fix="e.g. --waves 2")
-    ep, env = _target(ctx, endpoint, stack, note, model)
+    ep, env = _target(ctx, endpoint, stack, note, model, max(lv))
     cfg = BenchConfig(metric="aggregate", ctx=ctx_tokens, n_prompts=n_prompts, concurrency=max(lv),
                       max_tokens=max_tokens, api=api, ignore_eos=not no_ignore_eos, timeout=timeout,
                       warmup=not no_warmup)

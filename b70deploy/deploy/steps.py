@@ -418,7 +418,8 @@ def _check(r: Run) -> None:
     # A resumed run: the boot it waited for happened in the killed process; read it back.
     lines = r.got.wait.log_lines if r.got.wait is not None else r.io.container_log()
     facts = parse_boot_facts(lines)
-    recorded = {k: v for k, v in facts.to_dict().items() if v not in (None, [], False)}
+    # What the log stated, False included (0.21's "Asynchronous scheduling is enabled."); None is unstated.
+    recorded = {k: v for k, v in facts.to_dict().items() if v is not None and v != []}
     for key in ("attention_backend", "kv_cache_dtype", "moe_method", "kv_cache_tokens"):
         if recorded.get(key) is not None:
             r.info(f"boot: {key} = {recorded[key]}")

@@ -50,6 +50,7 @@ class LintContext:
     compose_error: str | None = None
     patch_errors: dict[str, tuple[str, str]] = field(default_factory=dict)  # patch -> (rule id, message)
     patched: list[PatchedFile] = field(default_factory=list)
+    patches_upstream: list[str] = field(default_factory=list)  # a note per patch this vLLM fixed itself
     port_owner: str | None = None                   # who holds the prod port, when not our project
     measured_kv: MeasuredKV | None = None           # a previous boot's KV memory, from the state dir
     skipped: list[str] = field(default_factory=list)

@@ -8,6 +8,7 @@ and port checks are listed in `ctx.skipped`; the Docker SDK is then not even imp
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import errno
 import socket
 from collections.abc import Iterator
@@ -22,7 +23,7 @@ from ..errors import B70Error, UserError
 from ..render import devices as devices_mod
 from ..render.draft import served_draft_path
 from ..render.files import render
-from ..render.patches import PatchSpec, deploy_files, find_patch, materialize, mounts_for
+from ..render.patches import PatchSpec, deploy_files, find_patch, materialize, mounts_for, upstream_split
 from ..state.revisions import Revision, RevisionStore
 from ..vllmlog.bootlog import parse_boot_facts
 from . import Finding, LintContext, lint_stack
@@ -169,6 +170,7 @@ def build_context(node: Node, stack: Stack, *, docker: bool = True, inspector: I
     ctx_image = None
     image_error = None
     patched = []
+    upstream: list[str] = []
     if docker:
         assert inspector is not None
         try:
@@ -176,6 +178,7 @@ def build_context(node: Node, stack: Stack, *, docker: bool = True, inspector: I
         except UserError as e:
             image_error = e.what
         if ctx_image is not None:
+            specs, upstream = upstream_split(specs, ctx_image.vllm_version)
             for spec in specs:
                 try:
                     patched.extend(materialize([spec], stack.image, inspector))
@@ -188,10 +191,13 @@ def build_context(node: Node, stack: Stack, *, docker: bool = True, inspector: I
     rendered = render(stack, node, access, secrets=secrets, mounts=mounts_for(patched),
                       patch_files=deploy_files(patched), draft_path=served_draft_path(stack, node.config.models_target),
                       image=pin_image, port=port, project=project)
+    if upstream:
+        rendered = dataclasses.replace(rendered, notes=(*rendered.notes, *upstream))
     ctx = LintContext(node=node, stack=stack, rendered=rendered, models_dir=models_dir, models_dir_missing=missing,
                       image=ctx_image,
                       image_error=image_error, patch_errors=patch_errors, patched=patched, skipped=skipped,
-                      measured_kv=measured_kv(node, stack, ctx_image.id if ctx_image else None, memory))
+                      measured_kv=measured_kv(node, stack, ctx_image.id if ctx_image else None, memory),
+                      patches_upstream=upstream)
     if docker:
         # `docker compose config` (a subprocess, ~0.1 s) runs while the port is checked here
         with ThreadPoolExecutor(max_workers=1, thread_name_prefix="compose-config") as pool:

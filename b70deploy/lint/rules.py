@@ -3,6 +3,7 @@ the facts that need Docker (image, compose config, port owner) are gathered befo
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import re
@@ -12,8 +13,10 @@ from typing import Any
 
 import yaml
 
+from ..errors import UserError
 from ..render import draft as draft_mod
 from ..render.files import COMPOSE_FILE, DOTENV_FILE
+from ..render.patches import find_patch, release
 from ..render.vllm_args import FLAG_BY_NAME, Flag, flag_name, split_prelude
 from ..state import caches
 from . import kv
@@ -278,12 +281,18 @@ def marlin(ctx: LintContext) -> Iterator[Finding]:
     # (`patch from-file`, any name) or the file mounted as a hand-made compose file had it.
     targets = [*(p.target for p in ctx.patched), *(h.target for h in ctx.stack.mounts)]
     own = any(t.endswith(MARLIN_FILE) for t in targets)
-    if m.quantization == "compressed-tensors" and m.architecture in ("moe", "hybrid-moe") \
-            and MARLIN_PATCH not in ctx.stack.patches and not own:
-        yield _f(ctx, "marlin-carveout-missing", "error",
-                 "compressed-tensors (W4A16) MoE on XPU is routed to the CUDA-only Marlin kernel: EngineCore "
-                 "crashes with `no attribute 'gptq_marlin_repack'` after loading weights",
-                 f"add patches: [{MARLIN_PATCH}] to the stack")
+    if m.quantization != "compressed-tensors" or m.architecture not in ("moe", "hybrid-moe") \
+            or MARLIN_PATCH in ctx.stack.patches or own:
+        return
+    version = ctx.image.vllm_version if ctx.image else None
+    with contextlib.suppress(UserError):  # no shipped patch file: the rule still names the fix
+        if find_patch(ctx.node.patches_dir, MARLIN_PATCH).upstream_note(version) is not None:
+            return  # this vLLM routes W4A16 MoE on XPU off Marlin itself (see the patch file)
+    which = f"vLLM {version}" if version else "vLLM before the upstream fix (the image's version is not known here)"
+    yield _f(ctx, "marlin-carveout-missing", "error",
+             f"compressed-tensors (W4A16) MoE on XPU is routed to the CUDA-only Marlin kernel by {which}: "
+             "EngineCore crashes with `no attribute 'gptq_marlin_repack'` after loading weights",
+             f"add patches: [{MARLIN_PATCH}] to the stack")
 
 
 @rule("hybrid-prefix-caching", "hybrid-not-eager")
@@ -422,6 +431,55 @@ def kv_budget(ctx: LintContext) -> Iterator[Finding]:
              f"more than {source}: about {fit:,} tokens fit; {verdict}",
              fix_len.format(fit=f"about {fit // 1024 * 1024}") + ", use kv_cache_dtype: fp8, set enforce_eager: true, "
              "or free memory (gpu_memory_utilization, no draft)")
+
+
+# Flags `vllm serve` took in 0.21.0 and no longer takes in 0.32.0: the two parsers the real lane
+# builds (make_arg_parser of vllm.entrypoints.openai.cli_args in 0.21.0, of
+# vllm.entrypoints.launchers.cli_args in 0.32.0), compared flag by flag. Which release between
+# them dropped each is not known here, so only an image of 0.32.0 or later is told.
+REMOVED_FLAGS = {"--calculate-kv-scales": "0.32.0", "--no-calculate-kv-scales": "0.32.0",
+                 "--max-long-partial-prefills": "0.32.0", "--max-num-partial-prefills": "0.32.0",
+                 "--override-attention-dtype": "0.32.0"}
+
+
+@rule("flag-removed")
+def removed_flag(ctx: LintContext) -> Iterator[Finding]:
+    version = ctx.image.vllm_version if ctx.image else None
+    have = release(version) if version else None
+    if have is None:
+        return
+    for token in _command(ctx):
+        name, _ = flag_name(token)
+        gone = REMOVED_FLAGS.get(name) if token.startswith("--") else None
+        if gone is not None and have >= (release(gone) or have):
+            yield _f(ctx, "flag-removed", "error",
+                     f"{name} is not a flag of vLLM {version} (0.21.0 took it, {gone} does not): "
+                     "vllm serve exits 2 with `unrecognized arguments`",
+                     f"drop {name} from extra_args, or pin an image of the vLLM the stack was written for")
+
+
+# The TurboQuant fork's --max-num-seqs footgun (the report's "six integration fixes" post, fix 6):
+# the fork reserves max_num_seqs x max_model_len of its KV up front; 4 x 262,144 left the first 8K
+# prefill out of memory. Only the fork's presets size it that way: its CacheDType value is
+# turboquant_k3v4_nc (stacks/tq-256k.yaml); the report writes it k3v4_nc.
+TURBOQUANT_KV = ("turboquant_k3v4_nc", "k3v4_nc")
+
+
+@rule("turboquant-max-num-seqs")
+def turboquant_sizing(ctx: LintContext) -> Iterator[Finding]:
+    s = ctx.stack
+    if s.kv_cache_dtype not in TURBOQUANT_KV:
+        return
+    seqs = s.max_num_seqs
+    pool = s.expect.min_kv_tokens
+    if seqs is None or pool is None or seqs * s.max_model_len <= pool:
+        return
+    fit = max(pool // s.max_model_len, 1)
+    yield _f(ctx, "turboquant-max-num-seqs", "error",
+             f"the TurboQuant fork ({s.kv_cache_dtype}) reserves max_num_seqs x max_model_len = {seqs} x "
+             f"{s.max_model_len:,} = {seqs * s.max_model_len:,} tokens, more than its {pool:,}-token pool: the "
+             "first prefill runs out of memory (the report's fix 6: 4 x 262,144, the first 8K prefill OOM)",
+             f"set max_num_seqs: {fit} (or lower max_model_len so max_num_seqs x max_model_len <= {pool:,})")
 
 
 # ---------------------------------------------------------------- gathered facts

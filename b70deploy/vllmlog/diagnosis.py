@@ -12,7 +12,11 @@ exception, another exception occurred:") is followed to its last exception (vLLM
 missing model: `OSError: Can't load the configuration of ...`). Process prefixes
 (`(APIServer pid=1) `) and vLLM's `ERROR 11-30 05:19:16 [file.py:N] ` are looked through.
 A worker's death reaches the engine as `Worker failed with error '<cause>'`; the cause is the
-diagnosis's `root_cause`.
+diagnosis's `root_cause`, whole even when it runs over several lines (0.32's CppCompileError
+carries the compiler's command and output up to `', please check the stack trace above ...`).
+The diagnosis's `quote` is the exception whole: those continuation lines, or pydantic's indented
+lines under a `ValidationError: N validation error(s) for XConfig` (the `Value error, ...` that
+names the cause).
 
 A catalogue fix reads without the stack; when the stack the log came from is known (the
 switch, `diagnose REV`, `diagnose --stack`), `for_stack` checks the fix against it: the
@@ -47,6 +51,7 @@ class Diagnosis:
     fix: str
     line_number: int | None = None  # 1-based, None for a stall
     data: dict[str, Any] = field(default_factory=dict)  # machine-readable parts of the fix
+    quote: str = ""          # the exception whole, prefixes off, one line per line it spans
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -66,12 +71,13 @@ class Signature:
     fix: str | FixFn
     rank: int = SPECIFIC
 
-    def make(self, m: re.Match[str], line: str, number: int, lines: Sequence[str]) -> Diagnosis:
+    def make(self, m: re.Match[str], line: str, number: int, lines: Sequence[str], quote: str = "") -> Diagnosis:
         if callable(self.fix):
             text, data = self.fix(m, lines)
         else:
             text, data = self.fix, {}
-        return Diagnosis(id=self.id, title=self.title, line=line.strip(), fix=text, line_number=number, data=data)
+        return Diagnosis(id=self.id, title=self.title, line=line.strip(), fix=text, line_number=number, data=data,
+                         quote=quote or log_body(line).strip())
 
 
 def suggest_max_model_len(estimate: int) -> tuple[int, str]:
@@ -132,13 +138,55 @@ def _cpu_attention_fix(m: re.Match[str], lines: Sequence[str]) -> tuple[str, dic
             "whose head_dim the CPU backend supports", data)
 
 
-_WORKER_FAILED = re.compile(r"Worker failed with error '(.*)'(?:, please check the stack trace above)?")
+# vllm/v1/executor/multiproc_executor.py (get_response): f"Worker failed with error '{e}', please check
+# the stack trace above for the root cause"; matched on the exception's whole text, so a cause that
+# spans lines is kept whole.
+_WORKER_FAILED = re.compile(r"Worker failed with error '(.*?)\n?'?(?:, please check the stack trace above for the "
+                            r"root cause)?\Z", re.DOTALL)
+_WORKER_OPEN = re.compile(r"Worker failed with error '")
+_WORKER_CLOSE = re.compile(r"'(?:, please check the stack trace above for the root cause)?$")
+
+
+def one_line(text: str) -> str:
+    """A multi-line quote on one line: its non-empty lines joined by ' / '."""
+    return " / ".join(ln.strip() for ln in text.splitlines() if ln.strip())
 
 
 def _worker_fix(m: re.Match[str], lines: Sequence[str]) -> tuple[str, dict[str, Any]]:
     cause = m.group(1)
-    return (f"a worker died with: {cause}; the worker's traceback above says where. Fix that cause, or roll "
-            "back if it repeats", {"root_cause": cause})
+    return (f"a worker died with: {one_line(cause)}; the worker's traceback above says where. Fix that cause, or "
+            "roll back if it repeats", {"root_cause": cause})
+
+
+# pydantic's report under `ValidationError: 1 validation error for ModelConfig`: a `Value error, <the
+# ValueError vLLM raised> [type=value_error, input_value=..., input_type=...]` line per error.
+_VALUE_ERROR = re.compile(r"^\s*(?:Value error|Assertion failed), (.*?)(?: \[type=[\w.]+.*)?$", re.MULTILINE)
+_CONFIG_INVALID = re.compile(r"ValidationError: (\d+) validation errors? for (\w+)")
+# vllm/config/model.py (0.21 :508, 0.32 :657): raise ValueError("Sleep mode is not supported on current
+# platform.") when current_platform.is_sleep_mode_available() is False.
+_SLEEP_MODE = "Sleep mode is not supported on current platform."
+# vllm/config/model.py (_get_and_verify_max_len): f"User-specified max_model_len ({max_model_len}) is greater
+# than the derived max_model_len ({max_len_key}={derived_max_model_len} or model_max_length=...".
+_LONG_LEN = re.compile(r"User-specified max_model_len \((\d+)\) is greater than the derived max_model_len "
+                       r"\((\w+)=([\d.]+)")
+
+
+def _config_fix(m: re.Match[str], lines: Sequence[str]) -> tuple[str, dict[str, Any]]:
+    errors = [e.strip() for e in _VALUE_ERROR.findall(m.string)]
+    config = m.group(2)
+    data: dict[str, Any] = {"config": config, "value_errors": errors}
+    said = "; ".join(f"Value error, {e}" for e in errors) or "(no value error quoted)"
+    if _SLEEP_MODE in errors:
+        return (f"vLLM's {config} refused the configuration: {said}: remove --enable-sleep-mode (extra_args): this "
+                "platform has no sleep mode", {**data, "flag": "--enable-sleep-mode"})
+    long = next((x for x in map(_LONG_LEN.search, errors) if x is not None), None)
+    if long is not None:
+        derived = int(float(long.group(3)))
+        return (f"vLLM's {config} refused the configuration: {said}: set max_model_len: {derived} or less "
+                f"(the model's {long.group(2)})", {**data, "max_model_len": int(long.group(1)),
+                                                   "derived_max_model_len": derived})
+    return (f"vLLM's {config} refused the configuration: {said}: correct the setting it names (the stack key or "
+            "extra_args flag that renders it)", data)
 
 
 def _group_fix(m: re.Match[str], lines: Sequence[str]) -> tuple[str, dict[str, Any]]:
@@ -225,6 +273,8 @@ CATALOGUE: tuple[Signature, ...] = (
                          r"Invalid repository ID or local directory|HFValidationError|"
                          r"No such file or directory: '/models/"),
               "check model.path (and speculative.model) below the node's models_dir; `b70deploy lint` checks it"),
+    Signature("config-invalid", "vLLM's config validation refused a setting (the value error is quoted)",
+              _CONFIG_INVALID, _config_fix),
     Signature("bad-cli-argument", "vllm serve rejected an argument",
               re.compile(r"error: (?:unrecognized arguments|argument --[\w-]+)"),
               "remove or correct the flag (extra_args in the stack); `vllm serve --help` in the image lists them"),
@@ -278,9 +328,11 @@ def diagnose(lines: Sequence[str], stack: Stack | None = None) -> Diagnosis | No
         return None
     sig, m, i = found
     q = exception_line_index(lines, i)
-    d = sig.make(m, lines[q], q + 1, lines)
+    quote = exception_text(lines, q)
+    d = sig.make(sig.pattern.search(quote) or m, lines[q], q + 1, lines, quote)
     if "root_cause" not in d.data:
-        cause = next((w.group(1) for w in map(_WORKER_FAILED.search, lines) if w is not None), None)
+        cause = next((w.group(1) for k, ln in enumerate(lines) if _WORKER_OPEN.search(ln)
+                      if (w := _WORKER_FAILED.search(exception_text(lines, k))) is not None), None)
         if cause is not None:
             d = dataclasses.replace(d, data={**d.data, "root_cause": cause})
     return for_stack(d, stack)
@@ -331,6 +383,31 @@ def exception_line_index(lines: Sequence[str], i: int) -> int:
         if nxt is None:
             return j
         j = nxt
+
+
+def exception_text(lines: Sequence[str], j: int) -> str:
+    """The exception at `j` whole, prefixes off: the lines after it with the same prefix that
+    continue it (inside a `Worker failed with error '...'` quote that is still open, or
+    pydantic's indented lines), joined by newlines."""
+    first = lines[j].rstrip("\n")
+    body = log_body(first)
+    prefix = first[:len(first) - len(body)]
+    parts = [body.strip()]
+    open_quote = _WORKER_OPEN.search(body) is not None and not _WORKER_CLOSE.search(body)
+    for k in range(j + 1, min(len(lines), j + _SCAN)):
+        line = lines[k].rstrip("\n")
+        b = log_body(line)
+        if line[:len(line) - len(b)] != prefix:
+            break
+        if open_quote:
+            parts.append(b)
+            if _WORKER_CLOSE.search(b):
+                break
+        elif b[:1].isspace() and b.strip():
+            parts.append(b)
+        else:
+            break
+    return "\n".join(parts)
 
 
 # ---------------------------------------------------------------- the stack it explains
@@ -492,7 +569,7 @@ COMPILE_STALL = "compile-stall"
 LOG_STALL = "log-stall"
 _COMPILE_START = re.compile(r"torch\.compile|Dynamo bytecode transform|Compiling a graph|compile range|"
                             r"Capturing (?:CUDA |XPU )?graphs?|graph capturing", re.IGNORECASE)
-_COMPILE_END = re.compile(r"torch\.compile takes|Compilation finished|Graph capturing finished|"
+_COMPILE_END = re.compile(r"torch\.compile (?:took|takes)|Compilation finished|Graph capturing finished|"
                           r"init engine .* took|KV cache size:", re.IGNORECASE)
 
 

@@ -24,7 +24,7 @@ from b70deploy.vllmlog.diagnosis import COMPILE_STALL, LOG_STALL, diagnose
 
 LOAD = "INFO [gpu_model_runner.py:2602] Starting to load model /models/x..."
 COMPILE = "INFO [backends.py:548] Dynamo bytecode transform time: 8.21 s"
-COMPILED = "INFO [monitor.py:34] torch.compile takes 82.14 s in total"
+COMPILED = "INFO [monitor.py:53] torch.compile took 82.14 s in total"
 
 
 class FakeClock:

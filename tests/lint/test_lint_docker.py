@@ -231,3 +231,46 @@ def test_diagnose_container_cli(docker_client: Any) -> None:
     finally:
         c.remove(force=True)
     assert res.returncode == 1 and "[marlin-on-xpu]" in res.stdout and "marlin-xpu-carveout" in res.stdout
+
+
+@pytest.fixture
+def vllm_032_image() -> Iterator[str]:
+    """The bash-c sim image with its stand-in vLLM saying 0.32.0: an image past the carve-out's range."""
+    tag = f"{unique('v032')}/vllm:0.32.0"
+    init = "/opt/venv/lib/python3.12/site-packages/vllm/__init__.py"
+    dockerfile = (f"FROM {SIM_BASH_C}\nLABEL {LABEL}={SESSION}\n"
+                  f"RUN sed -i 's/^__version__ = .*/__version__ = \"0.32.0\"/' {init}\n")
+    built = run(["docker", "build", "-q", "-t", tag, "-"], input_bytes=dockerfile.encode(), timeout=300, check=False)
+    assert built.returncode == 0, built.stderr
+    try:
+        yield tag
+    finally:
+        run(["docker", "rmi", "-f", tag], timeout=120, check=False)
+
+
+def test_a_catalogue_stack_on_vllm_032_renders_without_the_carveout_and_cites_upstream(
+        tmp_path: Path, models_dir: Path, vllm_032_image: str) -> None:
+    """patches/marlin-xpu-carveout.yaml: needed on 0.20-0.22, upstream from 0.23 (XPU takes the
+    WNA16 MoE oracle's XPU backend, fused_moe/oracle/int_wna16.py:130-131 at 0.32.0)."""
+    path = write_node(tmp_path, models_dir, image_map={"intel/vllm:latest": vllm_032_image})
+    r = run_cli(None, "--config", str(path), "render", "w4a16", timeout=240)
+    assert r.returncode == 0, r.stdout + r.stderr
+    said = r.stderr  # the render's notes; the files go to stdout
+    assert "patch marlin-xpu-carveout not applied: vLLM 0.32.0 carries the fix upstream (since 0.23.0" in said, said
+    assert "int_wna16.py:76-77" in said and ":130-131 at 0.32.0" in said
+    assert "marlin_utils.py" not in r.stdout  # no patched file, no mount over the image's
+    lint = run_cli(None, "--config", str(path), "lint", "w4a16", "--json", timeout=240)
+    assert lint.returncode == 0, lint.stdout + lint.stderr
+    ids = [f["id"] for s in json.loads(lint.stdout)["stacks"].values() for f in s["findings"]]
+    assert "marlin-carveout-missing" not in ids and "patch-does-not-apply" not in ids, ids
+
+
+def test_a_patch_past_its_versions_without_upstream_is_stale_naming_the_version(
+        tmp_path: Path, models_dir: Path, vllm_032_image: str) -> None:
+    """gptq-xpu is for 0.19 and names no upstream fix: on 0.32 it is stale, an error naming 0.32.0."""
+    path = write_node(tmp_path, models_dir, image_map={"vllm-xpu:0.19.0-tr5": vllm_032_image})
+    lint = run_cli(None, "--config", str(path), "lint", "tq-256k", "--json", timeout=240)
+    found = [f for s in json.loads(lint.stdout)["stacks"].values() for f in s["findings"]
+             if f["id"] == "patch-does-not-apply"]
+    assert lint.returncode != 0 and len(found) == 1, lint.stdout
+    assert "patch gptq-xpu: stale for vLLM 0.32.0" in found[0]["message"], found

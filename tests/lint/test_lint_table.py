@@ -173,7 +173,18 @@ def case_cache_env(node: Node) -> LintContext:
     return build_context(node, stack, docker=False, pin_image=BASH_C.id)  # a pinned id: caches are mounted
 
 
+def case_flag_removed(node: Node) -> LintContext:
+    return _ctx(node, "w4a16", dataclasses.replace(BASH_C, vllm_version="0.32.0"),
+                extra_args=["--calculate-kv-scales"])
+
+
+def case_turboquant(node: Node) -> LintContext:
+    return _ctx(node, "tq-256k", max_num_seqs=4)
+
+
 CASES: list[tuple[str, str, Callable[[Node], LintContext], str]] = [
+    ("flag-removed", "error", case_flag_removed, "drop --calculate-kv-scales"),
+    ("turboquant-max-num-seqs", "error", case_turboquant, "set max_num_seqs: 1"),
     ("cache-env-overridden", "warning", case_cache_env, "remove VLLM_CACHE_ROOT"),
     ("command-bare-flags", "error", case_bare_flags, "entrypoint_style: bash-c"),
     ("model-arg-unresolved", "error", case_model_arg, ".env"),

@@ -155,7 +155,7 @@ def test_materialize_drift_names_patch_image_and_line() -> None:
 
 def test_materialize_version_gate() -> None:
     spec = SPEC.model_copy(update={"applies_to": SPEC.applies_to.model_copy(update={"vllm_versions": ["0.19.*"]})})
-    with pytest.raises(UserError, match="does not apply"):
+    with pytest.raises(UserError, match=r"stale for vLLM 0\.21\.1\.dev17"):
         materialize([spec], "x:y", FakeImage(STANDIN))
 
 

@@ -200,3 +200,20 @@ def test_diagnose_cli_checks_the_fix_against_the_named_stack(scratch: Scratch) -
         assert out[name].count("fix:") == 1
     assert "marlin-xpu-carveout" not in out["dense"] and "model.quantization: none" in out["dense"]
     assert "add patches: [marlin-xpu-carveout]" in out["w4a16"]
+
+
+def test_max_model_len_above_the_models_is_a_config_error_with_the_derived_length() -> None:
+    """vllm/config/model.py (0.32.0 :2646, _get_and_verify_max_len) raises it inside ModelConfig;
+    the lines as pydantic prints them under the ValidationError (the real sleep-mode logs' shape)."""
+    lines = ["pydantic_core._pydantic_core.ValidationError: 1 validation error for ModelConfig",
+             "  Value error, User-specified max_model_len (4096) is greater than the derived max_model_len "
+             "(max_position_embeddings=2048.0 or model_max_length=None in model's config.json). To allow overriding "
+             "this maximum, set the env var VLLM_ALLOW_LONG_MAX_MODEL_LEN=1. [type=value_error, "
+             "input_value=ArgsKwargs((), {'model': '/models/tiny'}), input_type=ArgsKwargs]",
+             "    For further information visit https://errors.pydantic.dev/2.14/v/value_error"]
+    d = diagnose(lines)
+    assert d is not None and d.id == "config-invalid" and d.line_number == 1
+    assert (d.data["max_model_len"], d.data["derived_max_model_len"]) == (4096, 2048)
+    assert "set max_model_len: 2048 or less (the model's max_position_embeddings)" in d.fix
+    assert "Value error, User-specified max_model_len (4096) is greater than" in d.fix
+    assert d.quote == "\n".join(lines)

@@ -29,11 +29,13 @@ def test_good_boot_facts_are_what_vllm_printed() -> None:
     assert (f.max_concurrency, f.max_concurrency_len) == (2048.0, 512)
     assert f.init_engine_seconds == 1.0                   # `... warmup model) took 1.00 s`
     assert f.available_kv_gib == 1.0                      # `Explicitly set (1.0/15.59) GiB for KV cache`
-    assert f.async_scheduling_disabled                    # the engine core's `... is disabled.` is the last word
+    assert f.async_scheduling_disabled is True            # the engine core's `... is disabled.` is the last word
     assert f.api_server_started                           # `(APIServer pid=1) INFO:     Application startup complete.`
-    # What a CPU boot does not print stays unknown, never guessed.
+    # What a CPU boot does not print stays unknown, never guessed: --enforce-eager compiles nothing,
+    # so neither `torch.compile took` nor `Initial profiling/warmup run took` is there.
     assert f.attention_backend is None and f.kv_cache_dtype is None and f.moe_method is None
     assert f.model_weights_gib is None and f.compile_seconds is None and f.flash_attn_version is None
+    assert f.warmup_seconds is None and f.moe_backend is None
     assert f.warnings == []
 
 
@@ -43,13 +45,13 @@ def test_die_after_ready_boot_facts() -> None:
     assert f.kv_cache_tokens == 4_194_304
     assert (f.max_concurrency, f.max_concurrency_len) == (8192.0, 512)
     assert f.init_engine_seconds == 0.93
-    assert f.async_scheduling_disabled and f.api_server_started
+    assert f.async_scheduling_disabled is True and f.api_server_started
 
 
 def test_crash_before_the_engine_still_has_the_banner_version() -> None:
     f = _facts("crash-missing-model.log")
     assert f.vllm_version == "0.21.0"  # only the banner: the engine never started
-    assert f.kv_cache_tokens is None and f.init_engine_seconds is None and not f.api_server_started
+    assert f.kv_cache_tokens is None and f.init_engine_seconds is None and f.api_server_started is None
 
 
 def test_argparse_crash_states_nothing() -> None:
@@ -142,3 +144,18 @@ def test_exception_line_index_rules() -> None:
     assert exception_line_index(lines, 2) == 8 and exception_line_index(lines, 0) == 8
     assert exception_line_index(lines, 3) == 8
     assert exception_line_index(lines, 9) == 9  # a plain log line quotes itself
+
+
+def test_sleep_mode_validation_error_quotes_the_value_error_whole() -> None:
+    """`--enable-sleep-mode` on the CPU build: pydantic's ValidationError for ModelConfig, the cause on
+    the indented line under it (vllm/config/model.py:508 raises it)."""
+    lines = real_lines("crash-sleep-mode.log")
+    d = diagnose(lines)
+    assert d is not None and d.id == "config-invalid"
+    assert d.line.endswith("pydantic_core._pydantic_core.ValidationError: 1 validation error for ModelConfig")
+    assert d.data["value_errors"] == ["Sleep mode is not supported on current platform."]
+    assert "Value error, Sleep mode is not supported on current platform." in d.fix
+    assert "remove --enable-sleep-mode" in d.fix and d.data["flag"] == "--enable-sleep-mode"
+    assert d.quote.splitlines()[1].startswith("  Value error, Sleep mode is not supported on current platform. [type=")
+    f = parse_boot_facts(lines)
+    assert f.vllm_version == "0.21.0" and f.kv_cache_tokens is None and f.api_server_started is None

