@@ -63,10 +63,11 @@ def deploy_dir_matches_current(node: SimNode) -> int:
     return int(current)
 
 
-def died(node: SimNode, since: float) -> list[tuple[float, str]]:
-    """(when, exit code) of the project's containers that died by themselves since `since`."""
+def died(node: SimNode, since: float, stack: str | None = None) -> list[tuple[float, str]]:
+    """(when, exit code) of the project's containers (of `stack` only, if given) that died since `since`."""
+    only = ["--filter", f"label=b70deploy.stack={stack}"] if stack else []
     out = docker("events", "--since", f"{since:.3f}", "--until", f"{time.time():.3f}", "--filter",
-                 f"label=com.docker.compose.project={node.project}", "--filter", "event=die",
+                 f"label=com.docker.compose.project={node.project}", "--filter", "event=die", *only,
                  "--format", "{{.TimeNano}} {{.Actor.Attributes.exitCode}}").stdout.splitlines()
     return [(int(t) / 1e9, code) for t, code in (line.split() for line in out)]
 
@@ -163,8 +164,11 @@ def test_the_engine_dying_after_ready_is_caught_and_rolled_back(real_node: SimNo
     log = real_node.cli("logs", str(rev["number"]), check=True).stdout
     assert "Unsupported CPU attention configuration: head_dim=16" in log
     assert "EngineCore encountered a fatal error" in log
-    # The real server shuts itself down after the engine died, and exits 0: not a clean stop.
-    assert any(code == "0" for _, code in died(real_node, t0))
+    # The real server shuts itself down after the engine died and exits 0 (not a clean stop), or
+    # the undo removes it first (137): which comes first is a race the tool does not depend on
+    # (it judged the stack by the 500 and the log line above), seen both ways on this lane.
+    deaths = [code for _, code in died(real_node, t0, stack="real-die")]
+    assert deaths and set(deaths) <= {"0", "137"}, deaths
 
 
 def test_switch_to_real_vllm_records_the_facts_its_log_printed(real_node: SimNode, lane: Any) -> None:
