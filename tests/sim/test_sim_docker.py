@@ -60,7 +60,7 @@ def boot_facts(log: str) -> dict[str, str]:
         "fa_version": r"Using FlashAttention version (\d+)",
         "moe": r"Using (CompressedTensorsWNA16\w*MoEMethod)",
         "fp8": r"Using (fp8) data type to store kv cache",
-        "compile": r"torch\.compile takes ([\d.]+) s in total",
+        "compile": r"torch\.compile (?:took|takes) ([\d.]+) s in total",  # 0.21 writes took (monitor.py)
         "start": r"Starting vLLM (?:API )?server(?: \d+)? on (http://\S+)",
     }
     out = {}
