@@ -110,3 +110,17 @@ def test_a_dead_docker_host_is_named_and_status_does_not_advise_a_restore(scratc
     assert "restore" not in r.stdout and "rollback" not in r.stdout, r.stdout
     r = run_cli(scratch.config, "status", "--json", env={"DOCKER_HOST": dead})
     assert r.returncode == 1 and dead in json.loads(r.stdout)["container"]["engine_error"]
+
+
+def test_the_docker_clis_words_for_no_compose_plugin_are_named_everywhere() -> None:
+    """Runs on every machine (the engine test above cannot take away a system-wide plugin): the
+    docker CLI's own output without the plugin, as docker 28.2 prints it here, both shapes."""
+    from b70deploy.docker.proc import explain
+
+    as_command = "docker: unknown command: docker compose\n\nRun 'docker --help' for more information\n"
+    flag_first = ("unknown flag: --project-directory\n\nUsage:  docker [OPTIONS] COMMAND\n\n"
+                  "A self-sufficient runtime for containers\n")
+    for stderr in (as_command, flag_first):
+        found = explain(["docker", "compose", "--project-directory", "/x", "config"], stderr)
+        assert found is not None and "Compose v2 plugin is missing" in str(found), stderr
+    assert explain(["docker", "ps"], flag_first) is None  # only a compose call is about the plugin
