@@ -63,8 +63,9 @@ class WatchNode:
         mem = Memory(rolled_back=saved.rolled_back(state.path))
         watching: int | None = None
         baking = False
-        emit(_line("watch.start", None, f"watching {self.node.label} every {self.every:g} s"))
         try:
+            # inside the try: a SIGTERM sent the moment this line is read is a clean stop too
+            emit(_line("watch.start", None, f"watching {self.node.label} every {self.every:g} s"))
             while True:
                 interrupts.check()  # a SIGTERM swallowed by a finalizer still stops watch
                 try:
