@@ -57,12 +57,23 @@ class Mutation:
         return outcome
 
 
+def refuse_defaults(node: Node) -> None:
+    """The built-in defaults (project b70, 0.0.0.0:8000, /models) are a guess about this node:
+    reading with them is harmless, changing the node with them is not."""
+    if node.source is None:
+        raise UserError("no node config found (--config, $B70DEPLOY_CONFIG, ./b70deploy.yaml, "
+                        "/etc/b70deploy/node.yaml), so this command would change the node on built-in defaults",
+                        where="built-in node defaults",
+                        fix="run `b70deploy init` to write one for this node, or point --config at yours")
+
+
 @contextlib.contextmanager
 def mutating(node: Node, command: str, *, wait: float = 0.0, take_stale: bool = False, step: str = "",
              announce: tuple[str, str] | None = None) -> Iterator[Mutation]:
     """Hold `node`'s lock for `command` while the block runs, and audit how it ended.
     `announce` (switch, rollback: the verb and the stack) makes the started and ended events
     the node's receivers get; `step` is the lock's first step."""
+    refuse_defaults(node)
     held = _held.get()
     if held is not None and held.state.path == node.state_dir:
         yield Mutation(held.state, held.lock, command)  # the outer block's lock; its audit line stands

@@ -49,6 +49,15 @@ class Ctx:
             command = click.get_current_context(silent=True)
             if command is not None:  # the first command on a node makes its state dir: cache its settings then
                 command.call_on_close(self._node.remember)
+            if self._node.source is None and command is not None and _full_name(command) in MUTATING:
+                from ..actions.mutating import refuse_defaults
+
+                refuse_defaults(self._node)  # before its own checks: the first thing to fix is this
+            elif self._node.source is None:
+                from ..ui.output import warn
+
+                warn("no node config found: using the built-in defaults (project b70, 0.0.0.0:8000, /models); "
+                     "`b70deploy init` writes one for this node")
         return self._node
 
     def nodes(self, select: str) -> list[Node]:
@@ -58,6 +67,20 @@ class Ctx:
 
 
 pass_ctx = click.make_pass_decorator(Ctx)
+
+# The commands that change the node or the state dir (tests/cli/test_mutating.py checks each runs
+# through `mutate`, and that every other command is listed there with why it is not one).
+MUTATING = frozenset({"switch", "rollback", "resume", "drain", "restore", "gc", "up", "down", "pin", "unpin",
+                      "prune", "unlock", "adopt", "import", "bench cycle", "fsck"})
+
+
+def _full_name(ctx: click.Context) -> str:
+    """A command's name below the root group: "bench cycle"."""
+    names = []
+    while ctx.parent is not None:
+        names.append(ctx.info_name or "")
+        ctx = ctx.parent
+    return " ".join(reversed(names))
 
 
 

@@ -146,6 +146,58 @@ def test_defaults_need_no_root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) 
     assert node.device_dir is None or str(node.device_dir) == "/dev/dri"
 
 
+@pytest.mark.parametrize("args", [("switch", "alpha", "--yes"), ("rollback", "--yes"), ("gc",), ("pin", "1"),
+                                  ("adopt",), ("bench", "cycle", "w4a16", "--", "--metric", "decode"),
+                                  ("fsck", "--repair"), ("unlock",)], ids=lambda a: a[0] if a[0] != "bench" else "bench cycle")
+def test_a_mutating_command_without_a_node_config_refuses_and_names_init(
+        args: tuple[str, ...], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The built-in defaults are a guess: a command that changes the node refuses them, at once."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(node_mod, "SYSTEM_PATH", tmp_path / "absent.yaml")
+    home = tmp_path / "home"
+    env = {"HOME": str(home), "XDG_STATE_HOME": str(home / "state"), "XDG_DATA_HOME": str(home / "data")}
+    r = run_cli(None, *args, env=env, in_process=True)
+    assert r.returncode == 2, (r.stdout, r.stderr)
+    [line] = r.stderr.splitlines()
+    assert "no node config found" in line and "`b70deploy init`" in line and "Traceback" not in r.stderr
+    assert not home.exists()  # no state dir, no lock, no audit line: nothing changed
+
+
+def test_a_read_only_command_without_a_node_config_says_it_uses_the_defaults(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(node_mod, "SYSTEM_PATH", tmp_path / "absent.yaml")
+    home = tmp_path / "home"
+    env = {"HOME": str(home), "XDG_STATE_HOME": str(home / "state"), "XDG_DATA_HOME": str(home / "data")}
+    r = run_cli(None, "history", env=env, in_process=True)
+    assert r.returncode == 0, r.stderr
+    assert "no node config found: using the built-in defaults (project b70, 0.0.0.0:8000, /models)" in r.stderr
+    assert "b70deploy init" in r.stderr
+
+
+def _options(group: click.Group, prefix: tuple[str, ...] = ()) -> list[tuple[str, str]]:
+    out = []
+    for name, cmd in sorted(group.commands.items()):
+        out += [(" ".join((*prefix, name)), p.opts[0]) for p in cmd.params if isinstance(p, click.Option)]
+        if isinstance(cmd, click.Group):
+            out += _options(cmd, (*prefix, name))
+    return out
+
+
+def test_every_option_of_every_command_has_help_text() -> None:
+    bare = [f"{command} {option}" for command, option in _options(cli)
+            if not next(p for p in cli_params(command) if p.opts[0] == option).help]
+    assert not bare, bare
+
+
+def cli_params(command: str) -> list[click.Parameter]:
+    cmd: click.Command = cli
+    for part in command.split():
+        assert isinstance(cmd, click.Group)
+        cmd = cmd.commands[part]
+    return cmd.params
+
+
 def test_relative_paths_are_relative_to_the_config(scratch: Scratch) -> None:
     cfg = scratch.write_config({"deploy_dir": "deploy", "state_dir": "./state", "stacks_dir": "stacks"})
     node = load_node(str(cfg))

@@ -20,11 +20,10 @@ from kit.scratch import Scratch
 from simkit import run_cli
 
 import b70deploy
-from b70deploy.cli.base import cli
+from b70deploy.cli.base import MUTATING, cli
 
-# The commands that change the node or the state dir. A new command goes here or in OTHERS.
-MUTATING = {"switch", "rollback", "resume", "drain", "restore", "gc", "up", "down", "pin", "unpin", "prune",
-            "unlock", "adopt", "import", "bench cycle", "fsck"}
+# The commands that change the node or the state dir: cli/base.py's MUTATING. A new command goes
+# there or in OTHERS.
 # watch changes the node only by rolling back, and each of its rollbacks is `Rollback.run`, inside
 # the wrapper (the source check below holds every lock to actions/mutating.py).
 OTHERS = {
