@@ -5,20 +5,29 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from ..config.node import Node
 from ..deploy.driver import Driver, Outcome
-from ..deploy.plan import DeployPlan, Waits
+from ..deploy.plan import DeployPlan, ImageInfo, Waits
 from ..deploy.steps import plan_lines
 from ..docker.node import DockerNode
+from ..errors import UserError
 from ..state.fsio import read_tree
 from ..state.statedir import StateDir
 from ..ui.progress import Reporter
 from .diff import unified
 from .mutating import Mutation, mutating
-from .prepare import prepare_deploy
+from .prepare import prepare, prepare_deploy
 
 Confirm = Callable[[DeployPlan], None]  # raises to refuse; the CLI asks on a terminal
+
+
+class Preview(NamedTuple):
+    """What `switch --dry-run` prints, and the refusal a switch would end in (exit 2 after it)."""
+
+    lines: list[str]
+    refusal: UserError | None
 
 
 @dataclass
@@ -71,17 +80,36 @@ class Switch:
                                                              if f.severity != "error"),
                           secret_keys=ready.secret_keys)
 
-    def preview(self) -> list[str]:
-        """--dry-run: the image, the current revision, the steps and the diff of the files."""
-        plan = self.plan()
+    def preview(self) -> Preview:
+        """--dry-run: the image, the current revision, the steps and the diff of the files. With
+        the image not on the engine, the plain render's plan and the refusal the switch would end in."""
+        from ..docker.engine import image_info
+
+        refusal: UserError | None = None
+        try:
+            image_info(self.node.catalogue().load(self.stack).image)
+        except UserError as e:
+            refusal = e
+        plan = self.plan() if refusal is None else self._plain_plan()
         cur = StateDir(self.node.state_dir).revisions.current()
         live = read_tree(self.node.deploy_dir, sorted(set(plan.files) | set(cur.meta.files if cur else [])))
         text = unified(live, plan.files, old_label="deployed", new_label=f"switch-{self.stack}",
                        secret_keys=plan.secret_keys)
+        pinned = f"= {plan.image.id}" if refusal is None else \
+            "is not on this engine: the files below name the tag, not the image id a switch pins"
         lines = [f"switch {self.stack}: plan (dry run, nothing changed)",
-                 f"  image {plan.image.ref} = {plan.image.id}",
+                 f"  image {plan.image.ref} {pinned}",
                  f"  current: {f'revision {cur.number} ({cur.meta.stack})' if cur else 'nothing deployed'}", ""]
-        return [*lines, *plan_lines(plan), "", text.rstrip("\n") if text else "(no file changes)"]
+        return Preview([*lines, *plan_lines(plan), "", text.rstrip("\n") if text else "(no file changes)"], refusal)
+
+    def _plain_plan(self) -> DeployPlan:
+        """The plan as far as it is known without the image: the plain render, no pin, no lint."""
+        plain = prepare(self.node, self.stack)
+        return DeployPlan(kind="switch", stack=plain.stack, files=plain.rendered.files,
+                          image=ImageInfo(ref=plain.stack.image, id="", repo_digest=None, tags=()),
+                          message=self.opts.message, companions=self.node.companions,
+                          waits=self.opts.waits(self.node), auto_rollback=self.opts.auto_rollback,
+                          secret_keys=plain.rendered.secret_keys)
 
     def run(self, reporter: Reporter, *, confirm: Confirm | None = None) -> Outcome:
         """Lock first (a second run fails at once), then plan, then the steps."""

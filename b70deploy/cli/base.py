@@ -49,7 +49,8 @@ class Ctx:
             command = click.get_current_context(silent=True)
             if command is not None:  # the first command on a node makes its state dir: cache its settings then
                 command.call_on_close(self._node.remember)
-            if self._node.source is None and command is not None and _full_name(command) in MUTATING:
+            changes = command is not None and _full_name(command) in MUTATING and not command.params.get("dry_run")
+            if self._node.source is None and changes:
                 from ..actions.mutating import refuse_defaults
 
                 refuse_defaults(self._node)  # before its own checks: the first thing to fix is this

@@ -152,7 +152,10 @@ def switch(ctx: Ctx, stack: str, dry_run: bool, no_auto_rollback: bool, select: 
     _no_rolling_flags(max_unavailable, pause, rollback_all_on_failure)
     action = Switch(ctx.node, stack, opts)
     if dry_run:
-        click.echo("\n".join(action.preview()))
+        preview = action.preview()
+        click.echo("\n".join(preview.lines))
+        if preview.refusal is not None:
+            raise preview.refusal  # what the switch itself would stop on, after the plan
         return
     prod = ctx.node.config.ports.prod
 

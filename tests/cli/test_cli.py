@@ -148,7 +148,8 @@ def test_defaults_need_no_root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) 
 
 @pytest.mark.parametrize("args", [("switch", "alpha", "--yes"), ("rollback", "--yes"), ("gc",), ("pin", "1"),
                                   ("adopt",), ("bench", "cycle", "w4a16", "--", "--metric", "decode"),
-                                  ("fsck", "--repair"), ("unlock",)], ids=lambda a: a[0] if a[0] != "bench" else "bench cycle")
+                                  ("fsck", "--repair"), ("unlock",)],
+                         ids=lambda a: " ".join(a[:2]) if a[0] == "bench" else a[0])
 def test_a_mutating_command_without_a_node_config_refuses_and_names_init(
         args: tuple[str, ...], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The built-in defaults are a guess: a command that changes the node refuses them, at once."""
@@ -262,3 +263,18 @@ def test_a_table_fits_the_terminal_and_keeps_words_whole(width: int) -> None:
     words = ["first", "deploy:", "W4A16", "+", "fp8", "KV", "at", "262K,", "with", "words", "enough", "to", "wrap"]
     cells = " ".join(lines[1:]).split()
     assert [w for w in cells if w in words] == words  # the message is all there, in order
+
+
+@pytest.mark.docker
+def test_switch_dry_run_with_the_image_missing_prints_the_plan_then_the_refusal(
+        scratch: Scratch, docker_engine: None) -> None:
+    scratch.copy_shipped()
+    scratch.write_stack("gone", {"extends": "w4a16", "image": "b70t-absent/vllm:never"})
+    r = run_cli(scratch.config, "switch", "gone", "--dry-run")
+    assert r.returncode == 2, r.stderr
+    assert "image b70t-absent/vllm:never is not on this engine: the files below name the tag" in r.stdout
+    assert " 5. drain " in r.stdout and "+++ switch-gone/docker-compose.yml" in r.stdout
+    assert "VLLM_IMAGE='b70t-absent/vllm:never'" in r.stdout
+    [line] = r.stderr.splitlines()
+    assert "is not on this engine" in line and "fix: pull or build it first" in line
+    assert not (scratch.root / "deploy").exists() and not (scratch.root / "state" / "revisions").exists()
