@@ -46,6 +46,7 @@ from ..render.from_compose import ImageEntrypoint, stack_from_compose, weights_b
 from ..render.masking import is_secret, mask
 from ..render.patches import EditError, ImageFiles, apply_unified_diff, sha256
 from ..render.vllm_args import parse_command
+from ..state import caches
 from ..state.revisions import Revision
 
 
@@ -310,6 +311,8 @@ def _check_bound(vllm: Mapping[str, Any], scratch: Path, where: str) -> None:
         source = str(b.get("source") or "")
         if source.startswith(str(scratch)):
             continue  # the revision's own files: written back with it
+        if b.get("target") == caches.CONTAINER_ROOT and (b.get("bind") or {}).get("create_host_path", True):
+            continue  # the warm-boot caches of a file b70deploy rendered: Compose makes the folder (its default, so `config` omits it)
         if source and not Path(source).exists():
             raise UserError(f"the vllm service binds {source} (at {b.get('target')}), which is not on this host; "
                             "nothing was stopped", where=where,

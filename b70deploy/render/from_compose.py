@@ -22,6 +22,7 @@ from pydantic import ValidationError
 from ..config.schema import ABS_PATH_RE, ENV_KEY_RE, IMAGE_RE, Speculative, Stack
 from ..config.validation import first_error, value_error
 from ..errors import UserError
+from ..state import caches
 from .draft import copy_origin
 from .masking import is_secret
 from .vllm_args import (
@@ -289,7 +290,10 @@ def _flags(parsed: ParsedServe, binds: Sequence[Mapping[str, Any]], where: str, 
 
 def _environment(service: Mapping[str, Any], out: FromCompose) -> None:
     env: dict[str, str] = {}
+    ours = caches.container_env()  # the cache variables of a file b70deploy rendered: every render sets them
     for key, value in sorted((service.get("environment") or {}).items()):
+        if value is not None and ours.get(key) == value:
+            continue
         if value is None:
             out.notes.append(f"environment {key} has no value here (Compose takes it from the shell): left out")
         elif is_secret(key):
@@ -316,6 +320,8 @@ def _mounts(service: Mapping[str, Any], out: FromCompose) -> None:
             out.notes.append(f"the {kind} at {target} is not carried over (a stack mounts host paths only)")
         elif target in out.weights_at:
             continue
+        elif target == caches.CONTAINER_ROOT:
+            continue  # the warm-boot cache bind of a file b70deploy rendered: every render adds its own
         elif not (ABS_PATH_RE.match(source) and ABS_PATH_RE.match(target)) or "/" in (source, target):
             out.notes.append(f"the bind {source}:{target} is not a plain absolute path pair: left out")
         else:
