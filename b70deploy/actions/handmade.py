@@ -311,8 +311,10 @@ def _check_bound(vllm: Mapping[str, Any], scratch: Path, where: str) -> None:
         source = str(b.get("source") or "")
         if source.startswith(str(scratch)):
             continue  # the revision's own files: written back with it
+        # The warm-boot caches of a file b70deploy rendered: Compose makes the folder (by default,
+        # so `config` omits the key).
         if b.get("target") == caches.CONTAINER_ROOT and (b.get("bind") or {}).get("create_host_path", True):
-            continue  # the warm-boot caches of a file b70deploy rendered: Compose makes the folder (its default, so `config` omits it)
+            continue
         if source and not Path(source).exists():
             raise UserError(f"the vllm service binds {source} (at {b.get('target')}), which is not on this host; "
                             "nothing was stopped", where=where,
