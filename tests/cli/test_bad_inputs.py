@@ -240,14 +240,15 @@ BOUNDS = [c for c in CASES if c.id in ("yaml-bomb", "deep-nesting", "huge-intege
 @pytest.mark.parametrize("verb", ["render", "show", "lint"])
 @pytest.mark.parametrize("case", BOUNDS, ids=lambda c: c.id)
 def test_bounds_are_quick_in_every_verb(case: Case, verb: str, scratch: Scratch) -> None:
-    """Refused in well under a second (5 s bound for a loaded machine); lint reports the
+    """Refused in bounded time (well under a second on a quiet machine; the 30 s bound only tells
+    a refusal from an unbounded expansion, whatever else loads the machine); lint reports the
     stack as one stack-invalid finding naming the file, the others as one error line."""
     out_dir = _setup(scratch, case)
     argv = {"render": ["render", "bad", "--out", str(out_dir)], "show": ["show", "bad"],
             "lint": ["lint", "--no-docker", "bad"]}[verb]
     start = time.monotonic()
     result = run_cli(None, "--config", str(scratch.config), *argv, in_process=True)
-    assert time.monotonic() - start < 5
+    assert time.monotonic() - start < 30
     if verb != "lint":
         _check(case, result, out_dir, scratch)
         return
@@ -263,5 +264,5 @@ def test_bounds_through_a_real_process(case: Case, scratch: Scratch) -> None:
     start = time.monotonic()
     proc = run_cli(None, "--config", str(scratch.config), *case.argv, "--out", str(out_dir), timeout=60,
                    cwd=scratch.root)
-    assert time.monotonic() - start < 5  # start-up included
+    assert time.monotonic() - start < 30  # start-up included; an unbounded expansion never ends
     _check(case, proc, out_dir, scratch)

@@ -310,24 +310,28 @@ def test_host_server_stream_and_tools(host_server: tuple[str, dict[str, Any]]) -
 def test_host_server_timing_and_overlap(host_server: tuple[str, dict[str, Any]]) -> None:
     url, _ = host_server
     prompt = " ".join(["word"] * 200)  # 200 tokens: TTFT 0.2 s at 1000 tok/s
-    body = {"model": "qwen3-30b-a3b-w4a16", "prompt": prompt, "max_tokens": 21, "stream": True}
 
-    def one() -> tuple[float, float]:
+    def one(max_tokens: int) -> tuple[float, float, float]:
+        """(start, first chunk, end) on this process's clock."""
+        body = {"model": "qwen3-30b-a3b-w4a16", "prompt": prompt, "max_tokens": max_tokens, "stream": True}
         start = time.monotonic()
         first = 0.0
-        with requests.post(f"{url}/v1/completions", json=body, stream=True, timeout=10) as r:
+        with requests.post(f"{url}/v1/completions", json=body, stream=True, timeout=60) as r:
             for line in r.iter_lines():
                 if line.startswith(b"data: {") and not first:
-                    first = time.monotonic() - start
-        return first, time.monotonic() - start
+                    first = time.monotonic()
+        return start, first, time.monotonic()
 
-    ttft, total = one()
-    assert ttft == pytest.approx(0.2, abs=0.08)
-    assert total - ttft == pytest.approx(0.2, abs=0.08)  # 20 more tokens at 100 tok/s
-    started = time.monotonic()
+    # The model's times are floors (a sleep never ends early); how close a loaded machine comes to
+    # them is benchmarks/bench_accuracy.py's to measure, not a test's to assert.
+    start, first, end = one(21)
+    assert first - start >= 0.2 and end - first >= 0.2  # 20 more tokens at 100 tok/s
+    # Overlap by order, not by a wall-clock bound: each 2 s request streams its first chunk
+    # before any of them ends; served one after another, the second's first chunk would come
+    # after the first's end.
     with ThreadPoolExecutor(4) as pool:
-        list(pool.map(lambda _: one(), range(4)))
-    assert time.monotonic() - started < 0.8  # four 0.4 s requests overlap (serial would be 1.6 s)
+        runs = list(pool.map(lambda _: one(201), range(4)))
+    assert max(f for _, f, _ in runs) < min(e for _, _, e in runs)
 
 
 def test_compile_hang_goes_quiet_once_torch_compile_starts_unless_eager() -> None:
@@ -427,8 +431,9 @@ def test_fail_after_dies_by_itself_that_long_after_ready() -> None:
     start = time.monotonic()
     r = _complete(url)  # before the timer: requests are served
     assert r.status_code == 200 and "Paris" in r.json()["choices"][0]["text"]
-    thread.join(10)
-    assert result == [0] and 1.0 < time.monotonic() - start < 5  # no request needed: it died on its own
+    thread.join(60)
+    assert not thread.is_alive() and result == [0]  # no request needed: it died on its own
+    assert time.monotonic() - start > 1.0  # by its timer, not at once
 
 
 def test_fail_after_turns_completions_to_word_salad_later() -> None:

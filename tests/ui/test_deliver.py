@@ -41,8 +41,10 @@ def test_hanging_and_failing_receivers_cost_at_most_the_timeout(tmp_path: Path) 
         sent = time.monotonic() - start
         notifier.close()
         closed = time.monotonic() - start
-        assert sent < 0.2  # send never waits on a receiver
-        assert closed < 1.5 + 0.5, closed  # close waits at most notify.timeout in all
+        # Bounds that tell the behaviours apart on a loaded machine: waiting on the hung receiver
+        # would take its 1.5 s timeout, and its retries (3 x 1.5 s) would be 4.5 s.
+        assert sent < 1.5  # send never waits on a receiver
+        assert closed < 3.5, closed  # close waits at most notify.timeout in all
         assert hooks.events() == ["switch.started", "switch.failed"]
         assert hooks.hits["fail"] >= 3  # the first event: one attempt and two retries
         body = hooks.bodies[1]
