@@ -53,6 +53,13 @@ def test_bench_cycle_bad_bench_args_fail_before_the_drain(node: SimNode) -> None
     assert docker("inspect", "-f", "{{.State.StartedAt}}", f"{node.project}-vllm-1").stdout == started
 
 
+def _generated(port: int) -> float:
+    """vllm:generation_tokens_total of the server on `port` (vLLM's metric, as the sim serves it)."""
+    text = requests.get(f"http://127.0.0.1:{port}/metrics", timeout=5).text
+    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+               if line.startswith("vllm:generation_tokens_total"))
+
+
 def test_bench_cycle_sigint_mid_bench_restores_production_then_a_full_cycle_runs(node: SimNode) -> None:
     node.cli("switch", "alpha", "--yes", check=True)
     out = node.root / "cut.json"
@@ -70,8 +77,12 @@ def test_bench_cycle_sigint_mid_bench_restores_production_then_a_full_cycle_runs
             time.sleep(0.1)
         else:
             pytest.fail("the cycle never reached the bench")
-        time.sleep(2.0)  # in the middle of the bench: the dark stack is serving requests
-        assert requests.get(f"http://127.0.0.1:{node.dark}/health", timeout=5).status_code == 200
+        # In the middle of the bench, by the dark stack's own counter: more tokens than the warm-up
+        # and the first measured request (256 each, one at a time) hold, so the second is under way
+        # and one sample was gathered; the calibration's one-token probes cannot fill a request.
+        while time.monotonic() < deadline and _generated(node.dark) <= 3 * 256:
+            assert cycle.poll() is None, cycle.communicate()
+            time.sleep(0.1)
         cycle.send_signal(signal.SIGINT)
         stdout, stderr = cycle.communicate(timeout=120)
     finally:
