@@ -178,7 +178,8 @@ def test_watch_does_not_act_while_a_deploy_holds_the_lock(watched: Watched) -> N
     node.cli("switch", "dies", "--yes", check=True)
     lock = DeployLock(node.state, "switch other").acquire()  # as a switch starting now would
     try:
-        time.sleep(8)  # the stack dies 4 s after ready, and again after its restart
+        # The stack dies 4 s after ready, and again after its restart: watch sees it and holds off.
+        w.wait_for_line("`switch other`", timeout=90)
         assert any("a deploy holds the lock" in line and "`switch other`" in line for line in w.lines), w.lines
         assert "rollback.started" not in w.hooks.events() and [h["number"] for h in node.json("history")] == [1, 2]
     finally:
