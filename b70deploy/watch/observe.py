@@ -162,6 +162,10 @@ class Observer:
                   now: float) -> list[Problem]:
         cfg = self.node.config.watch
         out: list[Problem] = []
+        # The deaths first, then the log: a death seen here came after the process wrote its last
+        # line, so the log read next holds the fatal line that explains it.
+        died = self.deaths.since(since)
+        loop = self.deaths.since(now - cfg.restart_window)
         log = engine.container_log(container, tail=LOG_TAIL).splitlines() if container is not None else []
         assert self.stack_of is not None, "actions/watch.py hands the Observer its stack_of"
         stack = self.stack_of(self.node, cur)
@@ -169,11 +173,9 @@ class Observer:
         diagnosis = finding.one_line() if finding else None
         if finding is not None:
             out.append(Problem("fatal-log", f"fatal line in the vllm log: {finding.title}", diagnosis))
-        died = self.deaths.since(since)
         if died:
             codes = ", ".join(code for _, code in died)
             out.append(Problem("died", f"the vllm container died {len(died)} time(s) (exit {codes})", diagnosis))
-        loop = self.deaths.since(now - cfg.restart_window)
         if len(loop) >= cfg.restart_loop:
             out.append(Problem("restart-loop", f"restart loop: {len(loop)} deaths in {cfg.restart_window:g} s",
                                diagnosis))
