@@ -22,6 +22,7 @@ from pydantic import ValidationError
 from ..config.schema import ABS_PATH_RE, ENV_KEY_RE, IMAGE_RE, Speculative, Stack
 from ..config.validation import first_error, value_error
 from ..errors import UserError
+from . import gpu
 from .draft import copy_origin
 from .masking import is_secret
 from .vllm_args import (
@@ -38,7 +39,7 @@ from .vllm_args import (
 SERVE = ["vllm", "serve"]
 # Service keys the stack or the node config account for; any other is named in the notes.
 _HANDLED = frozenset({"image", "command", "entrypoint", "environment", "volumes", "ports", "devices", "group_add",
-                      "shm_size", "profiles", "restart", "networks", "labels", "env_file"})
+                      "shm_size", "profiles", "restart", "networks", "labels", "env_file"}) | gpu.READ_KEYS
 
 
 class ImageEntrypoint(Protocol):
@@ -199,6 +200,7 @@ def stack_from_compose(service: Mapping[str, Any], *, image: ImageEntrypoint | N
     _environment(service, out)
     _mounts(service, out)
     _node_facts(service, parsed.fixed.get("--port", str(CONTAINER_PORT)), out)
+    gpu.carry(service, out.node, out.doc)  # the platform's GPU access (render/gpu.py)
     try:
         Stack.model_validate({"name": "from-compose", **out.doc})
     except ValidationError as exc:
