@@ -164,10 +164,10 @@ def _device_paths(svc: Mapping[str, Any]) -> list[tuple[str, str]]:
     come back as (name, "")."""
     out: list[tuple[str, str]] = []
     for d in svc.get("devices") or []:
-        if isinstance(d, Mapping):
-            out.append((str(d.get("source", "")), str(d.get("target") or d.get("source", ""))))
+        text = str(d.get("source", "")) if isinstance(d, Mapping) else str(d)
+        if isinstance(d, Mapping) and text.startswith("/"):
+            out.append((text, str(d.get("target") or text)))
             continue
-        text = str(d)
         if not text.startswith("/"):
             out.append((text, ""))  # a CDI name: vendor.com/class=name
             continue
@@ -180,8 +180,8 @@ def _request_gpus(req: Mapping[str, Any]) -> Gpus:
     ids = req.get("device_ids")
     if ids:
         return [str(i) for i in ids]
-    count = req.get("count", "all")
-    return int(count) if isinstance(count, int) or str(count).isdigit() else "all"
+    count = req.get("count", "all")  # `docker compose config` writes all as -1
+    return int(count) if str(count).isdigit() and int(count) > 0 else "all"
 
 
 def _env(svc: Mapping[str, Any]) -> dict[str, str]:
