@@ -31,7 +31,8 @@ def _card(drm: Path, n: int, vendor: str) -> None:
 @pytest.mark.parametrize(("make", "info", "want", "source"), [
     ("nvidia0", {}, "cuda", "NVIDIA device nodes"),
     (None, {"Runtimes": {"runc": {}, "nvidia": {"path": "nvidia-container-runtime"}}}, "cuda", "nvidia runtime"),
-    (None, {"DiscoveredDevices": [{"Source": "cdi", "ID": "nvidia.com/gpu=0"}]}, "cuda", "CDI devices nvidia.com/gpu=0"),
+    (None, {"DiscoveredDevices": [{"Source": "cdi", "ID": "nvidia.com/gpu=0"}]}, "cuda",
+     "CDI devices nvidia.com/gpu=0"),
     ("kfd", {}, "rocm", "ROCm compute node"),
     ("0x1002", {}, "rocm", "vendor 0x1002 (AMD)"),
     ("0x8086", {}, "xpu", "vendor 0x8086 (Intel)"),
