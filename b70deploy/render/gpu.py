@@ -4,12 +4,12 @@ compose service (docs/platforms.md cites vLLM's docs for each).
 - cuda: a device request (`deploy.resources.reservations.devices`, driver nvidia, `count` or
   `device_ids`, capabilities [gpu]), or CDI names in `devices:` (`nvidia.com/gpu=all`);
 - rocm: /dev/kfd and /dev/dri, their owners' numeric gids, `seccomp=unconfined`, SYS_PTRACE;
-  a GPU selection goes into ROCR_VISIBLE_DEVICES (the ROCm runtime's mask);
+  a GPU selection goes into CUDA_VISIBLE_DEVICES (vLLM's ROCm platform reads the CUDA name);
 - xpu: /dev/dri and its numeric gids, as before; a selection goes into ZE_AFFINITY_MASK
   (Level Zero's);
 - cpu: no devices; SYS_NICE and `seccomp=unconfined` (vLLM's CPU docs).
 
-Every platform keeps `ipc: host` (the template writes it). `scan_access` reads the host's device
+Every platform keeps `ipc: host` (the template writes it). `access_for` reads the host's device
 nodes (the shell half); `access_of` and `read_back` are pure.
 """
 
@@ -32,7 +32,8 @@ Platform = Literal["cuda", "rocm", "xpu", "cpu"]
 PLATFORMS: tuple[Platform, ...] = ("cuda", "rocm", "xpu", "cpu")
 Gpus = int | str | list[str] | list[str | int]  # "all", a count, or device ids (strings once validated)
 CDI_KIND = "nvidia.com/gpu"
-VISIBLE_VAR: dict[str, str] = {"rocm": "ROCR_VISIBLE_DEVICES", "xpu": "ZE_AFFINITY_MASK"}
+# vLLM's own device_control_env_var (vllm/platforms/rocm.py, xpu.py): the mask its workers read
+VISIBLE_VAR: dict[str, str] = {"rocm": "CUDA_VISIBLE_DEVICES", "xpu": "ZE_AFFINITY_MASK"}
 
 
 @dataclass(frozen=True)

@@ -95,7 +95,7 @@ def test_each_platform_is_valid_compose(scratch: Scratch, compose: Any, name: st
     else:
         assert "devices" not in svc and svc["cap_add"] == ["SYS_NICE"]
         assert svc["security_opt"] == ["seccomp=unconfined"]
-    mask = {"rocm-ids": ("ROCR_VISIBLE_DEVICES", "0"), "xpu-ids": ("ZE_AFFINITY_MASK", "0")}.get(name)
+    mask = {"rocm-ids": ("CUDA_VISIBLE_DEVICES", "0"), "xpu-ids": ("ZE_AFFINITY_MASK", "0")}.get(name)
     if mask:
         assert svc["environment"][mask[0]] == mask[1]
 
