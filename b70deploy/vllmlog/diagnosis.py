@@ -270,7 +270,7 @@ CATALOGUE: tuple[Signature, ...] = (
               f"or {_BMG_DRIVER_FIX}", platforms=("xpu",)),
     Signature("cpu-attention-unsupported", "the CPU attention backend does not support this model",
               # vLLM's CPU build, a head_dim its kernels lack: boots, answers /health, dies on the first request.
-              re.compile(r"Unsupported CPU attention configuration"), _cpu_attention_fix, platforms=("cpu",)),
+              re.compile(r"Unsupported CPU attention configuration"), _cpu_attention_fix),
     Signature("model-not-found", "the model folder is missing or not a model",
               re.compile(r"does not appear to have a file named config\.json|Can't load the configuration of|"
                          r"Invalid repository ID or local directory|HFValidationError|"
