@@ -6,25 +6,16 @@ stack keeps serving."""
 from __future__ import annotations
 
 import json
-import os
-import stat
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
+from kit.scratch import make_gpu_nodes
 from kit.simnode import SimNode, docker, service_box
 
 pytestmark = pytest.mark.docker
 KFD_GID, RENDER_GID = 4242, 4343
-
-
-def _mknod(path: Path, gid: int) -> Path:
-    if os.geteuid() != 0:
-        pytest.skip("mknod of a character device needs root")
-    os.mknod(path, 0o660 | stat.S_IFCHR, os.makedev(1, 3))
-    os.chown(path, 0, gid)
-    return path
 
 
 def _reconfigure(node: SimNode, **cfg: Any) -> None:
@@ -33,10 +24,10 @@ def _reconfigure(node: SimNode, **cfg: Any) -> None:
 
 
 def _devices(node: SimNode) -> tuple[Path, Path]:
-    dri = node.root / "dri"
-    dri.mkdir()
-    _mknod(dri / "renderD128", RENDER_GID)
-    return dri, _mknod(node.root / "kfd", KFD_GID)
+    try:
+        return make_gpu_nodes(node.root, RENDER_GID, KFD_GID)
+    except PermissionError as e:
+        pytest.skip(str(e))
 
 
 def _inside(box: dict[str, Any], *argv: str) -> str:

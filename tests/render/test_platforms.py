@@ -5,15 +5,13 @@ compose config`, and render -> from-compose -> render gives back the same GPU ac
 from __future__ import annotations
 
 import json
-import os
-import stat
 from pathlib import Path
 from typing import Any
 
 import jsonschema
 import pytest
 import yaml
-from kit.scratch import MINIMAL_STACK, Scratch
+from kit.scratch import MINIMAL_STACK, Scratch, make_gpu_nodes
 
 from b70deploy.config.node import Node, load_node
 from b70deploy.render.files import COMPOSE_FILE, render
@@ -26,21 +24,12 @@ GPU_KEYS = ("devices", "group_add", "cap_add", "security_opt", "deploy", "ipc", 
 KFD_GID, RENDER_GID = 4242, 4343
 
 
-def mknod(path: Path, gid: int) -> Path:
-    """A character device with /dev/null's numbers, owned by `gid`: a GPU node made for the test."""
-    if os.geteuid() != 0:
-        pytest.skip("mknod of a character device needs root")
-    os.mknod(path, 0o660 | stat.S_IFCHR, os.makedev(1, 3))
-    os.chown(path, 0, gid)
-    return path
-
-
 def devices(root: Path) -> tuple[Path, Path]:
     """A /dev/dri with one render node and a /dev/kfd, as a ROCm host has them."""
-    dri = root / "dri"
-    dri.mkdir()
-    mknod(dri / "renderD128", RENDER_GID)
-    return dri, mknod(root / "kfd", KFD_GID)
+    try:
+        return make_gpu_nodes(root, RENDER_GID, KFD_GID)
+    except PermissionError as e:
+        pytest.skip(str(e))
 
 
 PLATFORMS: dict[str, dict[str, Any]] = {
