@@ -83,3 +83,12 @@ def test_parallel_size_matches_the_gpu_selection(tmp_path: Path, models_dir: Pat
     assert lint_stack(context(node, pp, docker=False)) == []
     everything = stack.model_copy(update={"gpus": "all", "extra_args": ["-tp", "8"]})
     assert lint_stack(context(node, everything, docker=False)) == []  # all: the node's count is not known here
+
+
+def test_a_platform_or_gpus_value_the_schema_lacks_is_one_line(tmp_path: Path, models_dir: Path) -> None:
+    for cfg, says in (({"platform": "tpu"}, "platform"), ({"gpus": 0}, "gpus 0 is not a GPU count"),
+                      ({"gpus": ["0", "0"]}, "gpus lists no id, or one twice")):
+        config = write_node(tmp_path, models_dir, **cfg)
+        r = run_cli(config, "lint", "--no-docker", "w4a16")
+        assert r.returncode == 2 and says in r.stderr and "Traceback" not in r.stderr, r.stderr
+        assert len([ln for ln in r.stderr.splitlines() if ln.startswith("error:")]) == 1, r.stderr
