@@ -200,7 +200,7 @@ def stack_from_compose(service: Mapping[str, Any], *, image: ImageEntrypoint | N
     _environment(service, out)
     _mounts(service, out)
     _node_facts(service, parsed.fixed.get("--port", str(CONTAINER_PORT)), out)
-    gpu.carry(service, out.node, out.doc)  # the platform's GPU access (render/gpu.py)
+    out.notes += gpu.carry(service, out.node, out.doc)  # the platform's GPU access (render/gpu.py)
     try:
         Stack.model_validate({"name": "from-compose", **out.doc})
     except ValidationError as exc:

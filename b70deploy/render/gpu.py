@@ -224,13 +224,26 @@ def read_back(svc: Mapping[str, Any]) -> ReadBack:
 READ_KEYS = frozenset({"deploy", "gpus", "ipc"})
 
 
-def carry(service: Mapping[str, Any], node: dict[str, Any], stack: dict[str, Any]) -> None:
+def _deploy_rest(service: Mapping[str, Any]) -> list[str]:
+    """The `deploy:` keys other than the GPU reservation, as dotted paths (none is carried)."""
+    deploy = service.get("deploy") or {}
+    rest = [f"deploy.{k}" for k in deploy if k != "resources"]
+    resources = deploy.get("resources") or {}
+    rest += [f"deploy.resources.{k}" for k in resources if k != "reservations"]
+    reservations = resources.get("reservations") or {}
+    rest += [f"deploy.resources.reservations.{k}" for k in reservations if k != "devices"]
+    return rest
+
+
+def carry(service: Mapping[str, Any], node: dict[str, Any], stack: dict[str, Any]) -> list[str]:
     """Put a compose service's GPU access into the node config values (`node`) and the stack
     document (`stack`) `stack from-compose` writes: the platform and its device paths on the
-    node, a GPU selection on the stack."""
+    node, a GPU selection on the stack. Returns a note naming what of `deploy:` is not carried."""
+    rest = _deploy_rest(service)
+    notes = [f"not carried over (only the GPU reservation of deploy is read): {', '.join(rest)}"] if rest else []
     rb = read_back(service)
     if rb.platform is None:
-        return
+        return notes
     if rb.platform != "xpu":  # the node config's default
         node["platform"] = rb.platform
     if rb.cdi:
@@ -246,3 +259,4 @@ def carry(service: Mapping[str, Any], node: dict[str, Any], stack: dict[str, Any
         env.pop(VISIBLE_VAR[rb.platform], None)  # the selection says it; render writes the mask again
         if not env:
             del stack["env"]
+    return notes
