@@ -174,7 +174,7 @@ def render(stack: Stack, node: Node, devices: GpuAccess | DeviceAccess, *, secre
         container_port=CONTAINER_PORT,
         runtime_env_name=RUNTIME_ENV_FILE,
         models_target=node.config.models_target,
-        mounts=(*mounts, *(Mount(m.source, m.target) for m in stack.mounts)),
+        mounts=(*mounts, *(Mount(m.source, m.target) for m in stack.mounts), *(Mount(b, b) for b in access.binds)),
         devices=access.devices,
         group_add=access.group_add,
         cap_add=access.cap_add,

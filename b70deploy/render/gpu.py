@@ -5,8 +5,8 @@ compose service (docs/platforms.md cites vLLM's docs for each).
   `device_ids`, capabilities [gpu]), or CDI names in `devices:` (`nvidia.com/gpu=all`);
 - rocm: /dev/kfd and /dev/dri, their owners' numeric gids, `seccomp=unconfined`, SYS_PTRACE;
   a GPU selection goes into CUDA_VISIBLE_DEVICES (vLLM's ROCm platform reads the CUDA name);
-- xpu: /dev/dri and its numeric gids, as before; a selection goes into ZE_AFFINITY_MASK
-  (Level Zero's);
+- xpu: /dev/dri and its numeric gids, as before, and /dev/dri/by-path bound read-only when the
+  host has it; a selection goes into ZE_AFFINITY_MASK (vLLM's XPUPlatform reads it);
 - cpu: no devices; SYS_NICE and `seccomp=unconfined` (vLLM's CPU docs).
 
 Every platform keeps `ipc: host` (the template writes it). `access_for` reads the host's device
@@ -58,6 +58,7 @@ class GpuAccess:
     cap_add: tuple[str, ...] = ()
     security_opt: tuple[str, ...] = ()
     environment: dict[str, str] = field(default_factory=dict)
+    binds: tuple[str, ...] = ()           # host folders bind-mounted read-only at the same path
     notes: tuple[str, ...] = ()
 
     @property
@@ -82,9 +83,10 @@ def gpu_count(gpus: Gpus) -> int | None:
 
 
 def access_of(platform: Platform, gpus: Gpus, dri: DeviceAccess, *, kfd: Path | None = None,
-              kfd_gid: tuple[str, int] | None = None, cdi: bool = False) -> GpuAccess:
+              kfd_gid: tuple[str, int] | None = None, cdi: bool = False, by_path: Path | None = None) -> GpuAccess:
     """The access for `platform` from what the host showed (`dri`: its /dev/dri scan; `kfd`:
-    the ROCm compute node when present, `kfd_gid` its owner). Pure."""
+    the ROCm compute node when present, `kfd_gid` its owner; `by_path`: /dev/dri/by-path when
+    present, which vLLM's XPU docs mount beside the devices). Pure."""
     ids = selected_ids(gpus)
     if platform == "cuda":
         if cdi:
@@ -100,7 +102,8 @@ def access_of(platform: Platform, gpus: Gpus, dri: DeviceAccess, *, kfd: Path | 
     gids = dict(dri.gids)
     notes = list(dri.notes)
     if platform == "xpu":
-        return GpuAccess(platform, devices=paths, gids=gids, environment=env, notes=tuple(notes))
+        binds = (str(by_path),) if by_path is not None and dri.device_dir else ()
+        return GpuAccess(platform, devices=paths, gids=gids, environment=env, binds=binds, notes=tuple(notes))
     if kfd is None:
         notes.append("/dev/kfd not found: rendering without the ROCm compute node (preflight refuses a switch)")
     else:
@@ -137,7 +140,9 @@ def access_for(node: Node, stack: Stack) -> GpuAccess:
     dri = scan(node.device_dir, cfg.gids)
     kfd = Path(cfg.kfd_device) if platform == "rocm" else None
     owner = _char_owner(kfd) if kfd is not None else None
-    return access_of(platform, gpus, dri, kfd=kfd if owner else None, kfd_gid=owner)
+    by_path = dri.device_dir / "by-path" if dri.device_dir else None
+    return access_of(platform, gpus, dri, kfd=kfd if owner else None, kfd_gid=owner,
+                     by_path=by_path if by_path is not None and by_path.is_dir() else None)
 
 
 def from_device_access(dri: DeviceAccess, gpus: Gpus = "all") -> GpuAccess:
@@ -254,6 +259,10 @@ def carry(service: Mapping[str, Any], node: dict[str, Any], stack: dict[str, Any
         node["kfd_device"] = rb.kfd_device
     if rb.gpus is not None and rb.gpus != "all":
         stack["gpus"] = rb.gpus
+    if rb.device_dir and isinstance(stack.get("mounts"), list):  # by-path: render binds it with the devices
+        stack["mounts"] = [m for m in stack["mounts"] if m.get("target") != f"{rb.device_dir.rstrip('/')}/by-path"]
+        if not stack["mounts"]:
+            del stack["mounts"]
     env = stack.get("env")
     if isinstance(env, dict) and rb.platform in VISIBLE_VAR:
         env.pop(VISIBLE_VAR[rb.platform], None)  # the selection says it; render writes the mask again

@@ -62,6 +62,8 @@ def test_xpu_render_boots_with_dri_and_its_gid(node: SimNode) -> None:
     box = service_box(node.project)
     assert [(d["PathOnHost"], d["PathInContainer"]) for d in box["HostConfig"]["Devices"]] == [(str(dri), str(dri))]
     assert str(RENDER_GID) in _inside(box, "id", "-G").split()
+    by_path = str(dri / "by-path")
+    assert any(m["Source"] == by_path and m["Destination"] == by_path and not m["RW"] for m in box["Mounts"])
     assert not box["HostConfig"]["CapAdd"]
     env = dict(e.split("=", 1) for e in box["Config"]["Env"])
     assert "SYCL_CACHE_DIR" not in env or env["SYCL_CACHE_DIR"].startswith("/var/cache/b70deploy")

@@ -81,6 +81,8 @@ def test_each_platform_is_valid_compose(scratch: Scratch, compose: Any, name: st
         assert svc["cap_add"] == ["SYS_PTRACE"] and svc["security_opt"] == ["seccomp=unconfined"]
     elif platform == "xpu":
         assert svc["group_add"] == [str(RENDER_GID)] and "cap_add" not in svc
+        by_path = str(scratch.root / "dri" / "by-path")
+        assert {"type": "bind", "source": by_path, "target": by_path, "read_only": True} in svc["volumes"]
     else:
         assert "devices" not in svc and svc["cap_add"] == ["SYS_NICE"]
         assert svc["security_opt"] == ["seccomp=unconfined"]
@@ -109,3 +111,6 @@ def test_round_trip_gives_the_same_gpu_access(scratch: Scratch, compose: Any, na
     second = compose(scratch.root / "b")["services"]["vllm"]
     for key in GPU_KEYS:
         assert second.get(key) == first.get(key), key
+    binds = sorted(v["target"] for v in first["volumes"] if v["target"].endswith("/by-path"))
+    assert binds == sorted(v["target"] for v in second["volumes"] if v["target"].endswith("/by-path"))
+    assert len(binds) == (1 if PLATFORMS[name]["platform"] == "xpu" else 0)
