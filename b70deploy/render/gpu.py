@@ -15,6 +15,7 @@ nodes (the shell half); `access_of` and `read_back` are pure.
 
 from __future__ import annotations
 
+import grp
 import os
 import stat
 from collections.abc import Mapping
@@ -122,8 +123,6 @@ def _char_owner(path: Path) -> tuple[str, int] | None:
         return None
     if not stat.S_ISCHR(st.st_mode):
         return None
-    import grp
-
     try:
         return grp.getgrgid(st.st_gid).gr_name, st.st_gid
     except KeyError:
