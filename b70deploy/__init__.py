@@ -20,7 +20,8 @@ the rooms above it in this list.
                  (compose_folder)
     render/      stack + node -> deploy files: templates to compose/.env/vllm.env (files) and
                  their names (filenames), the vLLM argv and entrypoint styles (vllm_args),
-                 /dev/dri gids (devices), secret masking (masking), edits of files inside
+                 /dev/dri gids (devices), each platform's GPU access and its read-back from a
+                 compose service (gpu), secret masking (masking), edits of files inside
                  images (patches), the EAGLE draft copy (draft); and back: a compose service ->
                  a stack (from_compose), a corrected file -> a patch's edits (patch_derive)
     vllmlog/     what vLLM's log says: boot facts and expectations (bootlog), fatal signatures
@@ -40,9 +41,12 @@ the rooms above it in this list.
                  engine (discover), the deploy dir's files and drift (deploydir), the health
                  wait (health) and one GET /health (probe), smoke tests (smoke) and their
                  garbage judge (garbage), idle readings (verify), the page-cache read-ahead
-                 (pagecache), and DockerNode (node): the real side of the deploy seam
+                 (pagecache), DockerNode (node): the real side of the deploy seam, the render
+                 of a deployment with the engine's facts (produce: the one producer of deploy
+                 files), and the node's GPU platform found and preflighted (platform)
     lint/        preflight rules over a LintContext (rules), that context and a finding
-                 (findings), gathering the context (gather), a KV budget from config.json (kv)
+                 (findings), reading what docker/produce rendered into it (gather), a KV budget
+                 from config.json (kv)
     bench/       benchmarks the way the field report ran them: one request (client), a run
                  (run), a concurrency sweep (sweep), the prompt set (prompts), statistics
                  (stats), spec-decode acceptance (metrics), results files (results), compare and

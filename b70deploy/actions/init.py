@@ -25,11 +25,12 @@ from ..config.node import CWD_NAME, SYSTEM_PATH, default_state_dir
 from ..config.schema import NodeConfig
 from ..config.validation import validate
 from ..deploy.nodeio import VLLM
-from ..docker import discover
+from ..docker import discover, platform
 from ..errors import UserError
 from ..render import devices
 from ..render.files import COMPOSE_FILE, DOTENV_FILE
 from ..render.from_compose import weights_bind
+from ..render.gpu import read_back
 from ..render.masking import is_secret, mask
 from ..render.vllm_args import CONTAINER_MODELS, CONTAINER_PORT, parse_command
 from ..state.fsio import write_atomic
@@ -76,6 +77,7 @@ class Discovery:
     chosen: discover.LiveProject | None
     access: devices.DeviceAccess
     device_dir: Path
+    signs: list[platform.Found] = field(default_factory=list)  # the GPU platform's traces, strongest first
 
 
 @dataclass
@@ -136,8 +138,11 @@ def gather(project: str | None, device_dir: Path = Path("/dev/dri")) -> Discover
     if chosen is not None and len(chosen.config_files) == 1:
         with contextlib.suppress(OSError):  # on another host (docker_host): the labels' paths are not here
             text = chosen.config_files[0].read_bytes()
+    from ..docker.engine import client
+
+    signs = platform.discover(platform.engine_info(client()))
     return Discovery(compose=discover.project_config(chosen) if chosen else None, compose_text=text, chosen=chosen,
-                     access=devices.scan(device_dir), device_dir=device_dir)
+                     access=devices.scan(device_dir), device_dir=device_dir, signs=signs)
 
 
 def _port(spec: dict[str, Any], want: int | None = None) -> tuple[int, int, str | None] | None:
@@ -171,6 +176,7 @@ def plan(d: Discovery, state_dir: Path | None = None) -> InitPlan:
         put("device_dir", None, f"{d.device_dir}: " + ("; ".join(d.access.notes) or "no device nodes")
             + " (no GPU devices: render without group_add)")
         notes.append(f"no GPU device nodes under {d.device_dir}: the node renders without devices")
+    _platform(d, put, notes)
     root = os.geteuid() == 0
     if state_dir is not None:
         put("state_dir", str(state_dir.absolute()), "--state-dir")
@@ -231,6 +237,26 @@ def plan(d: Discovery, state_dir: Path | None = None) -> InitPlan:
         put("companions", companions, f"the other services of project {p.name} "
             f"({', '.join(c['name'] for c in companions)}): stopped with vllm by a drain, started after it")
     return out
+
+
+def _platform(d: Discovery, put: Callable[[str, Any, str], None], notes: list[str]) -> None:
+    """The node's GPU platform: the running vllm service's own GPU access first (what it was
+    given works), else the strongest trace on the host and engine, else cpu."""
+    svc = ((d.compose or {}).get("services") or {}).get(VLLM) or {}
+    given = read_back(svc)
+    if given.platform is not None:
+        put("platform", given.platform, f"the GPU access of the running service {VLLM}")
+        if given.cdi:
+            put("nvidia_cdi", True, f"CDI names in the devices of service {VLLM}")
+        if given.kfd_device and given.kfd_device != "/dev/kfd":
+            put("kfd_device", given.kfd_device, f"devices of service {VLLM}")
+        if given.gpus is not None and given.gpus != "all":
+            put("gpus", given.gpus, f"the GPU selection of service {VLLM}")
+    else:
+        chosen = platform.choose(d.signs)
+        put("platform", chosen.platform, chosen.source)
+    for sign in d.signs:
+        notes.append(f"platform {sign.platform}: {sign.source}")
 
 
 def _models(vllm: dict[str, Any], put: Callable[[str, Any, str], None], notes: list[str]) -> None:

@@ -15,12 +15,13 @@ from typing import TYPE_CHECKING
 from ..config.node import Node
 from ..config.schema import Stack
 from ..config.secrets_file import load_secrets
+from ..docker.produce import produce
 from ..errors import B70Error
 from ..lint import lint_stack
-from ..lint.gather import preflight
-from ..render import devices as devices_mod
+from ..lint.gather import build_context
 from ..render.draft import served_draft_path, stack_copy
 from ..render.files import Rendered, render
+from ..render.gpu import access_for
 from ..render.masking import mask_env_text
 from .stacks import check_patches
 
@@ -40,9 +41,8 @@ def prepare(node: Node, name: str, *, port: int | None = None, project: str | No
     """Render `name` as the templates say, without asking the engine anything."""
     stack = node.catalogue().load(name)
     check_patches(node, stack)
-    access = devices_mod.scan(node.device_dir, node.config.gids)
     secrets, warnings = load_secrets(node.secrets_env_file)
-    rendered = render(stack, node, access, secrets=secrets, port=port, project=project,
+    rendered = render(stack, node, access_for(node, stack), secrets=secrets, port=port, project=project,
                       draft_path=served_draft_path(stack, node.config.models_target))
     return PlainRender(stack=stack, rendered=rendered, warnings=tuple(warnings))
 
@@ -63,9 +63,11 @@ def prepare_deploy(node: Node, name: str, *, port: int | None = None, project: s
 
     stack = node.catalogue().load(name)
     info = image_info(stack.image)
-    ctx = preflight(node, stack, pin_image=info.id, port=port, project=project)
-    return Deployable(stack=stack, files=dict(ctx.rendered.files), secret_keys=ctx.rendered.secret_keys, image=info,
-                      findings=lint_stack(ctx), patches_upstream=tuple(ctx.patches_upstream))
+    # The files as a switch writes them (patches applied, .env pinned), then lint reads them
+    produced = produce(node, stack, pin_image=info.id, check_port=port is None, port=port, project=project)
+    ctx = build_context(produced)
+    return Deployable(stack=stack, files=dict(produced.rendered.files), secret_keys=produced.rendered.secret_keys,
+                      image=info, findings=lint_stack(ctx), patches_upstream=tuple(produced.patches_upstream))
 
 
 @dataclass(frozen=True)

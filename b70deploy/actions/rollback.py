@@ -88,7 +88,8 @@ def revision_plan(node: Node, rev: Revision, opts: DeployOptions, *, kind: Kind,
                              repo_digest=rev.meta.repo_digest, tags=())
     return DeployPlan(kind=kind, stack=stack or stack_of(node, rev), files=rev.verified_files(), image=image,
                       message=message, companions=node.companions, waits=opts.waits(node),
-                      auto_rollback=opts.auto_rollback, restored_from=restored_from, warnings=warnings)
+                      auto_rollback=opts.auto_rollback, restored_from=restored_from, warnings=warnings,
+                      platform=node.config.platform)
 
 
 @dataclass

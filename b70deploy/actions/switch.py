@@ -78,7 +78,7 @@ class Switch:
                           waits=self.opts.waits(self.node), auto_rollback=self.opts.auto_rollback,
                           lint_errors=errors, warnings=tuple(f.one_line() for f in ready.findings
                                                              if f.severity != "error"),
-                          secret_keys=ready.secret_keys)
+                          secret_keys=ready.secret_keys, platform=self.node.config.platform)
 
     def preview(self) -> Preview:
         """--dry-run: the image, the current revision, the steps and the diff of the files. With

@@ -29,7 +29,9 @@ from .base import Ctx, mutate, pass_ctx
 def init(ctx: Ctx, to_stdout: bool, target: str | None, project: str | None, state_dir: Path | None,
          as_json: bool) -> None:
     """Every value is shown with where it came from (container labels, `docker compose config`
-    of the project's files, the /dev/dri device nodes). An existing config is never replaced."""
+    of the project's files, the /dev/dri device nodes, the GPU platform's traces: NVIDIA device
+    nodes, `docker info` runtimes and CDI devices, /dev/kfd, each card's PCI vendor). An existing
+    config is never replaced."""
     action = Init(default_target(target or ctx.config_path), project=project, state_dir=state_dir,
                   to_stdout=to_stdout)
     result = action.plan()

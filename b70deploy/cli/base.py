@@ -132,8 +132,8 @@ COMMANDS: dict[str, Command] = {
     "watch": Command("watch", 'Supervise the node after each switch: bake window, automatic rollback, alerts, drift.'),
     "sim": Command("sim", 'The simulated vLLM node (no GPU, no registry).'),
     "stack": Command("stack", 'Make stack files from what already runs.'),
-    "init": Command("adopt", "Discover the node and write its config: gids, compose project, port, models dir, "
-                             "companions."),
+    "init": Command("adopt", "Discover the node and write its config: GPU platform, gids, compose project, port, "
+                             "models dir, companions."),
     "adopt": Command("adopt", "Record the live hand-made deployment as a revision (kind adopt); nothing is restarted."),
     "import": Command("adopt", "Keep a saved compose copy as a revision of STACK (kind import) that `rollback STACK` "
                                "runs."),

@@ -72,6 +72,44 @@ def _rel_path(v: str, key: str) -> str:
     return v
 
 
+def _gpus(v: Any) -> Any:
+    """`gpus:` is all, a count of at least 1, or a list of device ids (distinct, each a plain word)."""
+    if v is None or v == "all":
+        return v
+    if isinstance(v, bool) or (isinstance(v, int) and v < 1):
+        raise invalid(f"gpus {v!r} is not a GPU count", "give all, a count of at least 1, or a list of ids")
+    if isinstance(v, list):
+        if not v or len(set(map(str, v))) != len(v):
+            raise invalid("gpus lists no id, or one twice", "list each device id once, e.g. [0, 1]")
+        for i in v:
+            if isinstance(i, bool) or not re.match(r"^[A-Za-z0-9][A-Za-z0-9._:-]*$", str(i)):
+                raise invalid(f"gpus id {i!r} is not a device id", "use an index (0) or a UUID (GPU-...)")
+        return [str(i) for i in v]
+    if isinstance(v, int):
+        return v
+    raise invalid(f"gpus {v!r} is not all, a count or a list", "give all, a count of at least 1, or a list of ids")
+
+
+# all | a count | device ids (indices or UUIDs), strings after validation
+GpuSelection = Annotated[Literal["all"] | int | list[str | int], AfterValidator(_gpus)]
+
+
+class LintSettings(Strict):
+    # rule id -> why this stack may ignore it; lint prints each every time it runs
+    ignore: dict[str, str] = Field(default_factory=dict)
+
+    @field_validator("ignore")
+    @classmethod
+    def _why(cls, v: dict[str, str]) -> dict[str, str]:
+        for rule_id, why in v.items():
+            if not re.match(r"^[a-z0-9][a-z0-9-]*$", rule_id):
+                raise invalid(f"lint.ignore names {rule_id!r}, not a rule id",
+                              "use an id from `b70deploy lint`'s output")
+            if not why.strip() or any(c in why for c in "\n\r\x00"):
+                raise invalid(f"lint.ignore.{rule_id} gives no reason", "say in one line why the rule does not apply")
+        return v
+
+
 class HostMount(Strict):
     """A host path the vllm container sees read-only at `target`: a runtime the image expects
     at a fixed path (the real-vLLM lane's venv), a cache, a corrected file."""
@@ -215,6 +253,9 @@ class Stack(Strict):
     bake_seconds: float | None = Field(default=None, ge=0, le=7 * 86400)
     smoke: Smoke = Smoke()
     notes: list[str] = Field(default_factory=list)
+    # The GPUs this stack takes on its node (none: the node's `gpus:`).
+    gpus: GpuSelection | None = None
+    lint: LintSettings = LintSettings()
 
     @field_validator("name", "extends")
     @classmethod
@@ -480,6 +521,11 @@ class NodeConfig(Strict):
     models_target: str = "/models"
     device_dir: str | None = "/dev/dri"
     gids: dict[str, int] | None = None
+    # Which GPUs the node has (render/gpu.py, docs/platforms.md): xpu is the report's B70 node.
+    platform: Literal["cuda", "rocm", "xpu", "cpu"] = "xpu"
+    gpus: GpuSelection = "all"
+    nvidia_cdi: bool = False            # cuda: CDI names in devices: instead of a device request
+    kfd_device: str = "/dev/kfd"        # rocm: the compute node beside device_dir
     bind_address: str = "0.0.0.0"
     ports: Ports = Ports()
     companions: list[Companion] = Field(default_factory=list)

@@ -68,6 +68,7 @@ class DeployPlan:
     lint_errors: tuple[str, ...] = ()   # a switch: "[rule-id] message"; preflight refuses to drain when any
     warnings: tuple[str, ...] = ()
     secret_keys: frozenset[str] = field(default_factory=frozenset)
+    platform: str | None = None         # the node's GPU platform: which crash signatures its log can carry
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "files", MappingProxyType(dict(self.files)))

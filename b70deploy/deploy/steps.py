@@ -385,7 +385,7 @@ def _settle(r: Run) -> None:
         status, code = r.io.container_status(), r.io.probe_health()
         if status != "running" or code != 200:
             lines = r.io.container_log()
-            finding = diagnose(lines, r.plan.stack)
+            finding = diagnose(lines, r.plan.stack, r.plan.platform)
             reason = (f"the stack failed inside its {window:g} s settle window after ready: container {status}, "
                       f"/health {code or 'refused'}") + _smoke_failures(r)
             r.got.wait = WaitResult(False, r.got.wait.elapsed if r.got.wait else 0.0, reason, finding, log_lines=lines)

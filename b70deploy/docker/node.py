@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import functools
 import json
 import tempfile
 import time
@@ -188,7 +189,8 @@ class DockerNode:
     def wait_healthy(self, *, timeout: float, reporter: Reporter) -> WaitResult:
         t = self.node.config.timeouts
         return wait_healthy(project=self.project, service=VLLM, health_url=f"{self.base_url}/health",
-                            timeout=timeout, max_interval=t.poll_interval, reporter=reporter, diagnose=diagnose,
+                            timeout=timeout, max_interval=t.poll_interval, reporter=reporter,
+                            diagnose=functools.partial(diagnose, platform=self.node.config.platform),
                             stall_after=t.stall, restarts_from=self.deploy_dir / COMPOSE_FILE)
 
     def container_log(self) -> list[str]:

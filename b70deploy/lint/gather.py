@@ -1,37 +1,26 @@
-"""Collect what the lint rules read: the shell side of lint (Docker, Compose, sockets, files).
+"""Collect what the lint rules read: a stack's render as docker/produce.py made it (the one
+producer of deploy files, with the engine's facts), plus what lint reads from the node's folders
+itself (the models dir, a previous boot's KV measurement in the state dir).
 
-Without Docker (`docker=False`) only the pure facts are gathered and the image, compose
-and port checks are listed in `ctx.skipped`; the Docker SDK is then not even imported
-(`lint --all --no-docker` over 1,000 stacks starts without it).
+Without Docker the producer skips the engine's facts and says so in `ctx.skipped`; the Docker
+SDK is then not even imported (`lint --all --no-docker` over 1,000 stacks starts without it).
 """
 
 from __future__ import annotations
 
-import contextlib
-import dataclasses
-import errno
-import socket
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ..config.node import Node
 from ..config.schema import Stack
-from ..config.secrets_file import load_secrets
+from ..docker.produce import Produced, produce
 from ..errors import B70Error, UserError
-from ..render import devices as devices_mod
-from ..render.draft import served_draft_path
-from ..render.files import render
-from ..render.patches import PatchSpec, deploy_files, find_patch, materialize, mounts_for, upstream_split
 from ..state.revisions import Revision, RevisionStore
 from ..vllmlog.bootlog import parse_boot_facts
 from . import Finding, LintContext, lint_stack
 from .findings import STACK_INVALID
 from .kv import MeasuredKV
-
-if TYPE_CHECKING:
-    from ..docker.image_inspect import ImageInspector
 
 
 def _memory_key(doc: dict[str, Any]) -> tuple[Any, ...]:
@@ -122,97 +111,33 @@ def measured_kv(node: Node, stack: Stack, image_id: str | None = None,
     return None
 
 
-def _port_owner(node: Node, client: Any) -> str | None:
-    port = node.config.ports.prod
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            s.bind((node.config.bind_address, port))
-            return None
-        except OSError as e:
-            if e.errno != errno.EADDRINUSE:
-                return None
-    for c in client.containers.list(ignore_removed=True):  # one removed meanwhile is not an owner
-        ports = (c.attrs.get("NetworkSettings") or {}).get("Ports") or {}
-        bound = any(str(b.get("HostPort")) == str(port) for binds in ports.values() if binds for b in binds)
-        if bound:
-            if c.labels.get("com.docker.compose.project") == node.project:
-                return None  # our own running stack: the switch drains it first
-            return f"container {c.name}"
-    return "a process outside Docker"
-
-
-def build_context(node: Node, stack: Stack, *, docker: bool = True, inspector: ImageInspector | None = None,
-                  check_port: bool = True, pin_image: str | None = None, port: int | None = None,
-                  project: str | None = None, memory: RevisionMemory | None = None) -> LintContext:
-    """Gather the facts for `stack`. With docker and no `inspector`, one is made and closed here.
-    `pin_image` (an image id) goes into .env as VLLM_IMAGE, as a switch records it."""
-    if docker and inspector is None:
-        from ..docker.image_inspect import ImageInspector
-
-        with ImageInspector(node.state_dir) as own:
-            return build_context(node, stack, docker=True, inspector=own, check_port=check_port,
-                                 pin_image=pin_image, port=port, project=project, memory=memory)
-    skipped: list[str] = []
+def build_context(produced: Produced, *, memory: RevisionMemory | None = None) -> LintContext:
+    """What the rules read: the render a deployment would write and the engine's facts
+    (docker/produce.py made both), and what lint itself reads from the node's folders (the
+    models dir, a previous boot's KV measurement)."""
+    node, stack = produced.node, produced.stack
+    skipped = list(produced.skipped)
     models_dir: Path | None = node.models_dir if node.models_dir.is_dir() else None
     # On this host an absent models folder is an error (models-dir-missing): the switch would stop
     # the old stack for a bind the engine refuses. On a remote node it is not ours to see.
     missing = node.models_dir if models_dir is None and node.on_this_host else None
     if models_dir is None and missing is None:
-        skipped.append(f"models_dir {node.models_dir} not found: model and draft file checks skipped")
-    patch_errors: dict[str, tuple[str, str]] = {}
-    specs: list[PatchSpec] = []
-    for name in stack.patches:
-        try:
-            specs.append(find_patch(node.patches_dir, name))
-        except UserError as e:
-            patch_errors[name] = ("patch-unknown", e.what)  # the rule gives the fix
-    ctx_image = None
-    image_error = None
-    patched = []
-    upstream: list[str] = []
-    if docker:
-        assert inspector is not None
-        try:
-            ctx_image = inspector.facts(stack.image)
-        except UserError as e:
-            image_error = e.what
-        if ctx_image is not None:
-            specs, upstream = upstream_split(specs, ctx_image.vllm_version)
-            for spec in specs:
-                try:
-                    patched.extend(materialize([spec], stack.image, inspector))
-                except UserError as e:
-                    patch_errors[spec.name] = ("patch-does-not-apply", e.what)
-    else:
-        skipped.append("no Docker: image, patch, compose config and port checks skipped")
-    access = devices_mod.scan(node.device_dir, node.config.gids)
-    secrets, _warnings = load_secrets(node.secrets_env_file)
-    rendered = render(stack, node, access, secrets=secrets, mounts=mounts_for(patched),
-                      patch_files=deploy_files(patched), draft_path=served_draft_path(stack, node.config.models_target),
-                      image=pin_image, port=port, project=project)
-    if upstream:
-        rendered = dataclasses.replace(rendered, notes=(*rendered.notes, *upstream))
-    ctx = LintContext(node=node, stack=stack, rendered=rendered, models_dir=models_dir, models_dir_missing=missing,
-                      image=ctx_image,
-                      image_error=image_error, patch_errors=patch_errors, patched=patched, skipped=skipped,
-                      measured_kv=measured_kv(node, stack, ctx_image.id if ctx_image else None, memory),
-                      patches_upstream=upstream)
-    if docker:
-        # `docker compose config` (a subprocess, ~0.1 s) runs while the port is checked here
-        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="compose-config") as pool:
-            config = pool.submit(_compose_config, ctx)
-            if check_port and inspector is not None:
-                with contextlib.suppress(B70Error):
-                    ctx.port_owner = _port_owner(node, inspector.client)
-            config.result()
-    return ctx
+        skipped.insert(0, f"models_dir {node.models_dir} not found: model and draft file checks skipped")
+    skipped += [f"lint.ignore {rule}: {why}" for rule, why in stack.lint.ignore.items()]
+    image = produced.image
+    return LintContext(node=node, stack=stack, rendered=produced.rendered, models_dir=models_dir,
+                       models_dir_missing=missing, image=image, image_error=produced.image_error,
+                       compose_config=produced.compose_config, compose_error=produced.compose_error,
+                       patch_errors=dict(produced.patch_errors), patched=list(produced.patched),
+                       patches_upstream=list(produced.patches_upstream), port_owner=produced.port_owner,
+                       gpu_missing=list(produced.gpu_missing), skipped=skipped,
+                       measured_kv=measured_kv(node, stack, image.id if image else None, memory))
 
 
-def _compose_config(ctx: LintContext) -> None:
-    from ..docker.node import compose_config
-
-    ctx.compose_config, ctx.compose_error = compose_config(ctx.rendered.files, ctx.node.project)
+def context(node: Node, stack: Stack, *, docker: bool = True, check_port: bool = True,
+            memory: RevisionMemory | None = None) -> LintContext:
+    """The context for one stack as `lint` sees it: produced as a switch would, then read."""
+    return build_context(produce(node, stack, docker=docker, check_port=check_port), memory=memory)
 
 
 def lint_stacks(node: Node, names: list[str], *, docker: bool = True,
@@ -234,7 +159,7 @@ def lint_stacks(node: Node, names: list[str], *, docker: bool = True,
                 out[name] = ([Finding(id=STACK_INVALID, severity="error", message=e.what,
                                       fix=e.fix or "correct the stack file", stack=name)], [])
                 continue
-            ctx = build_context(node, stack, docker=docker, inspector=inspector, check_port=check_port,
+            ctx = build_context(produce(node, stack, docker=docker, inspector=inspector, check_port=check_port),
                                 memory=memory)
             out[name] = (lint_stack(ctx), ctx.skipped)
     finally:
@@ -242,13 +167,3 @@ def lint_stacks(node: Node, names: list[str], *, docker: bool = True,
         if inspector is not None:
             inspector.close()
     return out
-
-
-def preflight(node: Node, stack: Stack, *, inspector: ImageInspector | None = None,
-              pin_image: str | None = None, port: int | None = None, project: str | None = None) -> LintContext:
-    """For `switch`: the full context (with the materialized patches in `ctx.patched` and the
-    rendered files in `ctx.rendered`, .env pinned to `pin_image`); run `lint_stack(ctx)` on it
-    and stop on an error. Pass an inspector you close (`with ImageInspector(state_dir) as insp:`)
-    to reuse it."""
-    return build_context(node, stack, docker=True, inspector=inspector, check_port=port is None,
-                         pin_image=pin_image, port=port, project=project)

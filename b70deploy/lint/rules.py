@@ -16,6 +16,7 @@ import yaml
 from ..errors import UserError
 from ..render import draft as draft_mod
 from ..render.files import COMPOSE_FILE, DOTENV_FILE
+from ..render.gpu import gpu_count
 from ..render.patches import find_patch, release
 from ..render.vllm_args import FLAG_BY_NAME, Flag, flag_name, split_prelude
 from ..state import caches
@@ -24,6 +25,11 @@ from .findings import Finding, LintContext, Severity
 
 Rule = Callable[[LintContext], Iterator[Finding]]
 RULES: list[tuple[tuple[str, ...], Rule]] = []  # (the finding ids the rule may emit, the rule)
+ALL_PLATFORMS: tuple[str, ...] = ("cuda", "rocm", "xpu", "cpu")
+GPU_PLATFORMS: tuple[str, ...] = ("cuda", "rocm", "xpu")
+# Finding id -> the node platforms its rule applies to (render/gpu.py); lint runs a rule only
+# on a node of one of them.
+PLATFORMS: dict[str, tuple[str, ...]] = {}
 
 # The post's ngram sweep at 8K context (aggregate tok/s vs no draft); it loses past C=4.
 NGRAM_SWEEP = "+24% C=1, +14% C=2, +12% C=3, +2% C=4, -45% C=12"
@@ -33,12 +39,18 @@ MARLIN_FILE = "/model_executor/layers/quantization/utils/marlin_utils.py"
 SPEC_DRAFT_METHODS = ("eagle", "eagle3", "mtp")
 
 
-def rule(*ids: str) -> Callable[[Rule], Rule]:
-    """Register a rule under every finding id it emits: the README's lint table lists exactly these."""
+def rule(*ids: str, platforms: tuple[str, ...] = ALL_PLATFORMS) -> Callable[[Rule], Rule]:
+    """Register a rule under every finding id it emits (the README's lint table lists exactly
+    these) and the platforms it applies to."""
     def add(fn: Rule) -> Rule:
         RULES.append((ids, fn))
+        PLATFORMS.update(dict.fromkeys(ids, platforms))
         return fn
     return add
+
+
+def applies(ids: tuple[str, ...], platform: str) -> bool:
+    return any(platform in PLATFORMS[i] for i in ids)
 
 
 def _f(ctx: LintContext, rule_id: str, severity: Severity, message: str, fix: str) -> Finding:
@@ -159,7 +171,7 @@ def compose_config(ctx: LintContext) -> Iterator[Finding]:
                  "correct the stack or node config value it names")
 
 
-@rule("group-names")
+@rule("group-names", platforms=("rocm", "xpu"))
 def group_names(ctx: LintContext) -> Iterator[Finding]:
     groups = [str(g) for g in _vllm_service(ctx.compose_config or _compose(ctx)).get("group_add") or []]
     for g in groups:
@@ -264,7 +276,7 @@ def cache_env(ctx: LintContext) -> Iterator[Finding]:
     stack's env): a stack's own value would be ignored without a word."""
     if "CACHE_DIR" not in ctx.rendered.interpolation:
         return
-    ours = caches.container_env()
+    ours = caches.container_env(ctx.node.config.platform)
     clash = sorted(k for k, v in ctx.stack.env.items() if k in ours and v != ours[k])
     if clash:
         yield _f(ctx, "cache-env-overridden", "warning",
@@ -274,7 +286,7 @@ def cache_env(ctx: LintContext) -> Iterator[Finding]:
                  "cache_dir)")
 
 
-@rule("marlin-carveout-missing")
+@rule("marlin-carveout-missing", platforms=("xpu",))  # CUDA has Marlin
 def marlin(ctx: LintContext) -> Iterator[Finding]:
     m = ctx.stack.model
     # The shipped patch, or the operator's own corrected marlin_utils.py: a patch made from it
@@ -309,7 +321,7 @@ def hybrid(ctx: LintContext) -> Iterator[Finding]:
                  "(20+ minutes, never serving)", "set enforce_eager: true")
 
 
-@rule("gptq-bfloat16")
+@rule("gptq-bfloat16", platforms=("xpu",))  # the report's XPU GPTQ path (patches/gptq-xpu.yaml)
 def gptq_dtype(ctx: LintContext) -> Iterator[Finding]:
     if ctx.stack.model.quantization != "gptq":
         return
@@ -505,3 +517,50 @@ def port(ctx: LintContext) -> Iterator[Finding]:
         p = ctx.node.config.ports.prod
         yield _f(ctx, "port-in-use", "error", f"port {p} is already in use by {ctx.port_owner}",
                  f"stop what holds port {p}, or change ports.prod in the node config")
+
+
+@rule("gpu-access-missing", platforms=GPU_PLATFORMS)
+def gpu_access(ctx: LintContext) -> Iterator[Finding]:
+    """The engine or host lacks what the platform's GPU access needs (docker/platform.py): the
+    switch stops here, before the old stack does."""
+    for missing in ctx.gpu_missing:
+        yield _f(ctx, "gpu-access-missing", "error", missing,
+                 "set the node config's platform: and gpus: to what this node has (`b70deploy init` "
+                 "discovers it), or install the platform's container runtime")
+
+
+def _parallel(args: list[str], *flags: str) -> int:
+    """The size one of `flags` asks for in an argv (1 when none does)."""
+    for i, a in enumerate(args):
+        for flag in flags:
+            if a == flag and i + 1 < len(args) and args[i + 1].isdigit():
+                return int(args[i + 1])
+            if a.startswith(flag + "=") and a.split("=", 1)[1].isdigit():
+                return int(a.split("=", 1)[1])
+    return 1
+
+
+@rule("parallel-gpu-count", platforms=GPU_PLATFORMS)
+def parallel_gpus(ctx: LintContext) -> Iterator[Finding]:
+    """vLLM places one worker per GPU: tensor x pipeline parallel size workers need exactly that
+    many GPUs of the selection (fewer: it cannot start; more: some sit idle)."""
+    gpus = ctx.stack.gpus if ctx.stack.gpus is not None else ctx.node.config.gpus
+    want = gpu_count(gpus)
+    if want is None:
+        return
+    args = _command(ctx)
+    tp = _parallel(args, "--tensor-parallel-size", "-tp")
+    pp = _parallel(args, "--pipeline-parallel-size", "-pp")
+    if tp * pp != want:
+        yield _f(ctx, "parallel-gpu-count", "error",
+                 f"tensor_parallel_size {tp} x pipeline_parallel_size {pp} = {tp * pp} worker(s), but gpus selects "
+                 f"{want} GPU(s)",
+                 f"select {tp * pp} GPU(s) with gpus:, or set --tensor-parallel-size so that TP x PP = {want}")
+
+
+@rule("cpu-kvcache-space", platforms=("cpu",))
+def cpu_kvcache(ctx: LintContext) -> Iterator[Finding]:
+    if "VLLM_CPU_KVCACHE_SPACE" not in ctx.stack.env:
+        yield _f(ctx, "cpu-kvcache-space", "warning",
+                 "VLLM_CPU_KVCACHE_SPACE is not set: vLLM's CPU docs size the KV cache with it (GiB of RAM)",
+                 "set env: {VLLM_CPU_KVCACHE_SPACE: \"8\"} (GiB) to what the node can spare")

@@ -22,6 +22,7 @@ from .devices import DeviceAccess
 from .filenames import COMPOSE_FILE as COMPOSE_FILE  # re-exported: the deploy-dir names, imported from here
 from .filenames import DOTENV_FILE as DOTENV_FILE
 from .filenames import RUNTIME_ENV_FILE as RUNTIME_ENV_FILE
+from .gpu import GpuAccess, from_device_access
 from .masking import mask_env_text
 from .vllm_args import (
     CONTAINER_PORT,
@@ -147,13 +148,16 @@ def runtime_values(stack: Stack, secrets: Mapping[str, str]) -> dict[str, str]:
     return dict(sorted(values.items()))
 
 
-def render(stack: Stack, node: Node, devices: DeviceAccess, *, secrets: Mapping[str, str] | None = None,
+def render(stack: Stack, node: Node, devices: GpuAccess | DeviceAccess, *, secrets: Mapping[str, str] | None = None,
            mounts: tuple[Mount, ...] = (), patch_files: Mapping[str, bytes] | None = None,
            draft_path: str | None = None, port: int | None = None, project: str | None = None,
            image: str | None = None) -> Rendered:
     """Render `stack` for `node`: every file a deployment writes, the patched files (`patch_files`,
     bind-mounted by `mounts`: render/patches.py) beside the compose and env files. The one
-    producer of a deploy dir's bytes. `port`/`project` default to production's."""
+    producer of a deploy dir's bytes. `port`/`project` default to production's. `devices` is the
+    node's GPU access (render/gpu.py); a bare /dev/dri scan renders as XPU."""
+    access = devices if isinstance(devices, GpuAccess) else \
+        from_device_access(devices, stack.gpus if stack.gpus is not None else node.config.gpus)
     env = _environment()
     port = node.config.ports.prod if port is None else port
     # A prelude's bash -c script is one argument, escaped whole for Compose: it names the model itself.
@@ -170,24 +174,28 @@ def render(stack: Stack, node: Node, devices: DeviceAccess, *, secrets: Mapping[
         container_port=CONTAINER_PORT,
         runtime_env_name=RUNTIME_ENV_FILE,
         models_target=node.config.models_target,
-        mounts=(*mounts, *(Mount(m.source, m.target) for m in stack.mounts)),
-        devices=str(devices.device_dir) if devices.device_dir else None,
-        group_add=devices.group_add,
+        mounts=(*mounts, *(Mount(m.source, m.target) for m in stack.mounts), *(Mount(b, b) for b in access.binds)),
+        devices=access.devices,
+        group_add=access.group_add,
+        cap_add=access.cap_add,
+        security_opt=access.security_opt,
+        requests=access.requests,
+        platform=access.platform,
         shm_size=node.config.shm_size,
         companions=node.config.companions,
         volumes=sorted({v.source for c in node.config.companions for v in c.volumes if not v.is_bind}),
         bind_address=node.config.bind_address,
         cache_target=caches.CONTAINER_ROOT if warm else None,
-        cache_env=caches.container_env() if warm else {},
+        environment={**(caches.container_env(access.platform) if warm else {}), **access.environment},
     )
     dotenv = env.get_template("env.j2").render(values=list(interp.items()))
     runtime = env.get_template("runtime.env.j2").render(values=list(runtime_values(stack, secrets or {}).items()))
-    notes = list(devices.notes)
+    notes = list(access.notes)
     if warm:
         notes.append(f"warm boots: compile and kernel caches of this image id in {interp['CACHE_DIR']}")
-    if devices.group_add:
+    if access.group_add:
         notes.append("group_add: numeric gids " + ", ".join(
-            f"{name}={gid}" for name, gid in sorted(devices.gids.items(), key=lambda kv: kv[1])))
+            f"{name}={gid}" for name, gid in sorted(access.gids.items(), key=lambda kv: kv[1])))
     secret_keys = sorted(secrets or {})
     if secret_keys:
         notes.append(f"secrets from the node's env file go only into {RUNTIME_ENV_FILE} (0600): "

@@ -23,6 +23,7 @@ from ..config.schema import ABS_PATH_RE, ENV_KEY_RE, IMAGE_RE, Speculative, Stac
 from ..config.validation import first_error, value_error
 from ..errors import UserError
 from ..state import caches
+from . import gpu
 from .draft import copy_origin
 from .masking import is_secret
 from .vllm_args import (
@@ -39,7 +40,7 @@ from .vllm_args import (
 SERVE = ["vllm", "serve"]
 # Service keys the stack or the node config account for; any other is named in the notes.
 _HANDLED = frozenset({"image", "command", "entrypoint", "environment", "volumes", "ports", "devices", "group_add",
-                      "shm_size", "profiles", "restart", "networks", "labels", "env_file"})
+                      "shm_size", "profiles", "restart", "networks", "labels", "env_file"}) | gpu.READ_KEYS
 
 
 class ImageEntrypoint(Protocol):
@@ -200,6 +201,7 @@ def stack_from_compose(service: Mapping[str, Any], *, image: ImageEntrypoint | N
     _environment(service, out)
     _mounts(service, out)
     _node_facts(service, parsed.fixed.get("--port", str(CONTAINER_PORT)), out)
+    out.notes += gpu.carry(service, out.node, out.doc)  # the platform's GPU access (render/gpu.py)
     try:
         Stack.model_validate({"name": "from-compose", **out.doc})
     except ValidationError as exc:
@@ -290,7 +292,8 @@ def _flags(parsed: ParsedServe, binds: Sequence[Mapping[str, Any]], where: str, 
 
 def _environment(service: Mapping[str, Any], out: FromCompose) -> None:
     env: dict[str, str] = {}
-    ours = caches.container_env()  # the cache variables of a file b70deploy rendered: every render sets them
+    # the cache variables of a file b70deploy rendered, on any platform: every render sets its own
+    ours = {k: v for p in gpu.PLATFORMS for k, v in caches.container_env(p).items()}
     for key, value in sorted((service.get("environment") or {}).items()):
         if value is not None and ours.get(key) == value:
             continue

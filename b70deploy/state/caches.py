@@ -1,10 +1,10 @@
 """Warm boots: the compile and kernel caches a vLLM container keeps across switches.
 
 One host folder per image id, `<cache root>/<image key>/`, bind-mounted at CONTAINER_ROOT
-in the vllm container; the environment points vLLM's, Triton's and the SYCL runtime's caches
-into it (docs/warm-boots.md cites where each variable is read). Keying by image id means a
-new image never reads what another image compiled: a compile artefact is only as good as the
-torch, Triton and driver versions that made it.
+in the vllm container; the environment points vLLM's and Triton's caches, and the CUDA driver's
+(NVIDIA) or the SYCL runtime's (XPU), into it (docs/warm-boots.md cites where each variable is
+read). Keying by image id means a new image never reads what another image compiled: a compile
+artefact is only as good as the torch, Triton and driver versions that made it.
 
 The folders are bounded by the node config's `cache_max_gib`: over it, the least recently
 used image's folder goes first, never one in `keep` (the images the node runs or may roll
@@ -26,21 +26,24 @@ CONTAINER_ROOT = "/var/cache/b70deploy"
 USED_MARK = ".last-used"   # its mtime is the folder's last use (a boot prepared for it)
 GIB = 1 << 30
 
-# Each cache under the one mount: (subfolder, environment it needs). Values are container paths.
-KINDS: tuple[tuple[str, dict[str, str]], ...] = (
-    ("vllm", {"VLLM_CACHE_ROOT": f"{CONTAINER_ROOT}/vllm"}),          # torch_compile_cache/ lives here
-    ("triton", {"TRITON_CACHE_DIR": f"{CONTAINER_ROOT}/triton"}),
-    ("sycl", {"SYCL_CACHE_PERSISTENT": "1", "SYCL_CACHE_DIR": f"{CONTAINER_ROOT}/sycl"}),
+# Each cache under the one mount: (subfolder, environment it needs, the platforms whose runtime
+# reads it; empty: every platform). Values are container paths.
+KINDS: tuple[tuple[str, dict[str, str], tuple[str, ...]], ...] = (
+    ("vllm", {"VLLM_CACHE_ROOT": f"{CONTAINER_ROOT}/vllm"}, ()),          # torch_compile_cache/ lives here
+    ("triton", {"TRITON_CACHE_DIR": f"{CONTAINER_ROOT}/triton"}, ()),
+    ("cuda", {"CUDA_CACHE_PATH": f"{CONTAINER_ROOT}/cuda"}, ("cuda",)),  # the CUDA driver's PTX JIT cache
+    ("sycl", {"SYCL_CACHE_PERSISTENT": "1", "SYCL_CACHE_DIR": f"{CONTAINER_ROOT}/sycl"}, ("xpu",)),
 )
 
 _ID_RE = re.compile(r"^(sha256):([0-9a-f]{12,64})$")
 
 
-def container_env() -> dict[str, str]:
-    """The variables that send every cache into the mount, sorted."""
+def container_env(platform: str = "xpu") -> dict[str, str]:
+    """The variables that send every cache `platform` uses into the mount, sorted."""
     env: dict[str, str] = {}
-    for _sub, values in KINDS:
-        env.update(values)
+    for _sub, values, platforms in KINDS:
+        if not platforms or platform in platforms:
+            env.update(values)
     return dict(sorted(env.items()))
 
 
@@ -120,7 +123,7 @@ def prepare(root: Path, image_id: str) -> Path | None:
     folder = folder_for(root, image_id)
     if folder is None:
         return None
-    for sub, _env in KINDS:
+    for sub, _env, _platforms in KINDS:
         (folder / sub).mkdir(parents=True, exist_ok=True)
     mark = folder / USED_MARK
     mark.touch()

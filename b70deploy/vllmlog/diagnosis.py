@@ -70,6 +70,7 @@ class Signature:
     pattern: re.Pattern[str]
     fix: str | FixFn
     rank: int = SPECIFIC
+    platforms: tuple[str, ...] = ()  # the node platforms whose logs carry it (empty: every one)
 
     def make(self, m: re.Match[str], line: str, number: int, lines: Sequence[str], quote: str = "") -> Diagnosis:
         if callable(self.fix):
@@ -229,7 +230,8 @@ CATALOGUE: tuple[Signature, ...] = (
               re.compile(r"has no attribute '(?:gptq_marlin_repack|\w*marlin\w*)'"),
               f"for a compressed-tensors (W4A16) MoE stack, add patches: [{MARLIN_PATCH}] "
               "(check_moe_marlin_supports_layer must exclude XPU); for any other stack, make model.quantization "
-              "and model.architecture say what the model's config.json says, then `b70deploy lint` names the fix"),
+              "and model.architecture say what the model's config.json says, then `b70deploy lint` names the fix",
+              platforms=("xpu",)),
     Signature("arctic-inference-missing", "suffix decoding needs the arctic-inference package",
               re.compile(r"Arctic Inference is required for suffix decoding"),
               "use an image with arctic-inference installed (a derived image: pip install arctic-inference), "
@@ -255,16 +257,17 @@ CATALOGUE: tuple[Signature, ...] = (
               re.compile(r"\b(?:UR_RESULT_ERROR_\w+|ZE_RESULT_ERROR_\w+|PI_ERROR_\w+)|"
                          r"level.?zero\b.*\berror|\bUR error\b", re.IGNORECASE),
               "a driver or device fault, not the stack: check dmesg and the GPU (xpu-smi), then retry; "
-              "roll back if it repeats"),
+              "roll back if it repeats", platforms=("xpu",)),
     Signature("bmg-inspect-sigabrt", f"the GPU runtime aborted (SIGABRT): {BMG_SIGABRT_ISSUE}",
               re.compile(r"models\.registry'\]' died with <Signals\.SIGABRT: 6>|"
                          r"Abort was called at \d+ line in file|[/\w.-]*drm_neo\.cpp\b"),
-              f"a Battlemage driver/runtime fault, not the stack ({BMG_SIGABRT_ISSUE}): {_BMG_DRIVER_FIX}"),
+              f"a Battlemage driver/runtime fault, not the stack ({BMG_SIGABRT_ISSUE}): {_BMG_DRIVER_FIX}",
+              platforms=("xpu",)),
     Signature("bmg-tp2-gp-fault", f"a worker hit a general protection fault: {BMG_GP_FAULT_ISSUE}",
               re.compile(r"VLLM::Worker\S*\[\d+\] general protection fault|"
                          r"Engine reset: engine_class=bcs\b"),
               f"serve on one GPU (tensor parallel size 1): TP=2 on dual B70 reproduces {BMG_GP_FAULT_ISSUE}; "
-              f"or {_BMG_DRIVER_FIX}"),
+              f"or {_BMG_DRIVER_FIX}", platforms=("xpu",)),
     Signature("cpu-attention-unsupported", "the CPU attention backend does not support this model",
               # vLLM's CPU build, a head_dim its kernels lack: boots, answers /health, dies on the first request.
               re.compile(r"Unsupported CPU attention configuration"), _cpu_attention_fix),
@@ -307,16 +310,19 @@ def is_fatal(line: str) -> bool:
     return _ANY.search(line) is not None
 
 
-def diagnose(lines: Sequence[str], stack: Stack | None = None) -> Diagnosis | None:
+def diagnose(lines: Sequence[str], stack: Stack | None = None, platform: str | None = None) -> Diagnosis | None:
     """The most specific fatal signature in `lines` (earliest line within a rank), or None.
     It quotes the exception the process died with (see the module docstring); given the
-    stack the log came from, the fix is checked against it (`for_stack`)."""
+    stack the log came from, the fix is checked against it (`for_stack`); given the node's
+    platform, only its signatures count (an XPU runtime's crash is no NVIDIA node's)."""
     best: tuple[int, int] | None = None
     found: tuple[Signature, re.Match[str], int] | None = None
     for i, line in enumerate(lines):
         if not is_fatal(line):
             continue
         for sig in CATALOGUE:
+            if platform is not None and sig.platforms and platform not in sig.platforms:
+                continue
             m = sig.pattern.search(line)
             if m is None:
                 continue

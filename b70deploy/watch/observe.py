@@ -169,7 +169,7 @@ class Observer:
         log = engine.container_log(container, tail=LOG_TAIL).splitlines() if container is not None else []
         assert self.stack_of is not None, "actions/watch.py hands the Observer its stack_of"
         stack = self.stack_of(self.node, cur)
-        finding = diagnose(log, stack)
+        finding = diagnose(log, stack, self.node.config.platform)
         diagnosis = finding.one_line() if finding else None
         if finding is not None:
             out.append(Problem("fatal-log", f"fatal line in the vllm log: {finding.title}", diagnosis))

@@ -102,7 +102,8 @@ def test_report_layout_becomes_a_stack_that_renders_its_command(scratch: Scratch
     node = load_node(str(scratch.config))
     stack = node.catalogue().load("hand")
     assert stack.speculative is not None and stack.speculative.method == "ngram"
-    assert stack.extra_args == ["--block-size", "64"] and stack.env == {"ZE_AFFINITY_MASK": "0"}
+    # ZE_AFFINITY_MASK is Level Zero's GPU mask: it comes back as the stack's GPU selection (issue 28)
+    assert stack.extra_args == ["--block-size", "64"] and stack.env == {} and stack.gpus == ["0"]
     rendered = render(stack, node, devices.scan(None))
     write_tree(scratch.root / "r", rendered.files)
     got = compose(scratch.root / "r")["services"]["vllm"]["command"]

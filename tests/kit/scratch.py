@@ -77,6 +77,20 @@ def _mknod(path: Path, gid: int) -> None:
     os.chown(path, 0, gid)
 
 
+def make_gpu_nodes(root: Path, render_gid: int, kfd_gid: int) -> tuple[Path, Path]:
+    """A GPU host's nodes made for a test: root/dri/renderD128, root/dri/by-path/ and root/kfd, character devices
+    with /dev/null's numbers (a container may open them) owned by the given gids. Raises
+    PermissionError where this user may not mknod."""
+    if os.geteuid() != 0:
+        raise PermissionError("mknod of a character device needs root")
+    dri = root / "dri"
+    (dri / "by-path").mkdir(parents=True)  # the PCI path links an Intel host has (vLLM's XPU docs mount it)
+    for path, gid in ((dri / "renderD128", render_gid), (root / "kfd", kfd_gid)):
+        os.mknod(path, 0o660 | stat.S_IFCHR, os.makedev(1, 3))
+        os.chown(path, 0, gid)
+    return dri, root / "kfd"
+
+
 def make_dri(parent: Path) -> Path:
     """A fake /dev/dri: character devices owned by gids 992 and 44, plus entries to ignore.
     Raises PermissionError where this user may not mknod."""

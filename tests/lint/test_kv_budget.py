@@ -11,7 +11,7 @@ import pytest
 from b70deploy.config.node import Node
 from b70deploy.config.schema import Stack
 from b70deploy.lint import kv, lint_stack
-from b70deploy.lint.gather import RevisionMemory, build_context, measured_kv
+from b70deploy.lint.gather import RevisionMemory, context, measured_kv
 from b70deploy.sim.box import EAGLE3_DRAFT, QWEN3_30B
 from b70deploy.state.revisions import RevisionStore
 
@@ -39,7 +39,7 @@ def _record(node: Node, stack: Stack, *, facts: dict[str, Any] | None = None, lo
 
 
 def _kv(node: Node, stack: Stack) -> list[str]:
-    return [f.message for f in lint_stack(build_context(node, stack, docker=False)) if f.id == "kv-budget"]
+    return [f.message for f in lint_stack(context(node, stack, docker=False)) if f.id == "kv-budget"]
 
 
 def _first_boot(node: Node) -> Stack:
@@ -80,7 +80,7 @@ def test_the_shipped_eager_eagle3_with_its_measured_pool_is_clean(node: Node) ->
     _record(node, _first_boot(node), log=REFUSED_LOG, outcome="failed")  # another config: does not count
     _record(node, eager, facts={"kv_cache_tokens": 265_664, "available_kv_gib": 12.41})
     assert _kv(node, eager) == []
-    assert lint_stack(build_context(node, eager, docker=False)) == []
+    assert lint_stack(context(node, eager, docker=False)) == []
 
 
 def test_a_measured_pool_too_small_warns(node: Node) -> None:

@@ -17,7 +17,7 @@ from b70deploy.config.node import load_node
 from b70deploy.docker.compose import Compose
 from b70deploy.docker.proc import run
 from b70deploy.lint import lint_stack
-from b70deploy.lint.gather import build_context
+from b70deploy.lint.gather import context
 from b70deploy.render.patches import deploy_files
 from b70deploy.render.vllm_args import container_command
 from b70deploy.state.fsio import write_tree
@@ -48,7 +48,7 @@ def test_lint_all_on_the_shipped_catalogue(node_path: Path) -> None:
 
 def test_drift_is_a_preflight_error(tmp_path: Path, models_dir: Path) -> None:
     node = load_node(str(write_node(tmp_path, models_dir, image_map={"intel/vllm:latest": SIM_DRIFT})))
-    ctx = build_context(node, node.catalogue().load("w4a16"))
+    ctx = context(node, node.catalogue().load("w4a16"))
     assert ctx.image is not None
     [f] = [f for f in lint_stack(ctx) if f.severity == "error"]
     assert f.id == "patch-does-not-apply"
@@ -61,7 +61,7 @@ def test_drift_is_a_preflight_error(tmp_path: Path, models_dir: Path) -> None:
 def deployed(tmp_path: Path, models_dir: Path) -> Iterator[tuple[Any, Compose, int]]:
     """w4a16-131k rendered with its patch, written to a deploy dir, and up through Compose."""
     node = load_node(str(write_node(tmp_path, models_dir, stack_overlay={"env": FAST})))
-    ctx = build_context(node, node.catalogue().load("w4a16-131k"))
+    ctx = context(node, node.catalogue().load("w4a16-131k"))
     assert lint_stack(ctx) == []
     files = {**ctx.rendered.files, **deploy_files(ctx.patched)}
     write_tree(node.deploy_dir, files, {n: ctx.rendered.mode(n) for n in files})

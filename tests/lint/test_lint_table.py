@@ -17,8 +17,9 @@ from b70deploy.config.node import Node
 from b70deploy.config.node_cache import Settings
 from b70deploy.config.schema import HostMount, ModelSpec, Speculative, ToolCalling
 from b70deploy.docker.image_inspect import ImageFacts
+from b70deploy.docker.produce import port_owner, produce
 from b70deploy.lint import LintContext, lint_stack
-from b70deploy.lint.gather import _port_owner, build_context
+from b70deploy.lint.gather import build_context, context
 from b70deploy.lint.rules import RULES
 from b70deploy.render.files import COMPOSE_FILE, DOTENV_FILE
 
@@ -33,7 +34,7 @@ def _ctx(node: Node, name: str, image: ImageFacts | None = None, **update: Any) 
     stack = node.catalogue().load(name)
     if update:
         stack = stack.model_copy(update=update)
-    ctx = build_context(node, stack, docker=False)
+    ctx = context(node, stack, docker=False)
     ctx.image = image
     return ctx
 
@@ -148,7 +149,7 @@ def case_port(node: Node) -> LintContext:
     with socket.socket() as s:
         s.bind((node.config.bind_address, node.config.ports.prod))
         s.listen()
-        ctx.port_owner = _port_owner(node, NoContainers())
+        ctx.port_owner = port_owner(node, NoContainers())
     return ctx
 
 
@@ -170,7 +171,7 @@ def case_compose(node: Node) -> LintContext:
 
 def case_cache_env(node: Node) -> LintContext:
     stack = node.catalogue().load("w4a16").model_copy(update={"env": {"VLLM_CACHE_ROOT": "/root/.cache/vllm"}})
-    return build_context(node, stack, docker=False, pin_image=BASH_C.id)  # a pinned id: caches are mounted
+    return build_context(produce(node, stack, docker=False, pin_image=BASH_C.id))  # a pinned id: caches are mounted
 
 
 def case_flag_removed(node: Node) -> LintContext:
@@ -180,6 +181,20 @@ def case_flag_removed(node: Node) -> LintContext:
 
 def case_turboquant(node: Node) -> LintContext:
     return _ctx(node, "tq-256k", max_num_seqs=4)
+
+
+def case_gpu_access(node: Node) -> LintContext:
+    ctx = _ctx(_node(node, platform="cuda"), "w4a16")
+    ctx.gpu_missing = ["the engine at local engine has no nvidia runtime (docker info Runtimes: runc)"]
+    return ctx
+
+
+def case_parallel(node: Node) -> LintContext:
+    return _ctx(node, "w4a16", gpus=2)
+
+
+def case_cpu_kvcache(node: Node) -> LintContext:
+    return _ctx(_node(node, platform="cpu"), "w4a16")
 
 
 CASES: list[tuple[str, str, Callable[[Node], LintContext], str]] = [
@@ -209,6 +224,9 @@ CASES: list[tuple[str, str, Callable[[Node], LintContext], str]] = [
     ("port-in-use", "error", case_port, "ports.prod"),
     ("image-missing", "error", case_image_missing, "docker pull"),
     ("compose-config", "error", case_compose, "correct"),
+    ("gpu-access-missing", "error", case_gpu_access, "platform:"),
+    ("parallel-gpu-count", "error", case_parallel, "TP x PP = 2"),
+    ("cpu-kvcache-space", "warning", case_cpu_kvcache, "VLLM_CPU_KVCACHE_SPACE"),
 ]
 
 
@@ -234,7 +252,7 @@ def test_every_rule_has_a_case() -> None:
 
 def test_catalogue_is_clean_without_docker(node: Node) -> None:
     for name in node.catalogue().names():
-        ctx = build_context(node, node.catalogue().load(name), docker=False)
+        ctx = context(node, node.catalogue().load(name), docker=False)
         assert lint_stack(ctx) == [], name
 
 

@@ -113,6 +113,8 @@ def real_node(lane: Lane, sim_images: dict[str, str], tmp_path_factory: pytest.T
     prod, dark = _port(), _port()
     cfg = {"project": project, "deploy_dir": str(root / "deploy"), "state_dir": str(root / "state"),
            "stacks_dir": str(root / "stacks"), "models_dir": str(models), "device_dir": None,
+           # vLLM's CPU build: the CPU platform's access (SYS_NICE, seccomp=unconfined; issue 28)
+           "platform": "cpu",
            "bind_address": "127.0.0.1", "ports": {"prod": prod, "dark": dark}, "load_threshold": 1000,
            "timeouts": {"health": 600, "rollback": 600, "poll_interval": 0.5, "smoke": 60}}
     # A limit, not a speed: a quiet machine boots 0.21 in ~30 s and 0.32 in ~60 s; on a shared

@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 import requests
 from kit.serving import serving
-from kit.simnode import SimNode, docker
+from kit.simnode import SimNode, docker, service_box
 
 from b70deploy.bench.capture import CaptureWriter, make_server
 from b70deploy.bench.client import Endpoint
@@ -189,6 +189,10 @@ def test_switch_to_real_vllm_records_the_facts_its_log_printed(real_node: SimNod
     assert (facts["max_concurrency"], facts["max_concurrency_len"]) == (2048.0, 512)
     assert facts["time_to_healthy"] > 0
     assert "(EngineCore pid=" in log  # the real prefixes reached the parser
+    # platform: cpu (issue 28): the real CPU engine ran with what vLLM's CPU docs ask for
+    host = service_box(real_node.project)["HostConfig"]
+    assert host["CapAdd"] == ["CAP_SYS_NICE"] and "seccomp=unconfined" in host["SecurityOpt"]
+    assert not host["Devices"] and not host["DeviceRequests"]
 
 
 def test_bench_token_counts_are_the_servers_and_metrics_parse(real_node: SimNode) -> None:

@@ -46,8 +46,8 @@ def test_prepare_scan_and_apply_on_real_folders(tmp_path: Path) -> None:
     root = tmp_path / "caches"
     for i, image in enumerate((A, B, C)):
         folder = caches.prepare(root, image)
-        assert folder is not None and sorted(p.name for p in folder.iterdir()) == [".last-used", "sycl", "triton",
-                                                                                     "vllm"]
+        assert folder is not None and sorted(p.name for p in folder.iterdir()) == [".last-used", "cuda", "sycl",
+                                                                                     "triton", "vllm"]
         (folder / "vllm" / "blob").write_bytes(b"x" * 100_000)
         os.utime(folder / caches.USED_MARK, (1000 + i, 1000 + i))  # A oldest, C newest
     entries = caches.scan(root)
