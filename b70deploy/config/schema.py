@@ -339,7 +339,8 @@ class Door(Strict):
     @classmethod
     def _image(cls, v: str | None) -> str | None:
         if v is not None and not IMAGE_RE.match(v):
-            raise invalid(f"door.image {v!r} is not an image reference", "e.g. caddy:2.6-alpine or b70deploy/door:caddy")
+            raise invalid(f"door.image {v!r} is not an image reference",
+                          "e.g. caddy:2.6-alpine or b70deploy/door:caddy")
         return v
 
 

@@ -112,7 +112,7 @@ def state(project: str) -> DoorState | None:
     if box is None:
         return None
     read = " ; ".join(f"echo $(cat {f} 2>/dev/null)" for f in (GATE_FILE, CLOSED_FILE, OPENED_FILE))
-    gate, closed, opened = (_sh(box, read).splitlines() + ["", "", ""])[:3]
+    gate, closed, opened = [*_sh(box, read).splitlines(), "", "", ""][:3]
     counts = _counts(box)
     points = _number(gate)
     busy = counts.get(UPSTREAM, 0)

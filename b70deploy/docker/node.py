@@ -20,8 +20,8 @@ from dotenv import dotenv_values
 
 from ..deploy.nodeio import VLLM
 from ..errors import B70Error, OperationError
-from ..render.draft import ensure_draft_copy, stack_copy
 from ..render.door import DOOR_SERVICE
+from ..render.draft import ensure_draft_copy, stack_copy
 from ..render.files import COMPOSE_FILE, DOTENV_FILE
 from ..state import caches
 from ..state.fsio import file_mode, fsync_dir, sweep_temp, write_atomic, write_tree

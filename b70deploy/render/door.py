@@ -52,6 +52,7 @@ UPSTREAM = f"vllm:{CONTAINER_PORT}"
 CONFIG_ENV = "DOOR_CONFIG"   # the JSON config, in the service's environment (no extra file to deploy)
 CHECK_INTERVAL = "200ms"     # how soon a turned gate is seen
 TRY_INTERVAL = "250ms"       # how often a held request tries again
+METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")
 FORWARDED = ("/v1/*", "/health", "/metrics", "/version")
 DEV_ENDPOINTS = ("/sleep", "/wake_up", "/is_sleeping", "/collective_rpc", "/reset_prefix_cache",
                  "/reset_mm_cache", "/server_info", "/scale_elastic_ep", "/is_scaling_elastic_ep")
@@ -68,7 +69,10 @@ def caddy_config(*, hold_seconds: float, retry_after: int) -> dict[str, Any]:
                                 "timeout": "1s"}}
     held = {"handler": "reverse_proxy", "upstreams": relay, "health_checks": health_checks,
             "flush_interval": -1,  # chunks as vLLM sends them
-            "load_balancing": {"try_duration": f"{hold_seconds:g}s", "try_interval": TRY_INTERVAL}}
+            # Caddy tries again only a GET unless told: "no upstreams available" is not a dial
+            # error. The request has then reached no upstream, so a POST is safe to try again too.
+            "load_balancing": {"try_duration": f"{hold_seconds:g}s", "try_interval": TRY_INTERVAL,
+                               "retry_match": [{"method": list(METHODS)}]}}
     # Not held: a router's health check must see 503 at once.
     health = {"handler": "reverse_proxy", "upstreams": relay, "health_checks": health_checks}
     busy = {"handler": "static_response", "status_code": 503, "headers": {"Retry-After": [str(retry_after)]},
