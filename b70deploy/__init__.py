@@ -21,7 +21,8 @@ the rooms above it in this list.
     render/      stack + node -> deploy files: templates to compose/.env/vllm.env (files) and
                  their names (filenames), the vLLM argv and entrypoint styles (vllm_args),
                  /dev/dri gids (devices), secret masking (masking), edits of files inside
-                 images (patches), the EAGLE draft copy (draft); and back: a compose service ->
+                 images (patches), the EAGLE draft copy (draft), the front door's Caddy config
+                 (door); and back: a compose service ->
                  a stack (from_compose), a corrected file -> a patch's edits (patch_derive)
     vllmlog/     what vLLM's log says: boot facts and expectations (bootlog), fatal signatures
                  and stalls (diagnosis)
@@ -40,7 +41,8 @@ the rooms above it in this list.
                  engine (discover), the deploy dir's files and drift (deploydir), the health
                  wait (health) and one GET /health (probe), smoke tests (smoke) and their
                  garbage judge (garbage), idle readings (verify), the page-cache read-ahead
-                 (pagecache), and DockerNode (node): the real side of the deploy seam
+                 (pagecache), the front door's gate and counters (door), and DockerNode (node):
+                 the real side of the deploy seam
     lint/        preflight rules over a LintContext (rules), that context and a finding
                  (findings), gathering the context (gather), a KV budget from config.json (kv)
     bench/       benchmarks the way the field report ran them: one request (client), a run
@@ -50,7 +52,8 @@ the rooms above it in this list.
                  what is measured (deployment), an ETA line (progress), the
                  measurements refused before the first request (guards)
     sim/         the simulated vLLM: HTTP server (server), image builder (image), the `vllm`
-                 package files inside it (vllm_tree), the post's model folders (box)
+                 package files inside it (vllm_tree), the post's model folders (box); the
+                 front door's image, built the same way (door_image)
     watch/       `watch` after a switch: looks in, acts out (decide), what it reads from the node
                  (observe), the revisions it rolled back (memory), its systemd unit (unit)
     actions/     one verb, one object: its fields are the options, plan() says what it will do,
@@ -66,7 +69,7 @@ the rooms above it in this list.
                  (base), the options several commands share (options), shell completion of
                  stacks, revisions and nodes (complete), one module per group of
                  commands (catalogue, lint, deploy, records, revisions, bench, patch, watch, sim,
-                 stack, adopt)
+                 stack, adopt, door)
 """
 
 __version__ = "0.1.0"

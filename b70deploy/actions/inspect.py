@@ -174,11 +174,12 @@ def door_view(node: Node, *, last_switch: bool = False) -> dict[str, Any] | None
     """The front door's state (docker/door.py), None when the deploy dir names none; with
     `last_switch`, what it held in its last closed window (read from its request log)."""
     from ..docker.deploydir import read_deployed
-    from ..docker.door import last_hold, state
-    from ..render.files import DOTENV_FILE
+    from ..render.filenames import DOTENV_FILE
 
     if b"DOOR_PORT=" not in read_deployed(node.deploy_dir).get(DOTENV_FILE, b""):
         return None
+    from ..docker.door import last_hold, state  # the engine's SDK: only for a node with a door
+
     now = state(node.project)
     if now is None:
         return {"running": False, "points_at": None}

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import shutil
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -15,12 +16,15 @@ import pytest
 import requests
 import yaml
 from kit.simnode import SimNode, docker
+from simkit import unavailable
 
 from b70deploy.sim.door_image import build as build_door
 
 
 @pytest.fixture(scope="session")
 def door_image(sim_images: dict[str, str]) -> str:
+    if shutil.which("caddy") is None:
+        unavailable("no caddy binary to build the door image from (apt-get install caddy; scripts/setup.sh does)")
     return build_door().tag
 
 

@@ -288,3 +288,21 @@ def test_caches_and_weights_are_ready_before_the_drain_and_the_running_image_is_
     # The new container is created from the new files while alpha still serves; creating it stops the old one.
     assert [e for e in b.node.effects if e.startswith(("drain:", "activate:"))] == [
         "drain:write", "drain:create vllm", "activate:start vllm"]
+
+
+def test_with_a_door_the_drain_holds_first_and_the_release_comes_after_the_checks(root: Path) -> None:
+    b = Bench(root, door=True)
+    assert b.switch().ok
+    assert [e for e in b.node.effects if e.startswith(("drain:", "activate:", "release:"))] == [
+        "drain:door close", "drain:write", "drain:create vllm", "drain:door sync", "activate:start vllm",
+        "release:door open 3"]
+    assert b.agreed() == "beta" and b.node.door_points == 3
+
+
+def test_with_a_door_a_failed_boot_points_it_back_at_the_previous_revision(root: Path) -> None:
+    b = Bench(root, door=True)
+    b.node.broken.add("beta")
+    outcome = b.switch()
+    assert not outcome.ok and outcome.rolled_back
+    assert b.agreed() == "alpha" and b.node.door_points == 2
+    assert "release:door open 3" not in b.node.effects  # the failed stack never had the door
