@@ -323,6 +323,13 @@ class Ports(Strict):
         return self
 
 
+def _loopback(address: str) -> bool:
+    try:
+        return ipaddress.ip_address(address).is_loopback
+    except ValueError:
+        return address == "localhost"
+
+
 class Door(Strict):
     """The front door (render/door.py): a proxy in the project that publishes the node's port,
     holds requests while no stack is live (up to `hold_seconds`, then 503 with Retry-After)
@@ -636,6 +643,11 @@ class NodeConfig(Strict):
         if self.door.enabled and self.door.probe_port in (self.ports.prod, self.ports.dark):
             raise invalid(f"door.probe_port {self.door.probe_port} is the prod or dark port",
                           "give vllm's loopback probe port its own number, e.g. 8002")
+        if self.door.enabled and not _loopback(self.address):
+            # vllm's probe port is published on the node's 127.0.0.1 only (render/door.py).
+            raise invalid(f"door.enabled with address {self.address}: the tool's probes of vllm reach only "
+                          "127.0.0.1 on the node", "run b70deploy on the node with address: 127.0.0.1, or keep "
+                          "the door off for this node")
         return self
 
     @model_validator(mode="after")

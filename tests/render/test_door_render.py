@@ -86,3 +86,10 @@ def test_the_last_hold_counts_requests_that_arrived_while_the_gate_was_closed() 
              "not json", _line("/v1/completions", 104.0, 0.2)]
     got = hold_of(lines, 100.0, 104.0)
     assert (got.held, got.refused, got.longest, got.seconds) == (3, 1, 3.5, 4.0)
+
+
+def test_a_door_needs_the_tool_on_the_nodes_host(scratch: Scratch) -> None:
+    with pytest.raises(UserError) as caught:
+        load_node(str(scratch.write_config({"address": "192.168.0.7", "door": {"enabled": True}}))).config  # noqa: B018
+    line = str(caught.value)
+    assert "address 192.168.0.7" in line and "fix: run b70deploy on the node" in line and "\n" not in line
