@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 from dotenv import dotenv_values
 
 from ..errors import OperationError, UserError
+from ..render.door import image_in
 from ..render.files import COMPOSE_FILE
 from ..state import space
 from ..state.revisions import DamagedRecord, Revision, RevisionStore, Verdict
@@ -122,6 +123,10 @@ def _preflight(r: Run) -> None:
             r.info(done)
     else:  # a rollback: the old bytes must still resolve
         compose_check(r.io, p.files)
+    door = image_in(p.files.get(COMPOSE_FILE, b""))
+    if door is not None and not r.io.image_present(door):  # found now, not once the old stack is stopped
+        raise UserError(f"the front door's image {door} is not on the node",
+                        fix="b70deploy door --build, or set door.image in the node config to an image it has")
     for w in p.warnings:
         r.info(f"warning: {w}")
 

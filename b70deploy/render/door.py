@@ -30,6 +30,7 @@ reachable from the project network at vllm:8000.
 from __future__ import annotations
 
 import json
+import re
 from typing import TYPE_CHECKING, Any
 
 from .vllm_args import CONTAINER_PORT
@@ -142,3 +143,12 @@ def service(door: Door) -> dict[str, Any]:
 def api_base(with_door: bool) -> str:
     """Where the companions (open-webui) send their API calls: the door when there is one."""
     return f"http://{DOOR_SERVICE}:{DOOR_PORT}/v1" if with_door else f"http://vllm:{CONTAINER_PORT}/v1"
+
+
+_IMAGE_LINE = re.compile(rb'\n  door:\n    image: "([^"\n]+)"\n')
+
+
+def image_in(compose: bytes) -> str | None:
+    """The door's image in a rendered compose file (the template's own lines), None without a door."""
+    m = _IMAGE_LINE.search(compose)
+    return m.group(1).decode() if m else None

@@ -117,6 +117,7 @@ def test_without_the_door_the_same_loop_counts_refused_requests(node: SimNode) -
     clients = Clients(node.prod)
     clients.during(lambda: node.cli("switch", "beta", "--yes", check=True))
     assert clients.failed and clients.ok > 0, (clients.ok, clients.failed)
+    assert node.json("door") is None  # no front door in the deployed revision
 
 
 def test_a_request_held_past_the_bound_gets_503_with_retry_after(node: SimNode, door_image: str,

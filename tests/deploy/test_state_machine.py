@@ -306,3 +306,13 @@ def test_with_a_door_a_failed_boot_points_it_back_at_the_previous_revision(root:
     assert not outcome.ok and outcome.rolled_back
     assert b.agreed() == "alpha" and b.node.door_points == 2
     assert "release:door open 3" not in b.node.effects  # the failed stack never had the door
+
+
+def test_a_door_whose_image_is_missing_is_refused_before_the_drain(root: Path) -> None:
+    b = Bench(root, door=True)
+    files = {**stack_files("beta")}
+    files["docker-compose.yml"] += b'  door:\n    image: "b70deploy/door:caddy"\n'
+    with pytest.raises(UserError) as caught:
+        b.driver().execute("switch beta", plan_for("beta", files=files))
+    assert "b70deploy door --build" in str(caught.value)
+    assert b.agreed() == "alpha" and not [e for e in b.node.effects if e.startswith("drain:")]
