@@ -20,7 +20,7 @@ from dotenv import dotenv_values
 
 from ..deploy.nodeio import VLLM
 from ..errors import B70Error, OperationError
-from ..render.door import DOOR_SERVICE
+from ..render.door import DOOR_SERVICE, digest_in
 from ..render.draft import ensure_draft_copy, stack_copy
 from ..render.files import COMPOSE_FILE, DOTENV_FILE
 from ..state import caches
@@ -267,10 +267,15 @@ class DockerNode:
 
     # ---- the front door (docker/door.py)
     def door_sync(self) -> None:
-        if "DOOR_PORT" in self._deployed_env():
-            self.up([DOOR_SERVICE], recreate=False)  # compose recreates it when its config changed
-        else:
+        if "DOOR_PORT" not in self._deployed_env():
             self.discard(DOOR_SERVICE)
+            return
+        # The same door already running (its digest label) needs no compose call: the clients
+        # are held meanwhile, and even a no-op `up` costs them ~1 s of the engine's time.
+        running = door.container(self.project)
+        want = digest_in((self.deploy_dir / COMPOSE_FILE).read_bytes())
+        if running is None or want is None or (running.labels or {}).get("b70deploy.door") != want:
+            self.up([DOOR_SERVICE], recreate=False)  # compose recreates it when its config changed
 
     def door_close(self) -> bool:
         return door.close(self.project, self.door_health_url)

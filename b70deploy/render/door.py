@@ -29,6 +29,7 @@ reachable from the project network at vllm:8000.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from typing import TYPE_CHECKING, Any
@@ -136,8 +137,11 @@ def interpolation(door: Door, *, port: int, bind_address: str) -> dict[str, str]
 
 def service(door: Door) -> dict[str, Any]:
     """What the compose template writes for the door service."""
-    return {"image": door.image or DEFAULT_IMAGE, "command": list(COMMAND), "container_port": DOOR_PORT,
-            "config": config_text(hold_seconds=door.hold_seconds, retry_after=door.retry_after)}
+    image, config = door.image or DEFAULT_IMAGE, config_text(hold_seconds=door.hold_seconds,
+                                                             retry_after=door.retry_after)
+    digest = hashlib.sha256(json.dumps([image, list(COMMAND), config]).encode()).hexdigest()[:16]
+    return {"image": image, "command": list(COMMAND), "container_port": DOOR_PORT, "config": config,
+            "digest": digest}
 
 
 def api_base(with_door: bool) -> str:
@@ -145,10 +149,17 @@ def api_base(with_door: bool) -> str:
     return f"http://{DOOR_SERVICE}:{DOOR_PORT}/v1" if with_door else f"http://vllm:{CONTAINER_PORT}/v1"
 
 
+_DIGEST_LINE = re.compile(rb'\n      b70deploy.door: "([0-9a-f]+)"\n')
 _IMAGE_LINE = re.compile(rb'\n  door:\n    image: "([^"\n]+)"\n')
 
 
 def image_in(compose: bytes) -> str | None:
     """The door's image in a rendered compose file (the template's own lines), None without a door."""
     m = _IMAGE_LINE.search(compose)
+    return m.group(1).decode() if m else None
+
+
+def digest_in(compose: bytes) -> str | None:
+    """The door service's digest label in a rendered compose file: the same for the same door."""
+    m = _DIGEST_LINE.search(compose)
     return m.group(1).decode() if m else None

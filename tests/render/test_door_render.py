@@ -17,7 +17,7 @@ from b70deploy.actions.prepare import prepare
 from b70deploy.config.node import load_node
 from b70deploy.docker.door import hold_of
 from b70deploy.errors import UserError
-from b70deploy.render.door import DEV_ENDPOINTS, caddy_config, image_in
+from b70deploy.render.door import DEV_ENDPOINTS, caddy_config, digest_in, image_in
 from b70deploy.state.fsio import write_tree
 
 WEBUI = {"name": "open-webui", "image": "ghcr.io/open-webui/open-webui:main", "port": 3000, "container_port": 8080}
@@ -35,6 +35,7 @@ def test_the_door_has_the_nodes_port_and_vllm_a_loopback_one(scratch: Scratch,
     door, vllm = doc["services"]["door"], doc["services"]["vllm"]
     assert door["image"] == "b70deploy/door:caddy" and door["labels"]["b70deploy.role"] == "door"
     assert image_in(r.files["docker-compose.yml"]) == "b70deploy/door:caddy"
+    assert door["labels"]["b70deploy.door"] == digest_in(r.files["docker-compose.yml"])
     assert (door["ports"][0]["host_ip"], door["ports"][0]["published"]) == ("0.0.0.0", "8000")
     assert (vllm["ports"][0]["host_ip"], vllm["ports"][0]["published"]) == ("127.0.0.1", "8012")
     assert doc["services"]["open-webui"]["environment"]["OPENAI_API_BASE_URL"] == "http://door:8080/v1"
