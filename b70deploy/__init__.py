@@ -22,7 +22,8 @@ the rooms above it in this list.
                  their names (filenames), the vLLM argv and entrypoint styles (vllm_args),
                  /dev/dri gids (devices), each platform's GPU access and its read-back from a
                  compose service (gpu), secret masking (masking), edits of files inside
-                 images (patches), the EAGLE draft copy (draft); and back: a compose service ->
+                 images (patches), the EAGLE draft copy (draft), the front door's Caddy config
+                 (door); and back: a compose service ->
                  a stack (from_compose), a corrected file -> a patch's edits (patch_derive)
     vllmlog/     what vLLM's log says: boot facts and expectations (bootlog), fatal signatures
                  and stalls (diagnosis)
@@ -41,9 +42,10 @@ the rooms above it in this list.
                  engine (discover), the deploy dir's files and drift (deploydir), the health
                  wait (health) and one GET /health (probe), smoke tests (smoke) and their
                  garbage judge (garbage), idle readings (verify), the page-cache read-ahead
-                 (pagecache), DockerNode (node): the real side of the deploy seam, the render
-                 of a deployment with the engine's facts (produce: the one producer of deploy
-                 files), and the node's GPU platform found and preflighted (platform)
+                 (pagecache), the front door's gate and counters (door), DockerNode (node): the
+                 real side of the deploy seam, the render of a deployment with the engine's facts
+                 (produce: the one producer of deploy files), and the node's GPU platform found
+                 and preflighted (platform)
     lint/        preflight rules over a LintContext (rules), that context and a finding
                  (findings), reading what docker/produce rendered into it (gather), a KV budget
                  from config.json (kv)
@@ -54,7 +56,8 @@ the rooms above it in this list.
                  what is measured (deployment), an ETA line (progress), the
                  measurements refused before the first request (guards)
     sim/         the simulated vLLM: HTTP server (server), image builder (image), the `vllm`
-                 package files inside it (vllm_tree), the post's model folders (box)
+                 package files inside it (vllm_tree), the post's model folders (box); the
+                 front door's image, built the same way (door_image)
     watch/       `watch` after a switch: looks in, acts out (decide), what it reads from the node
                  (observe), the revisions it rolled back (memory), its systemd unit (unit)
     actions/     one verb, one object: its fields are the options, plan() says what it will do,
@@ -70,7 +73,7 @@ the rooms above it in this list.
                  (base), the options several commands share (options), shell completion of
                  stacks, revisions and nodes (complete), one module per group of
                  commands (catalogue, lint, deploy, records, revisions, bench, patch, watch, sim,
-                 stack, adopt)
+                 stack, adopt, door)
 """
 
 __version__ = "0.1.0"

@@ -42,7 +42,7 @@ from typing import Any
 
 import yaml
 
-from b70deploy import interrupts
+from b70deploy.deploy import interrupts
 from b70deploy.docker.compose import Compose
 from b70deploy.docker.keep import REPO as KEEP_REPO
 from b70deploy.docker.keep import revision_of

@@ -21,6 +21,7 @@ from ..deploy.runner import deferred_interrupts
 from ..deploy.steps import restore
 from ..docker.node import DockerNode
 from ..errors import B70Error, OperationError, Terminated
+from ..state.statedir import StateDir
 from ..ui.progress import Reporter
 from .dark import DarkDown, DarkUp
 from .mutating import mutating
@@ -129,7 +130,8 @@ class BenchCycle:
                 announce("restore", "production, wait for /health")
                 try:
                     restore(prod, reporter, companions=self.node.companions,
-                            timeout=self.restore_timeout or self.node.config.timeouts.restore)
+                            timeout=self.restore_timeout or self.node.config.timeouts.restore,
+                            revision=StateDir(self.node.state_dir).revisions.current_number())
                     restored = True
                 except B70Error as e:
                     errors.append(f"restore failed: {e}")

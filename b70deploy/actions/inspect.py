@@ -75,6 +75,7 @@ def status(node: Node) -> dict[str, Any]:
         out["container"] = box.result()
         code = health.result()
         out["health"] = code if code is not None else "refused"
+        out["door"] = door_view(node)
         out["differs"], out["fix"] = differences(node, store, cur, out)
         out["mounts_changed"] = _mounts_changed(store, cur)
         out["rollback_images_gone"] = gone_targets(table, present.result(), cur.number if cur else None)
@@ -161,7 +162,31 @@ def differences(node: Node, store: RevisionStore, cur: Revision | None,
             "b70deploy fsck --repair (restores the stored copy from the deploy dir)"
     if box.get("status") != "running":
         return [f"vllm is {box.get('status')}"], "b70deploy restore"
+    door = st.get("door")
+    if door is not None and door.get("points_at") != cur.number:
+        where = "holds every request" if door.get("points_at") is None else f"points at revision {door['points_at']}"
+        return [f"the front door {where}, not at revision {cur.number}"], \
+            "b70deploy restore (points the door at the current revision)"
     return [], None
+
+
+def door_view(node: Node, *, last_switch: bool = False) -> dict[str, Any] | None:
+    """The front door's state (docker/door.py), None when the deploy dir names none; with
+    `last_switch`, what it held in its last closed window (read from its request log)."""
+    from ..docker.deploydir import read_deployed
+    from ..render.filenames import DOTENV_FILE
+
+    if b"DOOR_PORT=" not in read_deployed(node.deploy_dir).get(DOTENV_FILE, b""):
+        return None
+    from ..docker.door import last_hold, state  # the engine's SDK: only for a node with a door
+
+    now = state(node.project)
+    if now is None:
+        return {"running": False, "points_at": None}
+    last = last_hold(node.project, now) if last_switch else None
+    return {"running": True, "points_at": now.points_at, "holding": now.holding, "in_flight": now.in_flight,
+            "last_switch": None if last is None else {"held": last.held, "longest_hold_s": last.longest,
+                                                      "refused": last.refused, "closed_s": last.seconds}}
 
 
 def holds_revision(node: Node, cur: Revision, newest: int = 50) -> int | None:

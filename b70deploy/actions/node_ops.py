@@ -10,6 +10,7 @@ from ..deploy.steps import restore
 from ..docker.node import DockerNode
 from ..docker.verify import load_bound
 from ..errors import OperationError
+from ..state.statedir import StateDir
 from ..ui.progress import Reporter
 from .mutating import mutating
 
@@ -31,6 +32,7 @@ class Drain:
         services = self.plan()
         with mutating(self.node, "drain", wait=self.lock_wait) as m:
             reporter.phase("drain", f"stop {' '.join(services)}")
+            io.door_close()  # a front door holds new requests meanwhile (`restore` releases them)
             io.stop(services)
             m.ended("ok", services=services)
         return services
@@ -70,6 +72,7 @@ class Restore:
         with mutating(self.node, "restore", wait=self.lock_wait) as m:
             reporter.phase("restore", "start the current revision and wait for /health")
             result = restore(DockerNode.production(self.node), reporter, companions=self.node.companions,
-                             timeout=self.timeout or self.node.config.timeouts.restore)
+                             timeout=self.timeout or self.node.config.timeouts.restore,
+                             revision=StateDir(self.node.state_dir).revisions.current_number())
             m.ended("ok", seconds=round(result.elapsed, 2))
         return result.elapsed

@@ -110,6 +110,8 @@ COMMANDS: dict[str, Command] = {
     "verify": Command("deploy", 'Check the node is idle: prod port, feeder connections, load average.'),
     "restore": Command("deploy", 'Start the current revision again after a drain and wait for /health (not a '
                                  'rollback).'),
+    "door": Command("door", "The front door: where it points, what it holds, its last switch; --build makes its "
+                            "image."),
     "status": Command("records", 'What runs now: revision, stack, health, boot facts, image, interrupted runs.'),
     "history": Command("records", 'Every revision: stack, outcome, image, KV tokens, time to healthy.'),
     "logs": Command("revisions", 'Print the container log kept with REVISION (failed boots keep theirs).'),

@@ -364,6 +364,34 @@ class Ports(Strict):
         return self
 
 
+def _loopback(address: str) -> bool:
+    try:
+        return ipaddress.ip_address(address).is_loopback
+    except ValueError:
+        return address == "localhost"
+
+
+class Door(Strict):
+    """The front door (render/door.py): a proxy in the project that publishes the node's port,
+    holds requests while no stack is live (up to `hold_seconds`, then 503 with Retry-After)
+    and is switched by the deploy. Off unless enabled."""
+
+    enabled: bool = False
+    image: str | None = None            # None: the image `b70deploy door --build` makes (Caddy, no registry)
+    hold_seconds: float = Field(default=180.0, gt=0, le=3600)
+    retry_after: int = Field(default=30, ge=1, le=86400)
+    # vllm's own port for the tool's probes while the door has the node's: loopback only.
+    probe_port: int = Field(default=8002, ge=1, le=65535)
+
+    @field_validator("image")
+    @classmethod
+    def _image(cls, v: str | None) -> str | None:
+        if v is not None and not IMAGE_RE.match(v):
+            raise invalid(f"door.image {v!r} is not an image reference",
+                          "e.g. caddy:2.6-alpine or b70deploy/door:caddy")
+        return v
+
+
 class Timeouts(Strict):
     health: float = Field(default=720.0, gt=0, le=86400)
     rollback: float = Field(default=720.0, gt=0, le=86400)
@@ -528,6 +556,7 @@ class NodeConfig(Strict):
     kfd_device: str = "/dev/kfd"        # rocm: the compute node beside device_dir
     bind_address: str = "0.0.0.0"
     ports: Ports = Ports()
+    door: Door = Door()
     companions: list[Companion] = Field(default_factory=list)
     feeders: list[str] = Field(default_factory=list)
     load_threshold: float | None = Field(default=None, gt=0, le=1024)  # None: the core count (verify.load_bound)
@@ -654,6 +683,18 @@ class NodeConfig(Strict):
         if not re.match(r"^\d+[bkmg]?$", v):
             raise invalid(f"shm_size {v!r} is not a size", "use e.g. 16g")
         return v
+
+    @model_validator(mode="after")
+    def _door_port(self) -> NodeConfig:
+        if self.door.enabled and self.door.probe_port in (self.ports.prod, self.ports.dark):
+            raise invalid(f"door.probe_port {self.door.probe_port} is the prod or dark port",
+                          "give vllm's loopback probe port its own number, e.g. 8002")
+        if self.door.enabled and not _loopback(self.address):
+            # vllm's probe port is published on the node's 127.0.0.1 only (render/door.py).
+            raise invalid(f"door.enabled with address {self.address}: the tool's probes of vllm reach only "
+                          "127.0.0.1 on the node", "run b70deploy on the node with address: 127.0.0.1, or keep "
+                          "the door off for this node")
+        return self
 
     @model_validator(mode="after")
     def _companions_unique(self) -> NodeConfig:

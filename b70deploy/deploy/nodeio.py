@@ -131,6 +131,23 @@ class NodeIO(Protocol):
         """Read the stack's model (and draft) files into the page cache when they fit in free
         memory; returns the progress line (what was read, or why not)."""
 
+    # ---- the front door (render/door.py): each is a no-op on a node without one
+    def door_sync(self) -> None:
+        """The door service as the deploy dir's files say: started (recreated when its config
+        changed) when they have one, removed when they do not. Called before vllm is started
+        from new files: only one of the two may have the node's port."""
+
+    def door_close(self) -> bool:
+        """Hold new requests and answer 503 on the door's /health; returns once the door does
+        (False: there is no door running)."""
+
+    def door_open(self, revision: int) -> None:
+        """Point the door at the running vllm, as `revision`, and release the held requests;
+        returns once the door's /health answers 200."""
+
+    def door_in_flight(self) -> int:
+        """Requests the door has on vllm now (its own counter; 0 without a door)."""
+
     # ---- time
     def monotonic(self) -> float: ...
 

@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 from dotenv import dotenv_values
 
 from ..errors import OperationError, UserError
+from ..render.door import image_in
 from ..render.files import COMPOSE_FILE
 from ..state import space
 from ..state.revisions import DamagedRecord, Revision, RevisionStore, Verdict
@@ -122,6 +123,10 @@ def _preflight(r: Run) -> None:
             r.info(done)
     else:  # a rollback: the old bytes must still resolve
         compose_check(r.io, p.files)
+    door = image_in(p.files.get(COMPOSE_FILE, b""))
+    if door is not None and not r.io.image_present(door):  # found now, not once the old stack is stopped
+        raise UserError(f"the front door's image {door} is not on the node",
+                        fix="b70deploy door --build, or set door.image in the node config to an image it has")
     for w in p.warnings:
         r.info(f"warning: {w}")
 
@@ -253,10 +258,13 @@ def _label_stack(files: Mapping[str, bytes]) -> str | None:
 def _drain(r: Run) -> None:
     """The new files in place and vllm's new container created from them while the old one
     still serves; only then is the old one stopped: creating a container is 0.5-0.8 s of the
-    engine's work on vfs that the clients no longer wait for (benchmarks/README.md)."""
+    engine's work on vfs that the clients no longer wait for (benchmarks/README.md). With a
+    front door, the door holds new requests first and the old stack finishes what it has."""
+    _hold(r)
     fresh = not r.io.has_compose_file()
     r.io.write_deployed(r.plan.files)
     r.io.replace(VLLM, stopping=r.plan.companions)
+    r.io.door_sync()
     number = r.got.revision.number if r.got.revision else "?"
     if fresh:
         r.info(f"nothing deployed yet: nothing to drain; created {VLLM} from revision {number}")
@@ -266,8 +274,37 @@ def _drain(r: Run) -> None:
            "health check moves traffic away)")
 
 
+def _hold(r: Run) -> None:
+    """The door's drain: new requests held (its /health 503, so a cluster router reroutes),
+    then wait until the requests it has on the old stack are done, by its own counter."""
+    if not r.io.door_close():
+        return
+    deadline = r.io.monotonic() + r.plan.waits.verify
+    busy = r.io.door_in_flight()
+    if busy:
+        r.info(f"door: holding new requests; waiting up to {r.plan.waits.verify:.0f} s for {busy} in flight")
+    while busy:
+        if r.io.monotonic() >= deadline:
+            if r.plan.kind == "rollback":
+                r.info(f"warning: {busy} request(s) still in flight through the door; rolling back anyway")
+                return
+            raise OperationError(f"{busy} request(s) still in flight through the door after "
+                                 f"{r.plan.waits.verify:.0f} s", fix="wait for clients to finish, or raise "
+                                 "--verify-wait (node config: timeouts.verify)")
+        r.io.sleep(0.5)
+        busy = r.io.door_in_flight()
+    r.info("door: holding new requests; nothing in flight on the old stack")
+
+
+def _reopen(r: Run) -> None:
+    """A failed switch points the door back at the previous revision, serving again."""
+    if r.got.previous is not None:
+        r.io.door_open(r.got.previous.number)
+
+
 def _undo_drain(r: Run) -> None:
-    """The previous revision's files back and it serving again, companions started."""
+    """The previous revision's files back and it serving again, companions started, the door
+    pointed back at it."""
     if r.got.previous is None:
         r.io.discard(VLLM)  # made from the new files, never started
         r.info("no previous revision: the node is left without a running stack")
@@ -277,9 +314,11 @@ def _undo_drain(r: Run) -> None:
         if r.plan.companions:
             r.io.up(r.plan.companions, recreate=False)
             r.info(f"started {', '.join(r.plan.companions)}")
+        _reopen(r)
         return
     r.io.write_deployed(r.undo_files())
-    restore(r.io, r.reporter, companions=r.plan.companions, timeout=r.plan.waits.rollback)
+    restore(r.io, r.reporter, companions=r.plan.companions, timeout=r.plan.waits.rollback,
+            revision=r.got.previous.number)
 
 
 def _verify(r: Run) -> None:
@@ -336,6 +375,7 @@ def _undo_activate(r: Run) -> None:
     files = r.undo_files()  # checked before the container goes: a damaged copy is refused first
     r.io.discard(VLLM)  # its log is kept; a crash-looping container makes compose's stop slow
     r.io.write_deployed(files)
+    r.io.door_sync()  # the previous files' door, or none: before vllm, which may want the node's port
     r.io.up([VLLM])
     r.got.rollback_wait = r.io.wait_healthy(timeout=r.plan.waits.rollback, reporter=r.reporter)
     if not r.got.rollback_wait.healthy:
@@ -438,6 +478,18 @@ def _check(r: Run) -> None:
         raise OperationError("; ".join(problems))
 
 
+# ---------------------------------------------------------------- release
+
+
+def _release(r: Run) -> None:
+    assert r.got.revision is not None  # record ran before
+    r.io.door_open(r.got.revision.number)
+
+
+def _undo_release(r: Run) -> None:
+    r.io.door_close()  # held again until the previous revision serves (undo drain points the door back)
+
+
 # ---------------------------------------------------------------- commit, companions
 
 
@@ -500,6 +552,8 @@ def steps(plan: DeployPlan) -> list[Step[Run]]:
         Step("wait-healthy", "poll /health while watching the container and its log; then stay healthy for "
              f"{plan.stack.settle_seconds:g} s while the smoke tests run and the companions start", _wait_healthy),
         Step("check", "boot facts vs expectations, smoke test results", _check),
+        Step("release", "a front door, if the node has one, points at the new revision and releases the "
+             "requests it held", _release, _undo_release, "hold new requests again"),
         Step("commit", "mark the revision deployed and make it current", _commit, _undo_commit,
              f"point current back at {prev}", commits=True),
         Step("companions", "companions started (in the settle window, else now)", _start_companions),
@@ -517,11 +571,14 @@ def plan_lines(plan: DeployPlan) -> list[str]:
 # ---------------------------------------------------------------- restore
 
 
-def restore(io: NodeIO, reporter: Reporter, *, companions: tuple[str, ...], timeout: float) -> WaitResult:
-    """Start the deployed revision again (not a rollback): vllm up, /health, then companions.
-    The `restore` verb, and the compensation of a drain."""
+def restore(io: NodeIO, reporter: Reporter, *, companions: tuple[str, ...], timeout: float,
+            revision: int | None) -> WaitResult:
+    """Start the deployed revision again (not a rollback): vllm up, /health, then companions,
+    and a front door pointed at it (as `revision`). The `restore` verb, and the compensation
+    of a drain."""
     if not io.has_compose_file():
         raise OperationError("nothing deployed in the deploy dir", fix="`b70deploy switch STACK` first")
+    io.door_sync()
     io.up([VLLM], recreate=False)
     result = io.wait_healthy(timeout=timeout, reporter=reporter)
     if not result.healthy:
@@ -529,6 +586,8 @@ def restore(io: NodeIO, reporter: Reporter, *, companions: tuple[str, ...], time
                              fix="`b70deploy status` names what runs and the one command that fixes it")
     if companions:
         io.up(companions, recreate=False)
+    if revision is not None:
+        io.door_open(revision)
     reporter.info(f"vllm healthy after {result.elapsed:.1f} s"
                   + (f"; started {', '.join(companions)}" if companions else ""))
     return result

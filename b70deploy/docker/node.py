@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import functools
+import io
 import json
 import tempfile
 import time
@@ -16,15 +17,17 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from docker import errors as docker_errors
+from dotenv import dotenv_values
 
 from ..deploy.nodeio import VLLM
 from ..errors import B70Error, OperationError
+from ..render.door import DOOR_SERVICE, digest_in
 from ..render.draft import ensure_draft_copy, stack_copy
-from ..render.files import COMPOSE_FILE
+from ..render.files import COMPOSE_FILE, DOTENV_FILE
 from ..state import caches
 from ..state.fsio import file_mode, fsync_dir, sweep_temp, write_atomic, write_tree
 from ..vllmlog.diagnosis import diagnose
-from . import engine, pagecache
+from . import door, engine, pagecache
 from .compose import Compose
 from .deploydir import deployed_names, read_deployed
 from .health import wait_healthy
@@ -104,7 +107,24 @@ class DockerNode:
 
     @property
     def base_url(self) -> str:
-        return f"http://{self.node.address}:{self.port}"
+        """Where the tool's own probes reach vllm: the node's port, or, behind a front door, the
+        loopback port the deployed .env names (VLLM_PORT; render/door.py)."""
+        return f"http://{self.node.address}:{self._vllm_port()}"
+
+    @property
+    def door_health_url(self) -> str:
+        return f"http://{self.node.address}:{self.port}/health"
+
+    def _deployed_env(self) -> dict[str, str]:
+        try:
+            text = (self.deploy_dir / DOTENV_FILE).read_text(errors="replace")
+        except OSError:
+            return {}
+        return {k: v for k, v in dotenv_values(stream=io.StringIO(text)).items() if v is not None}
+
+    def _vllm_port(self) -> int:
+        env = self._deployed_env()
+        return int(env["VLLM_PORT"]) if "DOOR_PORT" in env and env.get("VLLM_PORT", "").isdigit() else self.port
 
     @property
     def compose(self) -> Compose:
@@ -212,8 +232,9 @@ class DockerNode:
     def idle_readings(self) -> list[Reading]:
         cfg = self.node.config
         if self.node.on_this_host:
-            return readings(port=self.port, feeders=cfg.feeders, load_threshold=load_bound(cfg.load_threshold))
-        return remote_readings(self.node.address, self.port)
+            # Behind a front door, the clients' connections are the door's: vllm's port has only ours.
+            return readings(port=self._vllm_port(), feeders=cfg.feeders, load_threshold=load_bound(cfg.load_threshold))
+        return remote_readings(self.node.address, self._vllm_port())
 
     def ensure_draft(self, stack: Stack) -> str | None:
         if stack_copy(stack) is None:
@@ -245,6 +266,27 @@ class DockerNode:
         if spec is not None and spec.model:
             roots.append(self.node.models_dir / (stack_copy(stack) or spec.model))
         return pagecache.warm(roots)
+
+    # ---- the front door (docker/door.py)
+    def door_sync(self) -> None:
+        if "DOOR_PORT" not in self._deployed_env():
+            self.discard(DOOR_SERVICE)
+            return
+        # The same door already running (its digest label) needs no compose call: the clients
+        # are held meanwhile, and even a no-op `up` costs them ~1 s of the engine's time.
+        running = door.container(self.project)
+        want = digest_in((self.deploy_dir / COMPOSE_FILE).read_bytes())
+        if running is None or want is None or (running.labels or {}).get("b70deploy.door") != want:
+            self.up([DOOR_SERVICE], recreate=False)  # compose recreates it when its config changed
+
+    def door_close(self) -> bool:
+        return door.close(self.project, self.door_health_url)
+
+    def door_open(self, revision: int) -> None:
+        door.open_to(self.project, self.door_health_url, revision)
+
+    def door_in_flight(self) -> int:
+        return door.in_flight(self.project)
 
     # ---- time
     def monotonic(self) -> float:

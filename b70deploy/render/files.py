@@ -18,6 +18,7 @@ from ..config.schema import Stack
 from ..errors import UserError
 from ..state import caches
 from ..state.fsio import file_mode
+from . import door as door_config
 from .devices import DeviceAccess
 from .filenames import COMPOSE_FILE as COMPOSE_FILE  # re-exported: the deploy-dir names, imported from here
 from .filenames import DOTENV_FILE as DOTENV_FILE
@@ -127,7 +128,8 @@ def _bytecode_cache() -> jinja2.BytecodeCache | None:
         return None
 
 
-def interpolation_values(stack: Stack, node: Node, *, port: int, image: str | None = None) -> dict[str, str]:
+def interpolation_values(stack: Stack, node: Node, *, port: int, image: str | None = None,
+                         door: bool = False) -> dict[str, str]:
     values = {
         "VLLM_IMAGE": image or stack.image,     # a revision pins the image id that ran
         "VLLM_IMAGE_REF": stack.image,           # the reference it came from (not used by Compose)
@@ -136,6 +138,8 @@ def interpolation_values(stack: Stack, node: Node, *, port: int, image: str | No
         "VLLM_BIND_ADDRESS": node.config.bind_address,
         "MODELS_DIR": str(node.models_dir),
     }
+    if door:  # the door has the node's port; vllm keeps one on loopback for the tool's probes
+        values |= door_config.interpolation(node.config.door, port=port, bind_address=node.config.bind_address)
     cache = caches.folder_for(node.cache_dir, image) if image else None
     if cache is not None:  # only a pinned image id has caches: a tag can move to another image
         values["CACHE_DIR"] = str(cache)
@@ -163,7 +167,8 @@ def render(stack: Stack, node: Node, devices: GpuAccess | DeviceAccess, *, secre
     # A prelude's bash -c script is one argument, escaped whole for Compose: it names the model itself.
     model = container_model_path(stack.model.path, node.config.models_target) if stack.prelude else MODEL_REF
     command = container_command(stack, model=model, draft_path=draft_path, root=node.config.models_target)
-    interp = interpolation_values(stack, node, port=port, image=image)
+    with_door = node.config.door.enabled and project in (None, node.project)  # never a dark stack's
+    interp = interpolation_values(stack, node, port=port, image=image, door=with_door)
     warm = "CACHE_DIR" in interp
     compose = env.get_template("docker-compose.yml.j2").render(
         stack=stack,
@@ -187,6 +192,8 @@ def render(stack: Stack, node: Node, devices: GpuAccess | DeviceAccess, *, secre
         bind_address=node.config.bind_address,
         cache_target=caches.CONTAINER_ROOT if warm else None,
         environment={**(caches.container_env(access.platform) if warm else {}), **access.environment},
+        door=door_config.service(node.config.door) if with_door else None,
+        api_base=door_config.api_base(with_door),
     )
     dotenv = env.get_template("env.j2").render(values=list(interp.items()))
     runtime = env.get_template("runtime.env.j2").render(values=list(runtime_values(stack, secrets or {}).items()))

@@ -1342,6 +1342,10 @@ class Handler(BaseHTTPRequestHandler):
             self._send(200, eng.metrics_text().encode(), "text/plain; version=0.0.4; charset=utf-8")
         elif path == "/ping":
             self._send(200 if eng.healthy() else 503, b"")
+        elif path == "/is_sleeping" and os.environ.get("VLLM_SERVER_DEV_MODE") == "1":
+            # A development endpoint: vLLM attaches it only with VLLM_SERVER_DEV_MODE=1
+            # (vllm/entrypoints/serve/sleep/api_router.py, attach_router); the sim never sleeps.
+            self._json(200, {"is_sleeping": False})
         else:
             self._json(404, {"detail": "Not Found"})
 

@@ -72,9 +72,9 @@ MODES = ["fails", "interrupted", "killed-before", "killed-during", "killed-after
 class Bench:
     """A node on alpha with gamma before it, and a fault hook that tracks the runner's step."""
 
-    def __init__(self, tmp: Path) -> None:
+    def __init__(self, tmp: Path, *, door: bool = False) -> None:
         self.state = StateDir(tmp / "state")
-        self.node = FakeNode(images={"img-alpha", "img-beta", "img-gamma"})
+        self.node = FakeNode(images={"img-alpha", "img-beta", "img-gamma"}, door=door)
         self.point: tuple[str, str] | None = None  # ("before"|"after", step): SIGKILL there
         self.interrupt: tuple[str, str] | None = None  # ("before"|"after", step): Ctrl-C there, between steps
         store = self.state.revisions
@@ -87,6 +87,7 @@ class Bench:
             store.update_status(rev.number, outcome="deployed")
             store.set_current(rev.number)
         self.node.deployed = stack_files("alpha")
+        self.node.door_points = store.current_number() if door else None
         for service in ("vllm", *COMPANIONS):
             self.node.running[service] = stack_files("alpha")
 
@@ -140,6 +141,8 @@ class Bench:
         assert [e["number"] for e in store.index() if e["outcome"] in ("pending", "deployed")
                 and e["number"] != current.number] == [], store.index()
         assert self.state.interrupted_run() is None
+        if self.node.door:
+            assert self.node.door_points == current.number, f"door points at {self.node.door_points}"
         return served
 
 
@@ -151,11 +154,12 @@ def expected(mode: str, step: str, recovery: str) -> str:
     return "beta"  # resume finishes the switch, planning it again if it was killed before record
 
 
+@pytest.mark.parametrize("door", [False, True], ids=["direct", "door"])
 @pytest.mark.parametrize("recovery", ["resume", "rollback"])
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("step", STEP_NAMES)
-def test_every_step_every_fault_then_recovery(root: Path, step: str, mode: str, recovery: str) -> None:
-    b = Bench(root)
+def test_every_step_every_fault_then_recovery(root: Path, step: str, mode: str, recovery: str, door: bool) -> None:
+    b = Bench(root, door=door)
     if mode in ("fails", "interrupted"):
         b.node.trap = ("fail" if mode == "fails" else "interrupt", step)
         outcome = b.switch()
@@ -177,13 +181,15 @@ def test_every_step_every_fault_then_recovery(root: Path, step: str, mode: str, 
     assert b.agreed() == expected(mode, step, recovery)
 
 
+@pytest.mark.parametrize("door", [False, True], ids=["direct", "door"])
 @pytest.mark.parametrize("point", ["before", "after"])
 @pytest.mark.parametrize("step", STEP_NAMES)
-def test_an_interrupt_between_two_steps_is_undone_like_one_inside_a_step(root: Path, step: str, point: str) -> None:
+def test_an_interrupt_between_two_steps_is_undone_like_one_inside_a_step(root: Path, step: str, point: str,
+                                                                        door: bool) -> None:
     """benchmarks/chaos.py found it: a SIGTERM that landed after drain's `step-done` (in the
     runner's own bookkeeping, outside any step) left the node drained, the run unfinished and
     the CLI saying "aborted", exit 1. Now it is undone like an interrupt inside a step."""
-    b = Bench(root)
+    b = Bench(root, door=door)
     b.interrupt = (point, step)
     outcome = b.switch()
     assert not outcome.ok and outcome.exit_code == 130, outcome.summary
@@ -194,7 +200,7 @@ def test_an_interrupt_between_two_steps_is_undone_like_one_inside_a_step(root: P
 
 def test_the_matrix_covers_every_step_and_runs_without_docker() -> None:
     assert STEP_NAMES == ["preflight", "warm", "record", "snapshot", "drain", "verify", "activate", "wait-healthy",
-                          "check", "commit", "companions"]
+                          "check", "release", "commit", "companions"]
 
 
 def test_a_killed_drain_leaves_half_written_files_that_resume_completes(root: Path) -> None:
@@ -282,3 +288,31 @@ def test_caches_and_weights_are_ready_before_the_drain_and_the_running_image_is_
     # The new container is created from the new files while alpha still serves; creating it stops the old one.
     assert [e for e in b.node.effects if e.startswith(("drain:", "activate:"))] == [
         "drain:write", "drain:create vllm", "activate:start vllm"]
+
+
+def test_with_a_door_the_drain_holds_first_and_the_release_comes_after_the_checks(root: Path) -> None:
+    b = Bench(root, door=True)
+    assert b.switch().ok
+    assert [e for e in b.node.effects if e.startswith(("drain:", "activate:", "release:"))] == [
+        "drain:door close", "drain:write", "drain:create vllm", "drain:door sync", "activate:start vllm",
+        "release:door open 3"]
+    assert b.agreed() == "beta" and b.node.door_points == 3
+
+
+def test_with_a_door_a_failed_boot_points_it_back_at_the_previous_revision(root: Path) -> None:
+    b = Bench(root, door=True)
+    b.node.broken.add("beta")
+    outcome = b.switch()
+    assert not outcome.ok and outcome.rolled_back
+    assert b.agreed() == "alpha" and b.node.door_points == 2
+    assert "release:door open 3" not in b.node.effects  # the failed stack never had the door
+
+
+def test_a_door_whose_image_is_missing_is_refused_before_the_drain(root: Path) -> None:
+    b = Bench(root, door=True)
+    files = {**stack_files("beta")}
+    files["docker-compose.yml"] += b'  door:\n    image: "b70deploy/door:caddy"\n'
+    with pytest.raises(UserError) as caught:
+        b.driver().execute("switch beta", plan_for("beta", files=files))
+    assert "b70deploy door --build" in str(caught.value)
+    assert b.agreed() == "alpha" and not [e for e in b.node.effects if e.startswith("drain:")]

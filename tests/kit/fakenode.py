@@ -51,6 +51,8 @@ class FakeNode:
     trap: tuple[str, str] | None = None             # ("fail" | "interrupt" | "kill", step)
     effects: list[str] = field(default_factory=list)
     warmed: list[str] = field(default_factory=list)  # before-drain work: caches prepared, weights read
+    door: bool = False                 # a front door runs in the project
+    door_points: int | None = None     # the revision the door releases requests to; None: it holds them
 
     # ---- misbehaving on cue
     def _effect(self, what: str) -> None:
@@ -206,6 +208,25 @@ class FakeNode:
     def warm_weights(self, stack: Stack) -> str:
         self.warmed.append(f"weights {stack.name}")
         return f"page cache: read {stack.name}"
+
+    def door_sync(self) -> None:
+        if self.door:
+            self._effect("door sync")
+
+    def door_close(self) -> bool:
+        if not self.door:
+            return False
+        self._effect("door close")
+        self.door_points = None
+        return True
+
+    def door_open(self, revision: int) -> None:
+        if self.door:
+            self._effect(f"door open {revision}")
+            self.door_points = revision
+
+    def door_in_flight(self) -> int:
+        return 0
 
     def monotonic(self) -> float:
         return self.clock

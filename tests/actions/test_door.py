@@ -1,0 +1,171 @@
+"""The front door on the real engine with the sim (render/door.py, docker/door.py): clients keep
+being answered through a switch, a request held past the bound gets 503 with Retry-After,
+development endpoints stay on the project network, SSE chunks pass as vLLM sends them."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import shutil
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+import requests
+import yaml
+from kit.simnode import SimNode, docker
+from simkit import unavailable
+
+from b70deploy.sim.door_image import build as build_door
+
+
+@pytest.fixture(scope="session")
+def door_image(sim_images: dict[str, str]) -> str:
+    if shutil.which("caddy") is None:
+        unavailable("no caddy binary to build the door image from (apt-get install caddy; scripts/setup.sh does)")
+    return build_door().tag
+
+
+def enable_door(node: SimNode, image: str, probe: int, *, hold: float = 60, dev_mode: bool = False) -> None:
+    tag = f"{node.project}/door:caddy"  # the node fixture removes the project's images by tag
+    docker("tag", image, tag)
+    node.tags["door"] = tag
+    cfg = yaml.safe_load(node.config.read_text())
+    cfg["door"] = {"enabled": True, "image": tag, "hold_seconds": hold, "retry_after": 7, "probe_port": probe}
+    if dev_mode:
+        cfg["stack_overlay"]["env"]["VLLM_SERVER_DEV_MODE"] = "1"
+    node.config.write_text(yaml.safe_dump(cfg))
+
+
+@pytest.fixture
+def door_node(node: SimNode, door_image: str, free_port: Callable[[], int]) -> Iterator[SimNode]:
+    enable_door(node, door_image, free_port(), dev_mode=True)
+    yield node
+    docker("rmi", node.tags["door"], check=False)
+
+
+@dataclass
+class Clients:
+    """A few clients asking the node's port for completions in a loop until stopped."""
+
+    port: int
+    ok: int = 0
+    failed: list[str] = field(default_factory=list)
+    stop: threading.Event = field(default_factory=threading.Event)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def ask(self) -> tuple[bool, str]:
+        # Connection: close, so the server closes first: no client socket lingers in FIN_WAIT2
+        # on the node's port for verify to count (the door-off switch must get past verify).
+        body = json.dumps({"model": "qwen3-30b-a3b-w4a16", "prompt": "The capital of France is", "max_tokens": 4})
+        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=120)
+        try:
+            conn.request("POST", "/v1/completions", body, {"Content-Type": "application/json", "Connection": "close"})
+            status = conn.getresponse().status
+            return status == 200, f"HTTP {status}"
+        except (OSError, http.client.HTTPException) as e:
+            return False, type(e).__name__
+        finally:
+            conn.close()
+
+    def loop(self) -> None:
+        while not self.stop.is_set():
+            good, why = self.ask()
+            with self.lock:
+                if good:
+                    self.ok += 1
+                else:
+                    self.failed.append(why)
+
+    def during(self, work: Callable[[], Any], n: int = 3) -> None:
+        threads = [threading.Thread(target=self.loop, daemon=True) for _ in range(n)]
+        for t in threads:
+            t.start()
+        try:
+            work()
+        finally:
+            self.stop.set()
+            for t in threads:
+                t.join(timeout=150)
+
+
+def door_container(node: SimNode) -> str:
+    ids = node.containers("door")
+    assert len(ids) == 1, ids
+    return ids[0]
+
+
+def test_a_switch_through_the_door_fails_no_client_request(door_node: SimNode) -> None:
+    node = door_node
+    node.cli("switch", "alpha", "--yes", check=True)
+    assert node.answers() == "alpha"
+    clients = Clients(node.prod)
+    clients.during(lambda: node.cli("switch", "beta", "--yes", check=True))
+    assert clients.failed == [] and clients.ok > 0
+    assert node.answers() == "beta"
+    shown = node.json("door")
+    assert shown["points_at"] == node.json("status")["current_number"] and shown["holding"] == 0
+    last = shown["last_switch"]
+    assert last["refused"] == 0 and last["held"] > 0 and last["longest_hold_s"] > 0, last  # clients waited
+    print(node.cli("door").stdout)
+
+
+def test_without_the_door_the_same_loop_counts_refused_requests(node: SimNode) -> None:
+    node.cli("switch", "alpha", "--yes", check=True)
+    clients = Clients(node.prod)
+    clients.during(lambda: node.cli("switch", "beta", "--yes", check=True))
+    assert clients.failed and clients.ok > 0, (clients.ok, clients.failed)
+    assert node.json("door") is None  # no front door in the deployed revision
+
+
+def test_a_request_held_past_the_bound_gets_503_with_retry_after(node: SimNode, door_image: str,
+                                                                  free_port: Callable[[], int]) -> None:
+    enable_door(node, door_image, free_port(), hold=1)
+    node.cli("switch", "alpha", "--yes", check=True)
+    node.cli("drain", check=True)  # the door holds; no stack is live behind it
+    r = requests.get(f"http://127.0.0.1:{node.prod}/v1/models", timeout=60)
+    assert r.status_code == 503 and r.headers.get("Retry-After") == "7", (r.status_code, r.headers)
+    assert requests.get(f"http://127.0.0.1:{node.prod}/health", timeout=10).status_code == 503
+    node.cli("restore", check=True)
+    assert node.answers() == "alpha"
+
+
+def test_dev_endpoints_are_refused_at_the_door_and_reachable_on_the_project_network(door_node: SimNode) -> None:
+    node = door_node
+    node.cli("switch", "alpha", "--yes", check=True)
+    assert requests.get(f"http://127.0.0.1:{node.prod}/is_sleeping", timeout=10).status_code == 403
+    assert requests.post(f"http://127.0.0.1:{node.prod}/sleep?level=1", timeout=10).status_code == 403
+    inside = docker("exec", door_container(node), "wget", "-qO-", "http://vllm:8000/is_sleeping").stdout
+    assert json.loads(inside) == {"is_sleeping": False}
+
+
+def _stream(port: int) -> list[str]:
+    texts = []
+    with requests.post(f"http://127.0.0.1:{port}/v1/completions", stream=True, timeout=60,
+                       json={"model": "qwen3-30b-a3b-w4a16", "prompt": "The capital of France is",
+                             "max_tokens": 24, "stream": True}) as r:
+        assert r.status_code == 200 and r.headers["Content-Type"].startswith("text/event-stream")
+        for line in r.iter_lines():
+            if line.startswith(b"data: ") and line != b"data: [DONE]":
+                texts.append(json.loads(line[6:])["choices"][0]["text"])
+    return texts
+
+
+def test_an_sse_stream_through_the_door_has_the_same_chunks_in_the_same_order(door_node: SimNode) -> None:
+    node = door_node
+    node.cli("switch", "alpha", "--yes", check=True)
+    cfg = yaml.safe_load(node.config.read_text())
+    direct, through = _stream(cfg["door"]["probe_port"]), _stream(node.prod)
+    assert len(through) > 3 and through == direct
+
+
+def test_status_names_a_door_that_holds_while_the_current_revision_serves(door_node: SimNode) -> None:
+    node = door_node
+    node.cli("switch", "alpha", "--yes", check=True)
+    docker("exec", door_container(node), "rm", "-f", "/tmp/door/gate")
+    out = node.cli("status").stdout
+    assert "door" in out and "b70deploy restore" in out, out
+    node.cli("restore", check=True)
+    assert node.answers() == "alpha"

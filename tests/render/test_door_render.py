@@ -1,0 +1,97 @@
+"""The front door in the rendered files (render/door.py): the door service has the node's port,
+vllm keeps a loopback port for the tool's probes, companions talk to the door; Caddy's config
+forwards the client API, refuses the rest, holds for the bound. Through a real `docker compose
+config`, so Compose reads the door's command and config exactly as written."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kit.scratch import Scratch
+
+from b70deploy.actions.prepare import prepare
+from b70deploy.config.node import load_node
+from b70deploy.docker.door import hold_of
+from b70deploy.errors import UserError
+from b70deploy.render.door import DEV_ENDPOINTS, caddy_config, digest_in, image_in
+from b70deploy.state.fsio import write_tree
+
+WEBUI = {"name": "open-webui", "image": "ghcr.io/open-webui/open-webui:main", "port": 3000, "container_port": 8080}
+
+
+@pytest.mark.docker
+def test_the_door_has_the_nodes_port_and_vllm_a_loopback_one(scratch: Scratch,
+                                                               compose: Callable[[Path], dict[str, Any]]) -> None:
+    scratch.copy_shipped()
+    node = load_node(str(scratch.write_config({"companions": [WEBUI], "door": {
+        "enabled": True, "hold_seconds": 90, "retry_after": 11, "probe_port": 8012}})))
+    r = prepare(node, "tq-256k").rendered
+    write_tree(scratch.root / "deploy", r.files, {n: r.mode(n) for n in r.files})
+    doc = compose(scratch.root / "deploy")
+    door, vllm = doc["services"]["door"], doc["services"]["vllm"]
+    assert door["image"] == "b70deploy/door:caddy" and door["labels"]["b70deploy.role"] == "door"
+    assert image_in(r.files["docker-compose.yml"]) == "b70deploy/door:caddy"
+    assert door["labels"]["b70deploy.door"] == digest_in(r.files["docker-compose.yml"])
+    assert (door["ports"][0]["host_ip"], door["ports"][0]["published"]) == ("0.0.0.0", "8000")
+    assert (vllm["ports"][0]["host_ip"], vllm["ports"][0]["published"]) == ("127.0.0.1", "8012")
+    assert doc["services"]["open-webui"]["environment"]["OPENAI_API_BASE_URL"] == "http://door:8080/v1"
+    assert "$DOOR_CONFIG" in door["entrypoint"][2]  # left to the container's shell, not to Compose
+    config = json.loads(door["environment"]["DOOR_CONFIG"])
+    assert config == caddy_config(hold_seconds=90, retry_after=11)
+
+
+def test_a_dark_stack_has_no_door_and_a_door_off_node_none(scratch: Scratch) -> None:
+    scratch.copy_shipped()
+    node = load_node(str(scratch.write_config({"door": {"enabled": True}})))
+    dark = prepare(node, "tq-256k", port=node.config.ports.dark, project="b70-dark").rendered
+    assert b"\n  door:\n" not in dark.files["docker-compose.yml"] and b"DOOR_PORT" not in dark.files[".env"]
+    off = load_node(str(scratch.write_config({})))
+    assert image_in(prepare(off, "tq-256k").rendered.files["docker-compose.yml"]) is None
+
+
+def test_the_probe_port_may_not_be_the_prod_port(scratch: Scratch) -> None:
+    with pytest.raises(UserError) as caught:
+        load_node(str(scratch.write_config({"door": {"enabled": True, "probe_port": 8000}}))).config  # noqa: B018
+    line = str(caught.value)
+    assert "door.probe_port 8000" in line and "fix:" in line and "\n" not in line
+
+
+def test_caddy_config_forwards_the_api_refuses_the_rest_and_holds_for_the_bound() -> None:
+    servers = caddy_config(hold_seconds=180, retry_after=30)["apps"]["http"]["servers"]
+    routes = servers["door"]["routes"]
+    assert routes[0]["match"] == [{"path": ["/health"]}] and "load_balancing" not in routes[0]["handle"][0]
+    assert routes[1]["match"] == [{"path": ["/v1/*", "/health", "/metrics", "/version"]}]
+    held = routes[1]["handle"][0]
+    assert held["load_balancing"]["try_duration"] == "180s" and held["flush_interval"] == -1
+    assert "POST" in held["load_balancing"]["retry_match"][0]["method"]
+    assert routes[2] == {"handle": [{"handler": "static_response", "status_code": 403,
+                                     "body": "not served through the door\n"}]}
+    assert not any(p.startswith(d) for d in DEV_ENDPOINTS for p in routes[1]["match"][0]["path"])
+    busy = servers["door"]["errors"]["routes"][0]["handle"][0]
+    assert busy["status_code"] == 503 and busy["headers"] == {"Retry-After": ["30"]}
+
+
+def _line(uri: str, arrived: float, took: float, status: int = 200) -> str:
+    return json.dumps({"ts": arrived + took, "duration": took, "status": status, "request": {"uri": uri}})
+
+
+def test_the_last_hold_counts_requests_that_arrived_while_the_gate_was_closed() -> None:
+    lines = [_line("/v1/completions", 99.0, 0.5),         # before the window: not held
+             _line("/v1/completions", 100.5, 4.0),        # held 3.5 s, then served
+             _line("/v1/chat/completions", 101.0, 3.2),   # held 3 s
+             _line("/v1/models", 102.0, 180.0, 503),      # past the bound
+             _line("/health", 101.0, 0.001, 503),         # a router's probe: not a held request
+             "not json", _line("/v1/completions", 104.0, 0.2)]
+    got = hold_of(lines, 100.0, 104.0)
+    assert (got.held, got.refused, got.longest, got.seconds) == (3, 1, 3.5, 4.0)
+
+
+def test_a_door_needs_the_tool_on_the_nodes_host(scratch: Scratch) -> None:
+    with pytest.raises(UserError) as caught:
+        load_node(str(scratch.write_config({"address": "192.168.0.7", "door": {"enabled": True}}))).config  # noqa: B018
+    line = str(caught.value)
+    assert "address 192.168.0.7" in line and "fix: run b70deploy on the node" in line and "\n" not in line
