@@ -14,6 +14,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from .compose_keys import check_keys
 from .names import NAME_RE
 
 MAX_CONTEXT = 10_485_760  # 10M tokens: far above any model; catches a stray digit
@@ -203,6 +204,14 @@ class Stack(Strict):
     # Shell run before the server, verbatim: the command becomes `bash -c "PRELUDE && exec vllm
     # serve ..."` (the report's old stack imported its TurboQuant registration this way).
     prelude: str | None = None
+    # The shell that runs the command as a script, as the compose file wrote it (`bash -lc`: a
+    # login shell that reads /etc/profile): none is `bash -c` when there is a prelude.
+    shell: list[str] | None = None
+    # The program instead of `vllm serve`: [python3, -m, vllm.entrypoints.openai.api_server].
+    launcher: list[str] | None = None
+    # Compose keys of the vllm service no stack key covers (ulimits, healthcheck, cap_add, ...),
+    # merged in by render/passthrough.py; the keys b70deploy renders itself are refused there.
+    compose: dict[str, Any] = Field(default_factory=dict)
     env: EnvMap = Field(default_factory=dict)
     mounts: list[HostMount] = Field(default_factory=list)
     patches: list[str] = Field(default_factory=list)
@@ -262,6 +271,32 @@ class Stack(Strict):
             raise invalid("prelude is empty or has a line break", "one shell line, e.g. python3 -c 'import x'")
         return v
 
+    @field_validator("shell")
+    @classmethod
+    def _shell(cls, v: list[str] | None) -> list[str] | None:
+        if v is not None and (len(v) != 2 or v[0].rsplit("/", 1)[-1] not in ("bash", "sh")
+                              or not re.match(r"^-[a-z]*c[a-z]*$", v[1])):
+            raise invalid(f"shell {v!r} is not a shell and its -c option", "write e.g. [bash, -lc] or [/bin/sh, -c]")
+        return v
+
+    @field_validator("launcher")
+    @classmethod
+    def _launcher(cls, v: list[str] | None) -> list[str] | None:
+        # The one launcher whose arguments are vllm serve's (render/vllm_args.split_launcher).
+        if v is not None and (len(v) != 3 or not re.match(r"^(/[\w./-]+/)?python[0-9.]*$", v[0])
+                              or v[1:] != ["-m", "vllm.entrypoints.openai.api_server"]):
+            raise invalid(f"launcher {v!r} is not python -m vllm.entrypoints.openai.api_server",
+                          "write [python3, -m, vllm.entrypoints.openai.api_server], or drop launcher for vllm serve")
+        return v
+
+    @field_validator("compose")
+    @classmethod
+    def _compose(cls, v: dict[str, Any]) -> dict[str, Any]:
+        problem = check_keys(v)
+        if problem is not None:
+            raise invalid(*problem)
+        return v
+
     @field_validator("extra_args")
     @classmethod
     def _extra(cls, v: list[str]) -> list[str]:
@@ -298,6 +333,8 @@ class Stack(Strict):
 
     @model_validator(mode="after")
     def _whole(self) -> Stack:
+        if self.launcher and self.prelude:
+            raise invalid("launcher and prelude are both set", "run the launcher from the prelude's script, or drop one")
         if self.max_num_batched_tokens is not None and self.max_num_seqs is not None \
                 and self.max_num_batched_tokens < self.max_num_seqs:
             raise invalid("max_num_batched_tokens is below max_num_seqs",
@@ -483,6 +520,9 @@ class NodeConfig(Strict):
     bind_address: str = "0.0.0.0"
     ports: Ports = Ports()
     companions: list[Companion] = Field(default_factory=list)
+    # The project's top-level networks, as Compose writes them (an address pool for a static
+    # ipv4_address a stack's compose: gives the vllm service; an external proxy network).
+    networks: dict[str, Any] = Field(default_factory=dict)
     feeders: list[str] = Field(default_factory=list)
     load_threshold: float | None = Field(default=None, gt=0, le=1024)  # None: the core count (verify.load_bound)
     timeouts: Timeouts = Timeouts()

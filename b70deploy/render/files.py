@@ -23,6 +23,7 @@ from .filenames import COMPOSE_FILE as COMPOSE_FILE  # re-exported: the deploy-d
 from .filenames import DOTENV_FILE as DOTENV_FILE
 from .filenames import RUNTIME_ENV_FILE as RUNTIME_ENV_FILE
 from .masking import mask_env_text
+from .passthrough import merge as merge_passthrough
 from .vllm_args import (
     CONTAINER_PORT,
     MODEL_REF,
@@ -147,6 +148,16 @@ def runtime_values(stack: Stack, secrets: Mapping[str, str]) -> dict[str, str]:
     return dict(sorted(values.items()))
 
 
+def _entrypoint(stack: Stack) -> list[str] | None:
+    """What runs the command under an ENTRYPOINT [vllm, serve] image when the stack's program is
+    not `vllm serve`: the shell of a script (bash runs a prelude), or the launcher itself."""
+    if stack.entrypoint_style != "vllm-serve":
+        return None
+    if stack.prelude or stack.shell:
+        return stack.shell or ["/bin/bash", "-c"]
+    return list(stack.launcher) if stack.launcher else None
+
+
 def render(stack: Stack, node: Node, devices: DeviceAccess, *, secrets: Mapping[str, str] | None = None,
            mounts: tuple[Mount, ...] = (), patch_files: Mapping[str, bytes] | None = None,
            draft_path: str | None = None, port: int | None = None, project: str | None = None,
@@ -157,7 +168,8 @@ def render(stack: Stack, node: Node, devices: DeviceAccess, *, secrets: Mapping[
     env = _environment()
     port = node.config.ports.prod if port is None else port
     # A prelude's bash -c script is one argument, escaped whole for Compose: it names the model itself.
-    model = container_model_path(stack.model.path, node.config.models_target) if stack.prelude else MODEL_REF
+    model = container_model_path(stack.model.path, node.config.models_target) if stack.prelude or stack.shell \
+        else MODEL_REF
     command = container_command(stack, model=model, draft_path=draft_path, root=node.config.models_target)
     interp = interpolation_values(stack, node, port=port, image=image)
     warm = "CACHE_DIR" in interp
@@ -165,8 +177,7 @@ def render(stack: Stack, node: Node, devices: DeviceAccess, *, secrets: Mapping[
         stack=stack,
         project=project or node.project,
         command=command,
-        # A prelude's script under an ENTRYPOINT [vllm, serve] image: bash runs it instead.
-        entrypoint=["/bin/bash", "-c"] if stack.prelude and stack.entrypoint_style == "vllm-serve" else None,
+        entrypoint=_entrypoint(stack),
         container_port=CONTAINER_PORT,
         runtime_env_name=RUNTIME_ENV_FILE,
         models_target=node.config.models_target,
@@ -180,9 +191,12 @@ def render(stack: Stack, node: Node, devices: DeviceAccess, *, secrets: Mapping[
         cache_target=caches.CONTAINER_ROOT if warm else None,
         cache_env=caches.container_env() if warm else {},
     )
+    compose, merged = merge_passthrough(compose, stack.compose, networks=node.config.networks,
+                                        dark=project is not None and project != node.project,
+                                        where=f"stack {stack.name}: compose")
     dotenv = env.get_template("env.j2").render(values=list(interp.items()))
     runtime = env.get_template("runtime.env.j2").render(values=list(runtime_values(stack, secrets or {}).items()))
-    notes = list(devices.notes)
+    notes = list(devices.notes) + merged
     if warm:
         notes.append(f"warm boots: compile and kernel caches of this image id in {interp['CACHE_DIR']}")
     if devices.group_add:

@@ -1,0 +1,44 @@
+"""Which keys of the vllm service a stack may pass through (`compose:`), and which it may not.
+
+b70deploy renders some keys itself and relies on them: the image it pinned, the command the
+stack's keys make, the published port its probes use, the labels it finds its containers by,
+the profile, env files and bind mounts it writes and checks. A stack that set one of those
+would silently undo what the switch checks, so it is refused; every other key of the Compose
+Specification's service goes through as written, and `docker compose config` judges it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from .names import NAME_RE
+
+# key -> the stack or node key that says it instead (the fix of the one-line refusal).
+OWNED: dict[str, str] = {
+    "image": "the stack's image:",
+    "build": "the stack's image: (b70deploy runs a built image, it builds none)",
+    "command": "the stack's keys and extra_args (the command is rendered from them)",
+    "entrypoint": "the stack's entrypoint_style, launcher or shell",
+    "ports": "the node's ports and bind_address (b70deploy's probes use the published port)",
+    "labels": "nothing: b70deploy finds its containers by its labels",
+    "profiles": "nothing: b70deploy starts the service by its profile",
+    "env_file": "the stack's env: and the node's secrets_env_file",
+    "volumes": "the stack's mounts: (host paths, read-only) and the node's models_dir",
+    "container_name": "nothing: the dark project runs a second container of the same service",
+    "restart": "nothing: b70deploy restarts and stops the service itself",
+    "extends": "the stack's extends: (another stack file)",
+}
+
+
+def check_keys(compose: Mapping[str, Any]) -> tuple[str, str] | None:
+    """(what is wrong, the fix) for the first key of a stack's `compose:` that cannot be passed
+    through, else None."""
+    for key, value in compose.items():
+        if key in OWNED:
+            return f"compose.{key} is a key b70deploy renders itself", f"say it with {OWNED[key]}"
+        if not isinstance(key, str) or not (NAME_RE.match(key) or key.startswith("x-")):
+            return f"compose key {key!r} is not a Compose service key", "use the Compose Specification's key names"
+        if key == "environment" and not isinstance(value, (Mapping, list)):
+            return "compose.environment is neither a mapping nor a list", "write KEY: value entries"
+    return None
