@@ -17,6 +17,7 @@ from ..docker.image_inspect import ImageFacts, ImageInspector
 from ..docker.proc import last_line, run
 from ..errors import B70Error, UserError
 from ..render.from_compose import SERVE, FromCompose, stack_from_compose
+from ..render.vllm_args import API_SERVER
 from ..state.fsio import write_atomic
 
 
@@ -72,7 +73,8 @@ class StackFromCompose:
         config = self._config(plan.argv)
         name, service = self._service(config)
         where = f"{self.compose_file}: services.{name}"
-        result = stack_from_compose(service, image=self._image(str(service.get("image") or "")), where=where)
+        result = stack_from_compose(service, image=self._image(str(service.get("image") or "")), where=where,
+                                    networks=config.get("networks") or {})
         text = self._text(result, name)
         write_atomic(path, text.encode())
         project = config.get("name")
@@ -97,7 +99,8 @@ class StackFromCompose:
         elif VLLM in services:
             pick = VLLM
         else:
-            serving = [n for n, s in services.items() if _serves(s)]
+            serving = [n for n, s in services.items() if _serves(s)] or \
+                [n for n, s in services.items() if isinstance(s, dict) and "vllm" in str(s.get("image") or "")]
             pick = serving[0] if len(serving) == 1 else ""
         if pick not in services:
             known = ", ".join(sorted(services)) or "none"
@@ -124,6 +127,10 @@ class StackFromCompose:
 
 
 def _serves(service: Any) -> bool:
-    command = service.get("command") if isinstance(service, dict) else None
-    words = [str(w) for w in command] if isinstance(command, list) else []
-    return any(words[i:i + 2] == SERVE for i in range(len(words)))
+    """Whether the service starts vLLM by its command or entrypoint: `vllm serve` (in a script too)
+    or python -m vllm.entrypoints.openai.api_server."""
+    if not isinstance(service, dict):
+        return False
+    words = [str(w) for key in ("entrypoint", "command") if isinstance(service.get(key), list) for w in service[key]]
+    return any(words[i:i + 2] == SERVE for i in range(len(words))) or API_SERVER in words \
+        or any("vllm serve" in w for w in words)

@@ -15,6 +15,7 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from .compose_keys import check_keys
+from .hub import HUB_ID_RE
 from .names import NAME_RE
 
 MAX_CONTEXT = 10_485_760  # 10M tokens: far above any model; catches a stray digit
@@ -89,14 +90,22 @@ class HostMount(Strict):
 
 
 class ModelSpec(Strict):
-    path: str = Field(description="weights folder, relative to the node's models_dir")
+    path: str = Field(description="weights folder, relative to the node's models_dir (hub: the ORG/NAME id)")
     quantization: Literal["gptq", "compressed-tensors", "awq", "fp8", "none"] = "none"
     architecture: Literal["dense", "moe", "hybrid-moe"] = "moe"
+    # The path is a Hugging Face hub id, loaded from the node's hf_cache (config/hub.py).
+    hub: bool = False
 
     @field_validator("path")
     @classmethod
     def _path(cls, v: str) -> str:
         return _rel_path(v, "model.path")
+
+    @model_validator(mode="after")
+    def _hub_id(self) -> ModelSpec:
+        if self.hub and not HUB_ID_RE.match(self.path):
+            raise invalid(f"model.path {self.path!r} is not a hub id", "write ORG/NAME, e.g. Qwen/Qwen3-0.6B")
+        return self
 
 
 class Speculative(Strict):
@@ -334,7 +343,8 @@ class Stack(Strict):
     @model_validator(mode="after")
     def _whole(self) -> Stack:
         if self.launcher and self.prelude:
-            raise invalid("launcher and prelude are both set", "run the launcher from the prelude's script, or drop one")
+            raise invalid("launcher and prelude are both set",
+                          "run the launcher from the prelude's script, or drop one")
         if self.max_num_batched_tokens is not None and self.max_num_seqs is not None \
                 and self.max_num_batched_tokens < self.max_num_seqs:
             raise invalid("max_num_batched_tokens is below max_num_seqs",
@@ -516,6 +526,9 @@ class NodeConfig(Strict):
     # Its path inside the container: the report's node binds /llms:/llms, not /models.
     models_target: str = "/models"
     device_dir: str | None = "/dev/dri"
+    # HF_HOME on the host (it holds hub/models--ORG--NAME): the container's for a stack whose
+    # model is a hub id (model.hub), bound read-write so vLLM finds the weights there.
+    hf_cache: str | None = None
     gids: dict[str, int] | None = None
     bind_address: str = "0.0.0.0"
     ports: Ports = Ports()
@@ -548,6 +561,14 @@ class NodeConfig(Strict):
     address: str = "127.0.0.1"          # host at which /health and smoke reach the node's ports
     # The inventory: one entry per node, each a set of overrides of the keys above.
     nodes: dict[str, dict[str, Any]] | None = None
+
+    @field_validator("hf_cache")
+    @classmethod
+    def _hf_cache(cls, v: str | None) -> str | None:
+        if v is not None and (not ABS_PATH_RE.match(v) or v.rstrip("/") == ""):
+            raise invalid(f"hf_cache {v!r} is not an absolute host path",
+                          "give the host folder that is HF_HOME, e.g. /srv/hf (it holds hub/models--ORG--NAME)")
+        return v
 
     @field_validator("models_target")
     @classmethod

@@ -35,6 +35,7 @@ from dotenv import dotenv_values
 
 from ..errors import OperationError, UserError
 from ..render.files import COMPOSE_FILE
+from ..render.vllm_args import parse_command
 from ..state import space
 from ..state.revisions import DamagedRecord, Revision, RevisionStore, Verdict
 from ..state.stamps import now_iso, operator
@@ -103,9 +104,12 @@ def compose_check(io: NodeIO, files: Mapping[str, bytes]) -> None:
     if doc is None:
         raise UserError(f"docker compose config rejects the files: {error}",
                         fix="see `b70deploy render`; every ${VAR} must be set in .env")
-    command = doc["services"][VLLM].get("command") or []
-    model_at = 2 if command[:2] == ["vllm", "serve"] else 0
-    if len(command) <= model_at or not str(command[model_at]).strip() or str(command[model_at]).startswith("-"):
+    command = [str(a) for a in doc["services"][VLLM].get("command") or []]
+    try:  # positional or --model (a launcher's), in a bash -c script too
+        model: str | None = parse_command(command).model
+    except ValueError:  # a script it cannot read: its first word stands for it
+        model = command[0] if command else None
+    if not (model or "").strip() or (model or "").startswith("-"):
         raise UserError("the model argument is empty after interpolation",
                         fix="set VLLM_MODEL in the .env beside the compose file (env_file: does not feed ${VAR})")
 

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from docker import errors as docker_errors
 
+from ..config import hub
 from ..deploy.nodeio import VLLM
 from ..errors import B70Error, OperationError
 from ..render.draft import ensure_draft_copy, stack_copy
@@ -238,7 +239,9 @@ class DockerNode:
     def warm_weights(self, stack: Stack) -> str:
         if not self.node.on_this_host:
             return f"page cache: not read ahead: the weights are on {self.node.address}"
-        roots = [self.node.models_dir / stack.model.path]
+        cache = self.node.config.hf_cache
+        snap = hub.snapshot(Path(cache), stack.model.path) if stack.model.hub and cache else None
+        roots = [snap] if snap is not None else [] if stack.model.hub else [self.node.models_dir / stack.model.path]
         spec = stack.speculative
         if spec is not None and spec.model:
             roots.append(self.node.models_dir / (stack_copy(stack) or spec.model))

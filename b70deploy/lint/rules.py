@@ -13,11 +13,12 @@ from typing import Any
 
 import yaml
 
+from ..config import hub
 from ..errors import UserError
 from ..render import draft as draft_mod
 from ..render.files import COMPOSE_FILE, DOTENV_FILE
 from ..render.patches import find_patch, release
-from ..render.vllm_args import FLAG_BY_NAME, Flag, flag_name, split_prelude
+from ..render.vllm_args import FLAG_BY_NAME, Flag, flag_name, parse_serve_args, split_launcher, split_prelude
 from ..state import caches
 from . import kv
 from .findings import Finding, LintContext, Severity
@@ -83,10 +84,10 @@ def _raw_command(ctx: LintContext) -> list[str]:
 def _command(ctx: LintContext) -> list[str]:
     """The command as `vllm serve ...`: a `bash -c "PRELUDE && vllm serve ..."` script read as its serve part."""
     raw = _raw_command(ctx)
-    if ctx.stack.prelude and len(raw) == 1:  # a vllm-serve image's prelude: the script under bash -c
-        raw = ["bash", "-c", raw[0]]
-    try:
-        return split_prelude(raw)[1]
+    if (ctx.stack.prelude or ctx.stack.shell) and len(raw) == 1:  # a vllm-serve image's script: under its shell
+        raw = [*(ctx.stack.shell or ["bash", "-c"]), raw[0]]
+    try:  # a python -m vllm.entrypoints.openai.api_server launcher reads the same flags
+        return split_launcher(split_prelude(raw)[1])[1]
     except ValueError:
         return raw
 
@@ -100,6 +101,10 @@ def _read_json(path: Path) -> dict[str, Any] | None:
 
 
 def _model_config(ctx: LintContext) -> dict[str, Any] | None:
+    if ctx.stack.model.hub:
+        cache = ctx.node.config.hf_cache
+        snap = hub.snapshot(Path(cache), ctx.stack.model.path) if cache else None
+        return None if snap is None else _read_json(snap / "config.json")
     return None if ctx.models_dir is None else _read_json(ctx.models_dir / ctx.stack.model.path / "config.json")
 
 
@@ -134,9 +139,10 @@ def model_argument(ctx: LintContext) -> Iterator[Finding]:
     if ctx.compose_config is not None:
         cmd = _command(ctx)
         idx = 2 if cmd[:2] == ["vllm", "serve"] else 0
-        model = cmd[idx] if len(cmd) > idx else ""
+        model = parse_serve_args(cmd[idx:]).model or ""  # positional, or --model (a launcher's)
         root = ctx.node.config.models_target
-        if not model or "$" in model or model.startswith("-") or not model.startswith(f"{root}/"):
+        hub_id = ctx.stack.model.hub and model == ctx.stack.model.path  # vLLM resolves it in the hub cache
+        if not hub_id and (not model or "$" in model or model.startswith("-") or not model.startswith(f"{root}/")):
             yield _f(ctx, "model-arg-unresolved", "error",
                      f"after `docker compose config` the model argument is {model!r}, not a path under "
                      f"{root} (the node's models_target)", fix)
@@ -225,7 +231,8 @@ def production_aliases(ctx: LintContext) -> Iterator[Finding]:
 
 @rule("models-dir-missing", "model-missing", "draft-missing")
 def model_files(ctx: LintContext) -> Iterator[Finding]:
-    if ctx.models_dir_missing is not None:
+    drafted = bool(ctx.stack.speculative and ctx.stack.speculative.model)
+    if ctx.models_dir_missing is not None and (drafted or not ctx.stack.model.hub):  # a hub model binds no models_dir
         yield _f(ctx, "models-dir-missing", "error",
                  f"models_dir {ctx.models_dir_missing} does not exist on this host: the engine refuses the weights "
                  "bind (create_host_path: false), after the old stack has stopped",
@@ -233,7 +240,7 @@ def model_files(ctx: LintContext) -> Iterator[Finding]:
                  "mount that folder")
     if ctx.models_dir is None:
         return
-    checks = [("model", ctx.stack.model.path)]
+    checks = [] if ctx.stack.model.hub else [("model", ctx.stack.model.path)]  # a hub id: hub_cache's
     if ctx.stack.speculative and ctx.stack.speculative.model:
         checks.append(("draft", ctx.stack.speculative.model))
     for what, rel in checks:
@@ -244,6 +251,28 @@ def model_files(ctx: LintContext) -> Iterator[Finding]:
             yield _f(ctx, "model-missing" if what == "model" else "draft-missing", "error",
                      f"{what} folder {path} {state}",
                      f"download the weights there, or correct {key} (relative to models_dir {ctx.models_dir})")
+
+
+@rule("hub-cache-unset", "hub-model-missing")
+def hub_cache(ctx: LintContext) -> Iterator[Finding]:
+    """A hub id is loaded from the node's hf_cache; there is no network to download it here."""
+    if not ctx.stack.model.hub:
+        return
+    cache = ctx.node.config.hf_cache
+    repo = ctx.stack.model.path
+    if cache is None:
+        yield _f(ctx, "hub-cache-unset", "warning",
+                 f"the model is the hub id {repo} and the node has no hf_cache: vLLM downloads it into the container "
+                 "at every boot (or fails without a network)",
+                 "set hf_cache in the node config to the host folder that is HF_HOME (it holds hub/models--ORG--NAME)")
+        return
+    if not ctx.node.on_this_host and not Path(cache).is_dir():
+        return  # the node's files are not visible from here
+    if hub.snapshot(Path(cache), repo) is None:
+        yield _f(ctx, "hub-model-missing", "error",
+                 f"hf_cache {cache} holds no snapshot of {repo} with a config.json "
+                 f"({hub.repo_folder(Path(cache), repo)}/snapshots): vLLM would try to download it",
+                 f"download it there first (HF_HOME={cache} huggingface-cli download {repo}), or correct model.path")
 
 
 @rule("mount-missing")

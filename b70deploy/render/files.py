@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from ..config.hub import CONTAINER_HF_HOME
 from ..config.node import Node
 from ..config.resources import data_dir
 from ..config.schema import Stack
@@ -28,7 +29,7 @@ from .vllm_args import (
     CONTAINER_PORT,
     MODEL_REF,
     container_command,
-    container_model_path,
+    model_argument,
 )
 
 if TYPE_CHECKING:
@@ -131,7 +132,7 @@ def interpolation_values(stack: Stack, node: Node, *, port: int, image: str | No
     values = {
         "VLLM_IMAGE": image or stack.image,     # a revision pins the image id that ran
         "VLLM_IMAGE_REF": stack.image,           # the reference it came from (not used by Compose)
-        "VLLM_MODEL": container_model_path(stack.model.path, node.config.models_target),
+        "VLLM_MODEL": model_argument(stack, node.config.models_target),
         "VLLM_PORT": str(port),
         "VLLM_BIND_ADDRESS": node.config.bind_address,
         "MODELS_DIR": str(node.models_dir),
@@ -146,6 +147,16 @@ def runtime_values(stack: Stack, secrets: Mapping[str, str]) -> dict[str, str]:
     values = dict(stack.env)
     values.update(secrets)
     return dict(sorted(values.items()))
+
+
+def _hub_cache(stack: Stack, node: Node) -> dict[str, object]:
+    """A hub model's cache: the node's hf_cache bound as the container's HF_HOME (read-write: the
+    hub client writes its locks and refs there). Without hf_cache vLLM downloads at every boot."""
+    if not stack.model.hub or not node.config.hf_cache:
+        return {}
+    return {"volumes": [{"type": "bind", "source": node.config.hf_cache, "target": CONTAINER_HF_HOME,
+                         "bind": {"create_host_path": False}}],
+            "environment": {"HF_HOME": CONTAINER_HF_HOME}}
 
 
 def _entrypoint(stack: Stack) -> list[str] | None:
@@ -168,8 +179,7 @@ def render(stack: Stack, node: Node, devices: DeviceAccess, *, secrets: Mapping[
     env = _environment()
     port = node.config.ports.prod if port is None else port
     # A prelude's bash -c script is one argument, escaped whole for Compose: it names the model itself.
-    model = container_model_path(stack.model.path, node.config.models_target) if stack.prelude or stack.shell \
-        else MODEL_REF
+    model = model_argument(stack, node.config.models_target) if stack.prelude or stack.shell else MODEL_REF
     command = container_command(stack, model=model, draft_path=draft_path, root=node.config.models_target)
     interp = interpolation_values(stack, node, port=port, image=image)
     warm = "CACHE_DIR" in interp
@@ -181,6 +191,8 @@ def render(stack: Stack, node: Node, devices: DeviceAccess, *, secrets: Mapping[
         container_port=CONTAINER_PORT,
         runtime_env_name=RUNTIME_ENV_FILE,
         models_target=node.config.models_target,
+        # A hub model is in the hub cache (_hub_cache); the models folder only for its draft, if any.
+        models_bind=not stack.model.hub or bool(stack.speculative and stack.speculative.model),
         mounts=(*mounts, *(Mount(m.source, m.target) for m in stack.mounts)),
         devices=str(devices.device_dir) if devices.device_dir else None,
         group_add=devices.group_add,
@@ -191,6 +203,7 @@ def render(stack: Stack, node: Node, devices: DeviceAccess, *, secrets: Mapping[
         cache_target=caches.CONTAINER_ROOT if warm else None,
         cache_env=caches.container_env() if warm else {},
     )
+    compose, _ = merge_passthrough(compose, _hub_cache(stack, node), where=f"node config {node.source}: hf_cache")
     compose, merged = merge_passthrough(compose, stack.compose, networks=node.config.networks,
                                         dark=project is not None and project != node.project,
                                         where=f"stack {stack.name}: compose")

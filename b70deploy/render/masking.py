@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import itertools
 import re
 from collections.abc import Collection
 
@@ -23,7 +24,7 @@ def is_secret(key: str) -> bool:
     if not words:
         return False
     return (words[-1] in _SECRET_LAST or any(w in _SECRET_WORDS or "SECRET" in w for w in words)
-            or any(pair in _SECRET_PAIRS for pair in zip(words, words[1:], strict=False)))
+            or any(pair in _SECRET_PAIRS for pair in itertools.pairwise(words)))
 
 
 def mask(value: str) -> str:

@@ -107,7 +107,7 @@ def merge(text: str, compose: Mapping[str, Any], *, service: str = "vllm", netwo
     lines = text.splitlines(keepends=True)
     start, end = _service_block(lines, service)
     block = lines[start:end]
-    tail = []
+    tail: list[str] = []
     while block and not block[-1].strip():
         tail.insert(0, block.pop())
     for key, value in extra.items():

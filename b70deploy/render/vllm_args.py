@@ -84,6 +84,12 @@ def container_model_path(rel: str, root: str = CONTAINER_MODELS) -> str:
     return f"{root}/{rel}"
 
 
+def model_argument(stack: Stack, root: str = CONTAINER_MODELS) -> str:
+    """What vLLM is given as the model: the folder in the container, or a hub id as it is (vLLM
+    resolves it in the hub cache)."""
+    return stack.model.path if stack.model.hub else container_model_path(stack.model.path, root)
+
+
 def model_rel_path(path: str, root: str = CONTAINER_MODELS) -> str | None:
     """The inverse of container_model_path: `rel` for ROOT/rel, else None."""
     prefix = f"{root}/"

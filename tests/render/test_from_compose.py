@@ -119,7 +119,7 @@ def test_weights_in_a_hugging_face_tree_below_the_bind() -> None:
 @pytest.mark.parametrize(("svc", "says"), [
     (service([]), "no command"),
     ({**service(SERVE), "image": "Bad Image"}, "not an image reference"),
-    (service(["vllm", "serve", "Qwen/Qwen3-30B-A3B"]), "not inside a bind-mounted folder"),
+    (service(["vllm", "serve", "/srv/Qwen/Qwen3-30B-A3B"]), "not inside a bind-mounted folder"),
     (service(SERVE[:5]), "no --max-model-len"),
     (service([*SERVE[:5], "--max-model-len", "auto"]), "has --max-model-len auto, which a stack cannot state"),
     (service([*SERVE, "--api-key", "sk-canary"]), "--api-key in clear"),
@@ -138,8 +138,9 @@ def test_what_the_stack_cannot_hold_is_named() -> None:
                                    "target": "/opt/venv/lib/python3.12/site-packages/vllm/x/marlin_utils.py"}],
                   ports=[{"target": 8000, "published": "8000", "host_ip": "127.0.0.1"}],
                   devices=[{"source": "/dev/dri", "target": "/dev/dri"}], group_add=["992", "render"],
-                  healthcheck={"test": ["CMD", "true"]}, environment={"UNSET": None})
+                  healthcheck={"test": ["CMD", "true"]}, environment={"UNSET": None}, container_name="qwen")
     out = stack_from_compose(svc)
+    assert out.doc["compose"] == {"healthcheck": {"test": ["CMD", "true"]}}  # carried, not dropped
     assert out.doc["mounts"] == [{"source": "/srv/p/marlin_utils.py",
                                   "target": "/opt/venv/lib/python3.12/site-packages/vllm/x/marlin_utils.py"}]
     assert out.node == {"models_dir": "/srv/models", "models_target": "/models", "ports": {"prod": 8000},
@@ -147,7 +148,7 @@ def test_what_the_stack_cannot_hold_is_named() -> None:
                         "device_dir": "/dev/dri", "gids": {"gid992": 992}}
     text = "\n".join(out.notes)
     for piece in ("named volume at /root/.cache", "read-write", "patch from-file", "group_add names render",
-                  "not carried over (no stack key): healthcheck", "UNSET has no value"):
+                  "container_name is not carried over", "UNSET has no value"):
         assert piece in text
 
 
