@@ -244,3 +244,55 @@ def test_a_bash_c_script_it_cannot_read_is_one_line(script: str, says: str) -> N
     with pytest.raises(UserError) as e:
         stack_from_compose({**service(SERVE), "command": ["bash", "-c", script]})
     assert says in e.value.what and "\n" not in e.value.what
+
+
+# ---------------------------------------------------------------- started otherwise than `vllm serve`
+
+LAUNCHER = ["python3", "-m", "vllm.entrypoints.openai.api_server"]
+FLAGS_ONLY = ["--model", "/models/Qwen/M", "--served-model-name", "m", "--max-model-len", "4096"]
+
+
+@pytest.mark.parametrize(("svc", "style"), [
+    (service([*LAUNCHER, *FLAGS_ONLY]), "bash-c"),                  # the launcher in the command
+    (service(FLAGS_ONLY, entrypoint=LAUNCHER), "vllm-serve"),        # the launcher as the entrypoint
+])
+def test_python_m_launcher_is_kept_and_rendered_back_as_the_same_argv(svc: dict[str, Any], style: str) -> None:
+    out = stack_from_compose(svc)
+    assert out.doc["launcher"] == LAUNCHER and out.doc["entrypoint_style"] == style
+    assert out.doc["model"] == {"path": "Qwen/M"} and "extra_args" not in out.doc
+    stack = Stack.model_validate({"name": "s", **out.doc})
+    command = container_command(stack, model="/models/Qwen/M")
+    argv = command if style == "bash-c" else [*LAUNCHER, *command]
+    assert argv[:5] == [*LAUNCHER, "--model", "/models/Qwen/M"]
+    assert parse_serve_args(argv[3:]).values == {**parse_serve_args(FLAGS_ONLY).values, "prefix_caching": True}
+
+
+def test_bash_lc_keeps_its_login_shell() -> None:
+    script = "source /etc/profile.d/conda.sh && vllm serve /models/Qwen/M --served-model-name m --max-model-len 4096"
+    out = stack_from_compose(service(["bash", "-lc", script]))
+    assert out.doc["shell"] == ["bash", "-lc"] and out.doc["prelude"] == "source /etc/profile.d/conda.sh"
+    stack = Stack.model_validate({"name": "s", **out.doc})
+    command = container_command(stack, model="/models/Qwen/M")
+    assert command[:2] == ["bash", "-lc"] and command[2].startswith("source /etc/profile.d/conda.sh && exec vllm serve")
+    # Read back, the rendered command is the same stack.
+    again = stack_from_compose(service(command)).doc
+    assert again == {**out.doc, "prefix_caching": True}
+
+
+@pytest.mark.parametrize(("svc", "key"), [
+    (service([], entrypoint=["/bin/bash", "/scripts/start.sh"]), "entrypoint"),
+    (service([], entrypoint=["/entrypoint.sh"]), "entrypoint"),
+    (service(["/start.sh"]), "command"),
+    (service(["bash", "/scripts/start.sh"]), "command"),
+])
+def test_a_script_that_builds_the_flags_is_refused_naming_the_key(svc: dict[str, Any], key: str) -> None:
+    with pytest.raises(UserError) as e:
+        stack_from_compose(svc, where="f.yml: services.vllm")
+    assert str(e.value).startswith(f"f.yml: services.vllm.{key}: ") and "b70deploy import FILE" in str(e.value)
+
+
+def test_token_counts_and_token_flags_are_not_secrets() -> None:
+    cmd = [*SERVE, "--enable-prompt-tokens-details", "--max-num-batched-tokens", "8192"]
+    out = stack_from_compose(service(cmd, environment={"MAX_NUM_BATCHED_TOKENS": "8192", "HF_TOKEN": "hf_x"}))
+    assert out.doc["extra_args"] == ["--enable-prompt-tokens-details"] and out.doc["max_num_batched_tokens"] == 8192
+    assert out.doc["env"] == {"MAX_NUM_BATCHED_TOKENS": "8192"} and out.withheld == ["HF_TOKEN"]
