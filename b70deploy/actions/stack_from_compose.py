@@ -11,7 +11,6 @@ import yaml
 
 from ..config.names import check_name
 from ..config.node import Node
-from ..deploy.nodeio import VLLM
 from ..docker.compose import config_of
 from ..docker.image_inspect import ImageFacts, ImageInspector
 from ..docker.proc import last_line, run
@@ -78,6 +77,8 @@ class StackFromCompose:
         text = self._text(result, name)
         write_atomic(path, text.encode())
         project = config.get("name")
+        if name != self.node.service:  # the node names the service the stack renders as
+            result.node["service"] = name
         return Converted(path, text, name, str(project) if project else None, result)
 
     def _config(self, argv: list[str]) -> dict[str, Any]:
@@ -96,8 +97,8 @@ class StackFromCompose:
         services: dict[str, Any] = config.get("services") or {}
         if self.service is not None:
             pick = self.service
-        elif VLLM in services:
-            pick = VLLM
+        elif self.node.service in services:
+            pick = self.node.service
         else:
             serving = [n for n, s in services.items() if _serves(s)] or \
                 [n for n, s in services.items() if isinstance(s, dict) and "vllm" in str(s.get("image") or "")]

@@ -518,6 +518,9 @@ class Production(Strict):
 
 class NodeConfig(Strict):
     project: str = "b70"
+    # The vLLM service's name in the compose files: a hand-made project's own (vllm-server, the
+    # model's name), so clients and proxies on the project network reach it by the same name.
+    service: str = "vllm"
     deploy_dir: str | None = None
     state_dir: str | None = None
     stacks_dir: str | None = None
@@ -670,9 +673,18 @@ class NodeConfig(Strict):
             raise invalid(f"shm_size {v!r} is not a size", "use e.g. 16g")
         return v
 
+    @field_validator("service")
+    @classmethod
+    def _service(cls, v: str) -> str:
+        if not NAME_RE.match(v):
+            raise invalid(f"service {v!r} is not a compose service name", "use [a-z0-9][a-z0-9._-]*, e.g. vllm-server")
+        return v
+
     @model_validator(mode="after")
     def _companions_unique(self) -> NodeConfig:
         names = [c.name for c in self.companions]
         if len(set(names)) != len(names):
             raise invalid("two companions share a name", "give each companion its own name")
+        if self.service in names:
+            raise invalid(f"a companion is named {self.service}, the vLLM service", "give the companion another name")
         return self

@@ -104,7 +104,7 @@ def compose_check(io: NodeIO, files: Mapping[str, bytes]) -> None:
     if doc is None:
         raise UserError(f"docker compose config rejects the files: {error}",
                         fix="see `b70deploy render`; every ${VAR} must be set in .env")
-    command = [str(a) for a in doc["services"][VLLM].get("command") or []]
+    command = [str(a) for a in doc["services"][io.service].get("command") or []]
     try:  # positional or --model (a launcher's), in a bash -c script too
         model: str | None = parse_command(command).model
     except ValueError:  # a script it cannot read: its first word stands for it
@@ -260,20 +260,20 @@ def _drain(r: Run) -> None:
     engine's work on vfs that the clients no longer wait for (benchmarks/README.md)."""
     fresh = not r.io.has_compose_file()
     r.io.write_deployed(r.plan.files)
-    r.io.replace(VLLM, stopping=r.plan.companions)
+    r.io.replace(r.io.service, stopping=r.plan.companions)
     number = r.got.revision.number if r.got.revision else "?"
     if fresh:
-        r.info(f"nothing deployed yet: nothing to drain; created {VLLM} from revision {number}")
+        r.info(f"nothing deployed yet: nothing to drain; created {r.io.service} from revision {number}")
         return
-    stopped = ", ".join([VLLM, *r.plan.companions])
-    r.info(f"created {VLLM} from revision {number}, then stopped {stopped} (as compose stop: the router's "
+    stopped = ", ".join([r.io.service, *r.plan.companions])
+    r.info(f"created {r.io.service} from revision {number}, then stopped {stopped} (as compose stop: the router's "
            "health check moves traffic away)")
 
 
 def _undo_drain(r: Run) -> None:
     """The previous revision's files back and it serving again, companions started."""
     if r.got.previous is None:
-        r.io.discard(VLLM)  # made from the new files, never started
+        r.io.discard(r.io.service)  # made from the new files, never started
         r.info("no previous revision: the node is left without a running stack")
         return
     if r.got.rollback_wait is not None and r.got.rollback_wait.healthy and r.io.probe_health() == 200:
@@ -318,8 +318,8 @@ def _verify(r: Run) -> None:
 
 def _activate(r: Run) -> None:
     r.got.activated = True
-    r.io.start(VLLM)
-    r.info(f"started {VLLM} from revision {r.got.revision.number if r.got.revision else '?'}")
+    r.io.start(r.io.service)
+    r.info(f"started {r.io.service} from revision {r.got.revision.number if r.got.revision else '?'}")
 
 
 def _undo_activate(r: Run) -> None:
@@ -328,7 +328,7 @@ def _undo_activate(r: Run) -> None:
     if r.got.wait is None or r.got.wait.healthy:
         _save_log(r)  # it failed after booting (checks): the whole log, read from the engine
     if r.got.previous is None:
-        r.io.stop([VLLM])
+        r.io.stop([r.io.service])
         r.info("no previous revision to return to: vllm stopped")
         return
     r.info(f"rolling back to revision {r.got.previous.number} ({r.got.previous.meta.stack})")
@@ -338,9 +338,9 @@ def _undo_activate(r: Run) -> None:
                              fix=f"{recovery(meta.image_ref, meta.image_id, meta.repo_digest)}, "
                                  "then b70deploy rollback")
     files = r.undo_files()  # checked before the container goes: a damaged copy is refused first
-    r.io.discard(VLLM)  # its log is kept; a crash-looping container makes compose's stop slow
+    r.io.discard(r.io.service)  # its log is kept; a crash-looping container makes compose's stop slow
     r.io.write_deployed(files)
-    r.io.up([VLLM])
+    r.io.up([r.io.service])
     r.got.rollback_wait = r.io.wait_healthy(timeout=r.plan.waits.rollback, reporter=r.reporter)
     if not r.got.rollback_wait.healthy:
         raise OperationError(f"revision {r.got.previous.number} did not come back: {r.got.rollback_wait.reason}")
@@ -526,7 +526,7 @@ def restore(io: NodeIO, reporter: Reporter, *, companions: tuple[str, ...], time
     The `restore` verb, and the compensation of a drain."""
     if not io.has_compose_file():
         raise OperationError("nothing deployed in the deploy dir", fix="`b70deploy switch STACK` first")
-    io.up([VLLM], recreate=False)
+    io.up([io.service], recreate=False)
     result = io.wait_healthy(timeout=timeout, reporter=reporter)
     if not result.healthy:
         raise OperationError(f"vllm did not become healthy: {result.reason}",

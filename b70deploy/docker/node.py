@@ -17,7 +17,6 @@ from typing import TYPE_CHECKING, Any
 from docker import errors as docker_errors
 
 from ..config import hub
-from ..deploy.nodeio import VLLM
 from ..errors import B70Error, OperationError
 from ..render.draft import ensure_draft_copy, stack_copy
 from ..render.files import COMPOSE_FILE
@@ -101,6 +100,10 @@ class DockerNode:
     @classmethod
     def dark(cls, node: Node, where: Path) -> DockerNode:
         return cls(node, where, node.dark_project, node.config.ports.dark)
+
+    @property
+    def service(self) -> str:
+        return self.node.config.service
 
     @property
     def base_url(self) -> str:
@@ -188,16 +191,16 @@ class DockerNode:
     # ---- the serving container
     def wait_healthy(self, *, timeout: float, reporter: Reporter) -> WaitResult:
         t = self.node.config.timeouts
-        return wait_healthy(project=self.project, service=VLLM, health_url=f"{self.base_url}/health",
+        return wait_healthy(project=self.project, service=self.service, health_url=f"{self.base_url}/health",
                             timeout=timeout, max_interval=t.poll_interval, reporter=reporter, diagnose=diagnose,
                             stall_after=t.stall, restarts_from=self.deploy_dir / COMPOSE_FILE)
 
     def container_log(self) -> list[str]:
-        container = engine.find_container(self.project, VLLM)
+        container = engine.find_container(self.project, self.service)
         return engine.container_log(container).splitlines() if container is not None else []
 
     def container_status(self) -> str:
-        return str(engine.state_of(engine.find_container(self.project, VLLM)).status)
+        return str(engine.state_of(engine.find_container(self.project, self.service)).status)
 
     def probe_health(self) -> int | None:
         return probe_health(f"{self.base_url}/health")

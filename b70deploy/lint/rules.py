@@ -66,8 +66,8 @@ def _parsed_compose(text: bytes) -> dict[str, Any]:
     return doc if isinstance(doc, dict) else {}
 
 
-def _vllm_service(doc: dict[str, Any]) -> dict[str, Any]:
-    svc = (doc.get("services") or {}).get("vllm")
+def _vllm_service(ctx: LintContext, doc: dict[str, Any]) -> dict[str, Any]:
+    svc = (doc.get("services") or {}).get(ctx.node.service)
     return svc if isinstance(svc, dict) else {}
 
 
@@ -77,7 +77,7 @@ def _style(ctx: LintContext) -> str:
 
 
 def _raw_command(ctx: LintContext) -> list[str]:
-    cmd = _vllm_service(ctx.compose_config or _compose(ctx)).get("command") or ctx.rendered.command
+    cmd = _vllm_service(ctx, ctx.compose_config or _compose(ctx)).get("command") or ctx.rendered.command
     return [str(a) for a in cmd] if isinstance(cmd, list) else str(cmd).split()
 
 
@@ -167,7 +167,7 @@ def compose_config(ctx: LintContext) -> Iterator[Finding]:
 
 @rule("group-names")
 def group_names(ctx: LintContext) -> Iterator[Finding]:
-    groups = [str(g) for g in _vllm_service(ctx.compose_config or _compose(ctx)).get("group_add") or []]
+    groups = [str(g) for g in _vllm_service(ctx, ctx.compose_config or _compose(ctx)).get("group_add") or []]
     for g in groups:
         if g.isdigit():
             continue

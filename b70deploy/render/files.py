@@ -186,6 +186,7 @@ def render(stack: Stack, node: Node, devices: DeviceAccess, *, secrets: Mapping[
     compose = env.get_template("docker-compose.yml.j2").render(
         stack=stack,
         project=project or node.project,
+        service=node.service,
         command=command,
         entrypoint=_entrypoint(stack),
         container_port=CONTAINER_PORT,
@@ -203,8 +204,9 @@ def render(stack: Stack, node: Node, devices: DeviceAccess, *, secrets: Mapping[
         cache_target=caches.CONTAINER_ROOT if warm else None,
         cache_env=caches.container_env() if warm else {},
     )
-    compose, _ = merge_passthrough(compose, _hub_cache(stack, node), where=f"node config {node.source}: hf_cache")
-    compose, merged = merge_passthrough(compose, stack.compose, networks=node.config.networks,
+    compose, _ = merge_passthrough(compose, _hub_cache(stack, node), service=node.service,
+                                   where=f"node config {node.source}: hf_cache")
+    compose, merged = merge_passthrough(compose, stack.compose, service=node.service, networks=node.config.networks,
                                         dark=project is not None and project != node.project,
                                         where=f"stack {stack.name}: compose")
     dotenv = env.get_template("env.j2").render(values=list(interp.items()))

@@ -51,6 +51,7 @@ class FakeNode:
     trap: tuple[str, str] | None = None             # ("fail" | "interrupt" | "kill", step)
     effects: list[str] = field(default_factory=list)
     warmed: list[str] = field(default_factory=list)  # before-drain work: caches prepared, weights read
+    service: str = VLLM
 
     # ---- misbehaving on cue
     def _effect(self, what: str) -> None:

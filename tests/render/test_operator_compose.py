@@ -100,7 +100,8 @@ def test_from_compose_carries_it_and_render_gives_it_back(scratch: Scratch, comp
     theirs_doc = compose(folder)
     ours_doc = compose(scratch.root / "r")
     service = out["service"]
-    theirs, ours = theirs_doc["services"][service], ours_doc["services"]["vllm"]
+    assert node.service == service  # the node config names the service; render uses the name
+    theirs, ours = theirs_doc["services"][service], ours_doc["services"][service]
     assert ours["image"] == theirs["image"]
     same_command(program(ours), program(theirs))
     assert binds(ours) == binds(theirs)
