@@ -16,7 +16,7 @@ import yaml
 from ..config import hub
 from ..errors import UserError
 from ..render import draft as draft_mod
-from ..render.files import COMPOSE_FILE, DOTENV_FILE
+from ..render.files import COMPOSE_FILE, DOTENV_FILE, expose_only
 from ..render.patches import find_patch, release
 from ..render.vllm_args import FLAG_BY_NAME, Flag, flag_name, parse_serve_args, split_launcher, split_prelude
 from ..state import caches
@@ -273,6 +273,18 @@ def hub_cache(ctx: LintContext) -> Iterator[Finding]:
                  f"hf_cache {cache} holds no snapshot of {repo} with a config.json "
                  f"({hub.repo_folder(Path(cache), repo)}/snapshots): vLLM would try to download it",
                  f"download it there first (HF_HOME={cache} huggingface-cli download {repo}), or correct model.path")
+
+
+@rule("expose-probe-unreachable")
+def expose_probe(ctx: LintContext) -> Iterator[Finding]:
+    """An expose-only stack is published on loopback only (render/files.expose_only): the probes
+    must run on the node itself."""
+    if expose_only(ctx.stack) and not ctx.node.on_this_host:
+        yield _f(ctx, "expose-probe-unreachable", "error",
+                 f"the stack's port is only exposed (compose: expose), so it is published on 127.0.0.1 of the "
+                 f"node, which b70deploy's /health and smoke probes at {ctx.node.address} cannot reach",
+                 "drop expose from compose: (the port is then published on the node's bind_address), or run "
+                 "b70deploy on the node itself")
 
 
 @rule("mount-missing")

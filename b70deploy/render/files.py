@@ -128,13 +128,22 @@ def _bytecode_cache() -> jinja2.BytecodeCache | None:
         return None
 
 
+LOOPBACK = "127.0.0.1"
+
+
+def expose_only(stack: Stack) -> bool:
+    """A stack whose port a proxy on the project network reaches (compose: expose): published for
+    b70deploy's own probes (/health, smoke) on loopback only, never on the node's bind_address."""
+    return bool(stack.compose.get("expose"))
+
+
 def interpolation_values(stack: Stack, node: Node, *, port: int, image: str | None = None) -> dict[str, str]:
     values = {
         "VLLM_IMAGE": image or stack.image,     # a revision pins the image id that ran
         "VLLM_IMAGE_REF": stack.image,           # the reference it came from (not used by Compose)
         "VLLM_MODEL": model_argument(stack, node.config.models_target),
         "VLLM_PORT": str(port),
-        "VLLM_BIND_ADDRESS": node.config.bind_address,
+        "VLLM_BIND_ADDRESS": LOOPBACK if expose_only(stack) else node.config.bind_address,
         "MODELS_DIR": str(node.models_dir),
     }
     cache = caches.folder_for(node.cache_dir, image) if image else None
@@ -212,6 +221,9 @@ def render(stack: Stack, node: Node, devices: DeviceAccess, *, secrets: Mapping[
     dotenv = env.get_template("env.j2").render(values=list(interp.items()))
     runtime = env.get_template("runtime.env.j2").render(values=list(runtime_values(stack, secrets or {}).items()))
     notes = list(devices.notes) + merged
+    if expose_only(stack):
+        notes.append(f"expose-only: port {port} is published on {LOOPBACK} for b70deploy's probes; the project "
+                     f"network reaches {node.service}:{CONTAINER_PORT}")
     if warm:
         notes.append(f"warm boots: compile and kernel caches of this image id in {interp['CACHE_DIR']}")
     if devices.group_add:

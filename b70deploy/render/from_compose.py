@@ -426,10 +426,9 @@ def _node_facts(service: Mapping[str, Any], container_port: str, out: FromCompos
                 out.node["bind_address"] = p["host_ip"]
     if not published and service.get("expose"):
         # A proxy on the project network reaches the service; b70deploy's own probes (/health, smoke)
-        # need a published port, which loopback keeps from everyone else.
-        out.node["bind_address"] = "127.0.0.1"
+        # need a published port, which render keeps on loopback for a stack with expose:.
         out.notes.append(f"the port is only exposed (expose: {', '.join(map(str, service['expose']))}): the stack "
-                         "keeps expose:, and b70deploy publishes it on 127.0.0.1 only (bind_address) for its probes")
+                         "keeps expose:, and b70deploy publishes it on 127.0.0.1 only, for its own probes")
     gpu_access(service, out)
     if service.get("shm_size"):
         out.node["shm_size"] = str(service["shm_size"])

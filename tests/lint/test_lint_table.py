@@ -137,6 +137,12 @@ def case_hub_model_missing(node: Node) -> LintContext:
     return _hub(node, str(cache))
 
 
+def case_expose_remote(node: Node) -> LintContext:
+    """An expose-only stack on a node reached at another address than loopback."""
+    remote = dataclasses.replace(node, settings=dataclasses.replace(node.settings, address="192.0.2.7"))
+    return _ctx(remote, "w4a16", compose={"expose": ["8000"]})
+
+
 def case_mount_missing(node: Node) -> LintContext:
     return _ctx(node, "w4a16", mounts=[HostMount(source="/no/such/venv", target="/opt/venv")])
 
@@ -223,6 +229,7 @@ CASES: list[tuple[str, str, Callable[[Node], LintContext], str]] = [
     ("draft-missing", "error", case_draft_missing, "speculative.model"),
     ("mount-missing", "error", case_mount_missing, "mounts[].source"),
     ("hub-cache-unset", "warning", case_hub_cache_unset, "set hf_cache"),
+    ("expose-probe-unreachable", "error", case_expose_remote, "drop expose from compose:"),
     ("hub-model-missing", "error", case_hub_model_missing, "huggingface-cli download Qwen/Qwen3-0.6B"),
     ("patch-unknown", "error", case_patch_unknown, "patches/no-such-patch.yaml"),
     ("patch-does-not-apply", "error", case_patch_drift, "rewrite the edit"),

@@ -139,7 +139,7 @@ def test_each_kind_comes_back_as_what_the_stack_says(scratch: Scratch) -> None:
     assert rocm["stack_doc"]["compose"]["security_opt"] == ["seccomp=unconfined"]
     server = docs["vllm-server"]
     assert server["service"] == "vllm-server"
-    assert server["node"]["bind_address"] == "127.0.0.1"
+    assert "bind_address" not in server["node"]  # the stack's expose: keeps its port on loopback
     carried = server["stack_doc"]["compose"]
     assert set(carried) == {"cap_drop", "expose", "healthcheck", "mem_limit", "networks", "pids_limit", "ulimits"}
     assert server["node"]["networks"] == {"backend": {"ipam": {"config": [{"subnet": "172.31.77.0/24"}]}}}
@@ -179,6 +179,6 @@ def test_render_to_compose_file_has_the_stack_keys_again(scratch: Scratch) -> No
     write_tree(scratch.root / "r", rendered.files)
     second = from_compose(scratch, scratch.root / "r", "two")
     assert second["stack_doc"] == {**first["stack_doc"], "prefix_caching": True}  # the render states it
-    assert {k: second["node"][k] for k in ("hf_cache", "bind_address", "networks")} == \
-        {k: first["node"][k] for k in ("hf_cache", "bind_address", "networks")}
+    assert {k: second["node"][k] for k in ("hf_cache", "networks")} == \
+        {k: first["node"][k] for k in ("hf_cache", "networks")}
     assert (scratch.root / "r" / COMPOSE_FILE).read_text().count("b70deploy.stack: \"one\"") == 1
