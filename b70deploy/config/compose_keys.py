@@ -14,20 +14,21 @@ from typing import Any
 
 from .names import NAME_RE
 
-# key -> the stack or node key that says it instead (the fix of the one-line refusal).
+# key -> what to do instead (the fix of the one-line refusal, and the note of from-compose).
 OWNED: dict[str, str] = {
-    "image": "the stack's image:",
-    "build": "the stack's image: (b70deploy runs a built image, it builds none)",
-    "command": "the stack's keys and extra_args (the command is rendered from them)",
-    "entrypoint": "the stack's entrypoint_style, launcher or shell",
-    "ports": "the node's ports and bind_address (b70deploy's probes use the published port)",
-    "labels": "nothing: b70deploy finds its containers by its labels",
-    "profiles": "nothing: b70deploy starts the service by its profile",
-    "env_file": "the stack's env: and the node's secrets_env_file",
-    "volumes": "the stack's mounts: (host paths, read-only) and the node's models_dir",
-    "container_name": "nothing: the dark project runs a second container of the same service",
-    "restart": "nothing: b70deploy restarts and stops the service itself",
-    "extends": "the stack's extends: (another stack file)",
+    "image": "set the stack's image:",
+    "build": "build the image, then set the stack's image: to it",
+    "command": "set the stack's keys and extra_args: the command is rendered from them",
+    "entrypoint": "set the stack's entrypoint_style, launcher or shell",
+    "ports": "set the node's ports and bind_address (b70deploy's probes use the published port)",
+    "labels": "drop it: b70deploy finds its containers by its own labels",
+    "profiles": "drop it: b70deploy starts the service by its own profile",
+    "env_file": "set the stack's env: and the node's secrets_env_file",
+    "volumes": "set the stack's mounts: (host paths, read-only), or the node's models_dir or hf_cache",
+    "container_name": "drop it: the dark project runs a second container of the service, and the project network "
+                      "reaches it by the service's name",
+    "restart": "drop it: b70deploy restarts and stops the service itself",
+    "extends": "set the stack's extends: (another stack file)",
 }
 
 
@@ -36,7 +37,7 @@ def check_keys(compose: Mapping[str, Any]) -> tuple[str, str] | None:
     through, else None."""
     for key, value in compose.items():
         if key in OWNED:
-            return f"compose.{key} is a key b70deploy renders itself", f"say it with {OWNED[key]}"
+            return f"compose.{key} is a key b70deploy renders itself", OWNED[key]
         if not isinstance(key, str) or not (NAME_RE.match(key) or key.startswith("x-")):
             return f"compose key {key!r} is not a Compose service key", "use the Compose Specification's key names"
         if key == "environment" and not isinstance(value, (Mapping, list)):

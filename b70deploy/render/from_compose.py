@@ -471,7 +471,7 @@ def _passthrough(service: Mapping[str, Any], networks: Mapping[str, Any], out: F
         if value is None or (key == "ipc" and value == "host"):  # unset, or what every render writes
             continue
         if key in OWNED:
-            out.notes.append(f"{key} is not carried over: {OWNED[key]}")
+            out.notes.append(f"{key} is not carried over (b70deploy renders it itself): {OWNED[key]}")
         elif key == "networks":
             _networks(value, networks, carried, out)
         else:

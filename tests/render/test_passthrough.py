@@ -98,7 +98,7 @@ def test_a_key_b70deploy_owns_is_refused_exit_2_nothing_changed(scratch: Scratch
         assert result.returncode == 2, (argv, result.stdout, result.stderr)
         line = result.stderr.strip()
         assert "\n" not in line and f"compose.{key} is a key b70deploy renders itself" in line, line
-        assert str(scratch.stacks / "owned.yaml") in line and "; fix: say it with " in line
+        assert str(scratch.stacks / "owned.yaml") in line and line.endswith(f"; fix: {OWNED[key]}")
     after = {p: p.read_bytes() for p in scratch.root.rglob("*") if p.is_file()}
     # Only the lock and the node's settings cache may appear (as for any bad input): no revision,
     # journal, audit line or deploy file.
