@@ -259,7 +259,7 @@ def _models(vllm: dict[str, Any], put: Callable[[str, Any, str], None], notes: l
 
 # What a switch renders for a companion; any other key of the hand-made service is named in a note.
 _COMPANION_KEYS = frozenset({"image", "command", "ports", "environment", "volumes", "container_name", "profiles",
-                             "restart", "networks", "labels", "depends_on", "env_file"})
+                             "restart", "labels", "env_file"})
 
 
 def _companion_of(name: str, spec: dict[str, Any], doc: dict[str, Any], notes: list[str]) -> dict[str, Any]:
@@ -294,10 +294,12 @@ def _companion_of(name: str, spec: dict[str, Any], doc: dict[str, Any], notes: l
         comp["volumes"] = volumes
     if spec.get("container_name"):
         comp["container_name"] = str(spec["container_name"])
-    others = sorted(k for k, v in spec.items() if k not in _COMPANION_KEYS and v not in (None, [], {}))
-    if others:
-        notes.append(f"companion {name}: not carried over by a switch (no node config key): {', '.join(others)}; "
-                     "adopted and imported revisions keep them, rendered stacks do not")
+    # Every other key as Compose resolved it (depends_on the vllm service's healthcheck, networks,
+    # security_opt...), through the companion's compose: passthrough; the default network is every render's.
+    carried = {k: v for k, v in sorted(spec.items()) if k not in _COMPANION_KEYS and v not in (None, [], {})
+               and not (k == "networks" and v == {"default": None})}
+    if carried:
+        comp["compose"] = carried
     return comp
 
 

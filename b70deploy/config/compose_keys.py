@@ -32,12 +32,26 @@ OWNED: dict[str, str] = {
 }
 
 
-def check_keys(compose: Mapping[str, Any]) -> tuple[str, str] | None:
-    """(what is wrong, the fix) for the first key of a stack's `compose:` that cannot be passed
-    through, else None."""
+# A companion's: what its own node config keys say (config/schema.py Companion), and what every
+# render sets (the profile, the labels, the restart policy).
+COMPANION_OWNED: dict[str, str] = {
+    **{k: OWNED[k] for k in ("build", "labels", "profiles", "restart", "extends")},
+    "image": "set the companion's image:",
+    "command": "set the companion's command:",
+    "ports": "set the companion's port: and container_port:",
+    "environment": "set the companion's environment:",
+    "volumes": "set the companion's volumes:",
+    "container_name": "set the companion's container_name:",
+    "env_file": "set the companion's environment:",
+}
+
+
+def check_keys(compose: Mapping[str, Any], owned: Mapping[str, str] = OWNED) -> tuple[str, str] | None:
+    """(what is wrong, the fix) for the first key of a `compose:` passthrough that cannot be passed
+    through (a stack's: `owned` OWNED; a companion's: COMPANION_OWNED), else None."""
     for key, value in compose.items():
-        if key in OWNED:
-            return f"compose.{key} is a key b70deploy renders itself", OWNED[key]
+        if key in owned:
+            return f"compose.{key} is a key b70deploy renders itself", owned[key]
         if not isinstance(key, str) or not (NAME_RE.match(key) or key.startswith("x-")):
             return f"compose key {key!r} is not a Compose service key", "use the Compose Specification's key names"
         if key == "environment" and not isinstance(value, (Mapping, list)):

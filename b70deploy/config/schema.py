@@ -14,7 +14,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from .compose_keys import check_keys
+from .compose_keys import COMPANION_OWNED, check_keys
 from .hub import HUB_ID_RE
 from .names import NAME_RE
 
@@ -436,6 +436,9 @@ class Companion(Strict):
     volumes: list[CompanionVolume] = Field(default_factory=list)
     # The hand-made service's own (clients and scripts may reach it by that name): a switch keeps it.
     container_name: str | None = None
+    # Compose keys no companion key covers (depends_on the vllm service's healthcheck, networks,
+    # healthcheck, security_opt, ...), merged in by render/passthrough.py.
+    compose: dict[str, Any] = Field(default_factory=dict)
 
     @field_validator("name")
     @classmethod
@@ -449,6 +452,14 @@ class Companion(Strict):
     @classmethod
     def _image(cls, v: str) -> str:
         return Stack._image(v)
+
+    @field_validator("compose")
+    @classmethod
+    def _compose(cls, v: dict[str, Any]) -> dict[str, Any]:
+        problem = check_keys(v, COMPANION_OWNED)
+        if problem is not None:
+            raise invalid(*problem)
+        return v
 
     @field_validator("container_name")
     @classmethod

@@ -215,9 +215,13 @@ def render(stack: Stack, node: Node, devices: DeviceAccess, *, secrets: Mapping[
     )
     compose, _ = merge_passthrough(compose, _hub_cache(stack, node), service=node.service,
                                    where=f"node config {node.source}: hf_cache")
+    dark = project is not None and project != node.project
     compose, merged = merge_passthrough(compose, stack.compose, service=node.service, networks=node.config.networks,
-                                        dark=project is not None and project != node.project,
-                                        where=f"stack {stack.name}: compose")
+                                        dark=dark, where=f"stack {stack.name}: compose")
+    for c in node.config.companions:
+        compose, said = merge_passthrough(compose, c.compose, service=c.name, dark=dark,
+                                          where=f"node config {node.source}: companions.{c.name}.compose")
+        merged += [note for note in said if note not in merged]
     dotenv = env.get_template("env.j2").render(values=list(interp.items()))
     runtime = env.get_template("runtime.env.j2").render(values=list(runtime_values(stack, secrets or {}).items()))
     notes = list(devices.notes) + merged

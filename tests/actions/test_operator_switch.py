@@ -21,6 +21,8 @@ def test_a_named_service_with_passthrough_keys_switches_in_and_on(node: SimNode)
     subnet = f"10.{secrets.randbelow(200) + 20}.{secrets.randbelow(250)}"
     cfg = yaml.safe_load(node.config.read_text())
     cfg |= {"service": "vllm-server", "networks": {"default": {"ipam": {"config": [{"subnet": f"{subnet}.0/24"}]}}}}
+    # The companion waits on the vllm service's healthcheck, as a proxy in front of it does.
+    cfg["companions"][0]["compose"] = {"depends_on": {"vllm-server": {"condition": "service_healthy"}}}
     node.config.write_text(yaml.safe_dump(cfg))
     passthrough = {"pids_limit": 2048, "ulimits": {"nofile": {"soft": 4096, "hard": 8192}}, "cap_drop": ["NET_RAW"],
                    "mem_limit": "8g", "expose": ["8000"], "healthcheck": {"test": HEALTH, "interval": "2s"},

@@ -40,7 +40,9 @@ def _node(scratch: Scratch, **config: Any) -> None:
 
 @pytest.mark.docker
 def test_merged_file_passes_compose_config_with_every_key(scratch: Scratch, compose: Config) -> None:
-    _node(scratch, networks=NETWORKS)
+    waits = {"depends_on": {"vllm": {"condition": "service_healthy"}}, "cap_drop": ["ALL"]}
+    _node(scratch, networks=NETWORKS, companions=[{"name": "proxy", "image": "caddy:2", "port": 8443,
+                                                   "container_port": 443, "compose": waits}])
     scratch.write_stack("p", {**BASE, "compose": PASSTHROUGH})
     node = load_node(str(scratch.config))
     rendered = render(node.catalogue().load("p"), node, devices.scan(None))
@@ -62,6 +64,9 @@ def test_merged_file_passes_compose_config_with_every_key(scratch: Scratch, comp
     # What b70deploy owns is still its own: the published port, the labels, the weights bind.
     assert vllm["labels"]["b70deploy.role"] == "vllm" and vllm["ports"][0]["target"] == 8000
     assert vllm["volumes"][0]["target"] == "/models"
+    # A companion's passthrough: it waits on the vllm service's healthcheck.
+    proxy = doc["services"]["proxy"]
+    assert proxy["depends_on"]["vllm"]["condition"] == "service_healthy" and proxy["cap_drop"] == ["ALL"]
 
 
 def test_lists_gain_mappings_merge_scalars_are_the_stacks() -> None:
@@ -86,6 +91,14 @@ def test_the_dark_project_leaves_static_addresses_to_production() -> None:
                        dark=True)
     assert '    networks: {"default": null}' in out and out.endswith('networks: {"default": {}}\n')
     assert "dark project" in notes[0]
+
+
+def test_a_companion_key_said_by_its_own_key_is_refused(scratch: Scratch) -> None:
+    scratch.write_config({"companions": [{"name": "proxy", "image": "caddy:2", "compose": {"ports": ["443:443"]}}]})
+    result = run_cli(scratch.config, "render", "x", "--no-docker", in_process=True)
+    assert result.returncode == 2 and result.stderr.count("\n") == 1, result.stderr
+    assert "companions[0].compose: compose.ports is a key b70deploy renders itself" in result.stderr
+    assert "fix: set the companion's port: and container_port:" in result.stderr
 
 
 @pytest.mark.parametrize("key", sorted(OWNED))
