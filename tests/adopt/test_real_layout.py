@@ -204,6 +204,7 @@ def test_the_real_layout_is_adopted_whole_and_always_has_a_way_back(real_node: R
     # ---- init: the weights bind at /llms, the models folder above org/name, the companion whole
     out = node.cli("init", "--config", str(node.config), "--project", node.project,
                    "--state-dir", str(node.root / "state"), config=False)
+    assert out.returncode == 0, out.stderr
     cfg = yaml.safe_load(node.config.read_text())
     assert cfg["models_dir"] == str(node.llms / "huggingface") and cfg["models_target"] == "/llms/huggingface"
     [webui] = cfg["companions"]
