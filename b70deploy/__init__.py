@@ -17,11 +17,13 @@ the rooms above it in this list.
                  (node_cache), the strict YAML loader (yamlfile), one-line validation errors
                  (validation), safe names (names), the secrets env file (secrets_file), shipped
                  data folders (resources), the files a compose file reads from its folder
-                 (compose_folder)
+                 (compose_folder), the vllm service keys a stack may pass through
+                 (compose_keys), hub ids and the Hugging Face cache layout (hub)
     render/      stack + node -> deploy files: templates to compose/.env/vllm.env (files) and
                  their names (filenames), the vLLM argv and entrypoint styles (vllm_args),
                  /dev/dri gids (devices), each platform's GPU access and its read-back from a
-                 compose service (gpu), secret masking (masking), edits of files inside
+                 compose service (gpu), secret masking (masking), a stack's compose: keys
+                 merged into the vllm service (passthrough), edits of files inside
                  images (patches), the EAGLE draft copy (draft), the front door's Caddy config
                  (door); and back: a compose service ->
                  a stack (from_compose), a corrected file -> a patch's edits (patch_derive)

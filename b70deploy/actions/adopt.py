@@ -15,7 +15,6 @@ from typing import Any
 
 from ..config.names import check_name
 from ..config.node import Node
-from ..deploy.nodeio import VLLM
 from ..deploy.steps import record_live
 from ..docker import discover, engine
 from ..docker.image_inspect import ImageInspector
@@ -52,9 +51,9 @@ class Adopt:
     def _live(self) -> tuple[Any, dict[str, bytes]]:
         """The running vllm container and the deploy dir's files; refuses what adopt cannot keep."""
         node = self.node
-        container = engine.find_container(node.project, VLLM)
+        container = engine.find_container(node.project, node.service)
         if container is None:
-            raise UserError(f"no {VLLM} container in compose project {node.project}",
+            raise UserError(f"no {node.service} container in compose project {node.project}",
                             where=str(node.source or "node config"),
                             fix="start the hand-made stack (docker compose --profile gpu up -d), or set project: "
                             "to its compose project (b70deploy init finds it)")
@@ -81,7 +80,7 @@ class Adopt:
             if doc is None:
                 return [], [f"docker compose config refused the live files ({error}): mounts from outside the "
                             "folder are not recorded"]
-            vllm = (doc.get("services") or {}).get(VLLM) or {}
+            vllm = (doc.get("services") or {}).get(self.node.service) or {}
             return outside_mounts(vllm, Path(tmp), image_id, inspector, weights_targets(vllm))
 
     def run(self) -> Adopted:
@@ -106,7 +105,7 @@ class Adopt:
                                    image_id=str(rev.meta.image_id), files=sorted(live),
                                    patches=list(rev.meta.patches or []), env=env_summary(live), notes=notes)
             with ImageInspector(self.node.state_dir) as inspector:
-                records, notes = image_patches(live, image_id, inspector)
+                records, notes = image_patches(live, image_id, inspector, self.node.service)
                 mounts, said = self._outside(live, image_id, inspector)
             patches = [r.to_dict() for r in records] + mounts
             notes += said

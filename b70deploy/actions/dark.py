@@ -10,7 +10,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..config.node import Node
-from ..deploy.nodeio import VLLM
 from ..docker.node import DockerNode
 from ..errors import OperationError, UserError
 from ..ui.progress import Reporter
@@ -70,7 +69,7 @@ class DarkUp:
             reporter.info(done)
         io.write_deployed(ready.files)
         reporter.phase("up", f"{self.stack} on port {io.port} as project {io.project}")
-        io.up([VLLM])
+        io.up([io.service])
         result = io.wait_healthy(timeout=self.timeout or self.node.config.timeouts.health, reporter=reporter)
         result.finding = for_stack(result.finding, ready.stack)
         if not result.healthy:

@@ -113,14 +113,14 @@ class PatchRecord:
         return {k: getattr(self, k) for k in self.__dataclass_fields__}
 
 
-def image_patches(files: Mapping[str, bytes], image_ref: str,
-                  inspector: ImageFiles) -> tuple[list[PatchRecord], list[str]]:
+def image_patches(files: Mapping[str, bytes], image_ref: str, inspector: ImageFiles,
+                  service: str = VLLM) -> tuple[list[PatchRecord], list[str]]:
     """Patch records for the vllm service's bind-mounted files that replace a file of the
     image, and a note for each mounted file that does not (new, or identical)."""
     records: list[PatchRecord] = []
     notes: list[str] = []
     for ref in references(files.get(COMPOSE_FILE, b"")):
-        if ref.kind != "mount" or ref.service != VLLM or ref.name not in files or ref.target is None:
+        if ref.kind != "mount" or ref.service != service or ref.name not in files or ref.target is None:
             continue
         original = inspector.read_file(image_ref, ref.target)
         if original is None:
@@ -229,10 +229,11 @@ class Checked:
     compose: dict[str, Any]
     warnings: list[str] = field(default_factory=list)
     mounts: list[dict[str, Any]] = field(default_factory=list)  # outside_mounts: the binds from outside the files
+    service: str = VLLM  # the vLLM service's name (node config service:)
 
     @property
     def vllm(self) -> dict[str, Any]:
-        svc = (self.compose.get("services") or {}).get(VLLM)
+        svc = (self.compose.get("services") or {}).get(self.service)
         return svc if isinstance(svc, dict) else {}
 
 
@@ -256,13 +257,16 @@ def _check_in(folder: Path, node: Node, files: Mapping[str, bytes], *, name: str
         raise UserError(f"docker compose config rejects the files: {said}", where=where,
                         fix="`docker compose -f FILE config` shows the whole error; a ${VAR} it needs comes from "
                             "the .env saved with it (--env FILE)")
-    vllm = (doc.get("services") or {}).get(VLLM)
+    services = doc.get("services") or {}
+    vllm = services.get(node.service)
     if not isinstance(vllm, dict) or not vllm.get("image"):
-        raise UserError(f"no service {VLLM!r} with an image in the compose file", where=where,
-                        fix=f"b70deploy drives a service named {VLLM}: rename the vLLM service")
+        others = ", ".join(sorted(services)) or "none"
+        raise UserError(f"no service {node.service!r} with an image in the compose file (it has {others})",
+                        where=where, fix="name the vLLM service in the node config (service: NAME), or rename it "
+                                         f"to {node.service}")
     info = image_info(str(vllm["image"]))  # a missing image is a UserError naming it
     facts = inspector.facts(info.ref)
-    checked = Checked(image=info, compose=doc)
+    checked = Checked(image=info, compose=doc, service=node.service)
     if node.on_this_host:
         _check_bound(vllm, folder, where)
     checked.mounts, notes = outside_mounts(vllm, folder, info.ref, inspector, weights_targets(vllm))

@@ -92,7 +92,7 @@ class Import:
                                         env=env_summary(files))
             with ImageInspector(self.node.state_dir) as inspector:
                 checked = check_files(self.node, files, name=name, where=str(self.compose), inspector=inspector)
-                records, notes = image_patches(files, checked.image.id, inspector)
+                records, notes = image_patches(files, checked.image.id, inspector, self.node.service)
             patches = [r.to_dict() for r in records] + checked.mounts
             rev = store.create(stack=name, kind="import", files=files, image_ref=checked.image.ref,
                                image_id=checked.image.id, repo_digest=checked.image.repo_digest, operator=operator(),

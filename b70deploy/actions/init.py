@@ -197,23 +197,22 @@ def plan(d: Discovery, state_dir: Path | None = None) -> InitPlan:
     if not runs:
         raise UserError(f"no container of project {p.name} runs `vllm serve`", where=str(p.working_dir),
                         fix="start its vLLM service, or name the production project with --project")
-    if VLLM not in runs:
-        raise UserError(f"project {p.name}: service {runs[0]!r} runs vLLM, b70deploy drives a service named "
-                        f"{VLLM!r}", where=", ".join(map(str, p.config_files)),
-                        fix=f"rename the service to {VLLM} in the compose file and `docker compose up -d` it")
+    name = VLLM if VLLM in runs else runs[0]
+    if name != VLLM:  # the operator's own name (vllm-server): the node config names it, every command uses it
+        put("service", name, f"the service of project {p.name} that runs `vllm serve`")
     if p.config_files != [p.working_dir / COMPOSE_FILE]:
         notes.append(f"compose files {', '.join(map(str, p.config_files))}: adopt takes one file named "
                      f"{COMPOSE_FILE} in {p.working_dir}; rename (or merge) it first")
     if p.env_files and p.env_files != [p.working_dir / DOTENV_FILE]:
         notes.append(f"env file {', '.join(map(str, p.env_files))}: b70deploy reads {DOTENV_FILE} beside the "
                      "compose file")
-    vllm = services.get(VLLM) or {}
+    vllm = services.get(name) or {}
     port = _port(vllm, CONTAINER_PORT) or _port(vllm)
     if port is None:
-        notes.append(f"service {VLLM} publishes no port: ports.prod keeps its default")
+        notes.append(f"service {name} publishes no port: ports.prod keeps its default")
     else:
         published, target, host_ip = port
-        where = f"ports of service {VLLM} ({host_ip or '0.0.0.0'}:{published}->{target})"
+        where = f"ports of service {name} ({host_ip or '0.0.0.0'}:{published}->{target})"
         put("ports.prod", published, where)
         put("ports.dark", published + 1, "ports.prod + 1 (the report's dark port 8001 beside 8000); change it if "
             "that port is taken")
@@ -224,15 +223,15 @@ def plan(d: Discovery, state_dir: Path | None = None) -> InitPlan:
     _models(vllm, put, notes)
     # Compose's resolved config inlines env_file into environment: the file's own text names it.
     env_files = [str(p.working_dir / r.name) for r in references(d.compose_text)
-                 if r.kind == "env_file" and r.service == VLLM]
+                 if r.kind == "env_file" and r.service == name]
     if len(env_files) == 1:
-        put("secrets_env_file", env_files[0], f"env_file of service {VLLM} (its runtime environment: "
+        put("secrets_env_file", env_files[0], f"env_file of service {name} (its runtime environment: "
             "stacks b70deploy renders pass it into vllm.env, 0600)")
         with contextlib.suppress(OSError):  # another user's file: init only notes modes
             mode = stat.S_IMODE(Path(env_files[0]).stat().st_mode)
             if mode & 0o077:
                 notes.append(f"{env_files[0]} is mode {mode:o}: chmod 600 it (it holds secrets)")
-    companions = [_companion_of(name, services[name], doc, notes) for name in sorted(services) if name != VLLM]
+    companions = [_companion_of(other, services[other], doc, notes) for other in sorted(services) if other != name]
     if companions:
         put("companions", companions, f"the other services of project {p.name} "
             f"({', '.join(c['name'] for c in companions)}): stopped with vllm by a drain, started after it")
@@ -286,7 +285,7 @@ def _models(vllm: dict[str, Any], put: Callable[[str, Any, str], None], notes: l
 
 # What a switch renders for a companion; any other key of the hand-made service is named in a note.
 _COMPANION_KEYS = frozenset({"image", "command", "ports", "environment", "volumes", "container_name", "profiles",
-                             "restart", "networks", "labels", "depends_on", "env_file"})
+                             "restart", "labels", "env_file"})
 
 
 def _companion_of(name: str, spec: dict[str, Any], doc: dict[str, Any], notes: list[str]) -> dict[str, Any]:
@@ -321,10 +320,12 @@ def _companion_of(name: str, spec: dict[str, Any], doc: dict[str, Any], notes: l
         comp["volumes"] = volumes
     if spec.get("container_name"):
         comp["container_name"] = str(spec["container_name"])
-    others = sorted(k for k, v in spec.items() if k not in _COMPANION_KEYS and v not in (None, [], {}))
-    if others:
-        notes.append(f"companion {name}: not carried over by a switch (no node config key): {', '.join(others)}; "
-                     "adopted and imported revisions keep them, rendered stacks do not")
+    # Every other key as Compose resolved it (depends_on the vllm service's healthcheck, networks,
+    # security_opt...), through the companion's compose: passthrough; the default network is every render's.
+    carried = {k: v for k, v in sorted(spec.items()) if k not in _COMPANION_KEYS and v not in (None, [], {})
+               and not (k == "networks" and v == {"default": None})}
+    if carried:
+        comp["compose"] = carried
     return comp
 
 

@@ -11,7 +11,6 @@ from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from ..deploy.nodeio import VLLM
 from ..errors import B70Error, UserError
 from ..state.journal import Journal
 from ..state.revisions import FSCK_FIX, HEALTHY_OUTCOMES, DamagedRecord, Revision, RevisionStore, Summaries, sha256
@@ -107,7 +106,7 @@ def _container(node: Node) -> dict[str, Any]:
     from ..docker.deploydir import WORKING_DIR
 
     try:
-        attrs = inspect_service(node.project, VLLM)
+        attrs = inspect_service(node.project, node.service)
     except B70Error as e:  # the engine may be down; status must still answer, and say so
         return {"status": "unknown", "engine_error": e.what, "engine_fix": e.fix}
     except Exception as e:  # an SDK or CLI surprise: still an answer

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..config.node import Node
-from ..deploy.nodeio import VLLM, Reading
+from ..deploy.nodeio import Reading
 from ..deploy.steps import restore
 from ..docker.node import DockerNode
 from ..docker.verify import load_bound
@@ -22,7 +22,7 @@ class Drain:
 
     def plan(self) -> list[str]:
         """The services the drain stops."""
-        return [VLLM, *self.node.companions]
+        return [self.node.service, *self.node.companions]
 
     def run(self, reporter: Reporter) -> list[str]:
         io = DockerNode.production(self.node)
@@ -66,7 +66,8 @@ class Restore:
     lock_wait: float = 0.0
 
     def plan(self) -> str:
-        return f"start the current revision's {VLLM}, wait for /health, then {', '.join(self.node.companions) or '-'}"
+        then = ", ".join(self.node.companions) or "-"
+        return f"start the current revision's {self.node.service}, wait for /health, then {then}"
 
     def run(self, reporter: Reporter) -> float:
         with mutating(self.node, "restore", wait=self.lock_wait) as m:

@@ -11,12 +11,12 @@ import yaml
 
 from ..config.names import check_name
 from ..config.node import Node
-from ..deploy.nodeio import VLLM
 from ..docker.compose import config_of
 from ..docker.image_inspect import ImageFacts, ImageInspector
 from ..docker.proc import last_line, run
 from ..errors import B70Error, UserError
 from ..render.from_compose import SERVE, FromCompose, stack_from_compose
+from ..render.vllm_args import API_SERVER
 from ..state.fsio import write_atomic
 
 
@@ -72,10 +72,13 @@ class StackFromCompose:
         config = self._config(plan.argv)
         name, service = self._service(config)
         where = f"{self.compose_file}: services.{name}"
-        result = stack_from_compose(service, image=self._image(str(service.get("image") or "")), where=where)
+        result = stack_from_compose(service, image=self._image(str(service.get("image") or "")), where=where,
+                                    networks=config.get("networks") or {})
         text = self._text(result, name)
         write_atomic(path, text.encode())
         project = config.get("name")
+        if name != self.node.service:  # the node names the service the stack renders as
+            result.node["service"] = name
         return Converted(path, text, name, str(project) if project else None, result)
 
     def _config(self, argv: list[str]) -> dict[str, Any]:
@@ -94,10 +97,11 @@ class StackFromCompose:
         services: dict[str, Any] = config.get("services") or {}
         if self.service is not None:
             pick = self.service
-        elif VLLM in services:
-            pick = VLLM
+        elif self.node.service in services:
+            pick = self.node.service
         else:
-            serving = [n for n, s in services.items() if _serves(s)]
+            serving = [n for n, s in services.items() if _serves(s)] or \
+                [n for n, s in services.items() if isinstance(s, dict) and "vllm" in str(s.get("image") or "")]
             pick = serving[0] if len(serving) == 1 else ""
         if pick not in services:
             known = ", ".join(sorted(services)) or "none"
@@ -124,6 +128,10 @@ class StackFromCompose:
 
 
 def _serves(service: Any) -> bool:
-    command = service.get("command") if isinstance(service, dict) else None
-    words = [str(w) for w in command] if isinstance(command, list) else []
-    return any(words[i:i + 2] == SERVE for i in range(len(words)))
+    """Whether the service starts vLLM by its command or entrypoint: `vllm serve` (in a script too)
+    or python -m vllm.entrypoints.openai.api_server."""
+    if not isinstance(service, dict):
+        return False
+    words = [str(w) for key in ("entrypoint", "command") if isinstance(service.get(key), list) for w in service[key]]
+    return any(words[i:i + 2] == SERVE for i in range(len(words))) or API_SERVER in words \
+        or any("vllm serve" in w for w in words)

@@ -17,7 +17,6 @@ from docker.errors import DockerException
 
 from ..config.node import Node
 from ..deploy import interrupts
-from ..deploy.nodeio import VLLM
 from ..docker import engine
 from ..errors import B70Error
 from ..state.lock import LockBusy
@@ -133,7 +132,7 @@ class WatchNode:
         """The failed container's log goes with its revision (`logs REV`): the rollback replaces it."""
         assert act.revision is not None
         with contextlib.suppress(DockerException, B70Error):  # best effort: the rollback matters more
-            container = engine.find_container(self.node.project, VLLM)
+            container = engine.find_container(self.node.project, self.node.service)
             text = engine.container_log(container) if container is not None else ""
             if text:
                 state.revisions.save_log(act.revision, text)

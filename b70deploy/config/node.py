@@ -116,6 +116,11 @@ class Node:
         return self.settings.project
 
     @property
+    def service(self) -> str:
+        """The vLLM service's name in the compose files (node config `service:`)."""
+        return self.settings.service
+
+    @property
     def dark_project(self) -> str:
         return f"{self.settings.project}-dark"
 

@@ -33,7 +33,7 @@ if TYPE_CHECKING:
 
 VERSION = 1
 FILE_NAME = "node-cache.json"
-_TEXT = ("project", "address", "models_dir")
+_TEXT = ("project", "address", "models_dir", "service")
 _OPTIONAL = ("docker_host", "docker_context", "tls_dir", "deploy_dir", "state_dir", "stacks_dir", "patches_dir",
              "device_dir", "secrets_env_file", "cache_dir")
 # The code a cached verdict depends on (the raw YAML is still read by yamlfile.py on every run).
@@ -49,6 +49,7 @@ class Settings:
     address: str
     prod_port: int
     models_dir: str
+    service: str
     docker_host: str | None
     docker_context: str | None
     tls_dir: str | None
@@ -64,7 +65,7 @@ class Settings:
     def of(cls, cfg: NodeConfig) -> Settings:
         optional: dict[str, str | None] = {k: getattr(cfg, k) for k in _OPTIONAL}
         return cls(project=cfg.project, address=cfg.address, prod_port=cfg.ports.prod, models_dir=cfg.models_dir,
-                   **optional)
+                   service=cfg.service, **optional)
 
     @classmethod
     def from_json(cls, d: object) -> Settings | None:

@@ -14,6 +14,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from .compose_keys import COMPANION_OWNED, check_keys
+from .hub import HUB_ID_RE
 from .names import NAME_RE
 
 MAX_CONTEXT = 10_485_760  # 10M tokens: far above any model; catches a stray digit
@@ -126,14 +128,22 @@ class HostMount(Strict):
 
 
 class ModelSpec(Strict):
-    path: str = Field(description="weights folder, relative to the node's models_dir")
+    path: str = Field(description="weights folder, relative to the node's models_dir (hub: the ORG/NAME id)")
     quantization: Literal["gptq", "compressed-tensors", "awq", "fp8", "none"] = "none"
     architecture: Literal["dense", "moe", "hybrid-moe"] = "moe"
+    # The path is a Hugging Face hub id, loaded from the node's hf_cache (config/hub.py).
+    hub: bool = False
 
     @field_validator("path")
     @classmethod
     def _path(cls, v: str) -> str:
         return _rel_path(v, "model.path")
+
+    @model_validator(mode="after")
+    def _hub_id(self) -> ModelSpec:
+        if self.hub and not HUB_ID_RE.match(self.path):
+            raise invalid(f"model.path {self.path!r} is not a hub id", "write ORG/NAME, e.g. Qwen/Qwen3-0.6B")
+        return self
 
 
 class Speculative(Strict):
@@ -241,6 +251,14 @@ class Stack(Strict):
     # Shell run before the server, verbatim: the command becomes `bash -c "PRELUDE && exec vllm
     # serve ..."` (the report's old stack imported its TurboQuant registration this way).
     prelude: str | None = None
+    # The shell that runs the command as a script, as the compose file wrote it (`bash -lc`: a
+    # login shell that reads /etc/profile): none is `bash -c` when there is a prelude.
+    shell: list[str] | None = None
+    # The program instead of `vllm serve`: [python3, -m, vllm.entrypoints.openai.api_server].
+    launcher: list[str] | None = None
+    # Compose keys of the vllm service no stack key covers (ulimits, healthcheck, cap_add, ...),
+    # merged in by render/passthrough.py; the keys b70deploy renders itself are refused there.
+    compose: dict[str, Any] = Field(default_factory=dict)
     env: EnvMap = Field(default_factory=dict)
     mounts: list[HostMount] = Field(default_factory=list)
     patches: list[str] = Field(default_factory=list)
@@ -303,6 +321,32 @@ class Stack(Strict):
             raise invalid("prelude is empty or has a line break", "one shell line, e.g. python3 -c 'import x'")
         return v
 
+    @field_validator("shell")
+    @classmethod
+    def _shell(cls, v: list[str] | None) -> list[str] | None:
+        if v is not None and (len(v) != 2 or v[0].rsplit("/", 1)[-1] not in ("bash", "sh")
+                              or not re.match(r"^-[a-z]*c[a-z]*$", v[1])):
+            raise invalid(f"shell {v!r} is not a shell and its -c option", "write e.g. [bash, -lc] or [/bin/sh, -c]")
+        return v
+
+    @field_validator("launcher")
+    @classmethod
+    def _launcher(cls, v: list[str] | None) -> list[str] | None:
+        # The one launcher whose arguments are vllm serve's (render/vllm_args.split_launcher).
+        if v is not None and (len(v) != 3 or not re.match(r"^(/[\w./-]+/)?python[0-9.]*$", v[0])
+                              or v[1:] != ["-m", "vllm.entrypoints.openai.api_server"]):
+            raise invalid(f"launcher {v!r} is not python -m vllm.entrypoints.openai.api_server",
+                          "write [python3, -m, vllm.entrypoints.openai.api_server], or drop launcher for vllm serve")
+        return v
+
+    @field_validator("compose")
+    @classmethod
+    def _compose(cls, v: dict[str, Any]) -> dict[str, Any]:
+        problem = check_keys(v)
+        if problem is not None:
+            raise invalid(*problem)
+        return v
+
     @field_validator("extra_args")
     @classmethod
     def _extra(cls, v: list[str]) -> list[str]:
@@ -339,6 +383,9 @@ class Stack(Strict):
 
     @model_validator(mode="after")
     def _whole(self) -> Stack:
+        if self.launcher and self.prelude:
+            raise invalid("launcher and prelude are both set",
+                          "run the launcher from the prelude's script, or drop one")
         if self.max_num_batched_tokens is not None and self.max_num_seqs is not None \
                 and self.max_num_batched_tokens < self.max_num_seqs:
             raise invalid("max_num_batched_tokens is below max_num_seqs",
@@ -458,6 +505,9 @@ class Companion(Strict):
     volumes: list[CompanionVolume] = Field(default_factory=list)
     # The hand-made service's own (clients and scripts may reach it by that name): a switch keeps it.
     container_name: str | None = None
+    # Compose keys no companion key covers (depends_on the vllm service's healthcheck, networks,
+    # healthcheck, security_opt, ...), merged in by render/passthrough.py.
+    compose: dict[str, Any] = Field(default_factory=dict)
 
     @field_validator("name")
     @classmethod
@@ -471,6 +521,14 @@ class Companion(Strict):
     @classmethod
     def _image(cls, v: str) -> str:
         return Stack._image(v)
+
+    @field_validator("compose")
+    @classmethod
+    def _compose(cls, v: dict[str, Any]) -> dict[str, Any]:
+        problem = check_keys(v, COMPANION_OWNED)
+        if problem is not None:
+            raise invalid(*problem)
+        return v
 
     @field_validator("container_name")
     @classmethod
@@ -540,6 +598,9 @@ class Production(Strict):
 
 class NodeConfig(Strict):
     project: str = "b70"
+    # The vLLM service's name in the compose files: a hand-made project's own (vllm-server, the
+    # model's name), so clients and proxies on the project network reach it by the same name.
+    service: str = "vllm"
     deploy_dir: str | None = None
     state_dir: str | None = None
     stacks_dir: str | None = None
@@ -548,6 +609,9 @@ class NodeConfig(Strict):
     # Its path inside the container: the report's node binds /llms:/llms, not /models.
     models_target: str = "/models"
     device_dir: str | None = "/dev/dri"
+    # HF_HOME on the host (it holds hub/models--ORG--NAME): the container's for a stack whose
+    # model is a hub id (model.hub), bound read-write so vLLM finds the weights there.
+    hf_cache: str | None = None
     gids: dict[str, int] | None = None
     # Which GPUs the node has (render/gpu.py, docs/platforms.md): xpu is the report's B70 node.
     platform: Literal["cuda", "rocm", "xpu", "cpu"] = "xpu"
@@ -558,6 +622,9 @@ class NodeConfig(Strict):
     ports: Ports = Ports()
     door: Door = Door()
     companions: list[Companion] = Field(default_factory=list)
+    # The project's top-level networks, as Compose writes them (an address pool for a static
+    # ipv4_address a stack's compose: gives the vllm service; an external proxy network).
+    networks: dict[str, Any] = Field(default_factory=dict)
     feeders: list[str] = Field(default_factory=list)
     load_threshold: float | None = Field(default=None, gt=0, le=1024)  # None: the core count (verify.load_bound)
     timeouts: Timeouts = Timeouts()
@@ -583,6 +650,14 @@ class NodeConfig(Strict):
     address: str = "127.0.0.1"          # host at which /health and smoke reach the node's ports
     # The inventory: one entry per node, each a set of overrides of the keys above.
     nodes: dict[str, dict[str, Any]] | None = None
+
+    @field_validator("hf_cache")
+    @classmethod
+    def _hf_cache(cls, v: str | None) -> str | None:
+        if v is not None and (not ABS_PATH_RE.match(v) or v.rstrip("/") == ""):
+            raise invalid(f"hf_cache {v!r} is not an absolute host path",
+                          "give the host folder that is HF_HOME, e.g. /srv/hf (it holds hub/models--ORG--NAME)")
+        return v
 
     @field_validator("models_target")
     @classmethod
@@ -684,6 +759,13 @@ class NodeConfig(Strict):
             raise invalid(f"shm_size {v!r} is not a size", "use e.g. 16g")
         return v
 
+    @field_validator("service")
+    @classmethod
+    def _service(cls, v: str) -> str:
+        if not NAME_RE.match(v):
+            raise invalid(f"service {v!r} is not a compose service name", "use [a-z0-9][a-z0-9._-]*, e.g. vllm-server")
+        return v
+
     @model_validator(mode="after")
     def _door_port(self) -> NodeConfig:
         if self.door.enabled and self.door.probe_port in (self.ports.prod, self.ports.dark):
@@ -701,4 +783,6 @@ class NodeConfig(Strict):
         names = [c.name for c in self.companions]
         if len(set(names)) != len(names):
             raise invalid("two companions share a name", "give each companion its own name")
+        if self.service in names:
+            raise invalid(f"a companion is named {self.service}, the vLLM service", "give the companion another name")
         return self

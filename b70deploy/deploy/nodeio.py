@@ -48,6 +48,10 @@ class WaitResult:
 class NodeIO(Protocol):
     """One node as a deployment sees it: a deploy dir, a compose project, a port."""
 
+    @property
+    def service(self) -> str:
+        """The vLLM service's name in the compose files (node config `service:`, default vllm)."""
+
     # ---- the deploy dir (the files compose reads)
     def read_deployed(self) -> dict[str, bytes]:
         """Every file of ours in the deploy dir (compose, env files, patched files)."""

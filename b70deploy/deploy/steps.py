@@ -36,6 +36,7 @@ from dotenv import dotenv_values
 from ..errors import OperationError, UserError
 from ..render.door import image_in
 from ..render.files import COMPOSE_FILE
+from ..render.vllm_args import parse_command
 from ..state import space
 from ..state.revisions import DamagedRecord, Revision, RevisionStore, Verdict
 from ..state.stamps import now_iso, operator
@@ -104,9 +105,12 @@ def compose_check(io: NodeIO, files: Mapping[str, bytes]) -> None:
     if doc is None:
         raise UserError(f"docker compose config rejects the files: {error}",
                         fix="see `b70deploy render`; every ${VAR} must be set in .env")
-    command = doc["services"][VLLM].get("command") or []
-    model_at = 2 if command[:2] == ["vllm", "serve"] else 0
-    if len(command) <= model_at or not str(command[model_at]).strip() or str(command[model_at]).startswith("-"):
+    command = [str(a) for a in doc["services"][io.service].get("command") or []]
+    try:  # positional or --model (a launcher's), in a bash -c script too
+        model: str | None = parse_command(command).model
+    except ValueError:  # a script it cannot read: its first word stands for it
+        model = command[0] if command else None
+    if not (model or "").strip() or (model or "").startswith("-"):
         raise UserError("the model argument is empty after interpolation",
                         fix="set VLLM_MODEL in the .env beside the compose file (env_file: does not feed ${VAR})")
 
@@ -263,14 +267,14 @@ def _drain(r: Run) -> None:
     _hold(r)
     fresh = not r.io.has_compose_file()
     r.io.write_deployed(r.plan.files)
-    r.io.replace(VLLM, stopping=r.plan.companions)
+    r.io.replace(r.io.service, stopping=r.plan.companions)
     r.io.door_sync()
     number = r.got.revision.number if r.got.revision else "?"
     if fresh:
-        r.info(f"nothing deployed yet: nothing to drain; created {VLLM} from revision {number}")
+        r.info(f"nothing deployed yet: nothing to drain; created {r.io.service} from revision {number}")
         return
-    stopped = ", ".join([VLLM, *r.plan.companions])
-    r.info(f"created {VLLM} from revision {number}, then stopped {stopped} (as compose stop: the router's "
+    stopped = ", ".join([r.io.service, *r.plan.companions])
+    r.info(f"created {r.io.service} from revision {number}, then stopped {stopped} (as compose stop: the router's "
            "health check moves traffic away)")
 
 
@@ -306,7 +310,7 @@ def _undo_drain(r: Run) -> None:
     """The previous revision's files back and it serving again, companions started, the door
     pointed back at it."""
     if r.got.previous is None:
-        r.io.discard(VLLM)  # made from the new files, never started
+        r.io.discard(r.io.service)  # made from the new files, never started
         r.info("no previous revision: the node is left without a running stack")
         return
     if r.got.rollback_wait is not None and r.got.rollback_wait.healthy and r.io.probe_health() == 200:
@@ -353,8 +357,8 @@ def _verify(r: Run) -> None:
 
 def _activate(r: Run) -> None:
     r.got.activated = True
-    r.io.start(VLLM)
-    r.info(f"started {VLLM} from revision {r.got.revision.number if r.got.revision else '?'}")
+    r.io.start(r.io.service)
+    r.info(f"started {r.io.service} from revision {r.got.revision.number if r.got.revision else '?'}")
 
 
 def _undo_activate(r: Run) -> None:
@@ -363,7 +367,7 @@ def _undo_activate(r: Run) -> None:
     if r.got.wait is None or r.got.wait.healthy:
         _save_log(r)  # it failed after booting (checks): the whole log, read from the engine
     if r.got.previous is None:
-        r.io.stop([VLLM])
+        r.io.stop([r.io.service])
         r.info("no previous revision to return to: vllm stopped")
         return
     r.info(f"rolling back to revision {r.got.previous.number} ({r.got.previous.meta.stack})")
@@ -373,10 +377,10 @@ def _undo_activate(r: Run) -> None:
                              fix=f"{recovery(meta.image_ref, meta.image_id, meta.repo_digest)}, "
                                  "then b70deploy rollback")
     files = r.undo_files()  # checked before the container goes: a damaged copy is refused first
-    r.io.discard(VLLM)  # its log is kept; a crash-looping container makes compose's stop slow
+    r.io.discard(r.io.service)  # its log is kept; a crash-looping container makes compose's stop slow
     r.io.write_deployed(files)
     r.io.door_sync()  # the previous files' door, or none: before vllm, which may want the node's port
-    r.io.up([VLLM])
+    r.io.up([r.io.service])
     r.got.rollback_wait = r.io.wait_healthy(timeout=r.plan.waits.rollback, reporter=r.reporter)
     if not r.got.rollback_wait.healthy:
         raise OperationError(f"revision {r.got.previous.number} did not come back: {r.got.rollback_wait.reason}")
@@ -579,7 +583,7 @@ def restore(io: NodeIO, reporter: Reporter, *, companions: tuple[str, ...], time
     if not io.has_compose_file():
         raise OperationError("nothing deployed in the deploy dir", fix="`b70deploy switch STACK` first")
     io.door_sync()
-    io.up([VLLM], recreate=False)
+    io.up([io.service], recreate=False)
     result = io.wait_healthy(timeout=timeout, reporter=reporter)
     if not result.healthy:
         raise OperationError(f"vllm did not become healthy: {result.reason}",

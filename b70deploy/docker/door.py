@@ -18,7 +18,7 @@ from ..render.door import (
     GATE_FILE,
     INNER,
     OPENED_FILE,
-    UPSTREAM,
+    RELAY,
 )
 from . import engine
 from .probe import probe_health
@@ -95,9 +95,14 @@ def _counts(box: Any) -> dict[str, int]:
     return {str(r.get("address")): int(r.get("num_requests") or 0) for r in rows}
 
 
+def _on_vllm(counts: dict[str, int]) -> int:
+    """The relay's requests on its one upstream, the vLLM service (whatever the node names it)."""
+    return sum(n for address, n in counts.items() if address not in (INNER, RELAY))
+
+
 def in_flight(project: str) -> int:
     box = container(project)
-    return 0 if box is None else _counts(box).get(UPSTREAM, 0)
+    return 0 if box is None else _on_vllm(_counts(box))
 
 
 def _number(text: str) -> float | None:
@@ -115,7 +120,7 @@ def state(project: str) -> DoorState | None:
     gate, closed, opened = [*_sh(box, read).splitlines(), "", "", ""][:3]
     counts = _counts(box)
     points = _number(gate)
-    busy = counts.get(UPSTREAM, 0)
+    busy = _on_vllm(counts)
     return DoorState(points_at=int(points) if points is not None else None, in_flight=busy,
                      holding=max(0, counts.get(INNER, 0) - busy), closed_at=_number(closed),
                      opened_at=_number(opened))

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from docker import errors as docker_errors
 from dotenv import dotenv_values
 
-from ..deploy.nodeio import VLLM
+from ..config import hub
 from ..errors import B70Error, OperationError
 from ..render.door import DOOR_SERVICE, digest_in
 from ..render.draft import ensure_draft_copy, stack_copy
@@ -104,6 +104,10 @@ class DockerNode:
     @classmethod
     def dark(cls, node: Node, where: Path) -> DockerNode:
         return cls(node, where, node.dark_project, node.config.ports.dark)
+
+    @property
+    def service(self) -> str:
+        return self.node.config.service
 
     @property
     def base_url(self) -> str:
@@ -208,17 +212,17 @@ class DockerNode:
     # ---- the serving container
     def wait_healthy(self, *, timeout: float, reporter: Reporter) -> WaitResult:
         t = self.node.config.timeouts
-        return wait_healthy(project=self.project, service=VLLM, health_url=f"{self.base_url}/health",
+        return wait_healthy(project=self.project, service=self.service, health_url=f"{self.base_url}/health",
                             timeout=timeout, max_interval=t.poll_interval, reporter=reporter,
                             diagnose=functools.partial(diagnose, platform=self.node.config.platform),
                             stall_after=t.stall, restarts_from=self.deploy_dir / COMPOSE_FILE)
 
     def container_log(self) -> list[str]:
-        container = engine.find_container(self.project, VLLM)
+        container = engine.find_container(self.project, self.service)
         return engine.container_log(container).splitlines() if container is not None else []
 
     def container_status(self) -> str:
-        return str(engine.state_of(engine.find_container(self.project, VLLM)).status)
+        return str(engine.state_of(engine.find_container(self.project, self.service)).status)
 
     def probe_health(self) -> int | None:
         return probe_health(f"{self.base_url}/health")
@@ -261,7 +265,9 @@ class DockerNode:
     def warm_weights(self, stack: Stack) -> str:
         if not self.node.on_this_host:
             return f"page cache: not read ahead: the weights are on {self.node.address}"
-        roots = [self.node.models_dir / stack.model.path]
+        cache = self.node.config.hf_cache
+        snap = hub.snapshot(Path(cache), stack.model.path) if stack.model.hub and cache else None
+        roots = [snap] if snap is not None else [] if stack.model.hub else [self.node.models_dir / stack.model.path]
         spec = stack.speculative
         if spec is not None and spec.model:
             roots.append(self.node.models_dir / (stack_copy(stack) or spec.model))

@@ -13,12 +13,13 @@ from typing import Any
 
 import yaml
 
+from ..config import hub
 from ..errors import UserError
 from ..render import draft as draft_mod
-from ..render.files import COMPOSE_FILE, DOTENV_FILE
+from ..render.files import COMPOSE_FILE, DOTENV_FILE, expose_only
 from ..render.gpu import gpu_count
 from ..render.patches import find_patch, release
-from ..render.vllm_args import FLAG_BY_NAME, Flag, flag_name, split_prelude
+from ..render.vllm_args import FLAG_BY_NAME, Flag, flag_name, parse_serve_args, split_launcher, split_prelude
 from ..state import caches
 from . import kv
 from .findings import Finding, LintContext, Severity
@@ -77,8 +78,8 @@ def _parsed_compose(text: bytes) -> dict[str, Any]:
     return doc if isinstance(doc, dict) else {}
 
 
-def _vllm_service(doc: dict[str, Any]) -> dict[str, Any]:
-    svc = (doc.get("services") or {}).get("vllm")
+def _vllm_service(ctx: LintContext, doc: dict[str, Any]) -> dict[str, Any]:
+    svc = (doc.get("services") or {}).get(ctx.node.service)
     return svc if isinstance(svc, dict) else {}
 
 
@@ -88,17 +89,17 @@ def _style(ctx: LintContext) -> str:
 
 
 def _raw_command(ctx: LintContext) -> list[str]:
-    cmd = _vllm_service(ctx.compose_config or _compose(ctx)).get("command") or ctx.rendered.command
+    cmd = _vllm_service(ctx, ctx.compose_config or _compose(ctx)).get("command") or ctx.rendered.command
     return [str(a) for a in cmd] if isinstance(cmd, list) else str(cmd).split()
 
 
 def _command(ctx: LintContext) -> list[str]:
     """The command as `vllm serve ...`: a `bash -c "PRELUDE && vllm serve ..."` script read as its serve part."""
     raw = _raw_command(ctx)
-    if ctx.stack.prelude and len(raw) == 1:  # a vllm-serve image's prelude: the script under bash -c
-        raw = ["bash", "-c", raw[0]]
-    try:
-        return split_prelude(raw)[1]
+    if (ctx.stack.prelude or ctx.stack.shell) and len(raw) == 1:  # a vllm-serve image's script: under its shell
+        raw = [*(ctx.stack.shell or ["bash", "-c"]), raw[0]]
+    try:  # a python -m vllm.entrypoints.openai.api_server launcher reads the same flags
+        return split_launcher(split_prelude(raw)[1])[1]
     except ValueError:
         return raw
 
@@ -112,6 +113,10 @@ def _read_json(path: Path) -> dict[str, Any] | None:
 
 
 def _model_config(ctx: LintContext) -> dict[str, Any] | None:
+    if ctx.stack.model.hub:
+        cache = ctx.node.config.hf_cache
+        snap = hub.snapshot(Path(cache), ctx.stack.model.path) if cache else None
+        return None if snap is None else _read_json(snap / "config.json")
     return None if ctx.models_dir is None else _read_json(ctx.models_dir / ctx.stack.model.path / "config.json")
 
 
@@ -146,9 +151,10 @@ def model_argument(ctx: LintContext) -> Iterator[Finding]:
     if ctx.compose_config is not None:
         cmd = _command(ctx)
         idx = 2 if cmd[:2] == ["vllm", "serve"] else 0
-        model = cmd[idx] if len(cmd) > idx else ""
+        model = parse_serve_args(cmd[idx:]).model or ""  # positional, or --model (a launcher's)
         root = ctx.node.config.models_target
-        if not model or "$" in model or model.startswith("-") or not model.startswith(f"{root}/"):
+        hub_id = ctx.stack.model.hub and model == ctx.stack.model.path  # vLLM resolves it in the hub cache
+        if not hub_id and (not model or "$" in model or model.startswith("-") or not model.startswith(f"{root}/")):
             yield _f(ctx, "model-arg-unresolved", "error",
                      f"after `docker compose config` the model argument is {model!r}, not a path under "
                      f"{root} (the node's models_target)", fix)
@@ -173,7 +179,7 @@ def compose_config(ctx: LintContext) -> Iterator[Finding]:
 
 @rule("group-names", platforms=("rocm", "xpu"))
 def group_names(ctx: LintContext) -> Iterator[Finding]:
-    groups = [str(g) for g in _vllm_service(ctx.compose_config or _compose(ctx)).get("group_add") or []]
+    groups = [str(g) for g in _vllm_service(ctx, ctx.compose_config or _compose(ctx)).get("group_add") or []]
     for g in groups:
         if g.isdigit():
             continue
@@ -237,7 +243,8 @@ def production_aliases(ctx: LintContext) -> Iterator[Finding]:
 
 @rule("models-dir-missing", "model-missing", "draft-missing")
 def model_files(ctx: LintContext) -> Iterator[Finding]:
-    if ctx.models_dir_missing is not None:
+    drafted = bool(ctx.stack.speculative and ctx.stack.speculative.model)
+    if ctx.models_dir_missing is not None and (drafted or not ctx.stack.model.hub):  # a hub model binds no models_dir
         yield _f(ctx, "models-dir-missing", "error",
                  f"models_dir {ctx.models_dir_missing} does not exist on this host: the engine refuses the weights "
                  "bind (create_host_path: false), after the old stack has stopped",
@@ -245,7 +252,7 @@ def model_files(ctx: LintContext) -> Iterator[Finding]:
                  "mount that folder")
     if ctx.models_dir is None:
         return
-    checks = [("model", ctx.stack.model.path)]
+    checks = [] if ctx.stack.model.hub else [("model", ctx.stack.model.path)]  # a hub id: hub_cache's
     if ctx.stack.speculative and ctx.stack.speculative.model:
         checks.append(("draft", ctx.stack.speculative.model))
     for what, rel in checks:
@@ -256,6 +263,40 @@ def model_files(ctx: LintContext) -> Iterator[Finding]:
             yield _f(ctx, "model-missing" if what == "model" else "draft-missing", "error",
                      f"{what} folder {path} {state}",
                      f"download the weights there, or correct {key} (relative to models_dir {ctx.models_dir})")
+
+
+@rule("hub-cache-unset", "hub-model-missing")
+def hub_cache(ctx: LintContext) -> Iterator[Finding]:
+    """A hub id is loaded from the node's hf_cache; there is no network to download it here."""
+    if not ctx.stack.model.hub:
+        return
+    cache = ctx.node.config.hf_cache
+    repo = ctx.stack.model.path
+    if cache is None:
+        yield _f(ctx, "hub-cache-unset", "warning",
+                 f"the model is the hub id {repo} and the node has no hf_cache: vLLM downloads it into the container "
+                 "at every boot (or fails without a network)",
+                 "set hf_cache in the node config to the host folder that is HF_HOME (it holds hub/models--ORG--NAME)")
+        return
+    if not ctx.node.on_this_host and not Path(cache).is_dir():
+        return  # the node's files are not visible from here
+    if hub.snapshot(Path(cache), repo) is None:
+        yield _f(ctx, "hub-model-missing", "error",
+                 f"hf_cache {cache} holds no snapshot of {repo} with a config.json "
+                 f"({hub.repo_folder(Path(cache), repo)}/snapshots): vLLM would try to download it",
+                 f"download it there first (HF_HOME={cache} huggingface-cli download {repo}), or correct model.path")
+
+
+@rule("expose-probe-unreachable")
+def expose_probe(ctx: LintContext) -> Iterator[Finding]:
+    """An expose-only stack is published on loopback only (render/files.expose_only): the probes
+    must run on the node itself."""
+    if expose_only(ctx.stack) and not ctx.node.on_this_host:
+        yield _f(ctx, "expose-probe-unreachable", "error",
+                 f"the stack's port is only exposed (compose: expose), so it is published on 127.0.0.1 of the "
+                 f"node, which b70deploy's /health and smoke probes at {ctx.node.address} cannot reach",
+                 "drop expose from compose: (the port is then published on the node's bind_address), or run "
+                 "b70deploy on the node itself")
 
 
 @rule("mount-missing")

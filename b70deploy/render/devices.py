@@ -15,7 +15,7 @@ from pathlib import Path
 
 @dataclass(frozen=True)
 class DeviceAccess:
-    device_dir: Path | None           # None: render without devices
+    device_dir: Path | None           # a folder of device nodes, or one device node; None: render without
     gids: dict[str, int] = field(default_factory=dict)  # group label -> numeric gid
     notes: tuple[str, ...] = ()
 
@@ -32,13 +32,26 @@ def _group_name(gid: int) -> str:
         return f"gid{gid}"
 
 
+def _char_device(path: Path) -> os.stat_result | None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st if stat.S_ISCHR(st.st_mode) else None
+
+
 def scan(device_dir: Path | None, pinned: dict[str, int] | None = None) -> DeviceAccess:
-    """Read the gids owning the device nodes under `device_dir`; pinned gids win."""
+    """Read the gids owning the device nodes under `device_dir` (or of `device_dir` itself, when it
+    is one device node); pinned gids win."""
     notes: list[str] = []
     found: dict[str, int] = {}
     present: Path | None = None
+    node = _char_device(device_dir) if device_dir is not None else None
     if device_dir is None:
         notes.append("no device_dir configured: rendering without GPU devices")
+    elif node is not None:  # one device node (/dev/kfd, /dev/dri/card0): the device itself, not a folder
+        present = device_dir
+        found[_group_name(node.st_gid)] = node.st_gid
     elif not device_dir.is_dir():
         notes.append(f"{device_dir} not found: rendering without GPU devices (no GPU on this host?)")
     else:

@@ -50,7 +50,11 @@ GATE_DIR = "/tmp/door"
 GATE_FILE = f"{GATE_DIR}/gate"
 CLOSED_FILE = f"{GATE_DIR}/closed_at"   # when the gate was last closed, and opened (epoch seconds)
 OPENED_FILE = f"{GATE_DIR}/opened_at"
-UPSTREAM = f"vllm:{CONTAINER_PORT}"
+
+
+def upstream(service: str) -> str:
+    """The relay's one upstream: the vLLM service on the project network."""
+    return f"{service}:{CONTAINER_PORT}"
 CONFIG_ENV = "DOOR_CONFIG"   # the JSON config, in the service's environment (no extra file to deploy)
 CHECK_INTERVAL = "200ms"     # how soon a turned gate is seen
 TRY_INTERVAL = "250ms"       # how often a held request tries again
@@ -64,7 +68,7 @@ COMMAND = ("/bin/sh", "-c", f'mkdir -p {GATE_DIR} && printf "%s" "${CONFIG_ENV}"
            "&& exec caddy run --config /tmp/door.json")
 
 
-def caddy_config(*, hold_seconds: float, retry_after: int) -> dict[str, Any]:
+def caddy_config(*, hold_seconds: float, retry_after: int, service: str = "vllm") -> dict[str, Any]:
     """The door's whole Caddy config: it does not depend on the revision served."""
     relay = [{"dial": RELAY}]
     health_checks = {"active": {"uri": "/gate", "port": int(GATE.rsplit(":", 1)[1]), "interval": CHECK_INTERVAL,
@@ -110,7 +114,7 @@ def caddy_config(*, hold_seconds: float, retry_after: int) -> dict[str, Any]:
             "relay": {
                 "listen": [RELAY],
                 "routes": [{"handle": [{"handler": "reverse_proxy", "flush_interval": -1,
-                                        "upstreams": [{"dial": UPSTREAM}]}]}],
+                                        "upstreams": [{"dial": upstream(service)}]}]}],
                 "errors": {"routes": [{"handle": [busy]}]},
                 "automatic_https": {"disable": True},
             },
@@ -123,9 +127,9 @@ def caddy_config(*, hold_seconds: float, retry_after: int) -> dict[str, Any]:
     }
 
 
-def config_text(*, hold_seconds: float, retry_after: int) -> str:
-    return json.dumps(caddy_config(hold_seconds=hold_seconds, retry_after=retry_after), sort_keys=True,
-                      separators=(",", ":"))
+def config_text(*, hold_seconds: float, retry_after: int, service: str = "vllm") -> str:
+    return json.dumps(caddy_config(hold_seconds=hold_seconds, retry_after=retry_after, service=service),
+                      sort_keys=True, separators=(",", ":"))
 
 
 def interpolation(door: Door, *, port: int, bind_address: str) -> dict[str, str]:
@@ -135,18 +139,19 @@ def interpolation(door: Door, *, port: int, bind_address: str) -> dict[str, str]
             "VLLM_PORT": str(door.probe_port), "VLLM_BIND_ADDRESS": "127.0.0.1"}
 
 
-def service(door: Door) -> dict[str, Any]:
-    """What the compose template writes for the door service."""
+def service(door: Door, vllm: str = "vllm") -> dict[str, Any]:
+    """What the compose template writes for the door service, in front of the service `vllm`."""
     image, config = door.image or DEFAULT_IMAGE, config_text(hold_seconds=door.hold_seconds,
-                                                             retry_after=door.retry_after)
+                                                             retry_after=door.retry_after, service=vllm)
     digest = hashlib.sha256(json.dumps([image, list(COMMAND), config]).encode()).hexdigest()[:16]
     return {"image": image, "command": list(COMMAND), "container_port": DOOR_PORT, "config": config,
             "digest": digest}
 
 
-def api_base(with_door: bool) -> str:
-    """Where the companions (open-webui) send their API calls: the door when there is one."""
-    return f"http://{DOOR_SERVICE}:{DOOR_PORT}/v1" if with_door else f"http://vllm:{CONTAINER_PORT}/v1"
+def api_base(with_door: bool, vllm: str = "vllm") -> str:
+    """Where the companions (open-webui) send their API calls: the door when there is one, else
+    the vLLM service `vllm`."""
+    return f"http://{DOOR_SERVICE}:{DOOR_PORT}/v1" if with_door else f"http://{upstream(vllm)}/v1"
 
 
 _DIGEST_LINE = re.compile(rb'\n      b70deploy.door: "([0-9a-f]+)"\n')

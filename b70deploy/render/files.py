@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from ..config.hub import CONTAINER_HF_HOME
 from ..config.node import Node
 from ..config.resources import data_dir
 from ..config.schema import Stack
@@ -25,11 +26,12 @@ from .filenames import DOTENV_FILE as DOTENV_FILE
 from .filenames import RUNTIME_ENV_FILE as RUNTIME_ENV_FILE
 from .gpu import GpuAccess, from_device_access
 from .masking import mask_env_text
+from .passthrough import merge as merge_passthrough
 from .vllm_args import (
     CONTAINER_PORT,
     MODEL_REF,
     container_command,
-    container_model_path,
+    model_argument,
 )
 
 if TYPE_CHECKING:
@@ -128,14 +130,23 @@ def _bytecode_cache() -> jinja2.BytecodeCache | None:
         return None
 
 
+LOOPBACK = "127.0.0.1"
+
+
+def expose_only(stack: Stack) -> bool:
+    """A stack whose port a proxy on the project network reaches (compose: expose): published for
+    b70deploy's own probes (/health, smoke) on loopback only, never on the node's bind_address."""
+    return bool(stack.compose.get("expose"))
+
+
 def interpolation_values(stack: Stack, node: Node, *, port: int, image: str | None = None,
                          door: bool = False) -> dict[str, str]:
     values = {
         "VLLM_IMAGE": image or stack.image,     # a revision pins the image id that ran
         "VLLM_IMAGE_REF": stack.image,           # the reference it came from (not used by Compose)
-        "VLLM_MODEL": container_model_path(stack.model.path, node.config.models_target),
+        "VLLM_MODEL": model_argument(stack, node.config.models_target),
         "VLLM_PORT": str(port),
-        "VLLM_BIND_ADDRESS": node.config.bind_address,
+        "VLLM_BIND_ADDRESS": LOOPBACK if expose_only(stack) else node.config.bind_address,
         "MODELS_DIR": str(node.models_dir),
     }
     if door:  # the door has the node's port; vllm keeps one on loopback for the tool's probes
@@ -152,6 +163,26 @@ def runtime_values(stack: Stack, secrets: Mapping[str, str]) -> dict[str, str]:
     return dict(sorted(values.items()))
 
 
+def _hub_cache(stack: Stack, node: Node) -> dict[str, object]:
+    """A hub model's cache: the node's hf_cache bound as the container's HF_HOME (read-write: the
+    hub client writes its locks and refs there). Without hf_cache vLLM downloads at every boot."""
+    if not stack.model.hub or not node.config.hf_cache:
+        return {}
+    return {"volumes": [{"type": "bind", "source": node.config.hf_cache, "target": CONTAINER_HF_HOME,
+                         "bind": {"create_host_path": False}}],
+            "environment": {"HF_HOME": CONTAINER_HF_HOME}}
+
+
+def _entrypoint(stack: Stack) -> list[str] | None:
+    """What runs the command under an ENTRYPOINT [vllm, serve] image when the stack's program is
+    not `vllm serve`: the shell of a script (bash runs a prelude), or the launcher itself."""
+    if stack.entrypoint_style != "vllm-serve":
+        return None
+    if stack.prelude or stack.shell:
+        return stack.shell or ["/bin/bash", "-c"]
+    return list(stack.launcher) if stack.launcher else None
+
+
 def render(stack: Stack, node: Node, devices: GpuAccess | DeviceAccess, *, secrets: Mapping[str, str] | None = None,
            mounts: tuple[Mount, ...] = (), patch_files: Mapping[str, bytes] | None = None,
            draft_path: str | None = None, port: int | None = None, project: str | None = None,
@@ -165,7 +196,7 @@ def render(stack: Stack, node: Node, devices: GpuAccess | DeviceAccess, *, secre
     env = _environment()
     port = node.config.ports.prod if port is None else port
     # A prelude's bash -c script is one argument, escaped whole for Compose: it names the model itself.
-    model = container_model_path(stack.model.path, node.config.models_target) if stack.prelude else MODEL_REF
+    model = model_argument(stack, node.config.models_target) if stack.prelude or stack.shell else MODEL_REF
     command = container_command(stack, model=model, draft_path=draft_path, root=node.config.models_target)
     with_door = node.config.door.enabled and project in (None, node.project)  # never a dark stack's
     interp = interpolation_values(stack, node, port=port, image=image, door=with_door)
@@ -173,12 +204,14 @@ def render(stack: Stack, node: Node, devices: GpuAccess | DeviceAccess, *, secre
     compose = env.get_template("docker-compose.yml.j2").render(
         stack=stack,
         project=project or node.project,
+        service=node.service,
         command=command,
-        # A prelude's script under an ENTRYPOINT [vllm, serve] image: bash runs it instead.
-        entrypoint=["/bin/bash", "-c"] if stack.prelude and stack.entrypoint_style == "vllm-serve" else None,
+        entrypoint=_entrypoint(stack),
         container_port=CONTAINER_PORT,
         runtime_env_name=RUNTIME_ENV_FILE,
         models_target=node.config.models_target,
+        # A hub model is in the hub cache (_hub_cache); the models folder only for its draft, if any.
+        models_bind=not stack.model.hub or bool(stack.speculative and stack.speculative.model),
         mounts=(*mounts, *(Mount(m.source, m.target) for m in stack.mounts), *(Mount(b, b) for b in access.binds)),
         devices=access.devices,
         group_add=access.group_add,
@@ -192,12 +225,24 @@ def render(stack: Stack, node: Node, devices: GpuAccess | DeviceAccess, *, secre
         bind_address=node.config.bind_address,
         cache_target=caches.CONTAINER_ROOT if warm else None,
         environment={**(caches.container_env(access.platform) if warm else {}), **access.environment},
-        door=door_config.service(node.config.door) if with_door else None,
-        api_base=door_config.api_base(with_door),
+        door=door_config.service(node.config.door, node.service) if with_door else None,
+        api_base=door_config.api_base(with_door, node.service),
     )
+    compose, _ = merge_passthrough(compose, _hub_cache(stack, node), service=node.service,
+                                   where=f"node config {node.source}: hf_cache")
+    dark = project is not None and project != node.project
+    compose, merged = merge_passthrough(compose, stack.compose, service=node.service, networks=node.config.networks,
+                                        dark=dark, where=f"stack {stack.name}: compose")
+    for c in node.config.companions:
+        compose, said = merge_passthrough(compose, c.compose, service=c.name, dark=dark,
+                                          where=f"node config {node.source}: companions.{c.name}.compose")
+        merged += [note for note in said if note not in merged]
     dotenv = env.get_template("env.j2").render(values=list(interp.items()))
     runtime = env.get_template("runtime.env.j2").render(values=list(runtime_values(stack, secrets or {}).items()))
-    notes = list(access.notes)
+    notes = list(access.notes) + merged
+    if expose_only(stack):
+        notes.append(f"expose-only: port {port} is published on {LOOPBACK} for b70deploy's probes; the project "
+                     f"network reaches {node.service}:{CONTAINER_PORT}")
     if warm:
         notes.append(f"warm boots: compile and kernel caches of this image id in {interp['CACHE_DIR']}")
     if access.group_add:

@@ -13,12 +13,15 @@ from __future__ import annotations
 
 import json
 import posixpath
+import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from pydantic import ValidationError
 
+from ..config.compose_keys import OWNED
+from ..config.hub import CONTAINER_HF_HOME, HUB_ID_RE
 from ..config.schema import ABS_PATH_RE, ENV_KEY_RE, IMAGE_RE, Speculative, Stack
 from ..config.validation import first_error, value_error
 from ..errors import UserError
@@ -34,13 +37,18 @@ from .vllm_args import (
     entrypoint_style,
     model_rel_path,
     parse_serve_args,
+    shell_of,
+    split_launcher,
     split_prelude,
 )
 
 SERVE = ["vllm", "serve"]
-# Service keys the stack or the node config account for; any other is named in the notes.
-_HANDLED = frozenset({"image", "command", "entrypoint", "environment", "volumes", "ports", "devices", "group_add",
-                      "shm_size", "profiles", "restart", "networks", "labels", "env_file"}) | gpu.READ_KEYS
+# Service keys the stack or the node config account for (or that b70deploy renders itself);
+# any other is carried in the stack's compose: passthrough, or named in the notes.
+_HANDLED = frozenset({"image", "command", "entrypoint", "environment", "volumes", "ports", "shm_size", "profiles",
+                      "restart", "labels", "env_file"})
+# The keys that give the container its GPU: read by gpu_access.
+GPU_KEYS = frozenset({"devices", "group_add", "deploy", "gpus", "runtime"})
 
 
 class ImageEntrypoint(Protocol):
@@ -75,16 +83,24 @@ def _argv(value: Any) -> list[str]:
 
 
 def _style(service: Mapping[str, Any], image: ImageEntrypoint | None, command: list[str],
-           out: FromCompose) -> str:
-    """The entrypoint style the stack renders for: what will really run its command."""
+           out: FromCompose, *, taken: bool = False) -> str:
+    """The entrypoint style the stack renders for: what will really run its command. `taken`: the
+    compose file's entrypoint is part of the program read (a launcher, a shell script), which the
+    stack renders as the entrypoint under an ENTRYPOINT [vllm, serve] or unknown image."""
     own = _argv(service.get("entrypoint"))
-    own_style = entrypoint_style(own) if own else None
+    own_style = entrypoint_style(own) if own and not taken else None
     if image is not None and image.entrypoint_style != "other":
         out.sources["entrypoint_style"] = f"image {image.ref} ({image.id.removeprefix('sha256:')[:12]})"
         if own_style is not None and own_style != image.entrypoint_style:
             out.notes.append(f"the compose file overrides the image's entrypoint ({own_style}); a stack renders "
                              f"none, so the image's own ({image.entrypoint_style}) runs the command")
+        elif taken and image.entrypoint_style == "bash-c":
+            out.notes.append("the compose file's entrypoint starts vLLM; the stack runs it as the command, through "
+                             "the image's own bash -c entrypoint")
         return image.entrypoint_style
+    if taken:
+        out.sources["entrypoint_style"] = "the compose file's entrypoint (rendered as the entrypoint)"
+        return "vllm-serve"
     if own_style in ("bash-c", "vllm-serve"):
         absent = "image not on this engine" if image is None else f"image {image.ref} has no known entrypoint"
         out.sources["entrypoint_style"] = f"the compose file's entrypoint ({absent})"
@@ -93,6 +109,33 @@ def _style(service: Mapping[str, Any], image: ImageEntrypoint | None, command: l
     out.sources["entrypoint_style"] = ("the command's shape (it " + ("names `vllm serve`" if style == "bash-c"
                                        else "starts with the model") + "; no entrypoint known)")
     return style
+
+
+def _program(service: Mapping[str, Any], image: ImageEntrypoint | None, where: str) -> tuple[list[str], bool]:
+    """The argv that starts vLLM as far as the stack must say it, and whether the compose file's
+    (or the image's) entrypoint is part of it: a `python -m vllm.entrypoints.openai.api_server`
+    launcher, a `bash -lc SCRIPT` entrypoint. An entrypoint or command that is a script of its own
+    (flags built from environment variables) cannot be read, so it is refused, never dropped."""
+    command = _argv(service.get("command"))
+    own = _argv(service.get("entrypoint"))
+    fix = ("write the `vllm serve` command the script runs into command: and drop entrypoint:, or keep the file's "
+           "bytes as they are: b70deploy import FILE")
+    if own and entrypoint_style(own) == "other":
+        if split_launcher(own)[0] is not None and len(own) == 3:
+            return [*own, *command], True
+        if shell_of(own) is not None and len(own) == 3 and not command:
+            return own, True
+        raise UserError(f"the entrypoint {shlex.join(own)} starts vLLM its own way (a script b70deploy cannot read)",
+                        where=f"{where}.entrypoint", fix=fix)
+    facts_ep = list(getattr(image, "entrypoint", None) or [])
+    if not own and split_launcher(facts_ep)[0] is not None and len(facts_ep) == 3 and split_launcher(command)[0] \
+            is None and shell_of(command) is None:
+        return [*facts_ep, *command], True  # an image whose ENTRYPOINT is the launcher: the flags after it
+    head = command[0] if command else ""
+    if head.endswith(".sh") or (shell_of(command) is None and posixpath.basename(head) in ("bash", "sh")):
+        raise UserError(f"the command runs the script {shlex.join(command[:2])}, which b70deploy cannot read",
+                        where=f"{where}.command", fix=fix)
+    return command, False
 
 
 def _set(doc: dict[str, Any], key: str, value: Any) -> None:
@@ -171,20 +214,42 @@ def _speculative(text: str, binds: Sequence[Mapping[str, Any]], where: str, out:
     return spec
 
 
+def _hub_cache(service: Mapping[str, Any], where: str, out: FromCompose) -> None:
+    """The host folder of a hub model's cache: the bind at the container's HF_HOME (its environment's,
+    else the hub client's default for root), or at a folder above it. It becomes the node's hf_cache;
+    a named volume there is refused (lint could not see what it holds)."""
+    home = str((service.get("environment") or {}).get("HF_HOME") or CONTAINER_HF_HOME).rstrip("/")
+    for v in service.get("volumes") or []:
+        target = str(v.get("target") or "").rstrip("/") if isinstance(v, dict) else ""
+        if not target or not (home == target or home.startswith(f"{target}/")):
+            continue
+        if v.get("type") != "bind":
+            raise UserError(f"the Hugging Face cache at {target} is the {v.get('type')} {v.get('source')!r}",
+                            where=f"{where}.volumes",
+                            fix="bind a host folder there instead (docker volume inspect gives the volume's "
+                                "Mountpoint): b70deploy binds the node's hf_cache and lint checks it holds the model")
+        out.node["hf_cache"] = f"{str(v.get('source')).rstrip('/')}{home[len(target):]}"
+        out.weights_at.add(str(v.get("target")))
+        return
+    out.notes.append(f"no volume holds the hub cache ({home}): vLLM downloads the model at every boot; set the node's "
+                     "hf_cache to a host folder that holds it")
+
+
 def _flag_tokens(key: str, raw: Mapping[str, list[str]]) -> list[str]:
     """The tokens as written for every flag that feeds the top-level stack key `key`."""
     return [t for f in FLAGS if f.key.split(".")[0] == key for t in raw.get(f.key, [])]
 
 
 def stack_from_compose(service: Mapping[str, Any], *, image: ImageEntrypoint | None = None,
-                       where: str = "compose file") -> FromCompose:
+                       where: str = "compose file", networks: Mapping[str, Any] | None = None) -> FromCompose:
     """The stack document for one resolved compose service (see the module docstring).
 
     `image`: the entrypoint facts of the service's image, None when the engine does not have it
     (the compose file's own entrypoint, else the command's shape, decides). `where` names the
     service in errors (e.g. "docker-compose.yml: services.vllm"). Raises UserError when the
     service cannot be a stack (no image, no model, a model outside any bind mount, a secret
-    on the command line, values that make no valid stack).
+    on the command line, values that make no valid stack). `networks`: the file's top-level networks
+    (the definitions of those the service joins become the node's networks:).
     """
     ref = str(service.get("image") or "")
     if not IMAGE_RE.match(ref):
@@ -194,14 +259,14 @@ def stack_from_compose(service: Mapping[str, Any], *, image: ImageEntrypoint | N
     parsed = parse_serve_args(_serve_args(service, image, where, out))
     out.notes += parsed.notes
     binds = _binds(service)
-    _required(parsed, binds, where, out)
+    _required(service, parsed, binds, where, out)
     extra = _flags(parsed, binds, where, out)
     if extra:
         out.doc["extra_args"] = extra
     _environment(service, out)
     _mounts(service, out)
     _node_facts(service, parsed.fixed.get("--port", str(CONTAINER_PORT)), out)
-    out.notes += gpu.carry(service, out.node, out.doc)  # the platform's GPU access (render/gpu.py)
+    _passthrough(service, networks or {}, out)
     try:
         Stack.model_validate({"name": "from-compose", **out.doc})
     except ValidationError as exc:
@@ -214,10 +279,11 @@ def stack_from_compose(service: Mapping[str, Any], *, image: ImageEntrypoint | N
 def _serve_args(service: Mapping[str, Any], image: ImageEntrypoint | None, where: str,
                 out: FromCompose) -> list[str]:
     """The tokens after `vllm serve`, with the entrypoint style that will run them."""
-    command = _argv(service.get("command"))
+    command, taken = _program(service, image, where)
     if not command:
         raise UserError("the service has no command", where=where,
                         fix="write the vllm serve command into the compose file's command:")
+    shell = shell_of(command)
     try:
         prelude, command = split_prelude(command)
     except ValueError as e:
@@ -227,9 +293,20 @@ def _serve_args(service: Mapping[str, Any], image: ImageEntrypoint | None, where
     if prelude is not None:
         out.doc["prelude"] = prelude
         out.sources["prelude"] = "the command's bash -c script, before `&& vllm serve` (kept verbatim)"
-    style = out.doc["entrypoint_style"] = _style(service, image, command, out)
+    if shell is not None and (taken or (shell != ["bash", "-c"] and (prelude is not None or shell[1] != "-c"))):
+        out.doc["shell"] = shell  # a login shell (bash -lc) reads /etc/profile: the script may need it
+        out.sources["shell"] = f"the command's shell ({' '.join(shell)}), kept"
+    launcher, command = split_launcher(command)
+    if launcher is not None:
+        if prelude is not None:
+            raise UserError("the bash -c script starts vLLM with python -m after a prelude", where=where,
+                            fix="write `vllm serve MODEL FLAGS` after the prelude (the same server and flags)")
+        out.doc["launcher"] = launcher
+        out.sources["launcher"] = f"the {'entrypoint' if taken else 'command'}: {' '.join(launcher)}, kept (it takes " \
+                                  "the model as --model)"
+    style = out.doc["entrypoint_style"] = _style(service, image, command, out, taken=taken)
     if command[:2] == SERVE:
-        if style == "vllm-serve":
+        if style == "vllm-serve" and launcher is None and shell is None:
             out.notes.append("the command repeats `vllm serve` under an ENTRYPOINT [vllm, serve] image; the stack "
                              "renders the model and flags only")
         return command[2:]
@@ -239,12 +316,18 @@ def _serve_args(service: Mapping[str, Any], image: ImageEntrypoint | None, where
     return command
 
 
-def _required(parsed: ParsedServe, binds: Sequence[Mapping[str, Any]], where: str, out: FromCompose) -> None:
+def _required(service: Mapping[str, Any], parsed: ParsedServe, binds: Sequence[Mapping[str, Any]], where: str,
+              out: FromCompose) -> None:
     """The model, the served names and the length a stack must state; no secret on the command line."""
     if parsed.model is None:
         raise UserError("the command names no model", where=where,
                         fix="give the model path after `vllm serve` (or as --model)")
-    out.doc["model"] = {"path": _in_container(parsed.model, binds, "model", where, out)}
+    if HUB_ID_RE.match(parsed.model) and weights_bind(parsed.model, binds) is None:
+        out.doc["model"] = {"path": parsed.model, "hub": True}
+        out.sources["model"] = "the command's model, a Hugging Face hub id (loaded from the hub cache)"
+        _hub_cache(service, where, out)
+    else:
+        out.doc["model"] = {"path": _in_container(parsed.model, binds, "model", where, out)}
     for key, why in (("served_model_names", "clients ask for the model by name"),
                      ("max_model_len", "a stack states its context length")):
         if key not in parsed.values:
@@ -299,6 +382,8 @@ def _environment(service: Mapping[str, Any], out: FromCompose) -> None:
             continue
         if value is None:
             out.notes.append(f"environment {key} has no value here (Compose takes it from the shell): left out")
+        elif key == "HF_HOME" and "hf_cache" in out.node:
+            continue  # render sets it, where it binds the node's hf_cache
         elif is_secret(key):
             out.withheld.append(key)
         elif not ENV_KEY_RE.match(key) or any(c in str(value) for c in "\n\r\x00"):
@@ -340,14 +425,43 @@ def _mounts(service: Mapping[str, Any], out: FromCompose) -> None:
 
 
 def _node_facts(service: Mapping[str, Any], container_port: str, out: FromCompose) -> None:
+    published = False
     for p in service.get("ports") or []:
         if isinstance(p, dict) and str(p.get("target")) == container_port and p.get("published"):
+            published = True
             out.node["ports"] = {"prod": int(str(p["published"]).split("-")[0])}
             if p.get("host_ip"):
                 out.node["bind_address"] = p["host_ip"]
-    for d in service.get("devices") or []:
-        if isinstance(d, dict) and d.get("source"):
-            out.node.setdefault("device_dir", d["source"])
+    if not published and service.get("expose"):
+        # A proxy on the project network reaches the service; b70deploy's own probes (/health, smoke)
+        # need a published port, which render keeps on loopback for a stack with expose:.
+        out.notes.append(f"the port is only exposed (expose: {', '.join(map(str, service['expose']))}): the stack "
+                         "keeps expose:, and b70deploy publishes it on 127.0.0.1 only, for its own probes")
+    gpu_access(service, out)
+    if service.get("shm_size"):
+        out.node["shm_size"] = str(service["shm_size"])
+
+
+def gpu_access(service: Mapping[str, Any], out: FromCompose) -> None:
+    """The service's GPU access (GPU_KEYS): first the platform's own, as render/gpu.py reads it
+    back (device requests, `gpus:`, CDI names, /dev/kfd and /dev/dri: the node's platform and
+    device paths, the stack's gpus), which render writes again; then the devices it does not
+    account for: /dev/dri's nodes first, else the first device, is the node's device_dir (a
+    folder, or one device node such as /dev/dri/card0), the others and `runtime` go through
+    `compose:` as written; numeric group_add entries become the node's gids. Nothing is dropped."""
+    out.notes += gpu.carry(service, out.node, out.doc)
+    carried: dict[str, Any] = out.doc.setdefault("compose", {})
+    accounted = {out.node.get("device_dir"), out.node.get("kfd_device")} - {None}
+    devices = [d for d in service.get("devices") or [] if isinstance(d, dict) and d.get("source")
+               and d["source"] not in accounted and not (out.node.get("nvidia_cdi") and "=" in str(d["source"]))]
+    # The render-node folder first (its nodes' gids are the ones group_add needs), then as listed.
+    devices.sort(key=lambda d: posixpath.basename(str(d["source"]).rstrip("/")) != "dri")
+    if devices and "device_dir" not in out.node:
+        out.node["device_dir"] = devices.pop(0)["source"]
+    rest = [f"{d['source']}:{d.get('target') or d['source']}" + (f":{d['permissions']}" if d.get("permissions")
+                                                                   else "") for d in devices]
+    if rest:
+        carried["devices"] = rest
     groups = [str(g) for g in service.get("group_add") or []]
     if any(g.isdigit() for g in groups):
         out.node["gids"] = {f"gid{g}": int(g) for g in groups if g.isdigit()}
@@ -355,8 +469,41 @@ def _node_facts(service: Mapping[str, Any], container_port: str, out: FromCompos
     if named:
         out.notes.append(f"group_add names {', '.join(named)}: Docker looks names up in the image's /etc/group; "
                          "give the host's numeric gids in the node config (gids:)")
-    if service.get("shm_size"):
-        out.node["shm_size"] = str(service["shm_size"])
-    others = sorted(set(service) - _HANDLED)
-    if others:
-        out.notes.append(f"not carried over (no stack key): {', '.join(others)}")
+    if service.get("runtime"):
+        carried["runtime"] = service["runtime"]
+
+
+def _passthrough(service: Mapping[str, Any], networks: Mapping[str, Any], out: FromCompose) -> None:
+    """Every other key of the service, as `docker compose config` resolved it, into the stack's
+    compose: (ulimits, healthcheck, cap_drop, expose, a static address...); the networks it joins
+    into the node's networks:. A key b70deploy owns is named in the notes."""
+    carried: dict[str, Any] = out.doc.setdefault("compose", {})
+    for key in sorted(set(service) - _HANDLED - GPU_KEYS):
+        value = service[key]
+        if value is None or (key == "ipc" and value == "host"):  # unset, or what every render writes
+            continue
+        if key in OWNED:
+            out.notes.append(f"{key} is not carried over (b70deploy renders it itself): {OWNED[key]}")
+        elif key == "networks":
+            _networks(value, networks, carried, out)
+        else:
+            carried[key] = value
+    if not carried:
+        del out.doc["compose"]
+
+
+def _networks(joined: Any, networks: Mapping[str, Any], carried: dict[str, Any], out: FromCompose) -> None:
+    if not isinstance(joined, dict) or joined == {"default": None}:
+        return  # the project's default network, which every render joins
+    carried["networks"] = joined
+    defined: dict[str, Any] = {}
+    for name in joined:
+        conf = dict(networks.get(name) or {})
+        if not conf.get("external"):
+            conf.pop("name", None)  # Compose's <project>_<name>: the node's project names it
+        if conf:
+            defined[name] = conf
+    if defined:
+        out.node["networks"] = defined
+        out.notes.append(f"the service joins {', '.join(joined)}: the node config's networks: defines "
+                         f"{', '.join(defined)} (companions join the project's default network only)")

@@ -3,16 +3,28 @@
 from __future__ import annotations
 
 import hashlib
+import itertools
 import re
 from collections.abc import Collection
 
-SECRET_KEY_RE = re.compile(r"(TOKEN|SECRET|PASSWORD|PASSWD|API_KEY|ACCESS_KEY|PRIVATE|CREDENTIAL|AUTH)",
-                           re.IGNORECASE)
 ENV_LINE_RE = re.compile(r"^(\s*(?:export\s+)?)([A-Za-z_][A-Za-z0-9_]*)(\s*=\s*)(.*)$")
+_PARTS = re.compile(r"[^A-Z0-9]+")
+# Whole words of a name (HF_TOKEN, --api-key): a count of tokens (MAX_NUM_BATCHED_TOKENS,
+# --enable-prompt-tokens-details) or a flag about tokens (--return-tokens-as-token-ids) is no secret.
+_SECRET_WORDS = frozenset({"PASSWORD", "PASSWD", "PASSPHRASE", "CREDENTIAL", "CREDENTIALS", "APIKEY"})
+_SECRET_LAST = frozenset({"TOKEN", "AUTH"})        # HF_TOKEN, GITHUB_TOKEN, BASIC_AUTH; not TOKEN_IDS
+_SECRET_PAIRS = frozenset({("API", "KEY"), ("ACCESS", "KEY"), ("PRIVATE", "KEY")})
 
 
 def is_secret(key: str) -> bool:
-    return bool(SECRET_KEY_RE.search(key))
+    """Whether a variable or flag name (VLLM_API_KEY, hf_token, --api-key) holds a secret: its
+    words, split at `_`, `-` and `.`, end in TOKEN or AUTH, include a password, credential or
+    API/access/private key, or any word contains SECRET (CLIENT_SECRET, SECRETKEY)."""
+    words = [w for w in _PARTS.split(key.upper()) if w]
+    if not words:
+        return False
+    return (words[-1] in _SECRET_LAST or any(w in _SECRET_WORDS or "SECRET" in w for w in words)
+            or any(pair in _SECRET_PAIRS for pair in itertools.pairwise(words)))
 
 
 def mask(value: str) -> str:

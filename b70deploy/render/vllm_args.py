@@ -84,6 +84,12 @@ def container_model_path(rel: str, root: str = CONTAINER_MODELS) -> str:
     return f"{root}/{rel}"
 
 
+def model_argument(stack: Stack, root: str = CONTAINER_MODELS) -> str:
+    """What vLLM is given as the model: the folder in the container, or a hub id as it is (vLLM
+    resolves it in the hub cache)."""
+    return stack.model.path if stack.model.hub else container_model_path(stack.model.path, root)
+
+
 def model_rel_path(path: str, root: str = CONTAINER_MODELS) -> str | None:
     """The inverse of container_model_path: `rel` for ROOT/rel, else None."""
     prefix = f"{root}/"
@@ -147,14 +153,44 @@ def container_command(stack: Stack, *, model: str = MODEL_REF, draft_path: str |
     """The compose `command:` list, shaped by the image's entrypoint style.
 
     A `bash -c '... exec "$@"' --` entrypoint runs the command verbatim, so it must name the
-    program; an `ENTRYPOINT ["vllm","serve"]` image takes the model and flags only.
+    program; an `ENTRYPOINT ["vllm","serve"]` image takes the model and flags only. A stack's
+    `launcher` (python3 -m vllm.entrypoints.openai.api_server) is the program instead of
+    `vllm serve`, and takes the model as --model (the module's parser has no positional
+    model: vllm/entrypoints/openai/api_server.py, its `__main__`); under a vllm-serve image
+    render/files.py makes the launcher the entrypoint.
     """
     flags = serve_flags(stack, draft_path=draft_path, root=root)
-    if stack.prelude:  # one bash -c script; render/files.py sets the entrypoint a vllm-serve image needs
-        script = f"{stack.prelude} && exec vllm serve {shlex.join([model, *flags])}"
-        return ["bash", "-c", script] if stack.entrypoint_style == "bash-c" else [script]
-    head = ["vllm", "serve"] if stack.entrypoint_style == "bash-c" else []
-    return [*head, model, *flags]
+    program, args = (list(stack.launcher), [MODEL_FLAG, model, *flags]) if stack.launcher \
+        else (["vllm", "serve"], [model, *flags])
+    if stack.prelude or stack.shell:  # one shell script; render/files.py sets the entrypoint a vllm-serve image needs
+        # exec: the server is the shell's process, so `docker stop`'s SIGTERM reaches vLLM.
+        script = f"exec {shlex.join([*program, *args])}"
+        script = f"{stack.prelude} && {script}" if stack.prelude else script
+        return [*(stack.shell or ["bash", "-c"]), script] if stack.entrypoint_style == "bash-c" else [script]
+    head = program if stack.entrypoint_style == "bash-c" else []
+    return [*head, *args]
+
+
+API_SERVER = "vllm.entrypoints.openai.api_server"
+_PYTHON = re.compile(r"^python[0-9.]*$")
+_SHELL_C = re.compile(r"^-[a-z]*c[a-z]*$")  # -c, -lc, -ec: the script is the next argument
+
+
+def split_launcher(command: Sequence[str]) -> tuple[list[str] | None, list[str]]:
+    """`python3 -m vllm.entrypoints.openai.api_server ARGS` as ([python3, -m, MODULE], [vllm, serve,
+    ARGS]): the same parser reads ARGS (the module's `__main__` builds it with make_arg_parser, as
+    `vllm serve` does); any other command as (None, command)."""
+    words = list(command)
+    if len(words) >= 3 and _PYTHON.match(posixpath.basename(words[0])) and words[1:3] == ["-m", API_SERVER]:
+        return words[:3], ["vllm", "serve", *words[3:]]
+    return None, words
+
+
+def shell_of(command: Sequence[str]) -> list[str] | None:
+    """The shell and its options (`bash -lc`, `/bin/sh -c`) when the command is a shell script, else None."""
+    if len(command) >= 2 and command[0].rsplit("/", 1)[-1] in ("bash", "sh") and _SHELL_C.match(command[1]):
+        return list(command[:2])
+    return None
 
 
 _SERVE_IN_SCRIPT = re.compile(r"(?:^|&&)\s*(?:exec\s+)?vllm\s+serve(?=\s|$)")
@@ -162,12 +198,13 @@ _SHELL_OPERATORS = frozenset("();<>|&`")
 
 
 def split_prelude(command: Sequence[str]) -> tuple[str | None, list[str]]:
-    """A `bash -c "PRE && vllm serve ..."` command as (PRE, [vllm, serve, ...]); any other
-    command as (None, command). Raises ValueError saying what in the script was not understood."""
-    if len(command) < 2 or command[0].rsplit("/", 1)[-1] not in ("bash", "sh") or command[1] != "-c":
+    """A `bash -c "PRE && vllm serve ..."` command (or `bash -lc`, `sh -c`) as (PRE, [vllm, serve,
+    ...]); any other command as (None, command). Raises ValueError saying what in the script was not understood."""
+    if shell_of(command) is None:
         return None, list(command)
     if len(command) != 3:
-        raise ValueError(f"{command[0]} -c has {len(command) - 2} arguments after the script; one script is read")
+        raise ValueError(f"{command[0]} {command[1]} has {len(command) - 2} arguments after the script; one script "
+                         "is read")
     script = command[2]
     found = list(_SERVE_IN_SCRIPT.finditer(script))
     if not found:
@@ -194,7 +231,7 @@ def parse_command(command: Sequence[str]) -> ParsedServe:
     """A compose `command:` (plain, bare flags under an ENTRYPOINT [vllm, serve] image, or
     `bash -c "PRE && vllm serve ..."`) read as its `vllm serve` arguments. Raises ValueError for
     a bash -c script split_prelude cannot read."""
-    argv = split_prelude(command)[1]
+    argv = split_launcher(split_prelude(command)[1])[1]
     return parse_serve_args(argv[2:] if argv[:2] == ["vllm", "serve"] else argv)
 
 

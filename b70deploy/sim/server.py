@@ -534,10 +534,38 @@ def is_moe(model_path: str, config: Mapping[str, Any] | None) -> bool:
     return re.search(r"a\d+(\.\d+)?b|moe", model_path.lower()) is not None
 
 
-def read_model_config(model_path: str, models_dir: str | None) -> dict[str, Any] | None:
+_HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[A-Za-z0-9][\w.-]*$")
+
+
+def hub_cache_dir(env: Mapping[str, str]) -> str:
+    """Where huggingface_hub keeps downloads: $HF_HUB_CACHE, else $HF_HOME/hub, else
+    ~/.cache/huggingface/hub (https://huggingface.co/docs/hub/local-cache, "Cache location")."""
+    if env.get("HF_HUB_CACHE"):
+        return env["HF_HUB_CACHE"]
+    cache = env.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(env.get("HF_HOME") or os.path.join(cache, "huggingface"), "hub")
+
+
+def hub_snapshot(model_path: str, hub_cache: str) -> str | None:
+    """A hub id's snapshot as a load without the network finds it: models--ORG--NAME/snapshots/
+    <the revision refs/main names> (the same page, "Overview" and "refs")."""
+    if not _HUB_ID.match(model_path):
+        return None
+    repo = os.path.join(hub_cache, f"models--{model_path.replace('/', '--')}")
+    try:
+        with open(os.path.join(repo, "refs", "main"), encoding="utf-8") as fh:
+            return os.path.join(repo, "snapshots", fh.read().strip())
+    except OSError:
+        return None
+
+
+def read_model_config(model_path: str, models_dir: str | None, hub_cache: str | None = None) -> dict[str, Any] | None:
     candidates = [model_path]
     if models_dir and model_path.startswith("/models/"):
         candidates.insert(0, os.path.join(models_dir, model_path[len("/models/"):]))
+    snapshot = hub_snapshot(model_path, hub_cache) if hub_cache else None
+    if snapshot is not None:  # vLLM takes a hub id's config.json from the hub cache
+        candidates.append(snapshot)
     for base in candidates:
         path = os.path.join(base, "config.json")
         try:
@@ -1600,7 +1628,7 @@ def serve(argv: Sequence[str], env: Mapping[str, str] | None = None,
     start = time.monotonic()
     image = probe_image(knobs)
     _release["032"] = is_032(image.version)
-    model_config = read_model_config(cfg.model, knobs.models_dir)
+    model_config = read_model_config(cfg.model, knobs.models_dir, hub_cache_dir(env))
     broken = (model_config or {}).get("b70sim_fail")
     if isinstance(broken, str) and broken in FAIL_MODES:
         # The weights themselves are bad (the post's Qwen3.6 quant): every container of them fails.

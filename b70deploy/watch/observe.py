@@ -18,7 +18,6 @@ import requests
 
 from ..bench.metrics import finished_requests
 from ..config.node import Node
-from ..deploy.nodeio import VLLM
 from ..docker import engine
 from ..docker.containers import ContainerState
 from ..docker.deploydir import WORKING_DIR, drift
@@ -63,7 +62,8 @@ class Deaths:
     def start(self) -> Deaths:
         self.stream = engine.client().events(decode=True, filters={
             "type": "container", "event": ["die", "kill", "start"],
-            "label": [f"com.docker.compose.project={self.node.project}", f"com.docker.compose.service={VLLM}"]})
+            "label": [f"com.docker.compose.project={self.node.project}",
+                      f"com.docker.compose.service={self.node.service}"]})
         self.thread = threading.Thread(target=self._run, name="watch-events", daemon=True)
         self.thread.start()
         return self
@@ -136,7 +136,7 @@ class Observer:
             self.revision, self.unhealthy, self.finished, self.last_smoke = cur.number, 0, None, 0.0
             self.smoke_failed = []
             since = max(since, committed_at(cur) or since)
-        container = engine.find_container(self.node.project, VLLM)
+        container = engine.find_container(self.node.project, self.node.service)
         st = engine.state_of(container)
         labels = dict(container.labels) if container is not None else {}
         box = {"stack": labels.get("b70deploy.stack"), "image_id": st.image_id, "working_dir": labels.get(WORKING_DIR)}

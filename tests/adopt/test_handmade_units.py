@@ -149,7 +149,7 @@ def test_init_takes_the_weights_bind_whatever_its_target() -> None:
     [comp] = cfg["companions"]
     assert comp["container_name"] == "open-webui"
     assert comp["volumes"] == [{"source": "b70-vllm_open-webui", "target": "/app/backend/data", "read_only": False}]
-    assert any("security_opt" in n for n in got.notes)
+    assert comp["compose"] == {"security_opt": ["seccomp=unconfined"]}  # carried, through its passthrough
 
 
 def test_init_says_what_it_could_not_find() -> None:
@@ -158,8 +158,9 @@ def test_init_says_what_it_could_not_find() -> None:
     notes = " | ".join(got.notes)
     assert "no GPU device nodes" in notes and "publishes no port" in notes and "is in no bind mount" in notes
     assert "adopt takes one file named docker-compose.yml" in notes
-    with pytest.raises(UserError, match="b70deploy drives a service named 'vllm'"):
-        plan(discovery({"llm": {"image": "x"}}, vllm_service="llm"))
+    # A vLLM service of another name is the node's `service:` (every command then uses that name).
+    named = plan(discovery({"llm": {"image": "x"}, "proxy": {"image": "caddy:2"}}, vllm_service="llm")).config
+    assert named["service"] == "llm" and [c["name"] for c in named["companions"]] == ["proxy"]
     with pytest.raises(UserError, match="runs `vllm serve`"):
         plan(discovery({"web": {"image": "x"}}, vllm_service="none"))
     empty = Discovery(compose=None, compose_text=b"", chosen=None, access=DeviceAccess(None),

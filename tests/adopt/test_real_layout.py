@@ -204,12 +204,13 @@ def test_the_real_layout_is_adopted_whole_and_always_has_a_way_back(real_node: R
     # ---- init: the weights bind at /llms, the models folder above org/name, the companion whole
     out = node.cli("init", "--config", str(node.config), "--project", node.project,
                    "--state-dir", str(node.root / "state"), config=False)
+    assert out.returncode == 0, out.stderr
     cfg = yaml.safe_load(node.config.read_text())
     assert cfg["models_dir"] == str(node.llms / "huggingface") and cfg["models_target"] == "/llms/huggingface"
     [webui] = cfg["companions"]
     assert webui["container_name"] == node.webui_name
     assert webui["volumes"] == [{"source": f"{node.project}_webui-data", "target": WEBUI_DATA, "read_only": False}]
-    assert "security_opt" in out.stderr, out.stderr   # named, not dropped silently
+    assert "security_opt" in webui["compose"], webui   # carried, through the companion's passthrough
     with node.config.open("a") as fh:  # test environment only: the catalogue's images are this test's tags
         fh.write(yaml.safe_dump({
             "image_map": {"intel/vllm:latest": node.tags["prod"], "vllm-xpu:0.19.0-tr5": node.tags["tq"]},

@@ -53,6 +53,7 @@ class FakeNode:
     warmed: list[str] = field(default_factory=list)  # before-drain work: caches prepared, weights read
     door: bool = False                 # a front door runs in the project
     door_points: int | None = None     # the revision the door releases requests to; None: it holds them
+    service: str = VLLM
 
     # ---- misbehaving on cue
     def _effect(self, what: str) -> None:

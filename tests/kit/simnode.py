@@ -91,16 +91,16 @@ class SimNode:
         assert len(out) == 1, out
         return docker("inspect", "-f", "{{.Image}}", out[0]).stdout.strip()
 
-    def answers(self) -> str:
+    def answers(self, service: str = "vllm") -> str:
         """Asked of the node from outside: /health, a completion that says Paris, and the stack
-        label of the one vllm container that serves it."""
+        label of the one container of `service` (the vLLM service) that serves it."""
         url = f"http://127.0.0.1:{self.prod}"
         assert requests.get(f"{url}/health", timeout=5).status_code == 200
         model = requests.get(f"{url}/v1/models", timeout=5).json()["data"][0]["id"]
         done = requests.post(f"{url}/v1/completions", timeout=10,
                              json={"model": model, "prompt": "The capital of France is", "max_tokens": 4}).json()
         assert "Paris" in done["choices"][0]["text"], done
-        ids = self.containers("vllm")
+        ids = self.containers(service)
         assert len(ids) == 1, ids
         return docker("inspect", "-f", '{{index .Config.Labels "b70deploy.stack"}}', ids[0]).stdout.strip()
 

@@ -120,6 +120,30 @@ def case_models_dir_missing(node: Node) -> LintContext:
     return _ctx(dataclasses.replace(node, models_dir=node.models_dir / "not-here"), "w4a16")
 
 
+def _hub(node: Node, hf_cache: str | None) -> LintContext:
+    """w4a16 named by a hub id, on a node whose hf_cache is `hf_cache`."""
+    hub_node = dataclasses.replace(node, load_config=lambda: node.config.model_copy(update={"hf_cache": hf_cache}))
+    return _ctx(hub_node, "w4a16", model=ModelSpec(path="Qwen/Qwen3-0.6B", hub=True, quantization="compressed-tensors"))
+
+
+def case_hub_cache_unset(node: Node) -> LintContext:
+    return _hub(node, None)
+
+
+def case_hub_model_missing(node: Node) -> LintContext:
+    """A hub cache that holds another model only (the hub's layout: hub/models--ORG--NAME/snapshots)."""
+    cache = node.state_dir / "hf"
+    (cache / "hub" / "models--Qwen--Other" / "snapshots" / "abc").mkdir(parents=True, exist_ok=True)
+    (cache / "hub" / "models--Qwen--Other" / "snapshots" / "abc" / "config.json").write_text("{}")
+    return _hub(node, str(cache))
+
+
+def case_expose_remote(node: Node) -> LintContext:
+    """An expose-only stack on a node reached at another address than loopback."""
+    remote = dataclasses.replace(node, settings=dataclasses.replace(node.settings, address="192.0.2.7"))
+    return _ctx(remote, "w4a16", compose={"expose": ["8000"]})
+
+
 def case_mount_missing(node: Node) -> LintContext:
     return _ctx(node, "w4a16", mounts=[HostMount(source="/no/such/venv", target="/opt/venv")])
 
@@ -219,6 +243,9 @@ CASES: list[tuple[str, str, Callable[[Node], LintContext], str]] = [
     ("model-missing", "error", case_model_missing, "model.path"),
     ("draft-missing", "error", case_draft_missing, "speculative.model"),
     ("mount-missing", "error", case_mount_missing, "mounts[].source"),
+    ("hub-cache-unset", "warning", case_hub_cache_unset, "set hf_cache"),
+    ("expose-probe-unreachable", "error", case_expose_remote, "drop expose from compose:"),
+    ("hub-model-missing", "error", case_hub_model_missing, "huggingface-cli download Qwen/Qwen3-0.6B"),
     ("patch-unknown", "error", case_patch_unknown, "patches/no-such-patch.yaml"),
     ("patch-does-not-apply", "error", case_patch_drift, "rewrite the edit"),
     ("port-in-use", "error", case_port, "ports.prod"),

@@ -119,7 +119,7 @@ def test_weights_in_a_hugging_face_tree_below_the_bind() -> None:
 @pytest.mark.parametrize(("svc", "says"), [
     (service([]), "no command"),
     ({**service(SERVE), "image": "Bad Image"}, "not an image reference"),
-    (service(["vllm", "serve", "Qwen/Qwen3-30B-A3B"]), "not inside a bind-mounted folder"),
+    (service(["vllm", "serve", "/srv/Qwen/Qwen3-30B-A3B"]), "not inside a bind-mounted folder"),
     (service(SERVE[:5]), "no --max-model-len"),
     (service([*SERVE[:5], "--max-model-len", "auto"]), "has --max-model-len auto, which a stack cannot state"),
     (service([*SERVE, "--api-key", "sk-canary"]), "--api-key in clear"),
@@ -138,8 +138,9 @@ def test_what_the_stack_cannot_hold_is_named() -> None:
                                    "target": "/opt/venv/lib/python3.12/site-packages/vllm/x/marlin_utils.py"}],
                   ports=[{"target": 8000, "published": "8000", "host_ip": "127.0.0.1"}],
                   devices=[{"source": "/dev/dri", "target": "/dev/dri"}], group_add=["992", "render"],
-                  healthcheck={"test": ["CMD", "true"]}, environment={"UNSET": None})
+                  healthcheck={"test": ["CMD", "true"]}, environment={"UNSET": None}, container_name="qwen")
     out = stack_from_compose(svc)
+    assert out.doc["compose"] == {"healthcheck": {"test": ["CMD", "true"]}}  # carried, not dropped
     assert out.doc["mounts"] == [{"source": "/srv/p/marlin_utils.py",
                                   "target": "/opt/venv/lib/python3.12/site-packages/vllm/x/marlin_utils.py"}]
     assert out.node == {"models_dir": "/srv/models", "models_target": "/models", "ports": {"prod": 8000},
@@ -147,7 +148,7 @@ def test_what_the_stack_cannot_hold_is_named() -> None:
                         "device_dir": "/dev/dri", "gids": {"gid992": 992}}
     text = "\n".join(out.notes)
     for piece in ("named volume at /root/.cache", "read-write", "patch from-file", "group_add names render",
-                  "not carried over (no stack key): healthcheck", "UNSET has no value"):
+                  "container_name is not carried over", "UNSET has no value"):
         assert piece in text
 
 
@@ -243,3 +244,55 @@ def test_a_bash_c_script_it_cannot_read_is_one_line(script: str, says: str) -> N
     with pytest.raises(UserError) as e:
         stack_from_compose({**service(SERVE), "command": ["bash", "-c", script]})
     assert says in e.value.what and "\n" not in e.value.what
+
+
+# ---------------------------------------------------------------- started otherwise than `vllm serve`
+
+LAUNCHER = ["python3", "-m", "vllm.entrypoints.openai.api_server"]
+FLAGS_ONLY = ["--model", "/models/Qwen/M", "--served-model-name", "m", "--max-model-len", "4096"]
+
+
+@pytest.mark.parametrize(("svc", "style"), [
+    (service([*LAUNCHER, *FLAGS_ONLY]), "bash-c"),                  # the launcher in the command
+    (service(FLAGS_ONLY, entrypoint=LAUNCHER), "vllm-serve"),        # the launcher as the entrypoint
+])
+def test_python_m_launcher_is_kept_and_rendered_back_as_the_same_argv(svc: dict[str, Any], style: str) -> None:
+    out = stack_from_compose(svc)
+    assert out.doc["launcher"] == LAUNCHER and out.doc["entrypoint_style"] == style
+    assert out.doc["model"] == {"path": "Qwen/M"} and "extra_args" not in out.doc
+    stack = Stack.model_validate({"name": "s", **out.doc})
+    command = container_command(stack, model="/models/Qwen/M")
+    argv = command if style == "bash-c" else [*LAUNCHER, *command]
+    assert argv[:5] == [*LAUNCHER, "--model", "/models/Qwen/M"]
+    assert parse_serve_args(argv[3:]).values == {**parse_serve_args(FLAGS_ONLY).values, "prefix_caching": True}
+
+
+def test_bash_lc_keeps_its_login_shell() -> None:
+    script = "source /etc/profile.d/conda.sh && vllm serve /models/Qwen/M --served-model-name m --max-model-len 4096"
+    out = stack_from_compose(service(["bash", "-lc", script]))
+    assert out.doc["shell"] == ["bash", "-lc"] and out.doc["prelude"] == "source /etc/profile.d/conda.sh"
+    stack = Stack.model_validate({"name": "s", **out.doc})
+    command = container_command(stack, model="/models/Qwen/M")
+    assert command[:2] == ["bash", "-lc"] and command[2].startswith("source /etc/profile.d/conda.sh && exec vllm serve")
+    # Read back, the rendered command is the same stack.
+    again = stack_from_compose(service(command)).doc
+    assert again == {**out.doc, "prefix_caching": True}
+
+
+@pytest.mark.parametrize(("svc", "key"), [
+    (service([], entrypoint=["/bin/bash", "/scripts/start.sh"]), "entrypoint"),
+    (service([], entrypoint=["/entrypoint.sh"]), "entrypoint"),
+    (service(["/start.sh"]), "command"),
+    (service(["bash", "/scripts/start.sh"]), "command"),
+])
+def test_a_script_that_builds_the_flags_is_refused_naming_the_key(svc: dict[str, Any], key: str) -> None:
+    with pytest.raises(UserError) as e:
+        stack_from_compose(svc, where="f.yml: services.vllm")
+    assert str(e.value).startswith(f"f.yml: services.vllm.{key}: ") and "b70deploy import FILE" in str(e.value)
+
+
+def test_token_counts_and_token_flags_are_not_secrets() -> None:
+    cmd = [*SERVE, "--enable-prompt-tokens-details", "--max-num-batched-tokens", "8192"]
+    out = stack_from_compose(service(cmd, environment={"MAX_NUM_BATCHED_TOKENS": "8192", "HF_TOKEN": "hf_x"}))
+    assert out.doc["extra_args"] == ["--enable-prompt-tokens-details"] and out.doc["max_num_batched_tokens"] == 8192
+    assert out.doc["env"] == {"MAX_NUM_BATCHED_TOKENS": "8192"} and out.withheld == ["HF_TOKEN"]

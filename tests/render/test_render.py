@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 import yaml
-from kit.scratch import MINIMAL_STACK, SHIPPED_STACKS, Scratch
+from kit.scratch import MINIMAL_STACK, SHIPPED_STACKS, Scratch, make_dri
 from simkit import run_cli
 
 from b70deploy.actions.diff import diff_against_dir
@@ -365,3 +365,13 @@ def test_a_pinned_image_id_gets_its_own_cache_mount_and_a_tag_gets_none(node: No
     assert _dotenv(other)["CACHE_DIR"] != str(folder)
     plain = _render(node, "w4a16")  # a tag can move to another image: no cache is offered to it
     assert "CACHE_DIR" not in _dotenv(plain) and "environment" not in _compose(plain)["services"]["vllm"]
+
+
+def test_a_single_device_node_is_a_device_not_a_folder(tmp_path: Path) -> None:
+    """device_dir /dev/kfd (or /dev/dri/card0): its own gid, rendered, never "not found"."""
+    try:
+        card = make_dri(tmp_path) / "card0"
+    except PermissionError:
+        pytest.skip("mknod of a character device needs root")
+    access = devices.scan(card)
+    assert access.device_dir == card and list(access.gids.values()) == [44] and access.notes == ()

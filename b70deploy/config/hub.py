@@ -1,0 +1,34 @@
+"""A model named by its Hugging Face hub id, served from the node's hub cache (no network here).
+
+The layout is the hub's own (https://huggingface.co/docs/hub/local-cache): with HF_HOME set, the
+cache is $HF_HOME/hub, a repo ORG/NAME is its folder `models--ORG--NAME`, each downloaded
+revision a folder under `snapshots/`, and `refs/main` names the revision a plain download
+resolves to. vLLM loads through huggingface_hub, which reads that layout.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+HUB_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$")
+# Where the container's HF_HOME is: render binds the node's hf_cache here and sets HF_HOME to it.
+CONTAINER_HF_HOME = "/root/.cache/huggingface"
+
+
+def repo_folder(hf_home: Path, repo_id: str) -> Path:
+    return hf_home / "hub" / f"models--{repo_id.replace('/', '--')}"
+
+
+def snapshot(hf_home: Path, repo_id: str) -> Path | None:
+    """The snapshot a load of `repo_id` finds: the one refs/main names, else the only one; it must
+    hold config.json. None when the cache does not hold the model."""
+    repo = repo_folder(hf_home, repo_id)
+    try:
+        main = (repo / "refs" / "main").read_text().strip()
+    except OSError:
+        main = ""
+    snaps = repo / "snapshots"
+    candidates = [snaps / main] if main else (sorted(snaps.iterdir()) if snaps.is_dir() else [])
+    found = [c for c in candidates if (c / "config.json").is_file()]
+    return found[0] if len(found) == 1 else None

@@ -1,0 +1,129 @@
+"""A stack's `compose:` keys merged into the rendered vllm service (render/passthrough.py): the
+merged file passes the real `docker compose config`; a key b70deploy owns is refused in one line,
+exit 2, nothing changed; the dark project leaves production's static addresses alone."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kit.scratch import Scratch
+from simkit import run_cli
+
+from b70deploy.config.compose_keys import OWNED
+from b70deploy.config.node import load_node
+from b70deploy.errors import UserError
+from b70deploy.render import devices
+from b70deploy.render.files import COMPOSE_FILE, render
+from b70deploy.render.passthrough import merge
+from b70deploy.state.fsio import write_tree
+
+Config = Callable[[Path], dict[str, Any]]
+BASE = {"image": "vllm/vllm-openai:v0.10.1", "entrypoint_style": "vllm-serve", "model": {"path": "Qwen/M"},
+        "served_model_names": ["m"], "max_model_len": 4096}
+PASSTHROUGH = {
+    "ulimits": {"memlock": -1, "stack": 67108864}, "mem_limit": "48g", "pids_limit": 4096, "cap_drop": ["ALL"],
+    "cap_add": ["SYS_NICE"], "security_opt": ["seccomp=unconfined"], "ipc": "private", "shm_size": "2g",
+    "healthcheck": {"test": ["CMD", "curl", "-fsS", "http://localhost:8000/health"], "interval": "30s"},
+    "expose": ["8000"], "environment": {"VLLM_CPU_KVCACHE_SPACE": "8", "PRICE": "$$5"},
+    "networks": {"default": {"ipv4_address": "172.31.88.10"}},
+}
+NETWORKS = {"default": {"ipam": {"config": [{"subnet": "172.31.88.0/24"}]}}}
+
+
+def _node(scratch: Scratch, **config: Any) -> None:
+    (scratch.root / "models").mkdir(exist_ok=True)
+    scratch.write_config(config)
+
+
+@pytest.mark.docker
+def test_merged_file_passes_compose_config_with_every_key(scratch: Scratch, compose: Config) -> None:
+    waits = {"depends_on": {"vllm": {"condition": "service_healthy"}}, "cap_drop": ["ALL"]}
+    _node(scratch, networks=NETWORKS, companions=[{"name": "proxy", "image": "caddy:2", "port": 8443,
+                                                   "container_port": 443, "compose": waits}])
+    scratch.write_stack("p", {**BASE, "compose": PASSTHROUGH})
+    node = load_node(str(scratch.config))
+    rendered = render(node.catalogue().load("p"), node, devices.scan(None))
+    text = rendered.files[COMPOSE_FILE].decode()
+    # Edited, not re-dumped: the comments and the label line other code reads stay.
+    assert text.count('b70deploy.stack: "p"') == 1 and text.startswith("# Written by b70deploy")
+    write_tree(scratch.root / "r", rendered.files)
+    doc = compose(scratch.root / "r")
+    vllm = doc["services"]["vllm"]
+    assert vllm["ulimits"] == {"memlock": -1, "stack": 67108864}
+    assert vllm["mem_limit"] == str(48 * 2**30) and vllm["pids_limit"] == 4096
+    assert vllm["cap_drop"] == ["ALL"] and vllm["cap_add"] == ["SYS_NICE"]
+    assert vllm["security_opt"] == ["seccomp=unconfined"] and vllm["ipc"] == "private"
+    assert vllm["shm_size"] == str(2 * 2**30) and vllm["expose"] == ["8000"]
+    assert vllm["healthcheck"]["test"][-1] == "http://localhost:8000/health"
+    assert vllm["environment"]["VLLM_CPU_KVCACHE_SPACE"] == "8" and vllm["environment"]["PRICE"] == "$$5"
+    assert vllm["networks"] == {"default": {"ipv4_address": "172.31.88.10"}}
+    assert doc["networks"]["default"]["ipam"] == {"config": [{"subnet": "172.31.88.0/24"}]}
+    # What b70deploy owns is still its own: the published port, the labels, the weights bind.
+    assert vllm["labels"]["b70deploy.role"] == "vllm" and vllm["ports"][0]["target"] == 8000
+    assert vllm["volumes"][0]["target"] == "/models"
+    # A companion's passthrough: it waits on the vllm service's healthcheck.
+    proxy = doc["services"]["proxy"]
+    assert proxy["depends_on"]["vllm"]["condition"] == "service_healthy" and proxy["cap_drop"] == ["ALL"]
+
+
+def test_lists_gain_mappings_merge_scalars_are_the_stacks() -> None:
+    text = ('name: "b70"\nservices:\n  vllm:\n    image: "x"\n    environment:\n      A: "1"\n    devices:\n'
+            '      - "/dev/dri:/dev/dri"\n    ipc: host\n    labels:\n      b70deploy.role: "vllm"\n'
+            '  open-webui:\n    image: "y"\n')
+    out, _ = merge(text, {"devices": ["/dev/kfd:/dev/kfd", "/dev/dri:/dev/dri"], "environment": ["B=2"],
+                          "ipc": "private", "ulimits": {"memlock": -1}})
+    assert out.splitlines()[:3] == ['name: "b70"', "services:", "  vllm:"]
+    assert '    devices: ["/dev/dri:/dev/dri", "/dev/kfd:/dev/kfd"]' in out
+    assert '    environment: {"A": "1", "B": "2"}' in out and '    ipc: "private"' in out
+    assert out.endswith('    ulimits: {"memlock": -1}\n  open-webui:\n    image: "y"\n')
+    with pytest.raises(UserError, match=r"compose\.environment\.A is '2', but b70deploy renders '1'"):
+        merge(text, {"environment": {"A": "2"}})
+    with pytest.raises(UserError, match=r"compose\.environment\.HF_TOKEN looks like a secret"):
+        merge(text, {"environment": {"HF_TOKEN": "hf_x"}})
+
+
+def test_the_dark_project_leaves_static_addresses_to_production() -> None:
+    text = 'name: "b70-dark"\nservices:\n  vllm:\n    image: "x"\n'
+    out, notes = merge(text, {"networks": {"default": {"ipv4_address": "172.31.88.10"}}}, networks=NETWORKS,
+                       dark=True)
+    assert '    networks: {"default": null}' in out and out.endswith('networks: {"default": {}}\n')
+    assert "dark project" in notes[0]
+
+
+def test_a_companion_key_said_by_its_own_key_is_refused(scratch: Scratch) -> None:
+    scratch.write_config({"companions": [{"name": "proxy", "image": "caddy:2", "compose": {"ports": ["443:443"]}}]})
+    result = run_cli(scratch.config, "render", "x", "--no-docker", in_process=True)
+    assert result.returncode == 2 and result.stderr.count("\n") == 1, result.stderr
+    assert "companions[0].compose: compose.ports is a key b70deploy renders itself" in result.stderr
+    assert "fix: set the companion's port: and container_port:" in result.stderr
+
+
+@pytest.mark.parametrize("key", sorted(OWNED))
+def test_a_key_b70deploy_owns_is_refused_exit_2_nothing_changed(scratch: Scratch, key: str) -> None:
+    _node(scratch)
+    scratch.write_stack("owned", {**BASE, "compose": {key: ["x"]}})
+    before = {p: p.read_bytes() for p in scratch.root.rglob("*") if p.is_file()}
+    for argv in (("render", "owned", "--no-docker"), ("switch", "owned", "--yes")):
+        result = run_cli(scratch.config, *argv, in_process=True)
+        assert result.returncode == 2, (argv, result.stdout, result.stderr)
+        line = result.stderr.strip()
+        assert "\n" not in line and f"compose.{key} is a key b70deploy renders itself" in line, line
+        assert str(scratch.stacks / "owned.yaml") in line and line.endswith(f"; fix: {OWNED[key]}")
+    after = {p: p.read_bytes() for p in scratch.root.rglob("*") if p.is_file()}
+    # Only the lock and the node's settings cache may appear (as for any bad input): no revision,
+    # journal, audit line or deploy file.
+    assert {p: after[p] for p in before} == before
+    assert {p.relative_to(scratch.root).as_posix() for p in set(after) - set(before)} <= \
+        {"state/lock", "state/node-cache.json"}
+    assert not (scratch.root / "deploy").exists()
+
+
+def test_render_json_shows_the_merged_service(scratch: Scratch) -> None:
+    _node(scratch)
+    scratch.write_stack("p", {**BASE, "compose": {"pids_limit": 512}})
+    result = run_cli(scratch.config, "render", "p", "--no-docker", in_process=True)
+    assert result.returncode == 0, result.stderr
+    assert "    pids_limit: 512" in result.stdout
