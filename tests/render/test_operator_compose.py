@@ -1,8 +1,9 @@
 """The compose files operators really write (issue 28, item 8; tests/fixtures/compose/): each is
 carried by `stack from-compose` (or refused in one line naming the key), and the stack renders
 back to the same vLLM command, bind mounts and passthrough keys, as the real `docker compose
-config` reads both files. GPU access (devices, device requests, runtime) is carried as node
-facts and `compose:` keys here, and compared by the platform tests beside the GPU render."""
+config` reads both files. GPU access is read back as the node's platform and device paths
+(render/gpu.py) and rendered again the platform's way: the same device request, the same device
+nodes."""
 
 from __future__ import annotations
 
@@ -17,10 +18,12 @@ import yaml
 from kit.scratch import Scratch
 from simkit import run_cli
 
-from b70deploy.config.node import load_node
-from b70deploy.render import devices
+from b70deploy.config.node import Node, load_node
+from b70deploy.config.schema import Stack
+from b70deploy.render.devices import DeviceAccess
 from b70deploy.render.files import COMPOSE_FILE, render
 from b70deploy.render.from_compose import GPU_KEYS
+from b70deploy.render.gpu import GpuAccess, access_of
 from b70deploy.render.vllm_args import parse_command, shell_of, split_launcher, split_prelude
 from b70deploy.state.fsio import write_tree
 
@@ -78,6 +81,23 @@ def binds(svc: dict[str, Any]) -> set[tuple[str, str]]:
             if v.get("type") == "bind"}
 
 
+def platform_access(node: Node, stack: Stack) -> GpuAccess:
+    """The node's GPU access as the fixture's host would show it: the device paths the node config
+    names (this machine has none of them; access_for would read /dev)."""
+    cfg = node.config
+    dri = DeviceAccess(device_dir=Path(cfg.device_dir) if cfg.device_dir else None)
+    rocm = cfg.platform == "rocm"
+    return access_of(cfg.platform, stack.gpus if stack.gpus is not None else cfg.gpus, dri,
+                     kfd=Path(cfg.kfd_device) if rocm else None, kfd_gid=("video", 44) if rocm else None,
+                     cdi=cfg.nvidia_cdi)
+
+
+def gpu_of(svc: dict[str, Any]) -> tuple[Any, set[str]]:
+    """A service's GPU access as Compose read it: its device requests and its device nodes."""
+    requests = (((svc.get("deploy") or {}).get("resources") or {}).get("reservations") or {}).get("devices")
+    return requests, {str(d["source"]) for d in svc.get("devices") or []}
+
+
 def from_compose(scratch: Scratch, folder: Path, name: str) -> dict[str, Any]:
     result = run_cli(scratch.config, "stack", "from-compose", str(folder / "docker-compose.yml"), "--name", name,
                      "--json", in_process=True)
@@ -91,11 +111,11 @@ def from_compose(scratch: Scratch, folder: Path, name: str) -> dict[str, Any]:
 def test_from_compose_carries_it_and_render_gives_it_back(scratch: Scratch, compose: Config, name: str) -> None:
     folder = operator_folder(scratch.root, name)
     out = from_compose(scratch, folder, name)
-    node_facts = {k: v for k, v in out["node"].items() if k not in ("project", "device_dir", "gids")}
+    node_facts = {k: v for k, v in out["node"].items() if k not in ("project", "gids")}
     scratch.write_config(node_facts)
     node = load_node(str(scratch.config))
     stack = node.catalogue().load(name)
-    rendered = render(stack, node, devices.scan(None))
+    rendered = render(stack, node, platform_access(node, stack))
     write_tree(scratch.root / "r", rendered.files)
     theirs_doc = compose(folder)
     ours_doc = compose(scratch.root / "r")
@@ -105,6 +125,7 @@ def test_from_compose_carries_it_and_render_gives_it_back(scratch: Scratch, comp
     assert ours["image"] == theirs["image"]
     same_command(program(ours), program(theirs))
     assert binds(ours) == binds(theirs)
+    assert gpu_of(ours) == gpu_of(theirs)  # the platform's way, from the node's platform and devices
     for key in set(stack.compose) - GPU_KEYS:  # the passthrough: each key as Compose read it
         assert ours[key] == theirs[key], key
     for net, conf in (theirs_doc.get("networks") or {}).items():
@@ -125,7 +146,9 @@ def test_each_kind_comes_back_as_what_the_stack_says(scratch: Scratch) -> None:
     assert hub["withheld_env"] == ["HUGGING_FACE_HUB_TOKEN"]          # a token: withheld
     assert hub["stack_doc"]["max_num_batched_tokens"] == 8192           # a count of tokens: a stack key
     assert "--enable-prompt-tokens-details" in hub["stack_doc"]["extra_args"]  # a flag about tokens: kept
-    assert hub["stack_doc"]["compose"]["runtime"] == "nvidia" and "deploy" in hub["stack_doc"]["compose"]
+    # The GPU reservation is the platform's (render/gpu.py writes it again); runtime goes through as written.
+    assert hub["node"]["platform"] == "cuda" and "gpus" not in hub["stack_doc"]  # count: all
+    assert hub["stack_doc"]["compose"] == {"runtime": "nvidia"}
     launcher = ["python3", "-m", "vllm.entrypoints.openai.api_server"]
     assert docs["python-m"]["stack_doc"]["launcher"] == launcher
     assert docs["python-m"]["stack_doc"]["entrypoint_style"] == "vllm-serve"  # the launcher is the entrypoint
@@ -135,7 +158,8 @@ def test_each_kind_comes_back_as_what_the_stack_says(scratch: Scratch) -> None:
     assert docs["bash-lc"]["stack_doc"]["prelude"] == "source /opt/intel/oneapi/setvars.sh --force"
     rocm = docs["rocm"]
     assert rocm["node"]["device_dir"] == "/dev/dri"
-    assert rocm["stack_doc"]["compose"]["devices"] == ["/dev/kfd:/dev/kfd:rwm"]
+    assert rocm["node"]["platform"] == "rocm" and rocm["node"]["kfd_device"] == "/dev/kfd"  # the platform's
+    assert "devices" not in rocm["stack_doc"].get("compose", {})  # render writes kfd and dri again
     assert rocm["stack_doc"]["compose"]["security_opt"] == ["seccomp=unconfined"]
     server = docs["vllm-server"]
     assert server["service"] == "vllm-server"
@@ -175,7 +199,7 @@ def test_render_to_compose_file_has_the_stack_keys_again(scratch: Scratch) -> No
     first = from_compose(scratch, folder, "one")
     scratch.write_config({k: v for k, v in first["node"].items() if k != "project"})
     node = load_node(str(scratch.config))
-    rendered = render(node.catalogue().load("one"), node, devices.scan(None))
+    rendered = render(node.catalogue().load("one"), node, DeviceAccess(device_dir=None))
     write_tree(scratch.root / "r", rendered.files)
     second = from_compose(scratch, scratch.root / "r", "two")
     assert second["stack_doc"] == {**first["stack_doc"], "prefix_caching": True}  # the render states it
