@@ -183,7 +183,9 @@ def test_concurrent_switch_is_refused_naming_the_holder(node: SimNode) -> None:
                 break
             time.sleep(0.1)
         r = node.cli("switch", "beta", "--yes")
-        assert slow.poll() is None  # refused while the holder still runs: it did not wait for the lock
+        # Refused at once, naming the holder: a switch that waited for the lock would have run
+        # after it (exit 0, a revision of beta). Whether the holder has finished by the time this
+        # process is done starting up depends on the machine's load; the refusal does not.
         assert r.returncode == 1
         assert f"pid {slow.pid}" in r.stderr and "switch slow" in r.stderr
         # Which step the holder is in by then depends on the machine's load; that one is named does not.
