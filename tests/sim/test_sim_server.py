@@ -325,7 +325,7 @@ def test_host_server_timing_and_overlap(host_server: tuple[str, dict[str, Any]])
     # The model's times are floors (a sleep never ends early); how close a loaded machine comes to
     # them is benchmarks/bench_accuracy.py's to measure, not a test's to assert.
     start, first, end = one(21)
-    assert first - start >= 0.2 and end - first >= 0.2  # 20 more tokens at 100 tok/s
+    assert first - start >= 0.2 and end - start >= 0.4  # then 20 more tokens at 100 tok/s
     # Overlap by order, not by a wall-clock bound: served one after another, no two requests
     # stream at the same time (the next one's first chunk comes after the last one's end); served
     # together, some two 2 s streams overlap however late a loaded machine starts a client.
