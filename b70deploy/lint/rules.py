@@ -648,3 +648,17 @@ def standby_memory(ctx: LintContext) -> Iterator[Finding]:
              f"gpu_memory_utilization {util:g} ({wanted:.2f} GiB): vLLM's start-up check refuses it (Free memory on "
              "device ... is less than desired GPU memory utilization)",
              f"set gpu_memory_utilization: {most:g} or less, or standby: off")
+
+
+@rule("standby-host-ram")
+def standby_host_ram(ctx: LintContext) -> Iterator[Finding]:
+    """Level 1 moves the weights to host RAM while the stack sleeps (offload_tags=("weights",),
+    vllm/v1/worker/gpu_worker.py:173, 0.21.0): they must fit in what the host has available."""
+    host, weights = ctx.host_available, ctx.weights_bytes
+    if host is None or weights is None or weights <= host:
+        return
+    gib = 2**30
+    yield _f(ctx, "standby-host-ram", "error",
+             f"standby level 1 keeps the sleeping stack's weights in host RAM: {weights / gib:.1f} GiB of weights, "
+             f"{host / gib:.1f} GiB available on this host",
+             "set standby: off for this stack (level 2 drops the weights, which a wake then lacks), or free host RAM")

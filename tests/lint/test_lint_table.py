@@ -232,6 +232,13 @@ def case_standby_memory(node: Node) -> LintContext:
     return _ctx(door_node, "w4a16-131k", gpu_memory_utilization=0.9)
 
 
+def case_standby_host_ram(node: Node) -> LintContext:
+    door_node = _node(node, door=Door(enabled=True), standby=Standby(mode="sleep", level=1))
+    ctx = _ctx(door_node, "w4a16-131k")
+    ctx.host_available, ctx.weights_bytes = 8 * 2**30, 16 * 2**30  # the host's facts, given as data
+    return ctx
+
+
 CASES: list[tuple[str, str, Callable[[Node], LintContext], str]] = [
     ("flag-removed", "error", case_flag_removed, "drop --calculate-kv-scales"),
     ("turboquant-max-num-seqs", "error", case_turboquant, "set max_num_seqs: 1"),
@@ -267,6 +274,7 @@ CASES: list[tuple[str, str, Callable[[Node], LintContext], str]] = [
     ("cpu-kvcache-space", "warning", case_cpu_kvcache, "VLLM_CPU_KVCACHE_SPACE"),
     ("standby-cannot-sleep", "warning", case_standby_cannot_sleep, "set standby: off"),
     ("standby-memory", "error", case_standby_memory, "set gpu_memory_utilization: 0.87 or less"),
+    ("standby-host-ram", "error", case_standby_host_ram, "set standby: off"),
 ]
 
 
