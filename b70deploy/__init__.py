@@ -25,7 +25,7 @@ the rooms above it in this list.
                  compose service (gpu), secret masking (masking), a stack's compose: keys
                  merged into the vllm service (passthrough), edits of files inside
                  images (patches), the EAGLE draft copy (draft), the front door's Caddy config
-                 (door); and back: a compose service ->
+                 (door), whether a stack may sleep as a hot standby (standby); and back: a compose service ->
                  a stack (from_compose), a corrected file -> a patch's edits (patch_derive)
     vllmlog/     what vLLM's log says: boot facts and expectations (bootlog), fatal signatures
                  and stalls (diagnosis)

@@ -12,7 +12,7 @@ import json
 import re
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 from .compose_keys import COMPANION_OWNED, check_keys
 from .hub import HUB_ID_RE
@@ -26,6 +26,12 @@ REL_PATH_RE = re.compile(r"^(?!/)(?!.*(^|/)\.\.(/|$))[A-Za-z0-9._@+=,/-]+$")
 # Absolute paths, same characters, no '..' component.
 ABS_PATH_RE = re.compile(r"^/(?!.*(^|/)\.\.(/|$))[A-Za-z0-9._@+=,/-]*$")
 IMAGE_RE = re.compile(r"^[a-z0-9][a-z0-9._/:@-]*$")
+
+
+# Why standby needs the door: vLLM attaches /sleep, /wake_up and /is_sleeping only with VLLM_SERVER_DEV_MODE
+# (vllm/entrypoints/serve/sleep/api_router.py:52-56, 0.21.0), beside its other development endpoints.
+NO_DOOR = ("standby: sleep needs the front door (door.enabled is false): vLLM's sleep routes come with its "
+           "development endpoints, which only the door keeps from clients")
 
 
 def invalid(what: str, fix: str) -> ValueError:
@@ -94,6 +100,34 @@ def _gpus(v: Any) -> Any:
 
 # all | a count | device ids (indices or UUIDs), strings after validation
 GpuSelection = Annotated[Literal["all"] | int | list[str | int], AfterValidator(_gpus)]
+
+
+class Standby(Strict):
+    """Hot standby (issue 24): `sleep` keeps the previous stack asleep in vLLM's sleep mode instead of
+    stopping it. Level 1 moves the weights to host RAM and drops the KV cache, level 2 drops both
+    (vllm/v1/worker/gpu_worker.py:160-182, 0.21.0)."""
+
+    mode: Literal["off", "sleep"] = "off"
+    level: Literal[1, 2] | None = None  # None: chosen at the switch
+    # What a sleeping stack keeps on the GPU (its context and graph pool), when known: vLLM logs it as
+    # "Sleep mode freed X GiB memory, Y GiB memory is still in use." (gpu_worker.py:178, 0.21.0).
+    keep_gib: float | None = Field(default=None, gt=0)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _short(cls, v: Any) -> Any:
+        # `standby: sleep` / `standby: off` stand for {mode: ...}; YAML 1.1 reads a bare off as false.
+        if v is False or v == "off":
+            return {"mode": "off"}
+        if v == "sleep":
+            return {"mode": "sleep"}
+        if v is True or isinstance(v, str):
+            raise invalid(f"standby {v!r} is not a mode", "write standby: sleep or standby: off")
+        return v
+
+    @property
+    def sleeps(self) -> bool:
+        return self.mode == "sleep"
 
 
 class LintSettings(Strict):
@@ -274,6 +308,8 @@ class Stack(Strict):
     # The GPUs this stack takes on its node (none: the node's `gpus:`).
     gpus: GpuSelection | None = None
     lint: LintSettings = LintSettings()
+    # Hot standby for this stack (none: the node's `standby:`).
+    standby: Standby | None = None
 
     @field_validator("name", "extends")
     @classmethod
@@ -621,6 +657,11 @@ class NodeConfig(Strict):
     bind_address: str = "0.0.0.0"
     ports: Ports = Ports()
     door: Door = Door()
+    # Hot standby (issue 24): the live stack sleeps instead of stopping at a switch. Its routes are
+    # vLLM's development endpoints, so only with the door, which refuses them to clients.
+    standby: Standby = Standby()
+    # The device's memory in GiB, for the standby memory rule (lint standby-memory); none: not checked.
+    gpu_memory_gib: float | None = Field(default=None, gt=0)
     companions: list[Companion] = Field(default_factory=list)
     # The project's top-level networks, as Compose writes them (an address pool for a static
     # ipv4_address a stack's compose: gives the vllm service; an external proxy network).
@@ -764,6 +805,14 @@ class NodeConfig(Strict):
     def _service(cls, v: str) -> str:
         if not NAME_RE.match(v):
             raise invalid(f"service {v!r} is not a compose service name", "use [a-z0-9][a-z0-9._-]*, e.g. vllm-server")
+        return v
+
+    @field_validator("standby")
+    @classmethod
+    def _standby_door(cls, v: Standby, info: ValidationInfo) -> Standby:
+        door = info.data.get("door")
+        if v.sleeps and isinstance(door, Door) and not door.enabled:
+            raise invalid(NO_DOOR, "set door.enabled: true, or standby: off")
         return v
 
     @model_validator(mode="after")

@@ -115,7 +115,8 @@ def produce(node: Node, stack: Stack, *, docker: bool = True, inspector: ImageIn
     rendered = render(stack, node, access_for(node, stack), secrets=secrets, mounts=mounts_for(patched),
                       patch_files=deploy_files(patched),
                       draft_path=served_draft_path(stack, node.config.models_target),
-                      image=pin_image, port=port, project=project)
+                      image=pin_image, port=port, project=project,
+                      vllm_version=image.vllm_version if image is not None else None)
     if upstream:
         rendered = dataclasses.replace(rendered, notes=(*rendered.notes, *upstream))
     out = Produced(node=node, stack=stack, rendered=rendered, image=image, image_error=image_error,

@@ -55,3 +55,6 @@ class LintContext:
     measured_kv: MeasuredKV | None = None           # a previous boot's KV memory, from the state dir
     gpu_missing: list[str] = field(default_factory=list)  # what the engine lacks for the stack's GPU access
     skipped: list[str] = field(default_factory=list)
+    # Hot standby's level 1 (weights to host RAM): read only for a stack that may sleep, on this host.
+    host_available: int | None = None              # MemAvailable of /proc/meminfo, bytes
+    weights_bytes: int | None = None               # the model folder's size, bytes

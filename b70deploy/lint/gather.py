@@ -8,6 +8,8 @@ SDK is then not even imported (`lint --all --no-docker` over 1,000 stacks starts
 
 from __future__ import annotations
 
+import contextlib
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -16,6 +18,7 @@ from ..config.node import Node
 from ..config.schema import Stack
 from ..docker.produce import Produced, produce
 from ..errors import B70Error, UserError
+from ..render.standby import standby_of
 from ..state.revisions import Revision, RevisionStore
 from ..vllmlog.bootlog import parse_boot_facts
 from . import Finding, LintContext, lint_stack
@@ -111,6 +114,24 @@ def measured_kv(node: Node, stack: Stack, image_id: str | None = None,
     return None
 
 
+def _standby_memory(node: Node, stack: Stack, models_dir: Path | None) -> tuple[int | None, int | None]:
+    """(host RAM available, the weights' size) for a stack that may sleep at level 1; a node with the door
+    (which standby needs) is this host, where /proc/meminfo and the models folder are."""
+    level = standby_of(stack, node)
+    if not level.sleeps or level.level != 1 or not node.on_this_host:
+        return None, None
+    host = None
+    with contextlib.suppress(OSError, ValueError):
+        meminfo = Path("/proc/meminfo").read_text()
+        m = re.search(r"^MemAvailable:\s+(\d+) kB", meminfo, re.MULTILINE)
+        host = int(m.group(1)) * 1024 if m else None
+    folder = models_dir / stack.model.path if models_dir is not None and not stack.model.hub else None
+    weights = None
+    if folder is not None and folder.is_dir():
+        weights = sum(p.stat().st_size for p in folder.rglob("*") if p.is_file() and not p.is_symlink())
+    return host, weights
+
+
 def build_context(produced: Produced, *, memory: RevisionMemory | None = None) -> LintContext:
     """What the rules read: the render a deployment would write and the engine's facts
     (docker/produce.py made both), and what lint itself reads from the node's folders (the
@@ -125,7 +146,9 @@ def build_context(produced: Produced, *, memory: RevisionMemory | None = None) -
         skipped.insert(0, f"models_dir {node.models_dir} not found: model and draft file checks skipped")
     skipped += [f"lint.ignore {rule}: {why}" for rule, why in stack.lint.ignore.items()]
     image = produced.image
+    host, weights = _standby_memory(node, stack, models_dir)
     return LintContext(node=node, stack=stack, rendered=produced.rendered, models_dir=models_dir,
+                       host_available=host, weights_bytes=weights,
                        models_dir_missing=missing, image=image, image_error=produced.image_error,
                        compose_config=produced.compose_config, compose_error=produced.compose_error,
                        patch_errors=dict(produced.patch_errors), patched=list(produced.patched),

@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import json
+import math
 import re
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -16,6 +17,7 @@ import yaml
 from ..config import hub
 from ..errors import UserError
 from ..render import draft as draft_mod
+from ..render import standby as standby_rules
 from ..render.files import COMPOSE_FILE, DOTENV_FILE, expose_only
 from ..render.gpu import gpu_count
 from ..render.patches import find_patch, release
@@ -605,3 +607,58 @@ def cpu_kvcache(ctx: LintContext) -> Iterator[Finding]:
         yield _f(ctx, "cpu-kvcache-space", "warning",
                  "VLLM_CPU_KVCACHE_SPACE is not set: vLLM's CPU docs size the KV cache with it (GiB of RAM)",
                  "set env: {VLLM_CPU_KVCACHE_SPACE: \"8\"} (GiB) to what the node can spare")
+
+
+# ---------------------------------------------------------------- hot standby (render/standby.py)
+
+# vllm/config/cache.py:66 (0.21.0): gpu_memory_utilization's default, when the stack sets none.
+VLLM_UTILIZATION = 0.92
+
+
+@rule("standby-cannot-sleep")
+def standby_cannot_sleep(ctx: LintContext) -> Iterator[Finding]:
+    """A stack that asks to sleep where its image's vLLM has no sleep mode on this platform: rendered
+    without the flag (vLLM would exit at start-up), and its switch stops the live stack first."""
+    version = ctx.image.vllm_version if ctx.image is not None else None
+    note = standby_rules.cannot_sleep_note(ctx.stack, ctx.node, version)
+    if note is None:
+        return
+    yield _f(ctx, "standby-cannot-sleep", "warning", note,
+             "set standby: off for this stack, or run it where vLLM can sleep (CUDA, ROCm, or XPU with vLLM 0.23+)")
+
+
+@rule("standby-memory", platforms=GPU_PLATFORMS)
+def standby_memory(ctx: LintContext) -> Iterator[Finding]:
+    """Beside a sleeping stack, this one must pass vLLM's start-up check: free memory at least
+    ceil(total * gpu_memory_utilization) (vllm/v1/worker/utils.py:403-421, 0.21.0, request_memory).
+    Checked where the numbers are known: the node's gpu_memory_gib and standby.keep_gib (what the
+    sleeping stack keeps on the GPU)."""
+    node = ctx.node.config
+    total, keep = node.gpu_memory_gib, node.standby.keep_gib
+    if not node.standby.sleeps or total is None or keep is None:
+        return
+    util = ctx.stack.gpu_memory_utilization or VLLM_UTILIZATION
+    free = total - keep
+    wanted = math.ceil(total * util * 2**30) / 2**30
+    if free >= wanted:
+        return
+    most = math.floor(free / total * 100) / 100
+    yield _f(ctx, "standby-memory", "error",
+             f"beside a sleeping stack ({keep:g} GiB kept of {total:g}) {free:g} GiB is free, below this stack's "
+             f"gpu_memory_utilization {util:g} ({wanted:.2f} GiB): vLLM's start-up check refuses it (Free memory on "
+             "device ... is less than desired GPU memory utilization)",
+             f"set gpu_memory_utilization: {most:g} or less, or standby: off")
+
+
+@rule("standby-host-ram")
+def standby_host_ram(ctx: LintContext) -> Iterator[Finding]:
+    """Level 1 moves the weights to host RAM while the stack sleeps (offload_tags=("weights",),
+    vllm/v1/worker/gpu_worker.py:173, 0.21.0): they must fit in what the host has available."""
+    host, weights = ctx.host_available, ctx.weights_bytes
+    if host is None or weights is None or weights <= host:
+        return
+    gib = 2**30
+    yield _f(ctx, "standby-host-ram", "error",
+             f"standby level 1 keeps the sleeping stack's weights in host RAM: {weights / gib:.1f} GiB of weights, "
+             f"{host / gib:.1f} GiB available on this host",
+             "set standby: off for this stack (level 2 drops the weights, which a wake then lacks), or free host RAM")

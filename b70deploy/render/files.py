@@ -20,6 +20,7 @@ from ..errors import UserError
 from ..state import caches
 from ..state.fsio import file_mode
 from . import door as door_config
+from . import standby
 from .devices import DeviceAccess
 from .filenames import COMPOSE_FILE as COMPOSE_FILE  # re-exported: the deploy-dir names, imported from here
 from .filenames import DOTENV_FILE as DOTENV_FILE
@@ -186,13 +187,18 @@ def _entrypoint(stack: Stack) -> list[str] | None:
 def render(stack: Stack, node: Node, devices: GpuAccess | DeviceAccess, *, secrets: Mapping[str, str] | None = None,
            mounts: tuple[Mount, ...] = (), patch_files: Mapping[str, bytes] | None = None,
            draft_path: str | None = None, port: int | None = None, project: str | None = None,
-           image: str | None = None) -> Rendered:
+           image: str | None = None, vllm_version: str | None = None) -> Rendered:
     """Render `stack` for `node`: every file a deployment writes, the patched files (`patch_files`,
     bind-mounted by `mounts`: render/patches.py) beside the compose and env files. The one
     producer of a deploy dir's bytes. `port`/`project` default to production's. `devices` is the
-    node's GPU access (render/gpu.py); a bare /dev/dri scan renders as XPU."""
+    node's GPU access (render/gpu.py); a bare /dev/dri scan renders as XPU. `vllm_version` is the
+    image's, when known: whether a stack with standby can sleep on this platform (render/standby.py)."""
     access = devices if isinstance(devices, GpuAccess) else \
         from_device_access(devices, stack.gpus if stack.gpus is not None else node.config.gpus)
+    sleep = standby.sleeps(stack, node, vllm_version)
+    sleep_note = standby.cannot_sleep_note(stack, node, vllm_version)
+    if sleep and standby.SLEEP_FLAG not in stack.extra_args:
+        stack = stack.model_copy(update={"extra_args": [*stack.extra_args, standby.SLEEP_FLAG]})
     env = _environment()
     port = node.config.ports.prod if port is None else port
     # A prelude's bash -c script is one argument, escaped whole for Compose: it names the model itself.
@@ -224,7 +230,8 @@ def render(stack: Stack, node: Node, devices: GpuAccess | DeviceAccess, *, secre
         volumes=sorted({v.source for c in node.config.companions for v in c.volumes if not v.is_bind}),
         bind_address=node.config.bind_address,
         cache_target=caches.CONTAINER_ROOT if warm else None,
-        environment={**(caches.container_env(access.platform) if warm else {}), **access.environment},
+        environment={**(caches.container_env(access.platform) if warm else {}), **access.environment,
+                     **(standby.DEV_MODE if sleep else {})},
         door=door_config.service(node.config.door, node.service) if with_door else None,
         api_base=door_config.api_base(with_door, node.service),
     )
@@ -248,6 +255,8 @@ def render(stack: Stack, node: Node, devices: GpuAccess | DeviceAccess, *, secre
     if access.group_add:
         notes.append("group_add: numeric gids " + ", ".join(
             f"{name}={gid}" for name, gid in sorted(access.gids.items(), key=lambda kv: kv[1])))
+    if sleep_note:
+        notes.append(sleep_note)
     secret_keys = sorted(secrets or {})
     if secret_keys:
         notes.append(f"secrets from the node's env file go only into {RUNTIME_ENV_FILE} (0600): "

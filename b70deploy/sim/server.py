@@ -48,6 +48,14 @@ Knobs (environment variables, all optional)
                              (Qwen3-*-Thinking-2507, whose template opens the trace itself)
     B70SIM_VERSION           the vLLM version reported (default: the image's vllm.__version__, else
                              0.21.1.dev17+g0a4756bb5)
+    B70SIM_PLATFORM          the platform vLLM detected: cuda | rocm | xpu (default) | cpu; decides whether
+                             --enable-sleep-mode is accepted (see "Sleep mode" below)
+    B70SIM_GPU_LEDGER        a file (in a host folder bind-mounted into every sim container of one node) where
+                             each sim process registers the GPU memory it holds; unset: no memory model
+    B70SIM_GPU_MEMORY_GIB    the device's total memory in the ledger's model (default 32, an Arc Pro B70)
+    B70SIM_ASLEEP_GIB        what a sleeping process keeps on the device (default 1.0; the sim's model)
+    B70SIM_SLEEP_SECONDS     time /sleep takes (default 0.2; the sim's model)
+    B70SIM_WAKE_SECONDS      time /wake_up takes (default 0.5; the sim's model)
 
 Timing model (so a benchmark can be checked against known truth)
     time to first token   = prompt_tokens / PREFILL_TPS   (independent of other requests)
@@ -85,6 +93,22 @@ prints it, file:line as the real log of that version has them (WHERE_032). Lines
 show (XPU attention backends, Marlin, fp8 KV, FlashAttention, torch.compile, GPU memory) cite vLLM's
 source where they are made.
 
+Sleep mode (vLLM 0.21.0's, cited at each step in SleepState and the handler)
+    --enable-sleep-mode on a platform whose Platform.is_sleep_mode_available() is False exits 1 at
+    start-up with pydantic's ValidationError for ModelConfig. With VLLM_SERVER_DEV_MODE=1 the server logs
+    the development-endpoints SECURITY WARNING and answers POST /sleep?level=N&mode=M, POST
+    /wake_up[?tags=T...] and GET /is_sleeping. Asleep, the scheduler is paused: new requests wait
+    (vllm:num_requests_waiting) until /wake_up, then run. Not modelled: mode=abort aborting requests in
+    flight at the moment of /sleep (a switch drains first), and /sleep without --enable-sleep-mode
+    (vLLM's allocator then fails; the sim logs the same lines as with it).
+    GPU memory (B70SIM_GPU_LEDGER): at start-up the worker checks the device's free memory against
+    --gpu-memory-utilization as vLLM's request_memory does (ValueError "Free memory on device ...") and,
+    when it fits, registers ceil(total * utilization) while awake and B70SIM_ASLEEP_GIB while asleep at
+    level 1 or 2 (the context and graph pool that cumem does not release). Those holdings are the
+    sim's model, not vLLM's measurement: vLLM budgets the utilization share, and what stays on the
+    device during sleep depends on the model and driver. A SIGKILLed process leaves its line behind
+    (the holder is hostname:pid, so a restarted container replaces its own).
+
 Natural failures (as the real server's arise)
     suffix speculative decoding without an importable `arctic_inference` -> Arctic ImportError;
     KV tokens < --max-model-len -> KV ValueError; a compressed-tensors MoE model whose image
@@ -102,6 +126,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
+import fcntl
 import http
 import importlib
 import importlib.util
@@ -111,10 +136,12 @@ import os
 import random
 import re
 import signal
+import socket
 import sys
 import threading
 import time
 import traceback
+import urllib.parse
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -124,6 +151,7 @@ DEFAULT_VERSION = "0.21.1.dev17+g0a4756bb5"
 DEFAULT_MODEL = "Qwen/Qwen3-0.6B"
 DEFAULT_MAX_MODEL_LEN = 262144
 WARMUP_SECONDS = 24.09  # the report's profiling/warmup share of the boot
+PLATFORMS = ("cuda", "rocm", "xpu", "cpu")
 FAIL_MODES = ("marlin", "arctic", "kv-too-small", "hang", "compile-hang", "unhealthy", "die-after-ready",
               "garbage", "attn-fallback")
 # The fork names its preset turboquant_k3v4_nc (the report writes it k3v4_nc).
@@ -251,6 +279,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--attention-backend", default=None)
     p.add_argument("--max-num-seqs", type=int, default=256)
     p.add_argument("--max-num-batched-tokens", type=int, default=None)
+    p.add_argument("--enable-sleep-mode", action=argparse.BooleanOptionalAction, default=False)
     # Accepted and ignored: real flags a stack may pass through extra_args.
     p.add_argument("--trust-remote-code", action="store_true")
     p.add_argument("--tensor-parallel-size", "-tp", type=int, default=1)
@@ -284,6 +313,7 @@ class ServeConfig:
     max_num_seqs: int
     max_num_batched_tokens: int | None
     reasoning_parser: str | None = None
+    sleep_mode: bool = False
 
 
 # vllm/entrypoints/openai/cli_args.py, validate_parsed_serve_args: raised after argparse, so the
@@ -324,10 +354,17 @@ def parse_serve_args(argv: Sequence[str]) -> ServeConfig:
         max_num_seqs=ns.max_num_seqs,
         max_num_batched_tokens=ns.max_num_batched_tokens,
         reasoning_parser=ns.reasoning_parser,
+        sleep_mode=bool(ns.enable_sleep_mode),
     )
 
 
 # ---------------------------------------------------------------- knobs
+
+
+def dev_mode(env: Mapping[str, str]) -> bool:
+    """vllm/envs.py:1125 (0.21.0): bool(int(os.getenv("VLLM_SERVER_DEV_MODE", "0")))."""
+    raw = env.get("VLLM_SERVER_DEV_MODE", "0").strip()
+    return raw.isdigit() and int(raw) != 0
 
 
 def _float_env(env: Mapping[str, str], key: str, default: float, *, positive: bool = True) -> float:
@@ -359,6 +396,13 @@ class Knobs:
     version: str | None = None
     think_tokens: int = 0
     think_always: bool = False
+    platform: str = "xpu"
+    gpu_ledger: str | None = None
+    gpu_memory_gib: float = 32.0
+    asleep_gib: float = 1.0
+    sleep_seconds: float = 0.2
+    wake_seconds: float = 0.5
+    dev_mode: bool = False  # vLLM's own VLLM_SERVER_DEV_MODE, read here with the knobs
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> Knobs:
@@ -375,6 +419,9 @@ class Knobs:
         think_raw = env.get("B70SIM_THINK_TOKENS", "") or "0"
         if not think_raw.isdigit() or (think_raw != "0" and int(think_raw) < 2):
             raise ValueError(f"B70SIM_THINK_TOKENS={think_raw!r} is not 0 or an integer of at least 2")
+        platform = env.get("B70SIM_PLATFORM") or "xpu"
+        if platform not in PLATFORMS:
+            raise ValueError(f"B70SIM_PLATFORM={platform!r} is unknown; use one of {', '.join(PLATFORMS)}")
         rate = _float_env(env, "B70SIM_SPEC_ACCEPT_RATE", 0.27, positive=False)
         if rate > 1:
             raise ValueError("B70SIM_SPEC_ACCEPT_RATE must be between 0 and 1")
@@ -393,6 +440,13 @@ class Knobs:
             version=env.get("B70SIM_VERSION") or None,
             think_tokens=int(think_raw),
             think_always=env.get("B70SIM_THINK_ALWAYS", "") not in ("", "0"),
+            platform=platform,
+            gpu_ledger=env.get("B70SIM_GPU_LEDGER") or None,
+            gpu_memory_gib=_float_env(env, "B70SIM_GPU_MEMORY_GIB", 32.0),
+            asleep_gib=_float_env(env, "B70SIM_ASLEEP_GIB", 1.0, positive=False),
+            sleep_seconds=_float_env(env, "B70SIM_SLEEP_SECONDS", 0.2, positive=False),
+            wake_seconds=_float_env(env, "B70SIM_WAKE_SECONDS", 0.5, positive=False),
+            dev_mode=dev_mode(env),
         )
 
 
@@ -425,6 +479,12 @@ WHERE_032 = {
     "parser_manager.py:202": "parser_manager.py:38",
     "launcher.py:37": "launcher.py:186", "launcher.py:46": "launcher.py:195",
     "multiproc_executor.py:775": "multiproc_executor.py:843", "default_loader.py:397": "default_loader.py:501",
+    # Sleep mode, from the 0.32.0 source (no CPU log can show them): v1/executor/abstract.py,
+    # v1/worker/gpu_worker.py, entrypoints/serve/dev/sleep/api_router.py, entrypoints/serve/__init__.py.
+    "abstract.py:324": "abstract.py:384", "abstract.py:331": "abstract.py:390", "abstract.py:337": "abstract.py:396",
+    "abstract.py:342": "abstract.py:401", "abstract.py:349": "abstract.py:408",
+    "gpu_worker.py:178": "gpu_worker.py:326", "api_router.py:39": "api_router.py:50",
+    "__init__.py:14": "__init__.py:44",
 }
 _release = {"032": False}  # set once per process by serve(): the wording of the version reported
 
@@ -699,6 +759,80 @@ def boot_clock(cache: CompileCache | None) -> Callable[[float], float]:
     return lambda at: at if at <= start else start + (min(at, end) - start) * WARM_SHARE + max(0.0, at - end)
 
 
+# ---------------------------------------------------------------- sleep mode and GPU memory (pure)
+
+# vllm/platforms/interface.py, Platform.is_sleep_mode_available: CUDA and ROCm in 0.21.0 (:191-196); CUDA,
+# ROCm and XPU in 0.32.0 (:231-236). Issue 24 names 0.23 as the release that added XPU (with the XPU
+# memory allocator of vllm-xpu-kernels); the two sources on hand bound it, the issue names the release.
+XPU_SLEEP_FROM = (0, 23)
+# vllm/config/model.py (0.21 :508, 0.32 :657): raise ValueError(...) in ModelConfig's validation.
+SLEEP_MODE_ERROR = "Sleep mode is not supported on current platform."
+# The worker's device: torch.device(f"xpu:{local_rank}") (vllm/v1/worker/xpu_worker.py:62, 0.21) and
+# torch.device(f"cuda:{local_rank}") (gpu_worker.py:274; ROCm's torch names its devices cuda too). The CPU
+# worker takes no such snapshot, so a cpu platform has no memory check.
+DEVICE = {"cuda": "cuda:0", "rocm": "cuda:0", "xpu": "xpu:0"}
+# Where the worker calls request_memory (0.21.0): gpu_worker.py:303, xpu_worker.py:101.
+MEMORY_CHECK_AT = {"cuda": "gpu_worker.py", "rocm": "gpu_worker.py", "xpu": "xpu_worker.py"}
+# The sim's model of a process's weights on the device (the boot log's "Model loading took 15.71 GiB"):
+# what waking the "weights" tag alone brings back.
+WEIGHTS_GIB = 15.71
+
+
+def sleep_mode_available(platform: str, version: str) -> bool:
+    """Platform.is_sleep_mode_available() of that vLLM version on that platform."""
+    if platform in ("cuda", "rocm"):
+        return True
+    return platform == "xpu" and version_tuple(version) >= XPU_SLEEP_FROM
+
+
+def sleep_mode_traceback() -> list[str]:
+    """pydantic's report of the ValueError, as tests/fixtures/vllm-0.21.0-cpu/crash-sleep-mode.log (and
+    0.32.0's) end: raised from EngineArgs.create_model_config in the API server, exit 1."""
+    return ["Traceback (most recent call last):",
+            '  File "/opt/b70sim/vllm/engine/arg_utils.py", in create_model_config',
+            "    return ModelConfig(",
+            "pydantic_core._pydantic_core.ValidationError: 1 validation error for ModelConfig",
+            f"  Value error, {SLEEP_MODE_ERROR} [type=value_error, input_value=ArgsKwargs((), {{'model': ...}}), "
+            "input_type=ArgsKwargs]",
+            "    For further information visit https://errors.pydantic.dev/2.14/v/value_error"]
+
+
+def format_gib(n: int) -> str:
+    """vllm/utils/mem_utils.py:27 (0.21.0): f"{round(b / GiB_bytes, 2)}"."""
+    return f"{round(n / GIB, 2)}"
+
+
+def requested_bytes(total: int, utilization: float) -> int:
+    """vllm/v1/worker/utils.py:408 (0.21.0): math.ceil(total_memory * gpu_memory_utilization)."""
+    return math.ceil(total * utilization)
+
+
+def memory_error(device: str, free: int, total: int, utilization: float) -> str | None:
+    """vllm/v1/worker/utils.py:403-421 (0.21.0), request_memory: the ValueError when free memory at
+    start-up is below the utilization's share of the device; None when it fits."""
+    requested = requested_bytes(total, utilization)
+    if free >= requested:
+        return None
+    return (f"ValueError: Free memory on device {device} ({format_gib(free)}/{format_gib(total)} GiB) on startup "
+            f"is less than desired GPU memory utilization ({utilization}, {format_gib(requested)} GiB). Decrease "
+            "GPU memory utilization or reduce GPU memory used by other processes.")
+
+
+def held_bytes(requested: int, asleep: int, sleeping_tags: frozenset[str]) -> int:
+    """What one process holds in the sim's memory model: all it requested awake; asleep (level 1 or 2)
+    only the pool cumem keeps, plus a tag already woken (vllm/v1/executor/abstract.py:335-360, 0.21.0,
+    wakes tags one by one)."""
+    if not sleeping_tags:
+        return requested
+    weights = min(int(WEIGHTS_GIB * GIB), max(requested - asleep, 0))
+    held = asleep
+    if "weights" not in sleeping_tags:
+        held += weights
+    if "kv_cache" not in sleeping_tags:
+        held += max(requested - asleep - weights, 0)
+    return held
+
+
 # ---------------------------------------------------------------- boot plan (pure)
 
 
@@ -714,6 +848,7 @@ class BootPlan:
     attention: str = "FLASH_ATTN"
 
     engine_crash: bool = True          # the engine core failed (else the API server itself)
+    prefixed: bool = True              # an API-server crash's traceback carries the process prefix
     compile_total: float = 0.0         # torch.compile seconds as logged (shorter from a warm cache)
 
     def add(self, level: str, where: str, msg: str, at: float, proc: str = API) -> None:
@@ -730,15 +865,28 @@ class BootPlan:
 
 
 def plan_boot(cfg: ServeConfig, knobs: Knobs, image: ImageFacts, model_config: dict[str, Any] | None,
-              draft_config: dict[str, Any] | None = None, cache: CompileCache | None = None) -> BootPlan:
-    """Everything the boot log says and how boot ends, from flags, knobs and the image."""
+              draft_config: dict[str, Any] | None = None, cache: CompileCache | None = None,
+              gpu_free: tuple[int, int] | None = None) -> BootPlan:
+    """Everything the boot log says and how boot ends, from flags, knobs and the image; `gpu_free` is
+    the device's (free, total) bytes at start-up from the memory ledger."""
     plan = BootPlan()
     version = image.version
     native = int((model_config or {}).get("max_position_embeddings", DEFAULT_MAX_MODEL_LEN))
     plan.max_model_len = max_len = cfg.max_model_len or native
     for text in banner_lines(version, cfg.model):
         plan.add("INFO", "utils.py:306", text, 0.0)
-    plan.add("INFO", "utils.py:240", f"non-default args: {{'model': {cfg.model!r}, 'max_model_len': {max_len}}}", 0.0)
+    sleep_arg = ", 'enable_sleep_mode': True" if cfg.sleep_mode else ""
+    plan.add("INFO", "utils.py:240", f"non-default args: {{'model': {cfg.model!r}, 'max_model_len': {max_len}"
+             f"{sleep_arg}}}", 0.0)
+    latest = is_032(version)
+    if cfg.sleep_mode and not sleep_mode_available(knobs.platform, version):
+        plan.outcome, plan.engine_crash, plan.traceback = "crash", False, sleep_mode_traceback()
+        plan.prefixed = not latest  # 0.32.0's log prints this traceback bare (its crash-sleep-mode.log)
+        return plan
+    if cfg.sleep_mode and latest and knobs.platform in ("cuda", "rocm"):
+        # vllm/config/model.py:659 (0.32.0): logger.info_once("Enabling cumem allocator because sleep mode
+        #   requires it.") on a CUDA-alike platform.
+        plan.add("INFO", "model.py:659", "Enabling cumem allocator because sleep mode requires it.", 0.02)
     quant = infer_quantization(cfg.model, model_config)
     arch = "Qwen3MoeForCausalLM" if is_moe(cfg.model, model_config) else "Qwen3ForCausalLM"
     plan.add("INFO", "model.py:568", f"Resolved architecture: {arch}", 0.05)
@@ -764,7 +912,6 @@ def plan_boot(cfg: ServeConfig, knobs: Knobs, image: ImageFacts, model_config: d
     # vllm/config/vllm.py: logger.warning_once("Async scheduling not supported with %s-based speculative
     #   decoding and will be disabled.", ...), then logger.info_once("Asynchronous scheduling is %s.", ...)
     async_off = method == "ngram"
-    latest = is_032(version)
     if async_off:
         plan.add("WARNING", "vllm.py:870", "Async scheduling not supported with ngram-based speculative "
                  "decoding and will be disabled.", 0.05)
@@ -780,6 +927,10 @@ def plan_boot(cfg: ServeConfig, knobs: Knobs, image: ImageFacts, model_config: d
                  "decoding settings. This may lead to suboptimal performance. Consider increasing "
                  "max_num_batched_tokens to accommodate the additional draft token slots, or decrease "
                  "num_speculative_tokens or max_num_seqs.", 0.08, ENGINE)
+    if gpu_free is not None and knobs.platform in DEVICE:
+        error = memory_error(DEVICE[knobs.platform], *gpu_free, cfg.gpu_memory_utilization)
+        if error is not None:
+            return plan.crash(f"v1/worker/{MEMORY_CHECK_AT[knobs.platform]}", error)
     backend = (cfg.attention_backend or "FLASH_ATTN").upper()
     # vllm/platforms/xpu.py (vllm-project/vllm@00540f9), XPUPlatform.get_attn_backend_cls:
     #   logger.info_once("Using Triton backend.") / logger.warning_once("Flash Attention on XPU does not
@@ -1028,14 +1179,81 @@ class ApiError(Exception):
         self.status, self.message, self.kind = status, message, kind
 
 
+class GpuLedger:
+    """B70SIM_GPU_LEDGER: a JSON file {"holders": {holder: bytes}} that the sim containers of one node
+    share through a bind-mounted host folder, so one process sees the memory the others hold. An
+    exclusive flock on a sidecar file makes check-and-register one step across containers."""
+
+    def __init__(self, path: str, total: int, port: int) -> None:
+        self.path, self.total = path, total
+        # A container's hostname, pid and port stay the same across its restarts: its old line is its own.
+        # Port 0 (the kernel picks one; in-process servers only) gets a line per server.
+        self.holder = f"{socket.gethostname()}:{os.getpid()}:{port or os.urandom(4).hex()}"
+        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+
+    @contextlib.contextmanager
+    def _holders(self) -> Iterator[dict[str, int]]:
+        with open(self.path + ".lock", "a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            try:
+                try:
+                    with open(self.path) as f:
+                        raw = json.load(f).get("holders", {})
+                except (FileNotFoundError, ValueError, AttributeError):
+                    raw = {}
+                holders = {str(k): int(v) for k, v in raw.items()}
+                before = dict(holders)
+                yield holders
+                if holders != before:
+                    tmp = f"{self.path}.{os.getpid()}.{socket.gethostname()}.tmp"
+                    with open(tmp, "w") as f:
+                        json.dump({"total": self.total, "holders": holders}, f, sort_keys=True)
+                    os.replace(tmp, self.path)
+            finally:
+                fcntl.flock(lock, fcntl.LOCK_UN)
+
+    def claim(self, requested: int) -> tuple[int, int]:
+        """The device's (free, total) bytes as this process finds them at start-up (its own earlier line,
+        from a restart of the same container, not counted); registers `requested` when it fits."""
+        with self._holders() as holders:
+            holders.pop(self.holder, None)
+            free = max(self.total - sum(holders.values()), 0)
+            if free >= requested:
+                holders[self.holder] = requested
+            return free, self.total
+
+    def hold(self, n: int) -> int:
+        """Register `n` bytes as this process's; the device's bytes in use after it."""
+        with self._holders() as holders:
+            holders[self.holder] = n
+            return sum(holders.values())
+
+    def release(self) -> None:
+        with self._holders() as holders:
+            holders.pop(self.holder, None)
+
+
+SLEEP_TAGS = frozenset({"weights", "kv_cache"})  # vllm/v1/executor/abstract.py:329 (0.21.0)
+
+
 class Engine:
     """Shared server state: health, counters, concurrency; every method is thread-safe."""
 
     def __init__(self, cfg: ServeConfig, knobs: Knobs, plan: BootPlan, image: ImageFacts,
-                 draft_max_positions: int | None = None) -> None:
+                 draft_max_positions: int | None = None, ledger: GpuLedger | None = None) -> None:
         self.cfg, self.knobs, self.plan, self.image = cfg, knobs, plan, image
         self.draft_max_positions = draft_max_positions
         self.lock = threading.Lock()
+        self.resumed = threading.Condition(self.lock)
+        # Sleep state (vllm/v1/engine/core.py:677-733, 0.21.0): the scheduler's pause, the executor's
+        # sleeping tags, and whether a level-2 sleep discarded the weights.
+        self.paused = False
+        self.sleeping_tags: frozenset[str] = frozenset()
+        self.weights_lost = False
+        self.ledger = ledger
+        total = ledger.total if ledger is not None else int(knobs.gpu_memory_gib * GIB)
+        self.requested = requested_bytes(total, cfg.gpu_memory_utilization)
+        self.asleep_bytes = int(knobs.asleep_gib * GIB)
         self.slots = threading.Semaphore(cfg.max_num_seqs)
         self.dead = False
         self.created = int(time.time())
@@ -1124,6 +1342,10 @@ class Engine:
     def request(self, prompt_tokens: int, total_tokens: int) -> Iterator[None]:
         with self.lock:
             self.waiting += 1
+            # A paused scheduler (PAUSED_NEW) adds new requests to its waiting queue and schedules none of
+            # them (vllm/v1/core/sched/scheduler.py:526, 0.21.0) until wake_up resumes it (core.py:729).
+            while self.paused:
+                self.resumed.wait()
         self.slots.acquire()
         with self.lock:
             self.waiting -= 1
@@ -1163,6 +1385,76 @@ class Engine:
             if decoding:
                 with self.lock:
                     self.decoding -= 1
+
+    def garbled(self) -> bool:
+        """Word-salad: B70SIM_FAIL=garbage, or weights a level-2 sleep discarded. vllm/v1/worker/gpu_worker.py
+        (0.21.0) sleeps level 2 with offload_tags=() (:173), so the weights are not kept anywhere, and
+        wake_up restores only the saved buffers (:190-196): the parameters come back as fresh memory."""
+        return self.failing("garbage") or self.weights_lost
+
+    def is_sleeping(self) -> bool:
+        """vllm/v1/engine/core.py:731-733 (0.21.0): the scheduler is paused or the executor sleeps."""
+        with self.lock:
+            return self.paused or bool(self.sleeping_tags)
+
+    def _hold(self) -> int:
+        """Register what this process now holds; the device's bytes in use (the ledger's, else its own)."""
+        held = held_bytes(self.requested, self.asleep_bytes, self.sleeping_tags)
+        return self.ledger.hold(held) if self.ledger is not None else held
+
+    def sleep(self, level: int) -> None:
+        """vllm/v1/engine/core.py:677-713 (0.21.0): pause the scheduler, then at level 1+ the executor
+        sleeps (vllm/v1/executor/abstract.py:322-333) and each worker frees its memory (gpu_worker.py:160-182)."""
+        with self.lock:
+            self.paused = True
+            already = bool(self.sleeping_tags) if not _release["032"] else "weights" in self.sleeping_tags
+        if level < 1:
+            return
+        if already:
+            emit("WARNING", "abstract.py:324", "Executor is already sleeping.", proc=ENGINE)
+            return
+        began = time.perf_counter()
+        before = held_bytes(self.requested, self.asleep_bytes, self.sleeping_tags)
+        time.sleep(self.knobs.sleep_seconds)
+        with self.lock:
+            self.sleeping_tags = SLEEP_TAGS
+            self.weights_lost = self.weights_lost or level >= 2
+        in_use = self._hold()
+        freed = before - held_bytes(self.requested, self.asleep_bytes, SLEEP_TAGS)
+        emit("INFO", "gpu_worker.py:178", f"Sleep mode freed {format_gib(freed)} GiB memory, {format_gib(in_use)} "
+             "GiB memory is still in use.", proc=WORKER)
+        emit("INFO", "abstract.py:331", f"It took {time.perf_counter() - began:.6f} seconds to fall asleep.",
+             proc=ENGINE)
+
+    def wake_up(self, tags: list[str] | None) -> bool:
+        """vllm/v1/engine/core.py:715-729 (0.21.0): the executor wakes the tags (abstract.py:335-360), then
+        the scheduler resumes whatever the executor said; True when fully awake."""
+        if tags is not None and "scheduling" in tags:
+            tags = [t for t in tags if t != "scheduling"]
+        if tags is None or tags:
+            self._wake_executor(tags)
+        with self.lock:
+            self.paused = False
+            self.resumed.notify_all()
+            return not self.sleeping_tags
+
+    def _wake_executor(self, tags: list[str] | None) -> None:
+        with self.lock:
+            sleeping = set(self.sleeping_tags)
+        if not sleeping:
+            emit("WARNING", "abstract.py:337", "Executor is not sleeping.", proc=ENGINE)
+            return
+        for tag in tags or ():
+            if tag not in sleeping:
+                emit("WARNING", "abstract.py:342", f"Tag {tag} is not in sleeping tags {sleeping}", proc=ENGINE)
+                return
+        began = time.perf_counter()
+        time.sleep(self.knobs.wake_seconds)
+        with self.lock:
+            self.sleeping_tags = self.sleeping_tags - set(tags) if tags else frozenset()
+        self._hold()
+        emit("INFO", "abstract.py:349", f"It took {time.perf_counter() - began:.6f} seconds to wake up tags "
+             f"{tags if tags is not None else sleeping}.", proc=ENGINE)
 
     def spec_rate(self, prompt_tokens: int) -> float:
         """The fraction of drafted tokens the target accepts for this prompt."""
@@ -1269,6 +1561,11 @@ class Engine:
 _OUT_LOCK = threading.Lock()
 
 
+# The sleep router's routes as FastAPI lists them (vllm/entrypoints/serve/sleep/api_router.py:22-46).
+DEV_ROUTES = (("/sleep", "POST"), ("/wake_up", "POST"), ("/is_sleeping", "GET"))
+_ledger: list[GpuLedger] = []  # this process's memory ledger once it registered (released on SIGTERM)
+
+
 def emit(level: str, where: str, msg: str, *, proc: str | None = API) -> None:
     with _OUT_LOCK:
         sys.stdout.write(log_line(level, where, msg, proc=proc) + "\n")
@@ -1370,10 +1667,9 @@ class Handler(BaseHTTPRequestHandler):
             self._send(200, eng.metrics_text().encode(), "text/plain; version=0.0.4; charset=utf-8")
         elif path == "/ping":
             self._send(200 if eng.healthy() else 503, b"")
-        elif path == "/is_sleeping" and os.environ.get("VLLM_SERVER_DEV_MODE") == "1":
-            # A development endpoint: vLLM attaches it only with VLLM_SERVER_DEV_MODE=1
-            # (vllm/entrypoints/serve/sleep/api_router.py, attach_router); the sim never sleeps.
-            self._json(200, {"is_sleeping": False})
+        elif path == "/is_sleeping" and eng.knobs.dev_mode:
+            # vllm/entrypoints/serve/sleep/api_router.py:46-49 (0.21.0)
+            self._json(200, {"is_sleeping": eng.is_sleeping()})
         else:
             self._json(404, {"detail": "Not Found"})
 
@@ -1386,7 +1682,9 @@ class Handler(BaseHTTPRequestHandler):
             body = self._body()
             if self.engine.dead:
                 raise ApiError(500, ENGINE_DEAD, "InternalServerError")
-            if path == "/v1/completions":
+            if path in ("/sleep", "/wake_up") and self.engine.knobs.dev_mode:
+                self._sleep_route(path)
+            elif path == "/v1/completions":
                 self._completions(body)
             elif path == "/v1/chat/completions":
                 self._chat(body)
@@ -1400,6 +1698,36 @@ class Handler(BaseHTTPRequestHandler):
             # The 500 is out: the API server shuts itself down (uvicorn's clean shutdown, exit 0).
             done, self.engine.on_dead = self.engine.on_dead, None
             threading.Thread(target=done, daemon=True).start()
+
+    def _sleep_route(self, path: str) -> None:
+        """vllm/entrypoints/serve/sleep/api_router.py:22-43 (0.21.0): level defaults to 1, mode to abort, an
+        empty 200 once the engine slept or woke; 0.32.0 (serve/dev/sleep/api_router.py) validates level in
+        0..2 (422) and answers JSON."""
+        query = urllib.parse.parse_qs(self.path.partition("?")[2])
+        eng = self.engine
+        if path == "/sleep":
+            raw = (query.get("level") or ["1"])[0]
+            level = int(raw) if raw.lstrip("-").isdigit() else None
+            if _release["032"] and (level is None or not 0 <= level <= 2):
+                self._json(422, {"detail": [{"type": "int_parsing" if level is None else "less_than_equal",
+                                             "loc": ["query", "level"], "input": raw}]})
+                return
+            if level is None:  # 0.21 calls int(level): a ValueError, FastAPI's bare 500
+                self._send(500, b"Internal Server Error", "text/plain; charset=utf-8")
+                return
+            eng.sleep(level)
+            self._finish_sleep_route({"status": "sleeping", "level": level})
+            return
+        tags = query.get("tags") or None
+        emit("INFO", "api_router.py:39", f"wake up the engine with tags: {tags}")
+        awake = eng.wake_up(tags)
+        self._finish_sleep_route({"status": "awake" if awake else "sleeping", "tags": tags})
+
+    def _finish_sleep_route(self, body: dict[str, Any]) -> None:
+        if _release["032"]:
+            self._json(200, body)
+        else:
+            self._send(200, b"", "text/plain; charset=utf-8")
 
     def _limits(self, body: Mapping[str, Any], prompt_tokens: int, default: int, *, chat: bool) -> int:
         eng = self.engine
@@ -1431,7 +1759,7 @@ class Handler(BaseHTTPRequestHandler):
             text = str(prompt)
             n_prompt = count_tokens(text)
         max_tokens = self._limits(body, n_prompt, 16, chat=False)
-        toks, reason = generate(text, max_tokens, chat=False, garbage=eng.failing("garbage"),
+        toks, reason = generate(text, max_tokens, chat=False, garbage=eng.garbled(),
                                 ignore_eos=bool(body.get("ignore_eos")))
         rid, created = eng.new_id("cmpl"), int(time.time())
         eng.maybe_die()
@@ -1535,7 +1863,7 @@ class Handler(BaseHTTPRequestHandler):
         """The reply's tokens: a thinking model's trace first (B70SIM_THINK_TOKENS, unless the request
         turns thinking off), then the tool call or the answer in what is left of max_tokens."""
         eng = self.engine
-        garbage = eng.failing("garbage")
+        garbage = eng.garbled()
         call = None if garbage else self._tool_call(body, msgs)
         think = eng.knobs.think_tokens if (eng.knobs.think_always or thinking_on(body)) and not garbage else 0
         trace = think_pieces(think)
@@ -1581,7 +1909,17 @@ SHUTDOWN_032 = ((API, "launcher.py:254", "[shutdown] API server: shutdown trigge
                 (API, "launcher.py:304", "[shutdown] API server: shutting down FastAPI HTTP server"))
 
 
+def _release_gpu(ledgers: Sequence[GpuLedger | None]) -> None:
+    """Drop this process's lines from the memory ledger (it exits or stops serving)."""
+    for ledger in ledgers:
+        if ledger is not None and ledger in _ledger:
+            _ledger.remove(ledger)
+            with contextlib.suppress(OSError):
+                ledger.release()
+
+
 def _on_sigterm(signum: int, frame: object) -> None:
+    _release_gpu(list(_ledger))
     if _release["032"]:
         for proc, where, msg in SHUTDOWN_032:
             emit("INFO", where, msg, proc=proc)
@@ -1639,7 +1977,13 @@ def serve(argv: Sequence[str], env: Mapping[str, str] | None = None,
     spec = cfg.speculative or {}
     draft_config = read_model_config(str(spec["model"]), knobs.models_dir) if spec.get("model") else None
     cache = compile_cache(cfg, env, image.version)
-    plan = plan_boot(cfg, knobs, image, model_config, draft_config, cache)
+    ledger = None
+    gpu_free = None
+    if knobs.gpu_ledger and knobs.platform in DEVICE:
+        ledger = GpuLedger(knobs.gpu_ledger, int(knobs.gpu_memory_gib * GIB), cfg.port)
+        gpu_free = ledger.claim(requested_bytes(ledger.total, cfg.gpu_memory_utilization))
+        _ledger.append(ledger)
+    plan = plan_boot(cfg, knobs, image, model_config, draft_config, cache, gpu_free)
     clock = boot_clock(cache)
     for level, where, msg, at, proc in plan.lines:
         _sleep_until(start, clock(at), knobs.boot_seconds)
@@ -1659,25 +2003,31 @@ def serve(argv: Sequence[str], env: Mapping[str, str] | None = None,
             if tail:
                 emit_raw(f"{proc_prefix(API)}{tail}", err=True)
         else:
-            emit_raw("\n".join(f"{proc_prefix(API)}{t}" for t in tb), err=True)
+            lead = proc_prefix(API) if plan.prefixed else ""
+            emit_raw("\n".join(f"{lead}{t}" for t in tb), err=True)
+        _release_gpu([ledger])
         return 1
     if plan.outcome == "hang":
         while True:
             time.sleep(3600)
     _sleep_until(start, clock(1.0), knobs.boot_seconds)
     dmax = draft_config.get("max_position_embeddings") if draft_config else None
-    engine = Engine(cfg, knobs, plan, image, dmax if isinstance(dmax, int) else None)
+    engine = Engine(cfg, knobs, plan, image, dmax if isinstance(dmax, int) else None, ledger)
     try:
         httpd = Server((cfg.host, cfg.port), make_handler(engine))
     except OSError as e:
         emit_raw(f"OSError: [Errno {e.errno}] could not bind {cfg.host}:{cfg.port}: {e.strerror}", err=True)
+        _release_gpu([ledger])
         return 1
+    if knobs.dev_mode:
+        emit("WARNING", "__init__.py:14", "SECURITY WARNING: Development endpoints are enabled! This should NOT be "
+             "used in production!")
     emit("INFO", "api_server.py:613", "Supported tasks: ['generate']")
     if cfg.auto_tool_choice:
         emit("INFO", "parser_manager.py:202", '"auto" tool choice has been enabled.')
     emit("INFO", "api_server.py:617", server_start_line(image.version, cfg.host, cfg.port))
     emit("INFO", "launcher.py:37", "Available routes are:")
-    for route, methods in ROUTES_032 if _release["032"] else ROUTES:
+    for route, methods in (*(ROUTES_032 if _release["032"] else ROUTES), *(DEV_ROUTES if knobs.dev_mode else ())):
         emit("INFO", "launcher.py:46", f"Route: {route}, Methods: {methods}")
     emit_uvicorn(f"Started server process [{os.getpid()}]")
     emit_uvicorn("Waiting for application startup.")
@@ -1694,6 +2044,7 @@ def serve(argv: Sequence[str], env: Mapping[str, str] | None = None,
         httpd.serve_forever(poll_interval=0.2)
     finally:
         httpd.server_close()
+        _release_gpu([ledger])
     if engine.dead:
         shutdown_lines()  # the engine died: the API server stopped by itself, and exits 0 as vLLM's does
         if threading.current_thread() is threading.main_thread():

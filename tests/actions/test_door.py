@@ -169,3 +169,18 @@ def test_status_names_a_door_that_holds_while_the_current_revision_serves(door_n
     assert "door" in out and "b70deploy restore" in out, out
     node.cli("restore", check=True)
     assert node.answers() == "alpha"
+
+
+def test_standby_where_vllm_cannot_sleep_falls_back_to_stop_first(door_node: SimNode) -> None:
+    """standby: sleep on the sim's XPU node with vLLM 0.21 (no sleep mode on XPU before 0.23): the switch
+    says so in one line and stops first; the container runs without --enable-sleep-mode, so it boots."""
+    node = door_node
+    cfg = yaml.safe_load(node.config.read_text())
+    cfg["standby"] = "sleep"
+    node.config.write_text(yaml.safe_dump(cfg))
+    done = node.cli("switch", "alpha", "--yes", check=True)
+    said = [ln for ln in (done.stdout + done.stderr).splitlines() if "standby-cannot-sleep" in ln]
+    assert len(said) == 1 and "vLLM 0.21.1.dev17+g0a4756bb5 has no sleep mode on platform xpu" in said[0], said
+    assert node.answers() == "alpha"
+    box = json.loads(docker("inspect", node.containers("vllm")[0]).stdout)[0]
+    assert "--enable-sleep-mode" not in " ".join(box["Config"]["Cmd"] or [])

@@ -15,7 +15,7 @@ import pytest
 
 from b70deploy.config.node import Node
 from b70deploy.config.node_cache import Settings
-from b70deploy.config.schema import HostMount, ModelSpec, Speculative, ToolCalling
+from b70deploy.config.schema import Door, HostMount, ModelSpec, Speculative, Standby, ToolCalling
 from b70deploy.docker.image_inspect import ImageFacts
 from b70deploy.docker.produce import port_owner, produce
 from b70deploy.lint import LintContext, lint_stack
@@ -221,6 +221,24 @@ def case_cpu_kvcache(node: Node) -> LintContext:
     return _ctx(_node(node, platform="cpu"), "w4a16")
 
 
+def case_standby_cannot_sleep(node: Node) -> LintContext:
+    # vLLM 0.21 on XPU: Platform.is_sleep_mode_available() is False there (render/standby.py)
+    door_node = _node(node, door=Door(enabled=True))
+    return _ctx(door_node, "w4a16-131k", BASH_C, standby=Standby(mode="sleep"))
+
+
+def case_standby_memory(node: Node) -> LintContext:
+    door_node = _node(node, door=Door(enabled=True), standby=Standby(mode="sleep", keep_gib=4.0), gpu_memory_gib=32.0)
+    return _ctx(door_node, "w4a16-131k", gpu_memory_utilization=0.9)
+
+
+def case_standby_host_ram(node: Node) -> LintContext:
+    door_node = _node(node, door=Door(enabled=True), standby=Standby(mode="sleep", level=1))
+    ctx = _ctx(door_node, "w4a16-131k")
+    ctx.host_available, ctx.weights_bytes = 8 * 2**30, 16 * 2**30  # the host's facts, given as data
+    return ctx
+
+
 CASES: list[tuple[str, str, Callable[[Node], LintContext], str]] = [
     ("flag-removed", "error", case_flag_removed, "drop --calculate-kv-scales"),
     ("turboquant-max-num-seqs", "error", case_turboquant, "set max_num_seqs: 1"),
@@ -254,6 +272,9 @@ CASES: list[tuple[str, str, Callable[[Node], LintContext], str]] = [
     ("gpu-access-missing", "error", case_gpu_access, "platform:"),
     ("parallel-gpu-count", "error", case_parallel, "TP x PP = 2"),
     ("cpu-kvcache-space", "warning", case_cpu_kvcache, "VLLM_CPU_KVCACHE_SPACE"),
+    ("standby-cannot-sleep", "warning", case_standby_cannot_sleep, "set standby: off"),
+    ("standby-memory", "error", case_standby_memory, "set gpu_memory_utilization: 0.87 or less"),
+    ("standby-host-ram", "error", case_standby_host_ram, "set standby: off"),
 ]
 
 

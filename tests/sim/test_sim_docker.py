@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import re
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 import requests
@@ -12,6 +14,7 @@ from simkit import (
     SimDeployment,
     container_logs,
     container_state,
+    docker,
     http_status,
     image_file,
     wait_exit,
@@ -22,7 +25,7 @@ from simkit import (
 from b70deploy.config.catalogue import Catalogue
 from b70deploy.config.resources import data_dir
 from b70deploy.render.vllm_args import container_command
-from b70deploy.sim.server import ARCTIC_ERROR, MARLIN_ERROR
+from b70deploy.sim.server import ARCTIC_ERROR, GIB, MARLIN_ERROR, requested_bytes
 from b70deploy.sim.vllm_tree import MARLIN_REL
 
 pytestmark = pytest.mark.docker
@@ -176,11 +179,11 @@ def test_drift_image_rewords_the_marlin_check(sim_images: dict[str, str]) -> Non
 
 
 def run_stack(docker_run: Run, image: str, stack: str, env: dict[str, str], port: int | None = None,
-              volumes: tuple[str, ...] = ()) -> str:
+              volumes: tuple[str, ...] = (), extra: tuple[str, ...] = ()) -> str:
     argv = serve_argv(stack, head=not image.endswith(":serve"))
     if image.endswith(":serve") and argv[:2] == ["vllm", "serve"]:
         argv = argv[2:]  # ENTRYPOINT ["vllm","serve"] takes the model and flags only
-    return docker_run(image, *argv, env={**FAST, **env}, ports={port: 8000} if port else None,
+    return docker_run(image, *argv, *extra, env={**FAST, **env}, ports={port: 8000} if port else None,
                       volumes=volumes)
 
 
@@ -260,3 +263,38 @@ def test_attention_fallback_in_log(docker_run: Run, sim_images: dict[str, str], 
     wait_status(f"http://127.0.0.1:{port}/health", 200, timeout=30)
     facts = boot_facts(container_logs(name))
     assert facts["backend"] == "Triton" and "fa_version" not in facts
+
+
+# ---------------------------------------------------------------- sleep mode and the shared GPU memory ledger
+
+
+def test_sleep_refused_on_xpu_021(docker_run: Run, sim_images: dict[str, str]) -> None:
+    name = run_stack(docker_run, sim_images["serve"], "tq-256k", {}, extra=("--enable-sleep-mode",))
+    assert wait_exit(name) == 1
+    assert "Value error, Sleep mode is not supported on current platform." in container_logs(name)
+
+
+def test_containers_share_the_gpu_ledger(docker_run: Run, sim_images: dict[str, str], free_port: Callable[[], int],
+                                         tmp_path: Path) -> None:
+    """One node's sim containers see each other's memory through a bind-mounted folder: a second stack
+    fails vLLM's start-up check while the first is awake, boots once it sleeps; a stopped one's line goes."""
+    (tmp_path / "gpu").mkdir()
+    ledger = tmp_path / "gpu" / "ledger.json"
+    env = {"B70SIM_PLATFORM": "cuda", "B70SIM_GPU_LEDGER": "/gpu/ledger.json", "VLLM_SERVER_DEV_MODE": "1"}
+    vol = (f"{tmp_path / 'gpu'}:/gpu",)
+    util = ("--gpu-memory-utilization", "0.6")
+    p1, p2 = free_port(), free_port()
+    first = run_stack(docker_run, sim_images["serve"], "tq-256k", env, p1, vol, extra=(*util, "--enable-sleep-mode"))
+    wait_status(f"http://127.0.0.1:{p1}/health", 200, timeout=30)
+    refused = run_stack(docker_run, sim_images["serve"], "tq-256k", env, volumes=vol, extra=util)
+    assert wait_exit(refused) == 1
+    assert ("ValueError: Free memory on device cuda:0 (12.8/32.0 GiB) on startup is less than desired GPU memory "
+            "utilization (0.6, 19.2 GiB).") in container_logs(refused)
+    assert requests.post(f"http://127.0.0.1:{p1}/sleep?level=1", timeout=30).status_code == 200
+    assert "It took" in container_logs(first) and "seconds to fall asleep." in container_logs(first)
+    run_stack(docker_run, sim_images["serve"], "tq-256k", env, p2, vol, extra=util)
+    wait_status(f"http://127.0.0.1:{p2}/health", 200, timeout=30)
+    assert len(json.loads(ledger.read_text())["holders"]) == 2
+    docker("stop", "-t", "10", first)
+    held = json.loads(ledger.read_text())["holders"]
+    assert list(held.values()) == [requested_bytes(32 * GIB, 0.6)]  # the second's; the first's went on SIGTERM
