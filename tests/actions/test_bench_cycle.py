@@ -132,7 +132,7 @@ def test_bench_cycle_restores_production_after_a_dark_crash_and_after_sigterm_du
             time.sleep(0.1)
         else:
             pytest.fail("the cycle never started the dark stack")
-        cycle.send_signal(signal.SIGTERM)  # while the dark stack boots (6 s)
+        cycle.send_signal(signal.SIGTERM)  # while the dark stack boots (20 s)
         stdout, stderr = cycle.communicate(timeout=120)
     finally:
         if cycle.poll() is None:
