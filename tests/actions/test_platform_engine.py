@@ -13,6 +13,7 @@ import pytest
 import yaml
 from kit.scratch import make_gpu_nodes
 from kit.simnode import SimNode, docker, service_box
+from simkit import unavailable
 
 pytestmark = pytest.mark.docker
 KFD_GID, RENDER_GID = 4242, 4343
@@ -27,7 +28,7 @@ def _devices(node: SimNode) -> tuple[Path, Path]:
     try:
         return make_gpu_nodes(node.root, RENDER_GID, KFD_GID)
     except PermissionError as e:
-        pytest.skip(str(e))
+        unavailable(str(e))
 
 
 def _inside(box: dict[str, Any], *argv: str) -> str:
@@ -72,7 +73,7 @@ def test_xpu_render_boots_with_dri_and_its_gid(node: SimNode) -> None:
 def test_nvidia_stack_is_refused_at_preflight_and_the_old_one_keeps_serving(node: SimNode) -> None:
     info = json.loads(docker("info", "--format", "{{json .}}").stdout)
     if "nvidia" in (info.get("Runtimes") or {}):
-        pytest.skip("this engine has the nvidia runtime: the refusal cannot be shown here")
+        unavailable("this engine has the nvidia runtime: the refusal cannot be shown here")
     r = node.cli("switch", "alpha", "--yes")
     assert r.returncode == 0, r.stdout + r.stderr
     before = service_box(node.project)["Id"]

@@ -9,6 +9,7 @@ import stat
 from pathlib import Path
 
 import pytest
+from simkit import unavailable
 
 from b70deploy.actions.init import Discovery, plan
 from b70deploy.config.schema import NodeConfig
@@ -18,7 +19,7 @@ from b70deploy.render.devices import DeviceAccess
 
 def _char(path: Path) -> None:
     if os.geteuid() != 0:
-        pytest.skip("mknod of a character device needs root")
+        unavailable("mknod of a character device needs root")
     os.mknod(path, 0o660 | stat.S_IFCHR, os.makedev(1, 3))
 
 

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import yaml
 from kit.scratch import Scratch, make_gpu_nodes
-from simkit import run_cli
+from simkit import run_cli, unavailable
 
 from b70deploy.config.node import load_node
 from b70deploy.render.files import render
@@ -33,7 +33,7 @@ def _rocm(root: Path) -> dict[str, Any]:
     try:
         dri, kfd = make_gpu_nodes(root, 4343, 4242)
     except PermissionError as e:
-        pytest.skip(str(e))
+        unavailable(str(e))
     return {"image": "vllm/vllm-openai-rocm:latest", "devices": [f"{kfd}:/dev/kfd", f"{dri}:{dri}"],
             "group_add": ["4242", "4343"], "cap_add": ["SYS_PTRACE"], "security_opt": ["seccomp=unconfined"]}
 

@@ -9,8 +9,8 @@ import stat
 from pathlib import Path
 from typing import Any
 
-import pytest
 from kit.lintnode import write_node
+from simkit import unavailable
 
 from b70deploy.config.node import Node, load_node
 from b70deploy.docker.platform import missing_for
@@ -57,7 +57,7 @@ def test_cuda_cdi_off_or_device_absent(tmp_path: Path, models_dir: Path) -> None
 
 def _char(path: Path) -> None:
     if os.geteuid() != 0:
-        pytest.skip("mknod of a character device needs root")
+        unavailable("mknod of a character device needs root")
     os.mknod(path, 0o660 | stat.S_IFCHR, os.makedev(1, 3))
 
 

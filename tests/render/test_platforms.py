@@ -12,6 +12,7 @@ import jsonschema
 import pytest
 import yaml
 from kit.scratch import MINIMAL_STACK, Scratch, make_gpu_nodes
+from simkit import unavailable
 
 from b70deploy.config.node import Node, load_node
 from b70deploy.render.files import COMPOSE_FILE, render
@@ -29,7 +30,7 @@ def devices(root: Path) -> tuple[Path, Path]:
     try:
         return make_gpu_nodes(root, RENDER_GID, KFD_GID)
     except PermissionError as e:
-        pytest.skip(str(e))
+        unavailable(str(e))
 
 
 PLATFORMS: dict[str, dict[str, Any]] = {

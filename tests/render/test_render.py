@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 import yaml
 from kit.scratch import MINIMAL_STACK, SHIPPED_STACKS, Scratch, make_dri
-from simkit import run_cli
+from simkit import run_cli, unavailable
 
 from b70deploy.actions.diff import diff_against_dir
 from b70deploy.actions.prepare import prepare
@@ -372,6 +372,6 @@ def test_a_single_device_node_is_a_device_not_a_folder(tmp_path: Path) -> None:
     try:
         card = make_dri(tmp_path) / "card0"
     except PermissionError:
-        pytest.skip("mknod of a character device needs root")
+        unavailable("mknod of a character device needs root")
     access = devices.scan(card)
     assert access.device_dir == card and list(access.gids.values()) == [44] and access.notes == ()
