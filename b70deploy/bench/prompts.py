@@ -2,6 +2,10 @@
 
 Each bench prompt is: a nonce line (unique per run and prompt, so the server's prefix cache
 never turns a prefill measurement into a cache hit), a block of filler words, then the task.
+The nonce is a shuffle of a fixed set of words, not a hex string: a tokenizer that cuts text
+into words before it merges (vLLM's models' BPE and SentencePiece tokenizers alike) prices
+every shuffle the same, whereas hex costs whatever its run of letters and digits happens to
+cost (3 tokens apart on one tokenizer: a 1.2% miss at a 256-token target).
 How many tokens a given text costs is the server's business (its tokenizer, its chat
 template), so padding is calibrated by asking the server: probe, read usage.prompt_tokens,
 adjust. That loop is what makes the target context honest on a real vLLM too.
@@ -61,7 +65,7 @@ BASE_PROMPTS: tuple[BasePrompt, ...] = (
 
 # Common short English words: most tokenizers give each one token with its leading space,
 # which keeps tokens per filler word nearly constant whatever the shuffle.
-_FILLER_WORDS = (
+FILLER_WORDS = (
     "the", "of", "and", "to", "in", "is", "it", "that", "for", "on", "with", "as", "was", "at", "by", "be",
     "this", "from", "or", "have", "an", "are", "but", "not", "all", "one", "had", "were", "they", "which",
     "you", "their", "has", "more", "when", "there", "can", "out", "we", "other", "up", "what", "about",
@@ -90,17 +94,27 @@ def filler(n_words: int, seed: str) -> str:
     of n words is the same whatever the seed: calibration on one prompt holds for all.
     """
     rng = random.Random(seed)
-    vocab = len(_FILLER_WORDS)
+    vocab = len(FILLER_WORDS)
     words: list[str] = []
     for _ in range(n_words // vocab):
-        words.extend(rng.sample(_FILLER_WORDS, vocab))
-    words.extend(_FILLER_WORDS[:n_words % vocab])
+        words.extend(rng.sample(FILLER_WORDS, vocab))
+    words.extend(FILLER_WORDS[:n_words % vocab])
     return " ".join(" ".join(words[i:i + 12]) + "." for i in range(0, len(words), 12))
+
+
+NONCE_WORDS = 16  # 16! orders: two prompts sharing a first cache block is out of reach
+
+
+def nonce_line(seed: str) -> str:
+    """The seed's order of the vocabulary's first NONCE_WORDS words: unique per seed, and the
+    same token count for every seed (a word-by-word tokenizer sees the same words)."""
+    words = random.Random(f"nonce:{seed}").sample(FILLER_WORDS[:NONCE_WORDS], NONCE_WORDS)
+    return "Ref: " + " ".join(words) + "."
 
 
 def compose(base: BasePrompt, n_words: int, nonce: str) -> str:
     # The frame is the same with or without filler, so tokens = bare + rate * words holds.
-    return f"[{nonce}] {NOTES_HEADER}\n{filler(max(0, n_words), nonce)}\n\nTask: {base.text}"
+    return f"{nonce_line(nonce)} {NOTES_HEADER}\n{filler(max(0, n_words), nonce)}\n\nTask: {base.text}"
 
 
 def pick(n: int) -> list[BasePrompt]:
@@ -126,41 +140,57 @@ class Calibration:
     rate: float  # server tokens per filler word
     probes: int
     base_tokens: dict[int, int]
+    # Where the first prompt landed: (filler words, server tokens). Other prompts are padded
+    # from here by their bare costs' difference, so what the rate misses of the frame (a
+    # newline merged with its neighbours, a full stop more) is counted once, not scaled.
+    anchor: tuple[int, int]
 
 
 def calibrate_rate(probe: Probe, base: BasePrompt, nonce: str, target: int, *, tolerance: float = 0.0025,
-                   max_probes: int = 6, guess: float = 1.3) -> tuple[float, int, int]:
+                   max_probes: int = 6, guess: float = 1.3) -> tuple[float, int, tuple[int, int], int]:
     """Server tokens per filler word, found by secant steps on one prompt until a probe at
-    the predicted padding lands within `tolerance` of `target`. Returns (rate, base, probes)."""
+    the predicted padding lands within `tolerance` of `target`.
+
+    The rate is the slope between the two padded probes farthest apart (the first is at half
+    the guessed padding), never from the bare prompt: padding changes the frame around it too
+    (the newlines beside the filler), which a slope from zero words would spread over every
+    word. Returns (rate, bare tokens, the probe nearest the target as (words, tokens), probes
+    used)."""
     c0 = probe(compose(base, 0, nonce))
     used = 1
     if target <= c0:
         raise UserError(f"target context {target} is shorter than the bare prompt ({c0} tokens)",
                         where="--ctx", fix=f"give a context above {c0} tokens")
+    points: list[tuple[int, int]] = []
     rate = guess
+    words = max(1, round((target - c0) / rate / 2))
     for _ in range(max_probes):
-        words = max(1, round((target - c0) / rate))
         got = probe(compose(base, words, nonce))
         used += 1
         if got <= c0:
             raise OperationError(f"the server counted {got} prompt tokens for a padded prompt "
                                  f"(bare: {c0}); padding does not register as tokens")
-        rate = (got - c0) / words
-        if abs(got - target) <= tolerance * target:
+        points.append((words, got))
+        (w1, g1), (w2, g2) = min(points), max(points)
+        rate = (g2 - g1) / (w2 - w1) if g2 > g1 and w2 > w1 else (got - c0) / words
+        anchor = min(points, key=lambda p: abs(p[1] - target))
+        if len(points) >= 2 and abs(anchor[1] - target) <= tolerance * target:
             break
-    return rate, c0, used
+        words = max(1, anchor[0] + round((target - anchor[1]) / rate))
+    return rate, c0, anchor, used
 
 
 def calibrate(n: int, target: int, probe: Probe, calib_prefix: str, *, tolerance: float = 0.0025) -> Calibration:
     """Tokens per filler word and the bare cost of each distinct task, asked of the server.
 
-    Probes carry `calib_prefix` nonces, the same length as the measured ones, so measured
-    prompts share no prefix with anything the server saw while calibrating.
+    Probes carry nonces seeded under `calib_prefix`: the measured prompts' nonce words in other
+    orders, so they cost the same tokens and share no prefix with anything the server saw while
+    calibrating.
     """
     if not 1 <= n <= 999:
         raise UserError(f"{n} prompts is out of range", where="--n-prompts", fix="give 1 to 999")
     bases = pick(n)
-    rate, c0, used = calibrate_rate(probe, bases[0], f"{calib_prefix}-p000", target, tolerance=tolerance)
+    rate, c0, anchor, used = calibrate_rate(probe, bases[0], f"{calib_prefix}-p000", target, tolerance=tolerance)
     base_tokens = {0: c0}
     for i, base in enumerate(bases[:len(BASE_PROMPTS)]):
         if i not in base_tokens:
@@ -169,7 +199,7 @@ def calibrate(n: int, target: int, probe: Probe, calib_prefix: str, *, tolerance
         if base_tokens[i] >= target:
             raise UserError(f"target context {target} is shorter than prompt {i} ({base_tokens[i]} tokens)",
                             where="--ctx", fix=f"give a context above {base_tokens[i]} tokens")
-    return Calibration(rate=rate, probes=used, base_tokens=base_tokens)
+    return Calibration(rate=rate, probes=used, base_tokens=base_tokens, anchor=anchor)
 
 
 def materialize(cal: Calibration, n: int, target: int, nonce_prefix: str) -> list[PaddedPrompt]:
@@ -177,11 +207,13 @@ def materialize(cal: Calibration, n: int, target: int, nonce_prefix: str) -> lis
 
     A fresh prefix per run keeps the prefix cache out of the measurement.
     """
+    anchor_words, anchor_tokens = cal.anchor
+    anchor_filler = anchor_tokens - cal.base_tokens[0]  # what the anchor's padding cost
     prompts: list[PaddedPrompt] = []
     for i, base in enumerate(pick(n)):
         bare = cal.base_tokens[i % len(BASE_PROMPTS)]
-        words = max(0, round((target - bare) / cal.rate))
-        expected = bare + round(words * cal.rate)
+        words = max(0, anchor_words + round((target - bare - anchor_filler) / cal.rate))
+        expected = bare + anchor_filler + round((words - anchor_words) * cal.rate)
         prompts.append(PaddedPrompt(i, base.kind, compose(base, words, f"{nonce_prefix}-p{i:03d}"), target, expected))
     return prompts
 

@@ -37,10 +37,35 @@ def test_calibrated_padding_lands_within_one_percent(count, target: int) -> None
 
 
 def test_nonces_differ_per_run_and_prompt() -> None:
-    cal = prompts.Calibration(rate=1.1, probes=0, base_tokens={i: 40 for i in range(16)})
+    cal = prompts.Calibration(rate=1.1, probes=0, base_tokens={i: 40 for i in range(16)}, anchor=(327, 400))
     a = prompts.materialize(cal, 3, 400, "maaaaaaaa")
     b = prompts.materialize(cal, 3, 400, "mbbbbbbbb")
-    assert len({p.text[:20] for p in a + b}) == 6  # no shared prefix for the prefix cache to hit
+    assert len({p.text[:24] for p in a + b}) == 6  # no shared prefix for the prefix cache to hit
+
+
+COMMON = {f" {w}" for w in prompts.FILLER_WORDS} | {"."}
+
+
+def pretokenized_bpe(text: str) -> int:
+    """A tokenizer like GPT-2's and Qwen's: a regex cuts text into pre-tokens (letters, digits
+    and punctuation apart, each with its leading space), and each pre-token's price is its own
+    business: one token for a common word or a full stop, else a hash, 1 to 4 tokens."""
+    import zlib
+    pieces = re.findall(r" ?[A-Za-z]+| ?[0-9]| ?[^\sA-Za-z0-9]+|\s+", text)
+    return 7 + sum(1 if p in COMMON else 1 + zlib.crc32(p.encode()) % 4 for p in pieces)
+
+
+@pytest.mark.parametrize("run", range(40))
+def test_every_run_lands_on_a_small_target_whatever_its_random_nonces(run: int) -> None:
+    # What CI met on vLLM 0.32 with the tiny model's BPE: a hex nonce of the calibration run
+    # cost 3 tokens more than a measured one, 253 of 256 (-1.17%). The nonces come from
+    # secrets per run, so every run must land, not most.
+    import secrets
+    cal = prompts.calibrate(3, 256, pretokenized_bpe, f"k{secrets.token_hex(4)}")
+    for p in prompts.materialize(cal, 3, 256, f"m{secrets.token_hex(4)}"):
+        got = pretokenized_bpe(p.text)
+        assert abs(got - p.expected_tokens) <= 1, p.index  # a full stop more or less, no more
+        assert abs(prompts.off_by(got, 256)) <= 0.01, (p.index, got)
 
 
 def test_context_below_the_bare_prompt_is_a_user_error() -> None:
