@@ -27,6 +27,8 @@ Knobs (environment variables, all optional)
                              (with B70SIM_FAIL_AFTER, die-after-ready and garbage start that long after ready)
                              attn-fallback   log `Using Triton backend.` instead of Flash Attention
     B70SIM_BOOT_SECONDS      time from start to listening (default 2.0); boot-log lines are spread over it
+    B70SIM_HOLD_UNTIL        a path in the container: the boot holds before listening until it exists (a
+                             test's gate, so "the switch is in wait-healthy" lasts until the test says so)
     B70SIM_KV_TOKENS         GPU KV cache size in tokens; default by --kv-cache-dtype: fp8* 270592,
                              k3v4_nc 453184, anything else 135296; an eagle/eagle3 draft trims the
                              default by 265664/270592 (fp8: 265664). The override is used as given.
@@ -384,6 +386,7 @@ def _float_env(env: Mapping[str, str], key: str, default: float, *, positive: bo
 class Knobs:
     fail: frozenset[str] = frozenset()
     boot_seconds: float = 2.0
+    hold_until: str | None = None
     kv_tokens: int | None = None
     prefill_tps: float = 40000.0
     decode_tps: float = 13.0
@@ -428,6 +431,7 @@ class Knobs:
         return cls(
             fail=fail,
             boot_seconds=_float_env(env, "B70SIM_BOOT_SECONDS", 2.0, positive=False),
+            hold_until=env.get("B70SIM_HOLD_UNTIL") or None,
             kv_tokens=kv,
             prefill_tps=_float_env(env, "B70SIM_PREFILL_TPS", 40000.0),
             decode_tps=_float_env(env, "B70SIM_DECODE_TPS", 13.0),
@@ -2011,6 +2015,8 @@ def serve(argv: Sequence[str], env: Mapping[str, str] | None = None,
         while True:
             time.sleep(3600)
     _sleep_until(start, clock(1.0), knobs.boot_seconds)
+    while knobs.hold_until and not os.path.exists(knobs.hold_until):
+        time.sleep(0.05)
     dmax = draft_config.get("max_position_embeddings") if draft_config else None
     engine = Engine(cfg, knobs, plan, image, dmax if isinstance(dmax, int) else None, ledger)
     try:

@@ -122,8 +122,8 @@ def write_stacks(folder: Path, image: str) -> None:
         "crash": {"extends": "alpha", "env": {"B70SIM_FAIL": "marlin"}},
         "garbage": {"extends": "alpha", "env": {"B70SIM_FAIL": "garbage"}},
         "fallback": {"extends": "alpha", "env": {"B70SIM_FAIL": "attn-fallback"}},
-        # 20 s: a second CLI process starting on a loaded machine still meets it (health waits 40 s)
-        "slow": {"extends": "alpha", "env": {"B70SIM_BOOT_SECONDS": "20"}},
+        # Boots until the test writes models/.release (HELD_RELEASE): a switch stays in wait-healthy.
+        "held": {"extends": "alpha", "env": {"B70SIM_HOLD_UNTIL": "/models/.release"}},
         # A Qwen3-style thinking model: a 300-token trace before every chat answer, in `reasoning`.
         "thinking": {"extends": "alpha", "env": {"B70SIM_THINK_TOKENS": "300"},
                      "extra_args": ["--reasoning-parser", "qwen3"],
