@@ -29,6 +29,20 @@ def test_every_cache_points_into_the_one_mount() -> None:
     assert env["SYCL_CACHE_PERSISTENT"] == "1" and env["SYCL_CACHE_DIR"] == "/var/cache/b70deploy/sycl"
 
 
+@pytest.mark.parametrize(("platform", "runtime_cache"), [
+    ("cuda", {"CUDA_CACHE_PATH": "/var/cache/b70deploy/cuda"}),
+    ("rocm", {}),
+    ("xpu", {"SYCL_CACHE_PERSISTENT": "1", "SYCL_CACHE_DIR": "/var/cache/b70deploy/sycl"}),
+    ("cpu", {}),
+])
+def test_each_platform_gets_the_shared_caches_and_only_its_own_runtimes(platform: str,
+                                                                         runtime_cache: dict[str, str]) -> None:
+    # No SYCL variables off XPU, no CUDA driver cache off NVIDIA: a variable another runtime
+    # never reads would only say the container has a cache it has not.
+    assert caches.container_env(platform) == {"TRITON_CACHE_DIR": "/var/cache/b70deploy/triton",
+                                              "VLLM_CACHE_ROOT": "/var/cache/b70deploy/vllm", **runtime_cache}
+
+
 @pytest.mark.parametrize(("cap", "keep", "gone"), [
     (300, (), []),                       # fits: nothing goes
     (250, (), ["k1"]),                   # the least recently used goes first
