@@ -154,6 +154,11 @@ class Driver:
         prev_no = ctx.get("previous")
         r.got.revision = rev
         r.got.previous = store.get(prev_no) if isinstance(prev_no, int) and store.exists(prev_no) else None
+        # hot standby: the slot the killed run created or picked, and the live slot it put to sleep
+        slot, dozed = ctx.get("slot"), ctx.get("dozed")
+        r.got.slot = slot if isinstance(slot, int) else None
+        r.got.dozed = dozed if isinstance(dozed, int) else None
+        r.got.woken = bool(ctx.get("woken"))
         started = {str(e.get("step")) for e in run.events if e["event"] == "step-start"}
         r.got.activated = "activate" in started
         journal.append(run.run_id, "run-aborted", reason="resumed by a new run")
