@@ -83,9 +83,11 @@ def standby_node(node: SimNode, sim_images: dict[str, str], free_port: Callable[
 
 def ours(node: SimNode) -> list[dict[str, Any]]:
     """`docker inspect` of the node's vllm containers, its slots' included."""
-    ids = docker("ps", "-aq", "--filter", "label=b70deploy.role=vllm").stdout.split()
-    boxes = [json.loads(docker("inspect", i).stdout)[0] for i in ids]
-    return [b for b in boxes if b["Config"]["Labels"].get("com.docker.compose.project", "").startswith(node.project)]
+    rows = docker("ps", "-a", "--filter", "label=b70deploy.role=vllm", "--format",
+                  '{{.ID}} {{.Label "com.docker.compose.project"}}').stdout.splitlines()
+    mine = [i for i, _, project in (r.partition(" ") for r in rows)
+            if project == node.project or project.startswith(f"{node.project}-r")]  # never another test's
+    return [json.loads(docker("inspect", i).stdout)[0] for i in mine]
 
 
 def port_of(box: dict[str, Any]) -> int:
