@@ -194,7 +194,8 @@ class Driver:
         # the records, so a full disk makes it a warning and the run still succeeds.
         r.salvage(lambda: store.update_status(rev.number, timings=dict(runner.timings)),
                   f"revision {rev.number}'s step timings")  # now with commit and companions
-        r.salvage(lambda: store.prune(self.keep_revisions), "the pruned index (old revisions stay)")
+        asleep = set(self.io.slots()) if r.plan.standby is not None else set()  # standbys' bytes stay
+        r.salvage(lambda: store.prune(self.keep_revisions, asleep=asleep), "the pruned index (old revisions stay)")
         facts = r.got.facts or rev.status.facts  # a resumed run may have checked nothing
         kv = facts.get("kv_cache_tokens")
         extra = f", KV {kv:,} tokens" if isinstance(kv, int) else ""

@@ -192,3 +192,25 @@ def retire(project: str, number: int, *, stop_timeout: int) -> None:
     for net in engine.client().networks.list(names=[network(name)]):
         with contextlib.suppress(docker_errors.NotFound, docker_errors.APIError):
             net.remove()
+
+
+def live_container(project: str, service: str) -> Any | None:
+    """The vllm container that serves: the slot on the door's network, else the project's own."""
+    slot = reached(project, service)
+    return slot.box if slot is not None else engine.find_container(project, service)
+
+
+def ours(project: str, container_project: str) -> bool:
+    """A container of this node's vllm: the project's own, or one of its standby slots."""
+    return container_project == project or slot_of(project, container_project) is not None
+
+
+def asleep(box: Any) -> bool:
+    """The container is one of the slots and says it sleeps (GET /is_sleeping)."""
+    project = str((box.labels or {}).get("com.docker.compose.project", ""))
+    m = re.fullmatch(r".+-r(\d+)", project)
+    if m is None:
+        return False
+    base = project[: -len(f"-r{m.group(1)}")]
+    slot = slots(base, str((box.labels or {}).get("com.docker.compose.service", "vllm"))).get(int(m.group(1)))
+    return bool(slot is not None and is_sleeping(slot))
