@@ -276,11 +276,11 @@ def _drain(r: Run) -> None:
     still serves; only then is the old one stopped: creating a container is 0.5-0.8 s of the
     engine's work on vfs that the clients no longer wait for (benchmarks/README.md). With a
     front door, the door holds new requests first and the old stack finishes what it has."""
+    slots = r.io.slots()  # asked before the door holds: the clients do not wait for it
     _hold(r)
     fresh = not r.io.has_compose_file()
     r.io.write_deployed(r.plan.files)
     r.io.replace(r.io.service, stopping=r.plan.companions)
-    slots = r.io.slots()
     for slot in sorted(slots):  # a stack without sleep mode after standby slots: it boots alone
         r.io.retire(slot)
     if slots:

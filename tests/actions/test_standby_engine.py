@@ -141,6 +141,15 @@ def test_standby_rollback_wakes_the_previous_stack_instead_of_booting(standby_no
     assert (stack, length) == ("beta", 262144)
     asleep = [b for b in ours(node) if b["Id"] == alpha["Id"]]
     assert asleep and sleeping(asleep[0])  # alpha sleeps beside beta
+    # status and history say so (issue 24 item 5), and neither prune nor gc takes it
+    st = node.json("status")
+    assert st["container"]["stack"] == "beta" and not st["differs"], st
+    assert [(s["slot"], s["stack"], s["asleep"]) for s in st["standbys"]] == [(1, "alpha", True)], st["standbys"]
+    assert "standby: revision 1 (alpha) asleep" in node.cli("status", check=True).stdout
+    assert [(h["number"], h["asleep"]) for h in node.json("history")] == [(1, True), (2, False)]
+    node.cli("prune", "--keep", "1", "--yes", check=True)
+    assert [h["number"] for h in node.json("history")] == [1, 2]
+    assert "revision 1" not in node.cli("gc", "--dry-run").stdout
     done = node.cli("rollback", "--yes", check=True)
     assert "woke revision 1's slot" in done.stdout + done.stderr, done.stdout + done.stderr
     stack, length, now = served(node)
