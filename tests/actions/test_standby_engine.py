@@ -158,3 +158,41 @@ def test_standby_rollback_wakes_the_previous_stack_instead_of_booting(standby_no
     beta_now = [b for b in ours(node) if b["Id"] == beta["Id"]]
     assert beta_now and sleeping(beta_now[0])  # and beta is the standby now
     assert node.json("status")["current"]["number"] == 3
+
+
+def test_standby_a_stack_that_does_not_fit_beside_the_sleeper_is_refused_and_forced_wakes_it(
+        standby_node: SimNode) -> None:
+    """The sim's GPU ledger (B70SIM_GPU_LEDGER, in the image's warm-boot cache folder, which every container
+    of that image mounts) on a 32 GiB device: alpha holds 0.9 of it awake and 1 GiB asleep (the sim's
+    B70SIM_ASLEEP_GIB). A stack at 0.98 wants 31.36 GiB where 31 are free beside the sleeper: lint
+    standby-memory refuses it before anything stops; with the rule ignored, vLLM's start-up check
+    (request_memory, vllm/v1/worker/utils.py:403-421 in 0.21.0, as the sim models it) fails its boot
+    and the sleeping alpha is woken."""
+    node = standby_node
+    cfg = yaml.safe_load(node.config.read_text())
+    cfg["standby"] = {"mode": "sleep", "keep_gib": 1.0}
+    cfg["gpu_memory_gib"] = 32
+    cfg["stack_overlay"]["env"].update({"B70SIM_GPU_LEDGER": "/var/cache/b70deploy/gpu-ledger.json",
+                                        "B70SIM_GPU_MEMORY_GIB": "32", "B70SIM_ASLEEP_GIB": "1"})
+    node.config.write_text(yaml.safe_dump(cfg))
+    stacks = node.root / "stacks"
+    (stacks / "fat.yaml").write_text(yaml.safe_dump({"extends": "alpha", "gpu_memory_utilization": 0.98}))
+    (stacks / "fat-forced.yaml").write_text(yaml.safe_dump(
+        {"extends": "fat", "lint": {"ignore": {"standby-memory": "forced: vLLM's own check decides"}}}))
+    node.cli("switch", "alpha", "--yes", check=True)
+    _, _, alpha = served(node)
+    refused = node.cli("switch", "fat", "--yes")
+    assert refused.returncode == 2, refused.stdout + refused.stderr
+    said = [ln for ln in refused.stderr.splitlines() if "standby-memory" in ln]
+    assert len(said) == 1 and "31 GiB is free" in said[0], refused.stderr
+    stack, _, now = served(node)  # nothing stopped, nothing slept
+    assert (stack, now["Id"]) == ("alpha", alpha["Id"])
+    forced = node.cli("switch", "fat-forced", "--yes")
+    assert forced.returncode == 1, forced.stdout + forced.stderr
+    assert "node back on revision 1 (alpha)" in forced.stdout, forced.stdout + forced.stderr
+    failed = node.json("history")[-1]
+    assert failed["stack"] == "fat-forced" and failed["outcome"] == "failed"
+    log = node.cli("logs", str(failed["number"]), check=True).stdout
+    assert "Free memory on device" in log and "is less than desired GPU memory utilization (0.98" in log, log[-2000:]
+    stack, _, now = served(node)
+    assert (stack, now["Id"], now["State"]["StartedAt"]) == ("alpha", alpha["Id"], alpha["State"]["StartedAt"])
