@@ -162,6 +162,13 @@ class DockerNode:
         return compose_config(files, self.project)
 
     def up(self, services: Sequence[str], *, recreate: bool = True) -> None:
+        slot = self._reached() if self.service in services and not recreate else None
+        if slot is not None:  # `restore` after `drain` on a standby node: the slot the door reaches starts again
+            if slot.status != "running":
+                slot.box.start()
+            services = [s for s in services if s != self.service]
+            if not services:
+                return
         self._compose(self.compose.up(services, recreate=recreate), services)
 
     def replace(self, service: str, *, stopping: Sequence[str]) -> None:
@@ -191,6 +198,9 @@ class DockerNode:
                 time.sleep(1.0)
 
     def stop(self, services: Sequence[str]) -> None:
+        slot = self._reached() if self.service in services else None
+        if slot is not None and slot.status == "running":  # `drain` on a standby node: the slot that serves
+            slot.box.stop(timeout=STOP_TIMEOUT)
         engine.stop_services(self.project, services, timeout=STOP_TIMEOUT)
 
     def discard(self, service: str) -> None:

@@ -196,3 +196,15 @@ def test_standby_a_stack_that_does_not_fit_beside_the_sleeper_is_refused_and_for
     assert "Free memory on device" in log and "is less than desired GPU memory utilization (0.98" in log, log[-2000:]
     stack, _, now = served(node)
     assert (stack, now["Id"], now["State"]["StartedAt"]) == ("alpha", alpha["Id"], alpha["State"]["StartedAt"])
+
+
+def test_standby_drain_and_restore_stop_and_start_the_slot_that_serves(standby_node: SimNode) -> None:
+    node = standby_node
+    node.cli("switch", "alpha", "--yes", check=True)
+    _, _, alpha = served(node)
+    node.cli("drain", check=True)
+    box = [b for b in ours(node) if b["Id"] == alpha["Id"]]
+    assert box and not box[0]["State"]["Running"]  # the slot itself stopped, not a container beside it
+    node.cli("restore", check=True)
+    stack, _, now = served(node)
+    assert (stack, now["Id"]) == ("alpha", alpha["Id"]) and len(ours(node)) == 1  # no second vllm made
