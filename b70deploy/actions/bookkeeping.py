@@ -23,14 +23,22 @@ def prune_plan(node: Node, keep: int | None, *, force: bool = False) -> tuple[li
     """What prune would delete, and the old revisions it keeps with why (changes nothing)."""
     from ..state.revisions import RevisionStore
 
-    return RevisionStore(node.state_dir).prune_plan(keep or node.config.keep_revisions, force=force)
+    return RevisionStore(node.state_dir).prune_plan(keep or node.config.keep_revisions, force=force,
+                                                    asleep=_asleep(node))
+
+
+def _asleep(node: Node) -> set[int]:
+    """The revisions whose hot-standby slots are on the node (never pruned: a rollback wakes them)."""
+    from .inspect import standbys
+
+    return {int(s["slot"]) for s in standbys(node) if s.get("slot") is not None}
 
 
 def prune(node: Node, keep: int | None, *, force: bool = False) -> list[int]:
     """Delete old revisions, keeping the newest `keep`, every pinned one and the current one
     (and, unless `force`, the newest adopted revision and unproven imports)."""
     with mutating(node, "prune", wait=10.0) as m:
-        gone = m.state.revisions.prune(keep or node.config.keep_revisions, force=force)
+        gone = m.state.revisions.prune(keep or node.config.keep_revisions, force=force, asleep=_asleep(node))
         m.ended("ok", removed=gone)
     return gone
 

@@ -69,7 +69,8 @@ class Gc:
         store = StateDir(self.node.state_dir).revisions
         alive = set(store.numbers())
         kept = io.kept_images()
-        doomed = {n: image for n, image in kept.items() if n not in alive}
+        asleep = set(io.slots())  # a standby's image runs its sleeping container: never released
+        doomed = {n: image for n, image in kept.items() if n not in alive and n not in asleep}
         # An image goes with its tag when every reference to it is a doomed keep tag.
         going = Counter(doomed.values())
         items = []

@@ -40,11 +40,12 @@ def status(node: Node) -> dict[str, Any]:
     from ..docker.probe import probe_health
     from ..state.lock import holder_info
 
-    with ThreadPoolExecutor(max_workers=3) as pool:
+    with ThreadPoolExecutor(max_workers=4) as pool:
         # The engine and /health answer (the docker CLI: ~20 ms a call) while the records are read here.
         box = _soon(pool, _container, node)
         health = _soon(pool, probe_health, f"http://{node.address}:{node.settings.prod_port}/health")
         present = _soon(pool, image_ids)
+        asleep = _soon(pool, standbys, node)
         store = RevisionStore(node.state_dir)
         damaged: list[str] = []  # records that cannot be read: listed, never a reason to fail
         try:
@@ -72,6 +73,7 @@ def status(node: Node) -> dict[str, Any]:
                                   "revision": run.context.get("revision"), "previous": run.context.get("previous"),
                                   "fix": "b70deploy resume (finish it) or b70deploy rollback (undo it)"}
         out["container"] = box.result()
+        out["standbys"] = [s for s in asleep.result() if not (s["on_door"] and not s["asleep"])]
         code = health.result()
         out["health"] = code if code is not None else "refused"
         out["door"] = door_view(node)
@@ -101,12 +103,24 @@ def _soon(pool: ThreadPoolExecutor, fn: Callable[..., T], *args: Any) -> Future[
     return pool.submit(contextvars.copy_context().run, fn, *args)
 
 
+def standbys(node: Node) -> list[dict[str, Any]]:
+    """The node's hot-standby slots (docker/standby.py), [] when the engine does not answer or it has none."""
+    from ..docker.containers import standby_slots
+
+    try:
+        return [{k: v for k, v in s.items() if k != "doc"} for s in standby_slots(node.project, node.service)]
+    except Exception:  # status and history still answer without them
+        return []
+
+
 def _container(node: Node) -> dict[str, Any]:
-    from ..docker.containers import inspect_service, state_from
+    from ..docker.containers import inspect_service, standby_slots, state_from
     from ..docker.deploydir import WORKING_DIR
 
     try:
-        attrs = inspect_service(node.project, node.service)
+        live = [s for s in standby_slots(node.project, node.service) if s["on_door"] and s["status"] == "running"]
+        # behind the door, the slot on its network is what serves (docker/standby.py); else the project's vllm
+        attrs = live[0]["doc"] if live else inspect_service(node.project, node.service)
     except B70Error as e:  # the engine may be down; status must still answer, and say so
         return {"status": "unknown", "engine_error": e.what, "engine_fix": e.fix}
     except Exception as e:  # an SDK or CLI surprise: still an answer
@@ -210,13 +224,17 @@ def history(node: Node, last: int | None = None) -> tuple[int, list[dict[str, An
     """How many revisions there are, and the summaries of the newest `last` (None: all), each with
     `image_gone` (None: the engine did not answer) and, for a gone image, `image_fix`: how to
     get that exact image back."""
-    with ThreadPoolExecutor(max_workers=1) as pool:
+    with ThreadPoolExecutor(max_workers=2) as pool:
         present = _soon(pool, image_ids)  # the engine answers while the index is read
+        slots = _soon(pool, standbys, node)
         store = RevisionStore(node.state_dir)
         table = store.summaries()
         shown = table.rows(0 if last is None else max(len(table) - last, 0))
         if len(shown) <= DEEP_ROWS:  # a page's records are read whole (a truncated meta.json is marked)
             store.marked(shown)
+        asleep = {s["slot"] for s in slots.result() if s["asleep"]}
+        for row in shown:  # asleep: the standby slot its bytes made sleeps beside the live one
+            row["asleep"] = row["number"] in asleep
         return len(table), _marked(shown, present.result())
 
 

@@ -18,7 +18,7 @@ from ..state.statedir import StateDir
 from ..ui.progress import Reporter
 from .handmade import check_drift, check_files, mounts_changed, own_stack
 from .mutating import mutating
-from .switch import Confirm, DeployOptions, deploy
+from .switch import Confirm, DeployOptions, deploy, standby_plan
 
 
 def resolve_target(state: StateDir, spec: str | None) -> Revision:
@@ -86,10 +86,25 @@ def revision_plan(node: Node, rev: Revision, opts: DeployOptions, *, kind: Kind,
     """A revision's own bytes and image, as a plan (a rollback, or a resumed run's)."""
     image = ImageInfo(ref=rev.meta.image_ref, id=rev.meta.image_id or rev.meta.image_ref,
                              repo_digest=rev.meta.repo_digest, tags=())
-    return DeployPlan(kind=kind, stack=stack or stack_of(node, rev), files=rev.verified_files(), image=image,
+    stack = stack or stack_of(node, rev)
+    files = rev.verified_files()
+    wake = slot_of(StateDir(node.state_dir), rev) if kind == "rollback" else None
+    return DeployPlan(kind=kind, stack=stack, files=files, image=image,
                       message=message, companions=node.companions, waits=opts.waits(node),
                       auto_rollback=opts.auto_rollback, restored_from=restored_from, warnings=warnings,
-                      platform=node.config.platform)
+                      platform=node.config.platform, standby=standby_plan(node, stack, files, wake_slot=wake))
+
+
+def slot_of(state: StateDir, rev: Revision) -> int:
+    """The standby slot that runs `rev`'s bytes: the revision they were first deployed as (a rollback
+    runs in the slot of the revision it restored, docker/standby.py)."""
+    seen: set[int] = set()
+    while rev.meta.kind == "rollback" and rev.meta.restored_from is not None and rev.number not in seen:
+        seen.add(rev.number)
+        if not state.revisions.exists(rev.meta.restored_from):
+            break
+        rev = state.revisions.get(rev.meta.restored_from)
+    return rev.number
 
 
 @dataclass

@@ -3,16 +3,19 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import NamedTuple
 
 from ..config.node import Node
+from ..config.schema import Stack
 from ..deploy.driver import Driver, Outcome
-from ..deploy.plan import DeployPlan, ImageInfo, Waits
+from ..deploy.plan import DeployPlan, ImageInfo, StandbyPlan, Waits
 from ..deploy.steps import plan_lines
 from ..docker.node import DockerNode
 from ..errors import UserError
+from ..render import standby as standby_rules
+from ..render.files import COMPOSE_FILE
 from ..state.fsio import read_tree
 from ..state.statedir import StateDir
 from ..ui.progress import Reporter
@@ -43,6 +46,16 @@ class DeployOptions:
 
     def waits(self, node: Node) -> Waits:
         return Waits.of(node, health=self.timeout, rollback=self.rollback_timeout, verify=self.verify_wait)
+
+
+def standby_plan(node: Node, stack: Stack, files: Mapping[str, bytes], *,
+                 wake_slot: int | None = None) -> StandbyPlan | None:
+    """Hot standby for a run whose files these are: they run vLLM with sleep mode behind the door
+    (render/standby.py rendered them so), else None: the run stops the live stack first."""
+    if not node.config.door.enabled or not standby_rules.rendered_to_sleep(files.get(COMPOSE_FILE, b"")):
+        return None
+    return StandbyPlan(level=standby_rules.level_of(stack, node), count=standby_rules.standby_of(stack, node).count,
+                       wake_slot=wake_slot)
 
 
 def driver(node: Node, reporter: Reporter) -> Driver:
@@ -78,7 +91,8 @@ class Switch:
                           waits=self.opts.waits(self.node), auto_rollback=self.opts.auto_rollback,
                           lint_errors=errors, warnings=tuple(f.one_line() for f in ready.findings
                                                              if f.severity != "error"),
-                          secret_keys=ready.secret_keys, platform=self.node.config.platform)
+                          secret_keys=ready.secret_keys, platform=self.node.config.platform,
+                          standby=standby_plan(self.node, ready.stack, ready.files))
 
     def preview(self) -> Preview:
         """--dry-run: the image, the current revision, the steps and the diff of the files. With

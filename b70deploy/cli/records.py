@@ -65,6 +65,9 @@ def _print_status(st: dict[str, Any]) -> None:
             if not isinstance(value, list | dict):
                 click.echo(f"  {key}: {value}")
     click.echo(f"container: {st['container'].get('status')}; /health: {st['health']}")
+    for sb in st.get("standbys") or []:
+        what = "asleep" if sb["asleep"] else sb["status"] if sb["status"] != "running" else "awake, not served"
+        click.echo(f"standby: revision {sb['slot']} ({sb['stack']}) {what}")
     lock = st.get("lock")
     if lock:
         state = "running" if lock["alive"] else "STALE (process gone)"
@@ -107,7 +110,8 @@ def history(ctx: Ctx, as_json: bool, last: int | None, show_all: bool, node_name
         emit_json(shown)
         return
     headers = ["rev", "stack", "kind", "outcome", "pin", "created", "image", "KV tokens", "healthy s", "message"]
-    cells = [[r["number"], r["stack"], r["kind"], "DAMAGED" if r.get("damage") else r["outcome"],
+    cells = [[r["number"], r["stack"], r["kind"],
+              "DAMAGED" if r.get("damage") else r["outcome"] + (" (asleep)" if r.get("asleep") else ""),
               "*" if r["pinned"] else "", r["created"],
               r["image_ref"] + (" (GONE)" if r["image_gone"] else ""),
               f"{r['kv_cache_tokens']:,}" if r.get("kv_cache_tokens") else "",

@@ -112,6 +112,8 @@ class Standby(Strict):
     # What a sleeping stack keeps on the GPU (its context and graph pool), when known: vLLM logs it as
     # "Sleep mode freed X GiB memory, Y GiB memory is still in use." (gpu_worker.py:178, 0.21.0).
     keep_gib: float | None = Field(default=None, gt=0)
+    # At most this many revisions asleep beside the live one; a switch past it stops the oldest.
+    count: int = Field(default=1, ge=1, le=8)
 
     @model_validator(mode="before")
     @classmethod

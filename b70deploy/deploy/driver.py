@@ -154,6 +154,11 @@ class Driver:
         prev_no = ctx.get("previous")
         r.got.revision = rev
         r.got.previous = store.get(prev_no) if isinstance(prev_no, int) and store.exists(prev_no) else None
+        # hot standby: the slot the killed run created or picked, and the live slot it put to sleep
+        slot, dozed = ctx.get("slot"), ctx.get("dozed")
+        r.got.slot = slot if isinstance(slot, int) else None
+        r.got.dozed = dozed if isinstance(dozed, int) else None
+        r.got.woken = bool(ctx.get("woken"))
         started = {str(e.get("step")) for e in run.events if e["event"] == "step-start"}
         r.got.activated = "activate" in started
         journal.append(run.run_id, "run-aborted", reason="resumed by a new run")
@@ -189,7 +194,8 @@ class Driver:
         # the records, so a full disk makes it a warning and the run still succeeds.
         r.salvage(lambda: store.update_status(rev.number, timings=dict(runner.timings)),
                   f"revision {rev.number}'s step timings")  # now with commit and companions
-        r.salvage(lambda: store.prune(self.keep_revisions), "the pruned index (old revisions stay)")
+        asleep = set(self.io.slots()) if r.plan.standby is not None else set()  # standbys' bytes stay
+        r.salvage(lambda: store.prune(self.keep_revisions, asleep=asleep), "the pruned index (old revisions stay)")
         facts = r.got.facts or rev.status.facts  # a resumed run may have checked nothing
         kv = facts.get("kv_cache_tokens")
         extra = f", KV {kv:,} tokens" if isinstance(kv, int) else ""

@@ -152,6 +152,27 @@ class NodeIO(Protocol):
     def door_in_flight(self) -> int:
         """Requests the door has on vllm now (its own counter; 0 without a door)."""
 
+    # ---- hot standby (issue 24): vLLM containers asleep beside the live one, each in its own slot
+    def slots(self) -> dict[int, str]:
+        """The node's standby slots, by the revision whose files made each: "live" (the one the door and
+        the tool's probes reach), "asleep" or "stopped"; a container the slots do not hold is not here."""
+
+    def doze(self, slot: int, level: int) -> float:
+        """The slot's vLLM falls asleep (POST /sleep?level=N on its dev endpoint, the tool's own path,
+        never the door), and stays; returns once GET /is_sleeping says so, with vLLM's own seconds
+        when its log said them."""
+
+    def boot_beside(self, slot: int) -> None:
+        """Create the deploy dir's vllm in slot `slot`, not started, beside every other slot; it is
+        then what the door and the tool's probes reach (start() starts it)."""
+
+    def wake(self, slot: int) -> float:
+        """Point the door's target and the tool's probes at the sleeping slot and wake it (POST
+        /wake_up); returns once GET /is_sleeping says it is awake (seconds taken)."""
+
+    def retire(self, slot: int) -> None:
+        """Stop and remove the slot's container (a standby past the count, a failed candidate)."""
+
     # ---- time
     def monotonic(self) -> float: ...
 

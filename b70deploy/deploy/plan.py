@@ -55,6 +55,16 @@ class Waits:
 
 
 @dataclass(frozen=True)
+class StandbyPlan:
+    """Hot standby for this run (issue 24): the new stack renders with sleep mode, so it boots in its own
+    slot beside the live one, which sleeps instead of stopping."""
+
+    level: int = 1          # /sleep?level=N of the live slot (vllm/v1/worker/gpu_worker.py:160-182, 0.21.0)
+    count: int = 1          # at most this many slots asleep once the run is done; the oldest stop first
+    wake_slot: int | None = None  # a rollback: the slot holding the target's bytes, woken when it sleeps
+
+
+@dataclass(frozen=True)
 class DeployPlan:
     kind: Kind
     stack: Stack
@@ -69,6 +79,7 @@ class DeployPlan:
     warnings: tuple[str, ...] = ()
     secret_keys: frozenset[str] = field(default_factory=frozenset)
     platform: str | None = None         # the node's GPU platform: which crash signatures its log can carry
+    standby: StandbyPlan | None = None  # hot standby (deploy/steps.py, "Hot standby"); None: stop-first
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "files", MappingProxyType(dict(self.files)))

@@ -13,6 +13,14 @@ side on one GPU, so the old stack is stopped before the new one starts (its cont
 created first, which needs no GPU), and a failed new stack costs a second cold load to bring
 the old one back: the two waits have their own timeouts.
 
+Hot standby (a plan with `standby`, the new stack rendered with vLLM's sleep mode; issue 24): the
+drain puts the live stack to sleep instead of stopping it, when it runs in a standby slot of its own,
+and creates the new one in a slot beside it; a rollback whose target's slot sleeps wakes it at
+activate instead of booting. A failure removes the new slot and wakes the sleeper, which runs the
+same health wait and smoke tests before the door points back at it (a wake that answers /health and
+emits garbage exists). After commit, slots asleep past the count stop, the oldest first. A plan
+without standby on a node that has slots stops them all in the drain: the new stack boots alone.
+
 Every effect on the node goes through `Run.io` (a NodeIO); the state dir through `Run.store`.
 
 The settle window is spent, not waited: while wait-healthy watches the new stack stay up, the
@@ -28,7 +36,7 @@ import io as _io
 import re
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor, wait
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from dotenv import dotenv_values
@@ -47,6 +55,7 @@ from .plan import DeployPlan, recovery
 from .runner import Runner, Step
 
 if TYPE_CHECKING:
+    from ..config.schema import Stack
     from ..ui.progress import Reporter
 
 
@@ -64,6 +73,9 @@ class Handoff:
     facts: dict[str, Any] = field(default_factory=dict)       # wait-healthy, check; commit, the outcome
     checks_passed: list[str] = field(default_factory=list)    # check; the outcome's details
     ahead: dict[str, Future[Any]] = field(default_factory=dict)  # settle starts smoke, companions; check joins
+    slot: int | None = None                 # drain (standby): the slot the new revision runs in; activate, undos
+    woken: bool = False                     # drain (standby): that slot is a standby, woken at activate
+    dozed: int | None = None                # drain (standby): the live slot put to sleep; the undos wake it
 
 
 @dataclass(frozen=True)
@@ -264,10 +276,15 @@ def _drain(r: Run) -> None:
     still serves; only then is the old one stopped: creating a container is 0.5-0.8 s of the
     engine's work on vfs that the clients no longer wait for (benchmarks/README.md). With a
     front door, the door holds new requests first and the old stack finishes what it has."""
+    slots = r.io.slots()  # asked before the door holds: the clients do not wait for it
     _hold(r)
     fresh = not r.io.has_compose_file()
     r.io.write_deployed(r.plan.files)
     r.io.replace(r.io.service, stopping=r.plan.companions)
+    for slot in sorted(slots):  # a stack without sleep mode after standby slots: it boots alone
+        r.io.retire(slot)
+    if slots:
+        r.info(f"standby: {r.plan.stack.name} does not sleep: stopped the standby slots {_numbers(slots)}")
     r.io.door_sync()
     number = r.got.revision.number if r.got.revision else "?"
     if fresh:
@@ -350,6 +367,146 @@ def _verify(r: Run) -> None:
                                  fix="wait for clients to finish, or raise --verify-wait (node config: "
                                      "timeouts.verify; the load's bound is load_threshold)")
         r.io.sleep(1.0)
+
+
+def _numbers(slots: Mapping[int, str]) -> str:
+    return ", ".join(f"{n} ({state})" for n, state in sorted(slots.items()))
+
+
+# ---------------------------------------------------------------- hot standby: drain, its undo
+
+
+def _drain_standby(r: Run) -> None:
+    """The door holds; the live slot falls asleep (a live stack outside the slots stops, as the
+    stop-first drain does); the new revision's slot is created beside it, or, for a rollback to a
+    sleeping slot, that slot is picked to be woken at activate."""
+    sb, got = r.plan.standby, r.got
+    assert sb is not None and got.revision is not None  # steps() chose this drain; record ran before
+    _hold(r)
+    slots = r.io.slots()
+    live = next((n for n, state in slots.items() if state == "live"), None)
+    r.io.write_deployed(r.plan.files)
+    if got.dozed is not None:
+        pass  # a resumed drain: the killed run put it to sleep already
+    elif live is not None and got.revision.number != live:
+        got.dozed = live
+        r.runner.note(dozed=live)
+        took = r.io.doze(live, sb.level)
+        r.info(f"standby: revision {live}'s slot fell asleep at level {sb.level} in {took:.2f} s")
+    elif live is None and r.io.container_status() not in ("missing", "exited"):
+        r.io.stop([r.io.service])  # outside the slots: it stops first, as without standby
+        r.info(f"standby: stopped {r.io.service} (it runs outside the standby slots)")
+    r.io.door_sync()  # the door's network is where the new slot joins
+    if sb.wake_slot is not None and slots.get(sb.wake_slot) == "asleep":
+        got.slot, got.woken = sb.wake_slot, True
+        r.info(f"standby: revision {sb.wake_slot}'s slot sleeps with these bytes: it is woken, not booted")
+    else:
+        got.slot = got.revision.number
+        r.runner.note(slot=got.slot, woken=False)
+        r.io.boot_beside(got.slot)
+        r.info(f"standby: created revision {got.slot}'s slot beside the sleeping ones")
+    r.runner.note(slot=got.slot, woken=got.woken)
+
+
+def _undo_drain_standby(r: Run) -> None:
+    """The new slot removed (never a standby woken for a rollback: it is put back to sleep or stays),
+    the previous revision serving again, checked, and the door pointed back at it."""
+    got = r.got
+    if got.rollback_wait is not None and got.rollback_wait.healthy and r.io.probe_health() == 200:
+        _reopen(r)  # undo activate brought the previous revision back already
+        return
+    if got.slot is not None and not got.woken and got.slot in r.io.slots():
+        r.io.retire(got.slot)
+    if got.previous is None:
+        r.info("no previous revision: the node is left without a running stack")
+        return
+    if got.dozed is not None:
+        _back_from_standby(r)
+        _reopen(r)
+        return
+    r.io.write_deployed(r.undo_files())
+    if "live" in r.io.slots().values():  # the failure came before the live slot was touched
+        _reopen(r)
+        return
+    restore(r.io, r.reporter, companions=r.plan.companions, timeout=r.plan.waits.rollback,
+            revision=got.previous.number)
+
+
+def _back_from_standby(r: Run) -> None:
+    """The sleeping previous slot woken and judged as a boot is: /health, then its smoke tests."""
+    got = r.got
+    assert got.previous is not None and got.dozed is not None
+    r.io.write_deployed(r.undo_files())
+    took = r.io.wake(got.dozed)
+    waited = r.io.wait_healthy(timeout=r.plan.waits.rollback, reporter=r.reporter)
+    if not waited.healthy:
+        raise OperationError(f"revision {got.previous.number} woke from standby but is not healthy: {waited.reason}")
+    passed, failed = r.io.smoke(_stack_of(got.previous, r.plan))
+    if failed:
+        raise OperationError(f"revision {got.previous.number} woke from standby and failed its smoke tests: "
+                             + "; ".join(failed), fix="b70deploy rollback (boots it cold)")
+    got.rollback_wait = waited  # only now: the door may point at it
+    r.info(f"standby: revision {got.previous.number} awake in {took:.2f} s, healthy and passed "
+           f"{len(passed)} smoke test(s)")
+
+
+def _stack_of(rev: Revision, plan: DeployPlan) -> Stack:
+    from ..config.schema import Stack
+
+    return Stack.model_validate(rev.meta.stack_doc) if rev.meta.stack_doc else plan.stack
+
+
+def _activate_standby(r: Run) -> None:
+    r.got.activated = True
+    if r.got.woken:
+        assert r.got.slot is not None
+        took = r.io.wake(r.got.slot)
+        r.info(f"standby: woke revision {r.got.slot}'s slot in {took:.2f} s")
+        return
+    r.io.start(r.io.service)
+    r.info(f"started {r.io.service} from revision {r.got.revision.number if r.got.revision else '?'}")
+
+
+def _undo_activate_standby(r: Run) -> None:
+    """The failed slot's log kept and the slot removed, then the previous revision back: woken from
+    its sleep and checked, or, outside the slots, booted from its files."""
+    got = r.got
+    _join_ahead(r)
+    if got.wait is None or got.wait.healthy:
+        _save_log(r)
+    if got.slot is not None and got.slot in r.io.slots():
+        r.io.retire(got.slot)  # a woken standby that failed its checks included: it cannot serve
+    if got.previous is None:
+        r.info("no previous revision to return to")
+        return
+    r.info(f"rolling back to revision {got.previous.number} ({got.previous.meta.stack})")
+    if got.dozed is not None:
+        _back_from_standby(r)
+        return
+    files = r.undo_files()
+    r.io.write_deployed(files)
+    r.io.door_sync()
+    r.io.up([r.io.service])
+    got.rollback_wait = r.io.wait_healthy(timeout=r.plan.waits.rollback, reporter=r.reporter)
+    if not got.rollback_wait.healthy:
+        raise OperationError(f"revision {got.previous.number} did not come back: {got.rollback_wait.reason}")
+
+
+def _prune_standbys(r: Run) -> None:
+    """After commit: slots asleep past the count stop, the oldest (lowest revision) first; a live
+    stack outside the slots, stopped by the drain, is removed."""
+    sb = r.plan.standby
+    assert sb is not None
+    slots = r.io.slots()
+    for slot, state in sorted(slots.items()):  # a killed run's candidate, a slot that exited
+        if slot != r.got.slot and state not in ("live", "asleep"):
+            r.io.retire(slot)
+    asleep = sorted(n for n, state in slots.items() if state == "asleep" and n != r.got.slot)
+    for slot in asleep[:max(0, len(asleep) - sb.count)]:
+        r.io.retire(slot)
+        r.info(f"standby: stopped revision {slot}'s slot (at most {sb.count} asleep)")
+    if r.got.dozed is None:
+        r.io.discard(r.io.service)
 
 
 # ---------------------------------------------------------------- activate, wait, check
@@ -538,6 +695,8 @@ BEFORE_DRAIN = "before drain"  # the label of every step the clients do not wait
 
 
 def steps(plan: DeployPlan) -> list[Step[Run]]:
+    if plan.standby is not None:
+        return standby_steps(plan)
     prev = "the previous revision"
     stopped = ", ".join([VLLM, *plan.companions])
     return [
@@ -561,6 +720,27 @@ def steps(plan: DeployPlan) -> list[Step[Run]]:
         Step("commit", "mark the revision deployed and make it current", _commit, _undo_commit,
              f"point current back at {prev}", commits=True),
         Step("companions", "companions started (in the settle window, else now)", _start_companions),
+    ]
+
+
+def standby_steps(plan: DeployPlan) -> list[Step[Run]]:
+    """The switch with hot standby: the same steps, with drain and activate the standby's, and the
+    standbys held to their count after commit."""
+    prev = "the previous revision"
+    regular = {s.name: s for s in steps(replace(plan, standby=None))}
+    assert plan.standby is not None
+    return [
+        *(regular[n] for n in ("preflight", "warm", "record", "snapshot")),
+        Step("drain", f"the door holds; write the files; the live slot sleeps (/sleep?level={plan.standby.level}); "
+             f"create the new {VLLM} in its own slot beside it (a rollback to a sleeping slot: that slot)",
+             _drain_standby, _undo_drain_standby,
+             f"remove the new slot; wake {prev}'s slot, wait for /health, smoke tests; point the door back"),
+        regular["verify"],
+        Step("activate", f"start the new {VLLM} slot, or wake the sleeping one", _activate_standby,
+             _undo_activate_standby, f"save the log, remove the slot; wake {prev}'s, /health, smoke tests"),
+        *(regular[n] for n in ("wait-healthy", "check", "release", "commit")),
+        Step("standbys", f"at most {plan.standby.count} slot(s) asleep: the oldest stop", _prune_standbys),
+        regular["companions"],
     ]
 
 

@@ -55,3 +55,39 @@ def inspect_service(project: str, service: str) -> dict[str, Any] | None:
                              f"{last_line(result.stderr)}", fix="check the engine answers (docker info)")
     found = json.loads(result.stdout)
     return dict(found[0]) if found else None
+
+
+def standby_slots(project: str, service: str) -> list[dict[str, Any]]:
+    """The node's hot-standby slots (docker/standby.py: compose projects `<project>-r<N>`), each as
+    {slot, id, status, on_door, port, stack, asleep}, through the docker CLI (fast, no SDK). `asleep` is
+    the slot's own GET /is_sleeping (vllm/entrypoints/serve/sleep/api_router.py), None when it does not say."""
+    import re
+    import urllib.request
+
+    rows = run(["docker", "ps", "--all", "--no-trunc", "--filter", "label=b70deploy.role=vllm", "--filter",
+                f"label={SERVICE_LABEL}={service}", "--format", '{{.ID}} {{.Label "' + PROJECT_LABEL + '"}}'],
+               timeout=60).stdout.splitlines()
+    pattern = re.compile(re.escape(project) + r"-r(\d+)")
+    mine = {box: int(m.group(1)) for box, _, proj in (r.partition(" ") for r in rows)
+            if (m := pattern.fullmatch(proj.strip()))}
+    if not mine:
+        return []
+    result = run(["docker", "container", "inspect", *mine], timeout=60, check=False)
+    out = []
+    for doc in json.loads(result.stdout or "[]"):
+        net = (doc.get("NetworkSettings") or {})
+        bound = (net.get("Ports") or {}).get("8000/tcp") or []
+        port = next((int(b["HostPort"]) for b in bound if str(b.get("HostPort", "")).isdigit()), None)
+        status = str((doc.get("State") or {}).get("Status", "?"))
+        asleep: bool | None = None
+        if status == "running" and port is not None:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/is_sleeping", timeout=3) as r:
+                    asleep = bool(json.loads(r.read()).get("is_sleeping"))
+            except (OSError, ValueError):
+                asleep = None
+        out.append({"slot": mine.get(doc["Id"]), "id": doc["Id"], "status": status,
+                    "on_door": f"{project}_default" in (net.get("Networks") or {}), "port": port,
+                    "stack": ((doc.get("Config") or {}).get("Labels") or {}).get("b70deploy.stack"), "asleep": asleep,
+                    "doc": doc})
+    return sorted(out, key=lambda s: s["slot"] or 0)

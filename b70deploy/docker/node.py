@@ -8,6 +8,7 @@ import contextvars
 import functools
 import io
 import json
+import os
 import tempfile
 import time
 from collections.abc import Mapping, Sequence
@@ -27,7 +28,7 @@ from ..render.files import COMPOSE_FILE, DOTENV_FILE
 from ..state import caches
 from ..state.fsio import file_mode, fsync_dir, sweep_temp, write_atomic, write_tree
 from ..vllmlog.diagnosis import diagnose
-from . import door, engine, pagecache
+from . import door, engine, pagecache, standby
 from .compose import Compose
 from .deploydir import deployed_names, read_deployed
 from .health import wait_healthy
@@ -112,8 +113,17 @@ class DockerNode:
     @property
     def base_url(self) -> str:
         """Where the tool's own probes reach vllm: the node's port, or, behind a front door, the
-        loopback port the deployed .env names (VLLM_PORT; render/door.py)."""
+        loopback port the deployed .env names (VLLM_PORT; render/door.py), or the port of the standby
+        slot the door reaches (docker/standby.py)."""
         return f"http://{self.node.address}:{self._vllm_port()}"
+
+    def _reached(self) -> standby.Slot | None:
+        """The standby slot the door and the probes reach; None: the project's own vllm (no door: never a slot)."""
+        return standby.reached(self.project, self.service) if "DOOR_PORT" in self._deployed_env() else None
+
+    def _vllm_project(self) -> str:
+        slot = self._reached()
+        return standby.slot_project(self.project, slot.number) if slot is not None else self.project
 
     @property
     def door_health_url(self) -> str:
@@ -127,6 +137,9 @@ class DockerNode:
         return {k: v for k, v in dotenv_values(stream=io.StringIO(text)).items() if v is not None}
 
     def _vllm_port(self) -> int:
+        slot = self._reached()
+        if slot is not None and slot.port is not None:
+            return slot.port
         env = self._deployed_env()
         return int(env["VLLM_PORT"]) if "DOOR_PORT" in env and env.get("VLLM_PORT", "").isdigit() else self.port
 
@@ -149,6 +162,13 @@ class DockerNode:
         return compose_config(files, self.project)
 
     def up(self, services: Sequence[str], *, recreate: bool = True) -> None:
+        slot = self._reached() if self.service in services and not recreate else None
+        if slot is not None:  # `restore` after `drain` on a standby node: the slot the door reaches starts again
+            if slot.status != "running":
+                slot.box.start()
+            services = [s for s in services if s != self.service]
+            if not services:
+                return
         self._compose(self.compose.up(services, recreate=recreate), services)
 
     def replace(self, service: str, *, stopping: Sequence[str]) -> None:
@@ -159,7 +179,7 @@ class DockerNode:
                 stopped.result()
 
     def start(self, service: str) -> None:
-        if not engine.start_created(self.project, service):
+        if not engine.start_created(self._vllm_project() if service == self.service else self.project, service):
             self.up([service], recreate=False)
 
     def _compose(self, argv: list[str], services: Sequence[str], tries: int = 3) -> None:
@@ -178,6 +198,9 @@ class DockerNode:
                 time.sleep(1.0)
 
     def stop(self, services: Sequence[str]) -> None:
+        slot = self._reached() if self.service in services else None
+        if slot is not None and slot.status == "running":  # `drain` on a standby node: the slot that serves
+            slot.box.stop(timeout=STOP_TIMEOUT)
         engine.stop_services(self.project, services, timeout=STOP_TIMEOUT)
 
     def discard(self, service: str) -> None:
@@ -212,17 +235,17 @@ class DockerNode:
     # ---- the serving container
     def wait_healthy(self, *, timeout: float, reporter: Reporter) -> WaitResult:
         t = self.node.config.timeouts
-        return wait_healthy(project=self.project, service=self.service, health_url=f"{self.base_url}/health",
+        return wait_healthy(project=self._vllm_project(), service=self.service, health_url=f"{self.base_url}/health",
                             timeout=timeout, max_interval=t.poll_interval, reporter=reporter,
                             diagnose=functools.partial(diagnose, platform=self.node.config.platform),
                             stall_after=t.stall, restarts_from=self.deploy_dir / COMPOSE_FILE)
 
     def container_log(self) -> list[str]:
-        container = engine.find_container(self.project, self.service)
+        container = engine.find_container(self._vllm_project(), self.service)
         return engine.container_log(container).splitlines() if container is not None else []
 
     def container_status(self) -> str:
-        return str(engine.state_of(engine.find_container(self.project, self.service)).status)
+        return str(engine.state_of(engine.find_container(self._vllm_project(), self.service)).status)
 
     def probe_health(self) -> int | None:
         return probe_health(f"{self.base_url}/health")
@@ -293,6 +316,27 @@ class DockerNode:
 
     def door_in_flight(self) -> int:
         return door.in_flight(self.project)
+
+    # ---- hot standby (docker/standby.py)
+    def slots(self) -> dict[int, str]:
+        return {n: standby.state(s) for n, s in standby.slots(self.project, self.service).items()}
+
+    def doze(self, slot: int, level: int) -> float:
+        return standby.doze(self.project, self.service, slot, level)
+
+    def boot_beside(self, slot: int) -> None:
+        name = standby.slot_project(self.project, slot)
+        standby.retire(self.project, slot, stop_timeout=STOP_TIMEOUT)  # a killed run's half-made slot
+        # Its own loopback port: Compose takes VLLM_PORT from the environment before the .env file.
+        env = {**os.environ, "VLLM_PORT": str(standby.free_port())}
+        run(Compose(self.deploy_dir, name).create([self.service], stop_timeout=STOP_TIMEOUT), timeout=300, env=env)
+        standby.join_door(self.project, self.service, slot)
+
+    def wake(self, slot: int) -> float:
+        return standby.wake(self.project, self.service, slot)
+
+    def retire(self, slot: int) -> None:
+        standby.retire(self.project, slot, stop_timeout=STOP_TIMEOUT)
 
     # ---- time
     def monotonic(self) -> float:

@@ -113,7 +113,10 @@ def caddy_config(*, hold_seconds: float, retry_after: int, service: str = "vllm"
             },
             "relay": {
                 "listen": [RELAY],
-                "routes": [{"handle": [{"handler": "reverse_proxy", "flush_interval": -1,
+                # No keep-alive to vllm either: each request resolves the service's name again, so on a
+                # hot-standby node the network alias moved to another container is followed at once
+                # (docker/standby.py), with no pooled connection to the container that left.
+                "routes": [{"handle": [{"handler": "reverse_proxy", "flush_interval": -1, "transport": loopback,
                                         "upstreams": [{"dial": upstream(service)}]}]}],
                 "errors": {"routes": [{"handle": [busy]}]},
                 "automatic_https": {"disable": True},

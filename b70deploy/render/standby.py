@@ -71,3 +71,15 @@ def cannot_sleep_note(stack: Stack, node: Node, vllm_version: str | None) -> str
     return (f"standby: {what} has no sleep mode on platform {node.config.platform} "
             "(Platform.is_sleep_mode_available: CUDA and ROCm, XPU from 0.23): rendered without "
             f"{SLEEP_FLAG}; the switch stops the live stack first")
+
+
+def rendered_to_sleep(compose: bytes) -> bool:
+    """The rendered compose file runs vLLM with sleep mode (the flag, and the dev-mode variable beside it)."""
+    return SLEEP_FLAG.encode() in compose
+
+
+def level_of(stack: Stack, node: Node) -> int:
+    """The sleep level: the one set, else 1 (the weights kept in host RAM, so /wake_up alone brings the
+    stack back; level 2 drops them and a wake then needs them reloaded: vllm/v1/worker/gpu_worker.py
+    sleep/wake_up, 0.21.0). lint standby-host-ram checks that host RAM holds them."""
+    return standby_of(stack, node).level or 1

@@ -36,7 +36,7 @@ import json
 import os
 import shutil
 import threading
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -587,14 +587,15 @@ class RevisionStore:
     def log_path(self, number: int) -> Path:
         return self._dir(number) / "container.log"
 
-    def prune(self, keep: int, *, force: bool = False) -> list[int]:
-        """Delete all but the newest `keep` revisions, never a pinned one or the current one, nor
-        (unless `force`) a way back that exists once: see `prune_plan`."""
-        if not self._doomed(self.index(), keep, force=force):  # the usual case after a switch: no index write
+    def prune(self, keep: int, *, force: bool = False, asleep: Collection[int] = ()) -> list[int]:
+        """Delete all but the newest `keep` revisions, never a pinned one or the current one, nor one
+        asleep as a hot standby (`asleep`: a rollback wakes it from these bytes), nor (unless `force`) a
+        way back that exists once: see `prune_plan`."""
+        if not self._doomed(self.index(), keep, force=force, asleep=asleep):  # the usual case: no index write
             return []
         with self._changing():
             entries = self.index()
-            doomed = self._doomed(entries, keep, force=force)
+            doomed = self._doomed(entries, keep, force=force, asleep=asleep)
             for n in doomed:
                 # Rename first so a crash mid-delete never leaves a half-revision under its number.
                 trash = self.root / f".trash-{n:06d}"
@@ -607,17 +608,21 @@ class RevisionStore:
             self._write_index([e for e in entries if e["number"] not in gone])
         return doomed
 
-    def prune_plan(self, keep: int, *, force: bool = False) -> tuple[list[int], dict[int, str]]:
+    def prune_plan(self, keep: int, *, force: bool = False,
+                   asleep: Collection[int] = ()) -> tuple[list[int], dict[int, str]]:
         """What `prune(keep, force)` would delete, and the old revisions it keeps, each with why."""
         entries = self.index()
-        return self._doomed(entries, keep, force=force), self._kept(entries, keep, force=force)
+        return (self._doomed(entries, keep, force=force, asleep=asleep),
+                self._kept(entries, keep, force=force, asleep=asleep))
 
-    def _doomed(self, entries: list[dict[str, Any]], keep: int, *, force: bool) -> list[int]:
-        kept = self._kept(entries, keep, force=force)
+    def _doomed(self, entries: list[dict[str, Any]], keep: int, *, force: bool,
+                asleep: Collection[int] = ()) -> list[int]:
+        kept = self._kept(entries, keep, force=force, asleep=asleep)
         newest = {e["number"] for e in entries[-keep:]} if keep > 0 else set()
         return [e["number"] for e in entries if e["number"] not in newest and e["number"] not in kept]
 
-    def _kept(self, entries: list[dict[str, Any]], keep: int, *, force: bool) -> dict[int, str]:
+    def _kept(self, entries: list[dict[str, Any]], keep: int, *, force: bool,
+              asleep: Collection[int] = ()) -> dict[int, str]:
         """The revisions older than the newest `keep` that stay, and why: pinned, current, and,
         unless `force`, the newest adopted revision (the way back to the hand-made node) and an
         unproven import (one that never ran: nothing else holds its bytes)."""
@@ -631,6 +636,8 @@ class RevisionStore:
                 why[n] = "pinned"
             elif n == current:
                 why[n] = "current"
+            elif n in asleep:
+                why[n] = "asleep as a hot standby: a rollback wakes it from these bytes"
             elif not force and adopted and n == adopted[-1]:
                 why[n] = "the newest adopted revision: the way back to the hand-made node (--force deletes it)"
             elif not force and e.get("kind") == "import" and e.get("outcome") == "unproven":

@@ -18,7 +18,7 @@ import requests
 
 from ..bench.metrics import finished_requests
 from ..config.node import Node
-from ..docker import engine
+from ..docker import engine, standby
 from ..docker.containers import ContainerState
 from ..docker.deploydir import WORKING_DIR, drift
 from ..docker.probe import probe_health
@@ -60,10 +60,10 @@ class Deaths:
     thread: threading.Thread | None = None
 
     def start(self) -> Deaths:
+        # the project's vllm and its hot-standby slots (projects <project>-r<N>, docker/standby.py)
         self.stream = engine.client().events(decode=True, filters={
             "type": "container", "event": ["die", "kill", "start"],
-            "label": [f"com.docker.compose.project={self.node.project}",
-                      f"com.docker.compose.service={self.node.service}"]})
+            "label": ["b70deploy.role=vllm", f"com.docker.compose.service={self.node.service}"]})
         self.thread = threading.Thread(target=self._run, name="watch-events", daemon=True)
         self.thread.start()
         return self
@@ -71,6 +71,9 @@ class Deaths:
     def _run(self) -> None:
         with contextlib.suppress(Exception):  # closed by stop(), or the engine went away
             for ev in self.stream:
+                attrs = (ev.get("Actor") or {}).get("Attributes", {})
+                if not standby.ours(self.node.project, str(attrs.get("com.docker.compose.project", ""))):
+                    continue
                 box, at = str(ev.get("id", "")), float(ev.get("timeNano", time.time_ns())) / 1e9
                 action = ev.get("Action")
                 with self.lock:
@@ -136,7 +139,10 @@ class Observer:
             self.revision, self.unhealthy, self.finished, self.last_smoke = cur.number, 0, None, 0.0
             self.smoke_failed = []
             since = max(since, committed_at(cur) or since)
-        container = engine.find_container(self.node.project, self.node.service)
+        container = standby.live_container(self.node.project, self.node.service)
+        if container is not None and standby.asleep(container):  # a switch's, killed: not a death
+            return Look(now, self._subject(state), busy="vllm is asleep as a hot standby (a killed switch left it "
+                                                         "so); `b70deploy status` says how to finish it")
         st = engine.state_of(container)
         labels = dict(container.labels) if container is not None else {}
         box = {"stack": labels.get("b70deploy.stack"), "image_id": st.image_id, "working_dir": labels.get(WORKING_DIR)}

@@ -22,7 +22,7 @@ from kit.fakenode import FakeNode, Quiet, stack_files
 from b70deploy.actions.rollback import resolve_target
 from b70deploy.config.schema import Smoke, Stack
 from b70deploy.deploy.driver import Driver, Outcome
-from b70deploy.deploy.plan import DeployPlan, ImageInfo, Kind, Waits
+from b70deploy.deploy.plan import DeployPlan, ImageInfo, Kind, StandbyPlan, Waits
 from b70deploy.deploy.runner import Killed
 from b70deploy.deploy.steps import steps
 from b70deploy.errors import UserError
@@ -54,15 +54,18 @@ def stack(name: str) -> Stack:
 
 
 def plan_for(name: str, *, kind: Kind = "switch", files: dict[str, bytes] | None = None,
-             restored_from: int | None = None) -> DeployPlan:
+             restored_from: int | None = None, standby: StandbyPlan | None = None) -> DeployPlan:
     return DeployPlan(kind=kind, stack=stack(name), files=files or stack_files(name),
                       image=ImageInfo(f"img-{name}", f"img-{name}", None, ()), message="", companions=COMPANIONS,
-                      waits=Waits(health=5, rollback=5, verify=0), restored_from=restored_from)
+                      waits=Waits(health=5, rollback=5, verify=0), restored_from=restored_from, standby=standby)
 
 
-def plan_of_revision(rev: Revision, *, kind: Kind, restored_from: int | None) -> DeployPlan:
+def plan_of_revision(rev: Revision, *, kind: Kind, restored_from: int | None, standby: bool = False) -> DeployPlan:
     name = str(rev.meta.stack_doc["name"])
-    return plan_for(name, kind=kind, files=rev.read_files(), restored_from=restored_from)
+    # the slot of a rollback's bytes: the revision they were first deployed as (actions/rollback.py)
+    slot = rev.meta.restored_from if rev.meta.kind == "rollback" else rev.number
+    return plan_for(name, kind=kind, files=rev.read_files(), restored_from=restored_from,
+                    standby=StandbyPlan(wake_slot=slot if kind == "rollback" else None) if standby else None)
 
 
 STEP_NAMES = [s.name for s in steps(plan_for("beta"))]
@@ -72,9 +75,10 @@ MODES = ["fails", "interrupted", "killed-before", "killed-during", "killed-after
 class Bench:
     """A node on alpha with gamma before it, and a fault hook that tracks the runner's step."""
 
-    def __init__(self, tmp: Path, *, door: bool = False) -> None:
+    def __init__(self, tmp: Path, *, door: bool = False, standby: bool = False) -> None:
         self.state = StateDir(tmp / "state")
-        self.node = FakeNode(images={"img-alpha", "img-beta", "img-gamma"}, door=door)
+        self.standby = standby  # alpha live in its slot (2), gamma asleep in its own (1); the door in front
+        self.node = FakeNode(images={"img-alpha", "img-beta", "img-gamma"}, door=door or standby)
         self.point: tuple[str, str] | None = None  # ("before"|"after", step): SIGKILL there
         self.interrupt: tuple[str, str] | None = None  # ("before"|"after", step): Ctrl-C there, between steps
         store = self.state.revisions
@@ -87,9 +91,14 @@ class Bench:
             store.update_status(rev.number, outcome="deployed")
             store.set_current(rev.number)
         self.node.deployed = stack_files("alpha")
-        self.node.door_points = store.current_number() if door else None
+        self.node.door_points = store.current_number() if self.node.door else None
         for service in ("vllm", *COMPANIONS):
             self.node.running[service] = stack_files("alpha")
+        if standby:
+            del self.node.running["vllm"]
+            self.node.slot_files = {1: stack_files("gamma"), 2: stack_files("alpha")}
+            self.node.slot_state = {1: "asleep", 2: "live"}
+            self.node.target = 2
 
     def fault(self, point: str, step: str) -> None:
         if point == "before":
@@ -113,21 +122,22 @@ class Bench:
         return Driver(self.state, self.node, Quiet(), fault=self.fault)
 
     def switch(self) -> Outcome:
-        return self.driver().execute("switch beta", plan_for("beta"))
+        return self.driver().execute("switch beta", plan_for("beta", standby=StandbyPlan() if self.standby else None))
 
     def resume(self) -> Outcome:
         def plan_of(run: RunRecord, rev: Revision) -> DeployPlan:
             kind: Kind = "rollback" if run.context.get("kind") == "rollback" else "switch"
-            return plan_of_revision(rev, kind=kind, restored_from=rev.meta.restored_from)
+            return plan_of_revision(rev, kind=kind, restored_from=rev.meta.restored_from, standby=self.standby)
 
         def replan(run: RunRecord) -> DeployPlan:  # killed before the revision was stored
-            return plan_for(str(run.context["stack"]))
+            return plan_for(str(run.context["stack"]), standby=StandbyPlan() if self.standby else None)
 
         return self.driver().resume("resume", plan_of, replan)
 
     def rollback(self) -> Outcome:
         target = resolve_target(self.state, None)  # the rollback's own plan, before the driver runs it
-        return self.driver().execute("rollback", plan_of_revision(target, kind="rollback", restored_from=target.number))
+        return self.driver().execute("rollback", plan_of_revision(target, kind="rollback", restored_from=target.number,
+                                                                  standby=self.standby))
 
     def agreed(self) -> str | None:
         """The stack the node serves, once files, records and containers are checked to agree."""
@@ -316,3 +326,101 @@ def test_a_door_whose_image_is_missing_is_refused_before_the_drain(root: Path) -
         b.driver().execute("switch beta", plan_for("beta", files=files))
     assert "b70deploy door --build" in str(caught.value)
     assert b.agreed() == "alpha" and not [e for e in b.node.effects if e.startswith("drain:")]
+
+
+# ---------------------------------------------------------------- hot standby (issue 24)
+
+STANDBY_STEPS = [s.name for s in steps(plan_for("beta", standby=StandbyPlan()))]
+
+
+def standby_agreed(b: Bench) -> str | None:
+    """agreed(), and the slots as the standby promises: the served revision's slot live, at most one
+    asleep, no slot left half made."""
+    served = b.agreed()
+    slots = b.node.slots()
+    assert set(slots.values()) <= {"live", "asleep"}, slots
+    assert list(slots.values()).count("live") == 1 and list(slots.values()).count("asleep") <= 1, slots
+    return served
+
+
+@pytest.mark.parametrize("recovery", ["resume", "rollback"])
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("step", STANDBY_STEPS)
+def test_standby_every_step_every_fault_then_recovery(root: Path, step: str, mode: str, recovery: str) -> None:
+    b = Bench(root, standby=True)
+    if mode in ("fails", "interrupted"):
+        b.node.trap = ("fail" if mode == "fails" else "interrupt", step)
+        outcome = b.switch()
+        assert not outcome.ok and outcome.exit_code == (1 if mode == "fails" else 130)
+        assert standby_agreed(b) == "alpha"
+        assert "up vllm" not in " ".join(b.node.effects)  # back by waking, never a cold boot
+    else:
+        if mode == "killed-during":
+            b.node.trap = ("kill", step)
+        else:
+            b.point = (mode.removeprefix("killed-"), step)
+        with pytest.raises(Killed):
+            b.switch()
+        assert b.state.interrupted_run() is not None
+    after = b.resume() if recovery == "resume" else b.rollback()
+    assert after.ok, after.details
+    assert standby_agreed(b) == expected(mode, step, recovery)
+
+
+def test_standby_steps_are_the_switch_with_its_own_drain_activate_and_standbys() -> None:
+    assert STANDBY_STEPS == ["preflight", "warm", "record", "snapshot", "drain", "verify", "activate", "wait-healthy",
+                             "check", "release", "commit", "standbys", "companions"]
+
+
+def test_standby_switch_sleeps_the_live_slot_and_boots_beside_it(root: Path) -> None:
+    b = Bench(root, standby=True)
+    assert b.switch().ok
+    assert [e for e in b.node.effects if e.split(":")[0] in ("drain", "activate", "release", "standbys")] == [
+        "drain:door close", "drain:write", "drain:doze 2 level 1", "drain:door sync", "drain:boot beside 3",
+        "activate:start vllm", "release:door open 3", "standbys:retire 1"]
+    assert standby_agreed(b) == "beta" and b.node.slots() == {2: "asleep", 3: "live"}
+
+
+def test_standby_failed_boot_wakes_the_standby_checks_it_and_points_the_door_back(root: Path) -> None:
+    b = Bench(root, standby=True)
+    b.node.broken.add("beta")
+    outcome = b.switch()
+    assert not outcome.ok and outcome.rolled_back, outcome.summary
+    at = b.node.effects.index("activate:start vllm")
+    undo = b.node.effects[at + 1:]
+    assert [e.split(":", 1)[1] for e in undo] == ["wait", "retire 3", "write", "wake 2", "wait", "smoke",
+                                                   "door open 2"], undo
+    assert "release:door open 3" not in b.node.effects  # the failed stack never had the door
+    assert standby_agreed(b) == "alpha" and b.node.slots() == {1: "asleep", 2: "live"}
+
+
+def test_standby_woken_with_garbage_is_not_given_the_door(root: Path) -> None:
+    """A wake that answers /health and emits garbage: the smoke tests after the wake catch it."""
+    b = Bench(root, standby=True)
+    b.node.broken.add("beta")
+    b.node.smoke_fails.add("alpha")
+    outcome = b.switch()
+    assert not outcome.ok and not outcome.rolled_back
+    assert "rollback FAILED" in outcome.summary
+    assert any("woke from standby and failed its smoke tests" in d for d in outcome.details), outcome.details
+    assert b.node.door_points is None  # still holding: the garbage never got the clients
+
+
+def test_standby_rollback_wakes_the_sleeping_slot_instead_of_booting(root: Path) -> None:
+    b = Bench(root, standby=True)
+    assert b.switch().ok
+    b.node.effects.clear()
+    assert b.rollback().ok  # to alpha, revision 2, asleep in its slot
+    assert standby_agreed(b) == "alpha"
+    assert b.node.slots() == {2: "live", 3: "asleep"}
+    drained = [e for e in b.node.effects if e.split(":")[0] in ("drain", "activate")]
+    assert drained == ["drain:door close", "drain:write", "drain:doze 3 level 1", "drain:door sync",
+                       "activate:wake 2"], drained
+    assert b.state.revisions.current_number() == 4 and b.node.door_points == 4
+
+
+def test_a_switch_without_standby_stops_every_slot_first(root: Path) -> None:
+    b = Bench(root, standby=True)
+    assert b.driver().execute("switch beta", plan_for("beta")).ok
+    assert "drain:retire 1" in b.node.effects and "drain:retire 2" in b.node.effects
+    assert b.node.slots() == {} and b.agreed() == "beta"

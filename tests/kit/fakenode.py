@@ -54,6 +54,11 @@ class FakeNode:
     door: bool = False                 # a front door runs in the project
     door_points: int | None = None     # the revision the door releases requests to; None: it holds them
     service: str = VLLM
+    # hot standby: slot -> the files its container was created from, and its state
+    slot_files: dict[int, dict[str, bytes]] = field(default_factory=dict)
+    slot_state: dict[int, str] = field(default_factory=dict)  # created | live | asleep
+    target: int | None = None          # the slot the door and the probes reach; None: the project's vllm
+    smoke_fails: set[str] = field(default_factory=set)  # stacks that answer /health and fail their smoke tests
 
     # ---- misbehaving on cue
     def _effect(self, what: str) -> None:
@@ -67,9 +72,15 @@ class FakeNode:
             raise OperationError(f"injected failure in {self.step} ({what})")
 
     # ---- what a test asks from outside
+    def _reached(self) -> dict[str, bytes] | None:
+        """The files of the vllm the door and the probes reach: a live slot, else the project's vllm."""
+        if self.target is not None:
+            return self.slot_files[self.target] if self.slot_state.get(self.target) == "live" else None
+        return self.running.get(VLLM)
+
     def serves(self) -> str | None:
         """The stack the node answers with: vllm running and healthy."""
-        files = self.running.get(VLLM)
+        files = self._reached()
         if files is None:
             return None
         name = stack_of_files(files)
@@ -105,6 +116,8 @@ class FakeNode:
         for s in services:
             self.created.pop(s, None)
             self.running[s] = dict(self.deployed)
+            if s == VLLM:
+                self.target = None
 
     def replace(self, service: str, *, stopping: Sequence[str]) -> None:
         self._effect(f"create {service}")
@@ -115,6 +128,9 @@ class FakeNode:
 
     def start(self, service: str) -> None:
         self._effect(f"start {service}")
+        if service == VLLM and self.target is not None and self.slot_state.get(self.target) == "created":
+            self.slot_state[self.target] = "live"
+            return
         if service in self.created:
             self.running[service] = self.created.pop(service)
         else:
@@ -167,9 +183,9 @@ class FakeNode:
         self.clock += 2.0
         lines = ["INFO 01-01 00:00:00 [api_server.py:1] vLLM API server version 0.0.fake",
                  "INFO 01-01 00:00:01 [kv_cache_utils.py:1] GPU KV cache size: 65,536 tokens"]
-        if self.running.get(VLLM) is not None and self.serves() is not None:
+        if self._reached() is not None and self.serves() is not None:
             return WaitResult(True, 2.0, "healthy", log_lines=lines)
-        if stack_of_files(self.running.get(VLLM) or {}) in self.dies_after_ready:
+        if stack_of_files(self._reached() or {}) in self.dies_after_ready:
             return WaitResult(True, 2.0, "healthy", log_lines=lines)
         return WaitResult(False, 2.0, "the vllm container exited (code 1)", exit_code=1, log_lines=lines)
 
@@ -180,15 +196,18 @@ class FakeNode:
         return 200 if self.serves() is not None else None
 
     def container_status(self) -> str:
-        if self.running.get(VLLM) is None:
-            return "exited"
-        return "exited" if stack_of_files(self.running[VLLM]) in self.dies_after_ready else "running"
+        files = self._reached()
+        if files is None:
+            return "missing" if self.target is None and VLLM not in self.created else "exited"
+        return "exited" if stack_of_files(files) in self.dies_after_ready else "running"
 
     def smoke(self, stack: Stack) -> tuple[list[str], list[str]]:
         self._effect("smoke")
         served = self.serves()
         if served != stack.name:
             return [], [f"the node serves {served}, not {stack.name}"]
+        if served in self.smoke_fails:
+            return [], [f"completion on {served}: garbage output"]
         return [f"completion on {served}"], []
 
     def served_version(self) -> str | None:
@@ -228,6 +247,35 @@ class FakeNode:
 
     def door_in_flight(self) -> int:
         return 0
+
+    def slots(self) -> dict[int, str]:
+        return {n: "live" if state == "live" and self.target == n else state for n, state in self.slot_state.items()}
+
+    def doze(self, slot: int, level: int) -> float:
+        self._effect(f"doze {slot} level {level}")
+        self.slot_state[slot] = "asleep"
+        return 0.1
+
+    def boot_beside(self, slot: int) -> None:
+        self._effect(f"boot beside {slot}")
+        self.slot_files[slot] = dict(self.deployed)
+        self.slot_state[slot] = "created"
+        self.target = slot
+
+    def wake(self, slot: int) -> float:
+        self._effect(f"wake {slot}")
+        if self.slot_state.get(slot) not in ("asleep", "live"):
+            raise OperationError(f"slot {slot} is not asleep")
+        self.slot_state[slot] = "live"
+        self.target = slot
+        return 0.5
+
+    def retire(self, slot: int) -> None:
+        self._effect(f"retire {slot}")
+        self.slot_state.pop(slot, None)
+        self.slot_files.pop(slot, None)
+        if self.target == slot:
+            self.target = None
 
     def monotonic(self) -> float:
         return self.clock

@@ -12,6 +12,7 @@ import os
 import shutil
 import socket
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -21,6 +22,7 @@ import yaml
 from kit.simnode import SimNode, docker
 
 from b70deploy.sim.box import write_models
+from b70deploy.sim.door_image import build as build_door
 
 # The version `make test-real` runs this pass for (its REAL_VERSIONS, one pass each).
 VERSION = os.environ.get("B70_REAL_VLLM_VERSION", "0.21.0")
@@ -95,12 +97,18 @@ def real_stacks(lane: Lane, sim_image: str) -> dict[str, dict[str, object]]:
     }
 
 
-@pytest.fixture(scope="module")
-def real_node(lane: Lane, sim_images: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> Iterator[SimNode]:
-    root = tmp_path_factory.mktemp("real")
+@contextmanager
+def _real_node(lane: Lane, sim_image: str, root: Path, *, door_image: str | None = None,
+               more: dict[str, dict[str, object]] | None = None) -> Iterator[SimNode]:
+    """A node of the lane's: the sim baseline and the real stacks (and `more`), a door in front
+    when `door_image` is given; removed on the way out."""
     project = simkit.unique("real")
     tag = f"{project}/vllm:bash-c"
-    docker("tag", sim_images["bash-c"], tag)
+    tags = {"bash-c": tag}
+    docker("tag", sim_image, tag)
+    if door_image is not None:
+        tags["door"] = f"{project}/door:caddy"
+        docker("tag", door_image, tags["door"])
     models = root / "models"
     write_models(models)
     for name in ("tiny", "tiny-hd16"):
@@ -108,24 +116,50 @@ def real_node(lane: Lane, sim_images: dict[str, str], tmp_path_factory: pytest.T
     shutil.copytree(lane.models / "tiny", root / "outside" / "tiny")
     (models / "tiny-elsewhere").symlink_to(root / "outside" / "tiny")
     (root / "stacks").mkdir()
-    for name, doc in real_stacks(lane, tag).items():
+    for name, doc in {**real_stacks(lane, tag), **(more or {})}.items():
         (root / "stacks" / f"{name}.yaml").write_text(yaml.safe_dump(doc))
     prod, dark = _port(), _port()
-    cfg = {"project": project, "deploy_dir": str(root / "deploy"), "state_dir": str(root / "state"),
-           "stacks_dir": str(root / "stacks"), "models_dir": str(models), "device_dir": None,
-           # vLLM's CPU build: the CPU platform's access (SYS_NICE, seccomp=unconfined; issue 28)
-           "platform": "cpu",
-           "bind_address": "127.0.0.1", "ports": {"prod": prod, "dark": dark}, "load_threshold": 1000,
-           "timeouts": {"health": 600, "rollback": 600, "poll_interval": 0.5, "smoke": 60}}
+    cfg: dict[str, object] = {
+        "project": project, "deploy_dir": str(root / "deploy"), "state_dir": str(root / "state"),
+        "stacks_dir": str(root / "stacks"), "models_dir": str(models), "device_dir": None,
+        # vLLM's CPU build: the CPU platform's access (SYS_NICE, seccomp=unconfined; issue 28)
+        "platform": "cpu",
+        "bind_address": "127.0.0.1", "ports": {"prod": prod, "dark": dark}, "load_threshold": 1000,
+        "timeouts": {"health": 600, "rollback": 600, "poll_interval": 0.5, "smoke": 60}}
+    if door_image is not None:
+        cfg["door"] = {"enabled": True, "image": tags["door"], "probe_port": _port()}
     # A limit, not a speed: a quiet machine boots 0.21 in ~30 s and 0.32 in ~60 s; on a shared
     # 2-core box under other jobs' load, 0.32's imports alone took over 4 minutes.
     config = root / "node.yaml"
     config.write_text(yaml.safe_dump(cfg))
-    node = SimNode(root=root, project=project, prod=prod, dark=dark, tags={"bash-c": tag}, config=config)
+    node = SimNode(root=root, project=project, prod=prod, dark=dark, tags=tags, config=config)
     try:
         yield node
     finally:
         for proj in (project, f"{project}-dark"):
             simkit.remove_by_project(proj)
         simkit.remove_keep_tags(project)
-        docker("rmi", tag, check=False)
+        for t in tags.values():
+            docker("rmi", t, check=False)
+
+
+@pytest.fixture(scope="module")
+def real_node(lane: Lane, sim_images: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> Iterator[SimNode]:
+    with _real_node(lane, sim_images["bash-c"], tmp_path_factory.mktemp("real")) as node:
+        yield node
+
+
+@pytest.fixture(scope="module")
+def real_door_node(lane: Lane, sim_images: dict[str, str],
+                   tmp_path_factory: pytest.TempPathFactory) -> Iterator[SimNode]:
+    """A lane node with the front door, and two stacks of hot standby's (issue 24) on vLLM's CPU build:
+    `real-sleep` asks to sleep; `real-sleep-forced` carries --enable-sleep-mode itself."""
+    if shutil.which("caddy") is None:
+        simkit.unavailable("no caddy binary to build the door image from (apt-get install caddy; "
+                           "scripts/setup.sh does)")
+    real = real_stacks(lane, "unused")["real-tiny"]
+    more = {"real-sleep": {**real, "standby": "sleep"},
+            "real-sleep-forced": {**real, "extra_args": ["--enable-sleep-mode"]}}
+    with _real_node(lane, sim_images["bash-c"], tmp_path_factory.mktemp("real-door"), door_image=build_door().tag,
+                    more=more) as node:
+        yield node

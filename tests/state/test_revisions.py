@@ -84,6 +84,16 @@ def test_prune_keeps_last_n_pins_and_current(tmp_path: Path) -> None:
     assert [e["number"] for e in store.index()] == [2, 4, 8, 9, 10]
 
 
+def test_prune_keeps_a_revision_asleep_as_a_hot_standby(tmp_path: Path) -> None:
+    store = RevisionStore(tmp_path)
+    for _ in range(6):
+        make(store)
+    store.set_current(6)
+    assert store.prune_plan(2, asleep={3})[1][3].startswith("asleep as a hot standby")
+    assert store.prune(2, asleep={3}) == [1, 2, 4]
+    assert store.numbers() == [3, 5, 6]
+
+
 def test_prune_keeps_the_adopted_revision_and_imports_that_never_ran_unless_forced(tmp_path: Path) -> None:
     store = RevisionStore(tmp_path)
     make(store, kind="adopt")                       # 1: the hand-made node, the one way back to it

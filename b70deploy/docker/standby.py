@@ -1,0 +1,216 @@
+"""Hot standby on the engine (issue 24): vLLM containers in slots of their own, asleep beside the live one.
+
+Why slots, and how the door reaches them without a config change. Compose finds a service's container
+by its labels (project, service) and recreates it when the files change: an old container of project P
+cannot stay beside a new one of P, and labels cannot be changed on a running container. So a stack that
+sleeps runs in a compose project of its own, `P-r<N>` (N: the revision whose files made it, created from
+the deploy dir while it holds those files), with its own host port on loopback (VLLM_PORT given to
+Compose in the environment, which Compose prefers to the .env file; the files keep their bytes).
+
+The door's relay dials `vllm:8000` on the project network `P_default` (render/door.py). A slot joins that
+network with the service's name as its network alias, and every other slot leaves it: the engine's DNS
+then names one container, the one the door and the tool's probes reach. Moving the alias is a network
+(dis)connect, no Caddy config change: Caddy 2.6 cuts the streams it proxies when its config is reloaded
+(render/door.py), so the config stays as it is for the whole switch. The relay dials without keep-alive
+on a standby node (render/door.py `caddy_config`), so every request resolves the name again and none
+rides a pooled connection to the container that left. The gate is closed while the alias moves.
+
+Sleep and wake go to the slot's own port, the tool's path, never through the door (which refuses those
+routes): POST /sleep?level=N, POST /wake_up, GET /is_sleeping ({"is_sleeping": bool}); vLLM notes that the
+response may come before the engine is done (vllm/entrypoints/serve/sleep/api_router.py, 0.21.0: the
+FIXMEs), so each is followed by GET /is_sleeping until it says so.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+import socket
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import requests
+from docker import errors as docker_errors
+
+from ..errors import OperationError
+from ..render.vllm_args import CONTAINER_PORT
+from . import engine
+
+ROLE = "b70deploy.role"
+SLEEP_WAIT = 300.0   # seconds a /sleep or /wake_up may take to show on /is_sleeping (level 1 copies the weights)
+_FELL = re.compile(r"It took ([0-9.]+) seconds to (fall asleep|wake up)")
+
+
+def slot_project(project: str, slot: int) -> str:
+    return f"{project}-r{int(slot)}"
+
+
+def network(project: str) -> str:
+    """The project network the door is on (Compose's default network of the project)."""
+    return f"{project}_default"
+
+
+def slot_of(project: str, container_project: str) -> int | None:
+    m = re.fullmatch(re.escape(project) + r"-r(\d+)", container_project)
+    return int(m.group(1)) if m else None
+
+
+@dataclass(frozen=True)
+class Slot:
+    number: int
+    box: Any            # the engine's container
+    status: str         # created, running, exited, ...
+    on_door: bool       # joined to the door's network: what the door and the probes reach
+    port: int | None    # its loopback port
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+
+def slots(project: str, service: str) -> dict[int, Slot]:
+    found = engine.client().containers.list(all=True, ignore_removed=True, filters={
+        "label": [f"{ROLE}=vllm", f"com.docker.compose.service={service}"]})
+    out: dict[int, Slot] = {}
+    for box in found:
+        number = slot_of(project, str(box.labels.get("com.docker.compose.project", "")))
+        if number is None:
+            continue
+        attrs = box.attrs
+        nets = (attrs.get("NetworkSettings") or {}).get("Networks") or {}
+        bound = ((attrs.get("NetworkSettings") or {}).get("Ports") or {}).get(f"{CONTAINER_PORT}/tcp") or []
+        wanted = (attrs.get("HostConfig") or {}).get("PortBindings", {}).get(f"{CONTAINER_PORT}/tcp") or []
+        port = next((int(b["HostPort"]) for b in [*bound, *wanted] if str(b.get("HostPort", "")).isdigit()), None)
+        out[number] = Slot(number, box, str(box.status), network(project) in nets, port)
+    return out
+
+
+def reached(project: str, service: str) -> Slot | None:
+    """The slot the door and the probes reach, None when it is the project's own vllm."""
+    return next((s for s in slots(project, service).values() if s.on_door), None)
+
+
+def is_sleeping(slot: Slot) -> bool | None:
+    if slot.status != "running" or slot.port is None:
+        return None
+    try:
+        r = requests.get(f"{slot.url}/is_sleeping", timeout=5)
+        return bool(r.json().get("is_sleeping")) if r.status_code == 200 else None
+    except (requests.RequestException, ValueError):
+        return None
+
+
+def state(slot: Slot) -> str:
+    """live (joined to the door's network, awake), asleep, awake (running, not reached), or the engine's status."""
+    if slot.status != "running":
+        return slot.status
+    asleep = is_sleeping(slot)
+    if asleep:
+        return "asleep"
+    return "live" if slot.on_door else "awake"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def join_door(project: str, service: str, slot: int) -> None:
+    """Make `slot` the one container named `service` on the door's network: the others leave it."""
+    net = engine.client().networks.get(network(project))
+    found = slots(project, service)
+    for other in found.values():
+        if other.number != slot and other.on_door:
+            with contextlib.suppress(docker_errors.NotFound, docker_errors.APIError):
+                net.disconnect(other.box)
+    mine = found.get(slot)
+    if mine is None:
+        raise OperationError(f"standby slot {slot} has no container", fix="b70deploy status")
+    if not mine.on_door:
+        net.connect(mine.box, aliases=[service])
+
+
+def _post(slot: Slot, path: str) -> None:
+    try:
+        r = requests.post(f"{slot.url}{path}", timeout=SLEEP_WAIT)
+    except requests.RequestException as e:
+        raise OperationError(f"standby slot {slot.number}: POST {path} failed: {e}") from e
+    if r.status_code != 200:
+        raise OperationError(f"standby slot {slot.number}: POST {path} answered HTTP {r.status_code}: {r.text[:200]}",
+                             fix="the stack must run with --enable-sleep-mode and VLLM_SERVER_DEV_MODE=1 "
+                                 "(render/standby.py)")
+
+
+def _until(slot: Slot, asleep: bool) -> None:
+    deadline = time.monotonic() + SLEEP_WAIT
+    while is_sleeping(slot) is not asleep:
+        if time.monotonic() >= deadline:
+            raise OperationError(f"standby slot {slot.number}: /is_sleeping did not turn {asleep} within "
+                                 f"{SLEEP_WAIT:g} s")
+        time.sleep(0.05)
+
+
+def said_seconds(box: Any, what: str) -> float | None:
+    """vLLM's own "It took X seconds to fall asleep" / "to wake up" (the executor's log line), the last one."""
+    found = [float(m.group(1)) for m in _FELL.finditer(engine.container_log(box, tail=200)) if m.group(2) == what]
+    return found[-1] if found else None
+
+
+def doze(project: str, service: str, number: int, level: int) -> float:
+    slot = slots(project, service).get(number)
+    if slot is None:
+        raise OperationError(f"standby slot {number} has no container", fix="b70deploy status")
+    t0 = time.monotonic()
+    if is_sleeping(slot):
+        return 0.0  # a resumed drain: asleep already
+    _post(slot, f"/sleep?level={int(level)}")
+    _until(slot, True)
+    return said_seconds(slot.box, "fall asleep") or time.monotonic() - t0
+
+
+def wake(project: str, service: str, number: int) -> float:
+    join_door(project, service, number)
+    slot = slots(project, service)[number]
+    t0 = time.monotonic()
+    if is_sleeping(slot):
+        _post(slot, "/wake_up")
+        _until(slot, False)
+    return time.monotonic() - t0
+
+
+def retire(project: str, number: int, *, stop_timeout: int) -> None:
+    """The slot's container stopped (its stop signal: vLLM frees the device) and removed, with its network."""
+    name = slot_project(project, number)
+    for box in engine.client().containers.list(all=True, ignore_removed=True,
+                                               filters={"label": [f"com.docker.compose.project={name}"]}):
+        with contextlib.suppress(docker_errors.NotFound):
+            if box.status == "running":
+                box.stop(timeout=stop_timeout)
+            box.remove(force=True)
+    for net in engine.client().networks.list(names=[network(name)]):
+        with contextlib.suppress(docker_errors.NotFound, docker_errors.APIError):
+            net.remove()
+
+
+def live_container(project: str, service: str) -> Any | None:
+    """The vllm container that serves: the slot on the door's network, else the project's own."""
+    slot = reached(project, service)
+    return slot.box if slot is not None else engine.find_container(project, service)
+
+
+def ours(project: str, container_project: str) -> bool:
+    """A container of this node's vllm: the project's own, or one of its standby slots."""
+    return container_project == project or slot_of(project, container_project) is not None
+
+
+def asleep(box: Any) -> bool:
+    """The container is one of the slots and says it sleeps (GET /is_sleeping)."""
+    project = str((box.labels or {}).get("com.docker.compose.project", ""))
+    m = re.fullmatch(r".+-r(\d+)", project)
+    if m is None:
+        return False
+    base = project[: -len(f"-r{m.group(1)}")]
+    slot = slots(base, str((box.labels or {}).get("com.docker.compose.service", "vllm"))).get(int(m.group(1)))
+    return bool(slot is not None and is_sleeping(slot))

@@ -1,0 +1,210 @@
+"""Hot standby on the real engine with the sim and the door (issue 24): the live stack sleeps in its slot
+while the new one boots beside it; a failed switch wakes it, checks it and points the door back; a
+rollback to it wakes it instead of booting.
+
+The sim reports vLLM 0.32.0 on XPU here (an image of this node's with that version in its `vllm`
+package), where Platform.is_sleep_mode_available() is true (vllm/platforms/interface.py:231-236 in
+0.32.0), so the render runs it with --enable-sleep-mode and VLLM_SERVER_DEV_MODE=1.
+
+Asked from outside: the door's port answers (a completion, /v1/models' max_model_len, which differs
+between alpha and beta), the engine says which container runs, since when, and with which labels,
+and each slot's own port says whether it sleeps.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import requests
+import yaml
+from kit.simnode import OWN_LABEL, SimNode, docker
+from simkit import unavailable
+
+from b70deploy.sim.door_image import build as build_door
+from b70deploy.sim.image import TAGS as SIM_TAGS
+from b70deploy.sim.vllm_tree import VARIANTS, vllm_files
+
+pytestmark = pytest.mark.docker
+
+SITE = "/opt/venv/lib/python3.12/site-packages"  # the bash-c variant's (b70deploy/sim/vllm_tree.py)
+
+
+def sim_032(node: SimNode, tmp: Path) -> str:
+    """The sim image with vLLM 0.32.0 in its `vllm` package (what the tool reads the version from), and
+    that release's XPU carve-out of Marlin, upstream since 0.23 (patches/marlin-xpu-carveout.yaml), so the
+    stacks render without the patch and still boot."""
+    tag = f"{node.project}/own:v032"
+    ctx = tmp / "v032"
+    marlin = "vllm/model_executor/layers/quantization/utils/marlin_utils.py"
+    (ctx / marlin).parent.mkdir(parents=True)
+    (ctx / "vllm" / "__init__.py").write_text('"""b70sim stand-in for the vllm package."""\n\n__version__ = "0.32.0"\n')
+    text = vllm_files(VARIANTS[0])[marlin]
+    assert "    if current_platform.is_rocm():\n        return False" in text
+    (ctx / marlin).write_text(text.replace("    if current_platform.is_rocm():\n        return False",
+                                           "    if current_platform.is_rocm() or current_platform.is_xpu():\n"
+                                           "        return False", 1))
+    (ctx / "Dockerfile").write_text(f"FROM {SIM_TAGS['bash-c']}\nCOPY vllm/__init__.py {SITE}/vllm/__init__.py\n"
+                                    f"COPY {marlin} {SITE}/{marlin}\nLABEL {OWN_LABEL}={node.project}\n")
+    built = subprocess.run(["docker", "build", "-q", "-t", tag, str(ctx)], capture_output=True, text=True,
+                           timeout=120, check=False)
+    assert built.returncode == 0, built.stderr
+    return tag
+
+
+@pytest.fixture
+def standby_node(node: SimNode, sim_images: dict[str, str], free_port: Callable[[], int],
+                 tmp_path: Path) -> Iterator[SimNode]:
+    if shutil.which("caddy") is None:
+        unavailable("no caddy binary to build the door image from (apt-get install caddy; scripts/setup.sh does)")
+    door = f"{node.project}/door:caddy"
+    docker("tag", build_door().tag, door)
+    node.tags["door"] = door
+    cfg = yaml.safe_load(node.config.read_text())
+    cfg["image_map"]["intel/vllm:latest"] = sim_032(node, tmp_path)
+    cfg["door"] = {"enabled": True, "image": door, "hold_seconds": 60, "retry_after": 7, "probe_port": free_port()}
+    cfg["standby"] = "sleep"
+    cfg["companions"] = []
+    node.config.write_text(yaml.safe_dump(cfg))
+    try:
+        yield node
+    finally:
+        for box in ours(node):  # the slots are compose projects of their own: P-r<N>
+            docker("rm", "-f", box["Id"], check=False)
+        for net in docker("network", "ls", "-q", "--filter", f"name={node.project}-r").stdout.split():
+            docker("network", "rm", net, check=False)
+        docker("rmi", door, check=False)
+
+
+def ours(node: SimNode) -> list[dict[str, Any]]:
+    """`docker inspect` of the node's vllm containers, its slots' included."""
+    rows = docker("ps", "-a", "--filter", "label=b70deploy.role=vllm", "--format",
+                  '{{.ID}} {{.Label "com.docker.compose.project"}}').stdout.splitlines()
+    mine = [i for i, _, project in (r.partition(" ") for r in rows)
+            if project == node.project or project.startswith(f"{node.project}-r")]  # never another test's
+    return [json.loads(docker("inspect", i).stdout)[0] for i in mine]
+
+
+def port_of(box: dict[str, Any]) -> int:
+    return int(box["NetworkSettings"]["Ports"]["8000/tcp"][0]["HostPort"])
+
+
+def sleeping(box: dict[str, Any]) -> bool:
+    got: bool = requests.get(f"http://127.0.0.1:{port_of(box)}/is_sleeping", timeout=5).json()["is_sleeping"]
+    return got
+
+
+def served(node: SimNode) -> tuple[str, int, dict[str, Any]]:
+    """Through the door: a completion that says Paris and /v1/models' max_model_len; from the engine: the
+    one running, awake container of ours on the door's network, and its stack label."""
+    url = f"http://127.0.0.1:{node.prod}"
+    card = requests.get(f"{url}/v1/models", timeout=10).json()["data"][0]
+    done = requests.post(f"{url}/v1/completions", timeout=30,
+                         json={"model": card["id"], "prompt": "The capital of France is", "max_tokens": 4}).json()
+    assert "Paris" in done["choices"][0]["text"], done
+    on_door = [b for b in ours(node) if b["State"]["Running"]
+               and f"{node.project}_default" in b["NetworkSettings"]["Networks"] and not sleeping(b)]
+    assert len(on_door) == 1, [b["Name"] for b in on_door]
+    return on_door[0]["Config"]["Labels"]["b70deploy.stack"], int(card["max_model_len"]), on_door[0]
+
+
+def test_standby_failed_switch_wakes_the_sleeping_stack_and_the_door_points_back(standby_node: SimNode) -> None:
+    node = standby_node
+    node.cli("switch", "alpha", "--yes", check=True)
+    stack, length, alpha = served(node)
+    assert (stack, length) == ("alpha", 131072)
+    assert "--enable-sleep-mode" in alpha["Config"]["Cmd"][-1] or "--enable-sleep-mode" in alpha["Config"]["Cmd"]
+    r = node.cli("switch", "garbage", "--yes")  # healthy, then its smoke tests fail
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert "node back on revision 1 (alpha)" in r.stdout, r.stdout + r.stderr
+    stack, length, now = served(node)
+    # the same container, never restarted: woken, not booted
+    assert (stack, length, now["Id"], now["State"]["StartedAt"]) == ("alpha", 131072, alpha["Id"],
+                                                                       alpha["State"]["StartedAt"])
+    log = docker("logs", now["Id"]).stdout + docker("logs", now["Id"]).stderr
+    assert "seconds to fall asleep" in log and "seconds to wake up" in log, log[-2000:]
+    assert [b["Config"]["Labels"]["b70deploy.stack"] for b in ours(node)] == ["alpha"]  # the failed slot is gone
+    assert node.json("history")[-1]["outcome"] == "failed"
+
+
+def test_standby_rollback_wakes_the_previous_stack_instead_of_booting(standby_node: SimNode) -> None:
+    node = standby_node
+    node.cli("switch", "alpha", "--yes", check=True)
+    _, _, alpha = served(node)
+    node.cli("switch", "beta", "--yes", check=True)
+    stack, length, beta = served(node)
+    assert (stack, length) == ("beta", 262144)
+    asleep = [b for b in ours(node) if b["Id"] == alpha["Id"]]
+    assert asleep and sleeping(asleep[0])  # alpha sleeps beside beta
+    # status and history say so (issue 24 item 5), and neither prune nor gc takes it
+    st = node.json("status")
+    assert st["container"]["stack"] == "beta" and not st["differs"], st
+    assert [(s["slot"], s["stack"], s["asleep"]) for s in st["standbys"]] == [(1, "alpha", True)], st["standbys"]
+    assert "standby: revision 1 (alpha) asleep" in node.cli("status", check=True).stdout
+    assert [(h["number"], h["asleep"]) for h in node.json("history")] == [(1, True), (2, False)]
+    node.cli("prune", "--keep", "1", "--yes", check=True)
+    assert [h["number"] for h in node.json("history")] == [1, 2]
+    assert "revision 1" not in node.cli("gc", "--dry-run").stdout
+    done = node.cli("rollback", "--yes", check=True)
+    assert "woke revision 1's slot" in done.stdout + done.stderr, done.stdout + done.stderr
+    stack, length, now = served(node)
+    assert (stack, length, now["Id"], now["State"]["StartedAt"]) == ("alpha", 131072, alpha["Id"],
+                                                                       alpha["State"]["StartedAt"])
+    beta_now = [b for b in ours(node) if b["Id"] == beta["Id"]]
+    assert beta_now and sleeping(beta_now[0])  # and beta is the standby now
+    assert node.json("status")["current"]["number"] == 3
+
+
+def test_standby_a_stack_that_does_not_fit_beside_the_sleeper_is_refused_and_forced_wakes_it(
+        standby_node: SimNode) -> None:
+    """The sim's GPU ledger (B70SIM_GPU_LEDGER, in the image's warm-boot cache folder, which every container
+    of that image mounts) on a 32 GiB device: alpha holds 0.9 of it awake and 1 GiB asleep (the sim's
+    B70SIM_ASLEEP_GIB). A stack at 0.98 wants 31.36 GiB where 31 are free beside the sleeper: lint
+    standby-memory refuses it before anything stops; with the rule ignored, vLLM's start-up check
+    (request_memory, vllm/v1/worker/utils.py:403-421 in 0.21.0, as the sim models it) fails its boot
+    and the sleeping alpha is woken."""
+    node = standby_node
+    cfg = yaml.safe_load(node.config.read_text())
+    cfg["standby"] = {"mode": "sleep", "keep_gib": 1.0}
+    cfg["gpu_memory_gib"] = 32
+    cfg["stack_overlay"]["env"].update({"B70SIM_GPU_LEDGER": "/var/cache/b70deploy/gpu-ledger.json",
+                                        "B70SIM_GPU_MEMORY_GIB": "32", "B70SIM_ASLEEP_GIB": "1"})
+    node.config.write_text(yaml.safe_dump(cfg))
+    stacks = node.root / "stacks"
+    (stacks / "fat.yaml").write_text(yaml.safe_dump({"extends": "alpha", "gpu_memory_utilization": 0.98}))
+    (stacks / "fat-forced.yaml").write_text(yaml.safe_dump(
+        {"extends": "fat", "lint": {"ignore": {"standby-memory": "forced: vLLM's own check decides"}}}))
+    node.cli("switch", "alpha", "--yes", check=True)
+    _, _, alpha = served(node)
+    refused = node.cli("switch", "fat", "--yes")
+    assert refused.returncode == 2, refused.stdout + refused.stderr
+    said = [ln for ln in refused.stderr.splitlines() if "standby-memory" in ln]
+    assert len(said) == 1 and "31 GiB is free" in said[0], refused.stderr
+    stack, _, now = served(node)  # nothing stopped, nothing slept
+    assert (stack, now["Id"]) == ("alpha", alpha["Id"])
+    forced = node.cli("switch", "fat-forced", "--yes")
+    assert forced.returncode == 1, forced.stdout + forced.stderr
+    assert "node back on revision 1 (alpha)" in forced.stdout, forced.stdout + forced.stderr
+    failed = node.json("history")[-1]
+    assert failed["stack"] == "fat-forced" and failed["outcome"] == "failed"
+    log = node.cli("logs", str(failed["number"]), check=True).stdout
+    assert "Free memory on device" in log and "is less than desired GPU memory utilization (0.98" in log, log[-2000:]
+    stack, _, now = served(node)
+    assert (stack, now["Id"], now["State"]["StartedAt"]) == ("alpha", alpha["Id"], alpha["State"]["StartedAt"])
+
+
+def test_standby_drain_and_restore_stop_and_start_the_slot_that_serves(standby_node: SimNode) -> None:
+    node = standby_node
+    node.cli("switch", "alpha", "--yes", check=True)
+    _, _, alpha = served(node)
+    node.cli("drain", check=True)
+    box = [b for b in ours(node) if b["Id"] == alpha["Id"]]
+    assert box and not box[0]["State"]["Running"]  # the slot itself stopped, not a container beside it
+    node.cli("restore", check=True)
+    stack, _, now = served(node)
+    assert (stack, now["Id"]) == ("alpha", alpha["Id"]) and len(ours(node)) == 1  # no second vllm made
