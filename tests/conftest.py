@@ -8,7 +8,7 @@ Fixtures
     docker_engine   (session) skip when no engine or Compose v2 answers
     sim_images      (session) build the sim images once (a file lock: once for all xdist workers):
                     {"bash-c": tag, "serve": tag, "bash-c-drift": tag}
-    free_port       () -> an unused 127.0.0.1 TCP port
+    free_port       () -> an unused 127.0.0.1 TCP port, handed out once machine-wide (kit/ports.py)
     compose_project a unique simkit.ComposeProject (name, folder): `down` + removal by label at teardown
     docker_run      (image, *args, env=, ports=, volumes=, entrypoint=) -> name of a detached container
     sim_node        (stack, env=, mounts=, companions=, up=, model_configs=) -> simkit.SimDeployment:
@@ -26,13 +26,13 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import socket
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import pytest
+from kit import ports
 from kit.scratch import Scratch, compose_available, make_dri
 from simkit import (
     LABEL,
@@ -110,12 +110,7 @@ def sim_images(docker_engine: None) -> dict[str, str]:
 
 @pytest.fixture
 def free_port() -> Callable[[], int]:
-    def pick() -> int:
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            return int(s.getsockname()[1])
-
-    return pick
+    return ports.free_port
 
 
 @pytest.fixture

@@ -15,8 +15,9 @@ from typing import Any
 import pytest
 import simkit
 import yaml
-from kit.engines import FLEET, SSH_ENGINE, Engine, Fleet, free_port, started
+from kit.engines import FLEET, SSH_ENGINE, Engine, Fleet, started
 from kit.engines import write_stacks as write_fleet_stacks
+from kit.ports import free_port
 from kit.simnode import OWN_LABEL, SimNode, docker, write_stacks
 from kit.sshd import SSH, SSHD, SshServer
 from kit.sshd import start as start_sshd

@@ -21,7 +21,8 @@ import pytest
 import requests
 import simkit
 import yaml
-from kit.engines import Engine, Fleet, Probe, free_port, write_stacks
+from kit.engines import Engine, Fleet, Probe, write_stacks
+from kit.ports import free_port
 from kit.sshd import SshServer
 
 from b70deploy.sim.box import write_models

@@ -113,14 +113,6 @@ def _unmount_under(root: Path) -> None:
         subprocess.run(["umount", "-l", m], capture_output=True, check=False)
 
 
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def _free_set(choices: Sequence[tuple[str, Sequence[int]]]) -> tuple[FileLock, Sequence[int]]:
     """The first set whose lock is free, locked; when all are taken, the first, once it is free
     (waiting, rather than failing on a taken address)."""
