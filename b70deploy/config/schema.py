@@ -108,7 +108,7 @@ class Standby(Strict):
     (vllm/v1/worker/gpu_worker.py:160-182, 0.21.0)."""
 
     mode: Literal["off", "sleep"] = "off"
-    level: Literal[1, 2] | None = None  # None: chosen at the switch
+    level: Literal[1, 2] | None = None  # None: 1 (render/standby.py level_of; lint standby-host-ram)
     # What a sleeping stack keeps on the GPU (its context and graph pool), when known: vLLM logs it as
     # "Sleep mode freed X GiB memory, Y GiB memory is still in use." (gpu_worker.py:178, 0.21.0).
     keep_gib: float | None = Field(default=None, gt=0)

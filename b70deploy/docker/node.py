@@ -162,7 +162,7 @@ class DockerNode:
         return compose_config(files, self.project)
 
     def up(self, services: Sequence[str], *, recreate: bool = True) -> None:
-        slot = self._reached() if self.service in services and not recreate else None
+        slot = self._reached() if not recreate and self.service in services else None
         if slot is not None:  # `restore` after `drain` on a standby node: the slot the door reaches starts again
             if slot.status != "running":
                 slot.box.start()
