@@ -60,10 +60,11 @@ class Deaths:
     thread: threading.Thread | None = None
 
     def start(self) -> Deaths:
-        # the project's vllm and its hot-standby slots (projects <project>-r<N>, docker/standby.py)
+        # The project's vllm and its hot-standby slots (projects <project>-r<N>, docker/standby.py), told
+        # apart in _run: by Compose's own label, which a hand-made adopted file's containers carry too.
         self.stream = engine.client().events(decode=True, filters={
             "type": "container", "event": ["die", "kill", "start"],
-            "label": ["b70deploy.role=vllm", f"com.docker.compose.service={self.node.service}"]})
+            "label": [f"com.docker.compose.service={self.node.service}"]})
         self.thread = threading.Thread(target=self._run, name="watch-events", daemon=True)
         self.thread.start()
         return self
