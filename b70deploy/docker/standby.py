@@ -16,9 +16,10 @@ on a standby node (render/door.py `caddy_config`), so every request resolves the
 rides a pooled connection to the container that left. The gate is closed while the alias moves.
 
 Sleep and wake go to the slot's own port, the tool's path, never through the door (which refuses those
-routes): POST /sleep?level=N, POST /wake_up, GET /is_sleeping ({"is_sleeping": bool}); vLLM notes that the
-response may come before the engine is done (vllm/entrypoints/serve/sleep/api_router.py, 0.21.0: the
-FIXMEs), so each is followed by GET /is_sleeping until it says so.
+routes): POST /sleep?level=N, POST /wake_up, GET /is_sleeping ({"is_sleeping": bool}); vLLM's own comment on
+both routes says the command "is sent but does not finish yet when we return a response" (in v0 with
+frontend multiprocessing; vllm/entrypoints/serve/sleep/api_router.py, 0.21.0), so each is followed by
+GET /is_sleeping until it says so.
 """
 
 from __future__ import annotations
