@@ -35,13 +35,14 @@ the rooms above it in this list.
     deploy/      the switch, pure: the immutable plan and the image it pins (plan), the seam
                  every effect goes through (nodeio), the steps and their compensations (steps),
                  the journaling runner (runner), lock + run + resume + Outcome (driver), the
-                 multi-node rollout plan (rollout), Ctrl-C and SIGTERM kept (interrupts)
+                 multi-node rollout plan (rollout), Ctrl-C and SIGTERM kept (interrupts), the
+                 deploy dir's files written, read and compared with a revision (deploydir)
     docker/      everything that touches the node: the engine's SDK client and containers
                  (engine), a container's state through the docker CLI for fast read-only
                  commands (containers), which engine (endpoint), `docker compose` argv
                  (compose), subprocesses (proc), image probing (image_inspect), the keep tags
                  that protect revisions' images (keep), the hand-run Compose projects on an
-                 engine (discover), the deploy dir's files and drift (deploydir), the health
+                 engine (discover), the health
                  wait (health) and one GET /health (probe), smoke tests (smoke) and their
                  garbage judge (garbage), idle readings (verify), the page-cache read-ahead
                  (pagecache), the front door's gate and counters (door), DockerNode (node): the

@@ -23,7 +23,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
-from ..docker.deploydir import read_deployed
+from ..deploy.deploydir import read_deployed
 from ..state.revisions import DamagedRecord, RevisionStore, Status, Verdict
 from ..state.stamps import now_iso
 from ..state.statedir import StateDir

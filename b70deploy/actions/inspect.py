@@ -114,8 +114,8 @@ def standbys(node: Node) -> list[dict[str, Any]]:
 
 
 def _container(node: Node) -> dict[str, Any]:
+    from ..deploy.deploydir import WORKING_DIR
     from ..docker.containers import inspect_service, standby_slots, state_from
-    from ..docker.deploydir import WORKING_DIR
 
     try:
         live = [s for s in standby_slots(node.project, node.service) if s["on_door"] and s["status"] == "running"]
@@ -154,7 +154,7 @@ def differences(node: Node, store: RevisionStore, cur: Revision | None,
             return [f"{store.current_path} names revision {number}, which has no folder"], \
                 "b70deploy fsck --repair (points it at what the deploy dir holds)"
         return [], None
-    from ..docker.deploydir import drift
+    from ..deploy.deploydir import drift
 
     found = drift(node, cur, box)
     held = holds_revision(node, cur) if found and box.get("status") == "running" else None
@@ -186,7 +186,7 @@ def differences(node: Node, store: RevisionStore, cur: Revision | None,
 def door_view(node: Node, *, last_switch: bool = False) -> dict[str, Any] | None:
     """The front door's state (docker/door.py), None when the deploy dir names none; with
     `last_switch`, what it held in its last closed window (read from its request log)."""
-    from ..docker.deploydir import read_deployed
+    from ..deploy.deploydir import read_deployed
     from ..render.filenames import DOTENV_FILE
 
     if b"DOOR_PORT=" not in read_deployed(node.deploy_dir).get(DOTENV_FILE, b""):
@@ -205,7 +205,7 @@ def door_view(node: Node, *, last_switch: bool = False) -> dict[str, Any] | None
 def holds_revision(node: Node, cur: Revision, newest: int = 50) -> int | None:
     """The revision (other than `cur`, among the newest few, one that ran healthy or was imported)
     whose recorded file hashes the deploy dir's bytes have, None when none has."""
-    from ..docker.deploydir import read_deployed
+    from ..deploy.deploydir import read_deployed
 
     live = {name: sha256(data) for name, data in read_deployed(node.deploy_dir).items()}
     store = RevisionStore(node.state_dir)

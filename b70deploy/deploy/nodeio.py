@@ -3,10 +3,11 @@
 The switch's steps (deploy/steps.py) touch the node only through a `NodeIO`: the deploy
 dir's files, compose up/stop, image lookups, the health wait with its log watch, the smoke
 probes, the idle readings and the clock. `docker.node.DockerNode` is the real one (Compose
-v2, the engine API, HTTP); tests drive the same steps against an in-memory fake, so the
-state machine's decision table runs in milliseconds and the real engine is kept for the
-end-to-end paths. The state dir (revisions, journal, lock) is not behind the seam: it is
-plain files the tool owns, the same under both.
+v2, the engine API, HTTP; its deploy-dir half is plain file work, `deploy.deploydir.DeployDir`);
+tests drive the same steps against an in-memory fake, so the state machine's decision table
+runs in milliseconds and the real engine is kept for the end-to-end paths. The deploy dir is
+behind the seam so that the fake can cut a run inside its write; the state dir (revisions,
+journal, lock) is not: it is plain files the tool owns, the same under both.
 """
 
 from __future__ import annotations

@@ -14,10 +14,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..deploy.deploydir import WORKING_DIR as WORKING_DIR  # the label init and adopt read here
 from ..errors import UserError
 from . import engine
 from .compose import PROFILE
-from .deploydir import WORKING_DIR as WORKING_DIR  # the label init and adopt read here
 from .proc import last_line, run
 
 PROJECT = "com.docker.compose.project"

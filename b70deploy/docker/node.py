@@ -1,4 +1,4 @@
-"""The real NodeIO: a deploy dir on disk, Compose v2 for the project, the engine API for
+"""The real NodeIO: a deploy dir on disk (deploy/deploydir.py), Compose v2 for the project, the engine API for
 images and the container's log, HTTP for /health and the smoke tests."""
 
 from __future__ import annotations
@@ -21,16 +21,16 @@ from docker import errors as docker_errors
 from dotenv import dotenv_values
 
 from ..config import hub
+from ..deploy.deploydir import DeployDir
 from ..errors import B70Error, OperationError
 from ..render.door import DOOR_SERVICE, digest_in
 from ..render.draft import ensure_draft_copy, stack_copy
 from ..render.files import COMPOSE_FILE, DOTENV_FILE
 from ..state import caches
-from ..state.fsio import file_mode, fsync_dir, sweep_temp, write_atomic, write_tree
+from ..state.fsio import write_tree
 from ..vllmlog.diagnosis import diagnose
 from . import door, engine, pagecache, standby
 from .compose import Compose
-from .deploydir import deployed_names, read_deployed
 from .health import wait_healthy
 from .keep import REPO, keep_tag, revision_of
 from .probe import probe_health
@@ -73,38 +73,25 @@ def compose_config(files: Mapping[str, bytes], project: str,
         return None, "output is not JSON"
 
 
-def write_deploy_files(deploy_dir: Path, files: Mapping[str, bytes]) -> None:
-    """Make `deploy_dir` hold exactly `files`: each written atomically, strays removed."""
-    deploy_dir.mkdir(parents=True, exist_ok=True)
-    for name, data in files.items():
-        write_atomic(deploy_dir / name, data, mode=file_mode(name))
-    for name in deployed_names(deploy_dir):
-        if name not in files:
-            (deploy_dir / name).unlink()
-    for folder in {(deploy_dir / name).parent for name in files} | {deploy_dir}:
-        sweep_temp(folder, time.time())  # a killed write's temp files (we hold the deploy lock)
-    fsync_dir(deploy_dir)
-
-
 NAME_CONFLICT = "Conflict. The container name"
 
 
 @dataclass(frozen=True)
-class DockerNode:
-    """One compose project in one folder, served on one port (production, or the dark stack)."""
+class DockerNode(DeployDir):
+    """One compose project in one folder, served on one port (production, or the dark stack).
+    Its deploy dir's files are plain file work, inherited from deploy/deploydir.py."""
 
     node: Node
-    deploy_dir: Path
     project: str
     port: int
 
     @classmethod
     def production(cls, node: Node) -> DockerNode:
-        return cls(node, node.deploy_dir, node.project, node.config.ports.prod)
+        return cls(deploy_dir=node.deploy_dir, node=node, project=node.project, port=node.config.ports.prod)
 
     @classmethod
     def dark(cls, node: Node, where: Path) -> DockerNode:
-        return cls(node, where, node.dark_project, node.config.ports.dark)
+        return cls(deploy_dir=where, node=node, project=node.dark_project, port=node.config.ports.dark)
 
     @property
     def service(self) -> str:
@@ -146,16 +133,6 @@ class DockerNode:
     @property
     def compose(self) -> Compose:
         return Compose(self.deploy_dir, self.project)
-
-    # ---- the deploy dir
-    def read_deployed(self) -> dict[str, bytes]:
-        return read_deployed(self.deploy_dir)
-
-    def write_deployed(self, files: Mapping[str, bytes]) -> None:
-        write_deploy_files(self.deploy_dir, files)
-
-    def has_compose_file(self) -> bool:
-        return (self.deploy_dir / COMPOSE_FILE).is_file()
 
     # ---- compose
     def compose_config(self, files: Mapping[str, bytes]) -> tuple[dict[str, Any] | None, str | None]:

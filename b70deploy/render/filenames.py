@@ -1,5 +1,5 @@
 """The names of the files a render writes into the deploy dir: apart from the renderer, so that
-the readers of a deploy dir (docker/deploydir.py, for `status`) do not import the schema."""
+the readers of a deploy dir (deploy/deploydir.py, for `status`) do not import the schema."""
 
 COMPOSE_FILE = "docker-compose.yml"
 DOTENV_FILE = ".env"

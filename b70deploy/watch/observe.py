@@ -18,9 +18,9 @@ import requests
 
 from ..bench.metrics import finished_requests
 from ..config.node import Node
+from ..deploy.deploydir import WORKING_DIR, drift
 from ..docker import engine, standby
 from ..docker.containers import ContainerState
-from ..docker.deploydir import WORKING_DIR, drift
 from ..docker.probe import probe_health
 from ..docker.smoke import run_smoke
 from ..state.lock import holder_info

@@ -19,7 +19,7 @@ from b70deploy.actions.inspect import diff_revisions, differences
 from b70deploy.actions.rollback import handmade_origin
 from b70deploy.config.compose_folder import Reference, references
 from b70deploy.config.node import load_node
-from b70deploy.docker.deploydir import deployed_names
+from b70deploy.deploy.deploydir import deployed_names
 from b70deploy.docker.discover import LiveProject, LiveService
 from b70deploy.errors import UserError
 from b70deploy.render.devices import DeviceAccess

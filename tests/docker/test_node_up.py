@@ -31,7 +31,7 @@ def make(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, failures: list[str]) -
     monkeypatch.setattr(node_mod, "run", run)
     monkeypatch.setattr(node_mod.engine, "remove_strays", remove_strays)
     monkeypatch.setattr(node_mod.time, "sleep", lambda s: calls.append("wait"))
-    return DockerNode(None, tmp_path, "p", 8000), calls  # type: ignore[arg-type]
+    return DockerNode(deploy_dir=tmp_path, node=None, project="p", port=8000), calls  # type: ignore[arg-type]
 
 
 def test_a_name_conflict_from_a_killed_up_is_swept_and_retried(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -97,12 +97,12 @@ def test_append_jsonl_appends_whole_private_lines(tmp_path: Path) -> None:
 def test_writing_the_deploy_dir_removes_a_killed_writes_temp_files(tmp_path: Path) -> None:
     """A SIGKILL inside write_atomic leaves `.NAME.*.tmp` beside the deploy files; the next
     write of the deploy dir (under the deploy lock) removes it, so the dir is exactly the files."""
-    from b70deploy.docker.node import write_deploy_files
+    from b70deploy.deploy.deploydir import write_deployed
 
     (tmp_path / "patches" / "m").mkdir(parents=True)
     (tmp_path / ".docker-compose.yml.a1b2.tmp").write_bytes(b"half")
     (tmp_path / "patches" / "m" / ".x.py.c3d4.tmp").write_bytes(b"half")
     files = {"docker-compose.yml": b"services: {}\n", ".env": b"A=1\n", "patches/m/x.py": b"print(1)\n"}
-    write_deploy_files(tmp_path, files)
+    write_deployed(tmp_path, files)
     got = sorted(p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*") if p.is_file())
     assert got == sorted(files)

@@ -1,15 +1,22 @@
-"""Which files of a deploy dir are ours, and reading them: plain file work, no Docker, so that
-`status` (and watch) compare the deploy dir with a revision without importing the switch
-machinery of docker/node.py."""
+"""The deploy dir: the files Compose reads, which of them are ours, reading and writing them.
+
+Plain files the tool owns, like the state dir, and no Docker: the drain step writes the new
+revision's files here (the real node's half of the seam, which `docker.node.DockerNode`
+inherits), and `status`, watch and fsck compare them with a revision without importing the
+switch machinery of docker/node.py."""
 
 from __future__ import annotations
 
 import os
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..config.compose_folder import own_files
 from ..render.filenames import COMPOSE_FILE, DOTENV_FILE, RUNTIME_ENV_FILE
+from ..state.fsio import file_mode, fsync_dir, sweep_temp, write_atomic
 
 if TYPE_CHECKING:
     from ..config.node import Node
@@ -35,6 +42,36 @@ def deployed_names(deploy_dir: Path) -> list[str]:
 
 def read_deployed(deploy_dir: Path) -> dict[str, bytes]:
     return {n: (deploy_dir / n).read_bytes() for n in deployed_names(deploy_dir)}
+
+
+def write_deployed(deploy_dir: Path, files: Mapping[str, bytes]) -> None:
+    """Make `deploy_dir` hold exactly `files`: each written atomically, strays removed."""
+    deploy_dir.mkdir(parents=True, exist_ok=True)
+    for name, data in files.items():
+        write_atomic(deploy_dir / name, data, mode=file_mode(name))
+    for name in deployed_names(deploy_dir):
+        if name not in files:
+            (deploy_dir / name).unlink()
+    for folder in {(deploy_dir / name).parent for name in files} | {deploy_dir}:
+        sweep_temp(folder, time.time())  # a killed write's temp files (we hold the deploy lock)
+    fsync_dir(deploy_dir)
+
+
+@dataclass(frozen=True)
+class DeployDir:
+    """The deploy-dir half of the NodeIO seam (deploy/nodeio.py) for a real node: one folder on
+    this host. The test fake keeps its files in memory instead."""
+
+    deploy_dir: Path
+
+    def read_deployed(self) -> dict[str, bytes]:
+        return read_deployed(self.deploy_dir)
+
+    def write_deployed(self, files: Mapping[str, bytes]) -> None:
+        write_deployed(self.deploy_dir, files)
+
+    def has_compose_file(self) -> bool:
+        return (self.deploy_dir / COMPOSE_FILE).is_file()
 
 
 def drift(node: Node, cur: Revision, box: dict[str, Any]) -> list[str]:
