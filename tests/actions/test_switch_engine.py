@@ -7,6 +7,7 @@ import json
 import subprocess
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 import requests
@@ -328,3 +329,31 @@ def test_sigkill_inside_a_step_then_rollback_serves_what_status_names(node: SimN
     assert_deploy_dir_is_revision(node, st["current"]["number"])
     assert sorted(_project_containers(node)) == sorted([f"{node.project}-vllm-1", f"{node.project}-webui-1"])
     assert_revisions_intact(node)
+
+
+def test_the_compose_file_is_written_on_the_walk_cli_actions_deploy_state(node: SimNode,
+                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 26's walk, asked of a real switch: the packages of the call stack at the moment the
+    compose file is written, outermost first, each once, the bytes handed to state/fsio.py;
+    docker/ (which produced the files earlier, then returned) is not among them."""
+    import inspect
+
+    from simkit import run_cli
+
+    from b70deploy.deploy import deploydir
+
+    seen: list[list[str]] = []
+    real = deploydir.write_atomic
+
+    def spy(path: Path, data: bytes, **kw: Any) -> None:
+        if path.name == "docker-compose.yml":
+            names = [str(f.frame.f_globals.get("__name__", "")) for f in reversed(inspect.stack())]
+            rooms = [n.split(".")[1] for n in names if n.startswith("b70deploy.")]
+            seen.append([r for i, r in enumerate(rooms) if i == 0 or rooms[i - 1] != r])
+        real(path, data, **kw)
+
+    monkeypatch.setattr(deploydir, "write_atomic", spy)
+    r = run_cli(node.config, "switch", "alpha", "--yes", env=node.extra_env, in_process=True)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert node.answers() == "alpha"
+    assert seen == [["cli", "actions", "deploy"]] and real.__module__ == "b70deploy.state.fsio"
