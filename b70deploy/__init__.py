@@ -42,14 +42,13 @@ the rooms above it in this list.
                  commands (containers), which engine (endpoint), `docker compose` argv
                  (compose), subprocesses (proc), image probing (image_inspect), the keep tags
                  that protect revisions' images (keep), the hand-run Compose projects on an
-                 engine (discover), the health
-                 wait (health) and one GET /health (probe), smoke tests (smoke) and their
-                 garbage judge (garbage), idle readings (verify), the page-cache read-ahead
-                 (pagecache), the front door's gate and counters (door), DockerNode (node): the
-                 real side of the deploy seam, the render of a deployment with the engine's facts
-                 (produce: the one producer of deploy files), the node's GPU platform found
-                 and preflighted (platform), and hot standby's slots: vLLM asleep beside the live
-                 one, a network alias the door follows (standby)
+                 engine (discover), the health wait (health) and one GET /health (probe), smoke
+                 tests (smoke) and their garbage judge (garbage), idle readings (verify), the
+                 page-cache read-ahead (pagecache), the front door's gate and counters (door),
+                 DockerNode (node): the real side of the deploy seam, the render of a deployment
+                 with the engine's facts (produce: the one producer of deploy files), the node's
+                 GPU platform found and preflighted (platform), and hot standby's slots: vLLM
+                 asleep beside the live one, a network alias the door follows (standby)
     lint/        preflight rules over a LintContext (rules), that context and a finding
                  (findings), reading what docker/produce rendered into it (gather), a KV budget
                  from config.json (kv)

@@ -1,5 +1,5 @@
-"""The real NodeIO: a deploy dir on disk (deploy/deploydir.py), Compose v2 for the project, the engine API for
-images and the container's log, HTTP for /health and the smoke tests."""
+"""The real NodeIO: a deploy dir on disk (deploy/deploydir.py), Compose v2 for the project,
+the engine API for images and the container's log, HTTP for /health and the smoke tests."""
 
 from __future__ import annotations
 
