@@ -36,13 +36,16 @@ import platformdirs
 from filelock import FileLock
 
 from ..docker.proc import run
-from ..errors import OperationError
+from ..errors import OperationError, UserError
 from . import server as server_mod
 from .vllm_tree import VARIANTS, Variant, vllm_files
 
 # B70SIM_REPO: a checkout of its own on a shared engine (parallel work trees would rebuild each
 # other's images under one tag).
 REPO = os.environ.get("B70SIM_REPO", "b70sim/vllm")
+# Docker's repository path: lower-case parts joined by / (distribution/reference's path grammar).
+_PART = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
+REPO_NAME = re.compile(rf"{_PART}(?:/{_PART})*")
 TAGS = {v.name: f"{REPO}:{v.name}" for v in VARIANTS}
 LABEL_INPUTS = "b70sim.inputs"
 LABEL_VARIANT = "b70sim.variant"
@@ -382,6 +385,10 @@ def _variants(names: Iterable[str] | None) -> Iterator[Variant]:
 
 def build(*, force: bool = False, variants: Iterable[str] | None = None) -> list[Built]:
     """Build (or confirm up to date) each sim image; returns what happened per tag."""
+    if not REPO_NAME.fullmatch(REPO):  # else every `docker import` fails, once per image and test
+        fix = REPO.lower() if REPO_NAME.fullmatch(REPO.lower()) else "b70sim-mybranch/vllm"
+        raise UserError(f"B70SIM_REPO={REPO!r} is not a Docker repository name (lower-case letters and digits, "
+                        "'.', '_' or '-' between them, '/' between parts)", fix=f"export B70SIM_REPO={fix}")
     py = find_host_python()
     if not BUSYBOX.is_file():
         raise OperationError(f"{BUSYBOX} not found", fix="install Debian's busybox-static (scripts/setup.sh does)")

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 from simkit import http_status, run_cli
 
+from b70deploy.errors import UserError
 from b70deploy.sim import image
 from b70deploy.sim.vllm_tree import MARLIN_REL, VARIANTS, vllm_files
 
@@ -64,6 +65,22 @@ def test_inputs_hash_follows_the_server_source() -> None:
               for e in entries]
     assert image.inputs_hash(variant, edited) != digest
     assert image.inputs_hash(VARIANTS[1], image.all_entries(VARIANTS[1], base, py)) != digest
+
+
+def test_a_repository_name_docker_refuses_is_one_error_naming_the_variable(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An upper-case B70SIM_REPO (a branch name) made 186 tests fail on `docker import`'s
+    "repository name must be lowercase"; now the build says so once, before any Docker call."""
+    monkeypatch.setattr(image, "REPO", "b70sim-runA/vllm")
+    monkeypatch.setattr(image, "find_host_python", lambda: pytest.fail("the check comes first"))
+    with pytest.raises(UserError) as got:
+        image.build()
+    assert "B70SIM_REPO='b70sim-runA/vllm' is not a Docker repository name" in got.value.what
+    assert got.value.fix == "export B70SIM_REPO=b70sim-runa/vllm"
+    monkeypatch.setattr(image, "REPO", "b70sim:x/vllm")
+    with pytest.raises(UserError, match="B70SIM_REPO") as got:
+        image.build()
+    assert got.value.fix == "export B70SIM_REPO=b70sim-mybranch/vllm"
+    assert all(image.REPO_NAME.fullmatch(r) for r in ("b70sim/vllm", "b70sim-run_a/vllm", "a.b/c__d/e--f"))
 
 
 def test_server_runs_on_the_host(free_port: Callable[[], int]) -> None:
