@@ -51,8 +51,10 @@ def sim_032(node: SimNode, tmp: Path) -> str:
                                            "        return False", 1))
     (ctx / "Dockerfile").write_text(f"FROM {SIM_TAGS['bash-c']}\nCOPY vllm/__init__.py {SITE}/vllm/__init__.py\n"
                                     f"COPY {marlin} {SITE}/{marlin}\nLABEL {OWN_LABEL}={node.project}\n")
-    built = subprocess.run(["docker", "build", "-q", "-t", tag, str(ctx)], capture_output=True, text=True,
-                           timeout=120, check=False)
+    # --no-cache: a parallel test's build of the same steps would reuse its layers, and that
+    # node's clean-up removing its image takes them away mid-build ("failed to get digest").
+    built = subprocess.run(["docker", "build", "--no-cache", "-q", "-t", tag, str(ctx)], capture_output=True,
+                           text=True, timeout=120, check=False)
     assert built.returncode == 0, built.stderr
     return tag
 
