@@ -1260,6 +1260,7 @@ class Engine:
         self.asleep_bytes = int(knobs.asleep_gib * GIB)
         self.slots = threading.Semaphore(cfg.max_num_seqs)
         self.dead = False
+        self.dying = False  # die() once: the lines come before `dead`, as in vLLM
         self.created = int(time.time())
         self.running = self.waiting = self.decoding = self.kv_in_use = 0
         self.prompt_tokens_total = self.generation_tokens_total = 0
@@ -1312,11 +1313,14 @@ class Engine:
             done()
 
     def die(self) -> bool:
-        """The engine's death as the log shows it; False when it was dead already."""
+        """The engine's death as the log shows it; False when it was dead already. The worker's and
+        the engine core's lines come before the API server sees it dead and answers 500: vLLM's
+        run_engine_core (v1/engine/core.py) logs "EngineCore encountered a fatal error." and only
+        then sends ENGINE_CORE_DEAD (_send_engine_dead); the API server's lines follow."""
         with self.lock:
-            if self.dead:
+            if self.dying:
                 return False
-            self.dead = True
+            self.dying = True
         cause = self.knobs.die_cause
         tb = ["Traceback (most recent call last):",
               '  File "/opt/b70sim/vllm/v1/executor/multiproc_executor.py", line 957, in worker_busy_loop',
@@ -1332,6 +1336,7 @@ class Engine:
                      f"RuntimeError: Worker failed with error '{cause}', please check the stack trace above "
                      "for the root cause"]:
             emit("ERROR", "core.py:1142", text, proc=ENGINE)
+        self.dead = True
         emit("INFO", "multiproc_executor.py:775", "Parent process exited, terminating worker queues", proc=WORKER)
         emit("INFO", "multiproc_executor.py:872", "WorkerProc shutting down.", proc=WORKER)
         emit("ERROR", "async_llm.py:704", "AsyncLLM output_handler failed.", proc=API)
