@@ -191,23 +191,35 @@ class Observer:
             out.append(Problem("down", f"the vllm container is {st.status}"
                                + (f" (exit {st.exit_code})" if st.exit_code is not None else ""), diagnosis))
             return out
+        probed = self._probed(stack, now)
+        if probed and finding is None and container is not None:
+            # What the probes saw came after the log was read: an engine that died meanwhile has
+            # written its cause by now (vLLM logs it before the API server is told, core.py
+            # run_engine_core: logger.exception, then _send_engine_dead).
+            again = diagnose(engine.container_log(container, tail=LOG_TAIL).splitlines(), stack,
+                             self.node.config.platform)
+            diagnosis = again.one_line() if again else None
+        return out + [Problem(kind, detail, diagnosis) for kind, detail in probed]
+
+    def _probed(self, stack: Stack, now: float) -> list[tuple[str, str]]:
+        """What /health, the smoke tests and the error rate say is wrong: (kind, detail)."""
+        cfg = self.node.config.watch
         code = probe_health(f"{self.base_url}/health")
         self.unhealthy = 0 if code == 200 else self.unhealthy + 1
         if self.unhealthy >= cfg.unhealthy_looks:
-            out.append(Problem("unhealthy", f"/health {code or 'refused'} for {self.unhealthy} looks in a row",
-                               diagnosis))
-            return out
+            return [("unhealthy", f"/health {code or 'refused'} for {self.unhealthy} looks in a row")]
         if code != 200:
-            return out
+            return []
+        found: list[tuple[str, str]] = []
         if now - self.last_smoke >= cfg.smoke_every:
             self.last_smoke = now
             _, self.smoke_failed = run_smoke(self.base_url, stack, timeout=min(self.node.config.timeouts.smoke, 30.0))
         if self.smoke_failed:
-            out.append(Problem("smoke", "smoke failed: " + "; ".join(self.smoke_failed), diagnosis))
+            found.append(("smoke", "smoke failed: " + "; ".join(self.smoke_failed)))
         rate = self._error_rate()
         if rate is not None:
-            out.append(Problem("error-rate", rate, diagnosis))
-        return out
+            found.append(("error-rate", rate))
+        return found
 
     def _error_rate(self) -> str | None:
         """The share of requests finished with an error since the last look, if above the limit."""

@@ -62,3 +62,28 @@ def test_error_rate_between_looks(tmp_path: Path, metrics: tuple[int, list[str]]
     assert observer._error_rate() == "10 of 12 requests since the last look ended in an error"
     served.append(with_counts(length=30, error=16))  # 19 more, 1 error
     assert observer._error_rate() is None
+
+
+def test_a_failure_the_probes_see_after_the_log_was_read_is_diagnosed_from_a_second_read(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The engine died between the look's read of the log and its smoke test (loaded run 10:
+    the alert came without its cause). The smoke's 500 came after vLLM logged the cause, so the
+    look reads the log again; the log is a real vLLM 0.21.0 CPU build's death."""
+    from b70deploy.docker.containers import ContainerState
+    from b70deploy.watch import observe
+
+    died = (Path(__file__).parents[1] / "fixtures" / "vllm-0.21.0-cpu" / "die-after-ready.log").read_text()
+    boot = (Path(__file__).parents[1] / "fixtures" / "vllm-0.21.0-cpu" / "boot.log").read_text()
+    reads = iter([boot, died])
+    monkeypatch.setattr(observe.engine, "container_log", lambda container, tail: next(reads))
+    monkeypatch.setattr(observe, "probe_health", lambda url: 200)
+    monkeypatch.setattr(observe, "run_smoke", lambda url, stack, timeout: ([], ["capital: HTTP 500"]))
+    (tmp_path / "node.yaml").write_text(yaml.safe_dump({"state_dir": str(tmp_path / "s")}))
+    node = load_node(str(tmp_path / "node.yaml"))
+    observer = Observer(node, Deaths(node), stack_of=lambda node, rev: None)  # type: ignore[arg-type,return-value]
+    observer._error_rate = lambda: None  # type: ignore[method-assign]
+    running = ContainerState(status="running", exit_code=None, restart_count=0, started_at="", image_id=None)
+    problems = observer._problems(None, object(), running, 0.0, 1e6)  # type: ignore[arg-type]
+    assert [p.kind for p in problems] == ["smoke"]
+    assert problems[0].diagnosis is not None and "[cpu-attention-unsupported]" in problems[0].diagnosis
+    assert next(reads, "both read") == "both read"
