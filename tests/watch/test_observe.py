@@ -1,5 +1,5 @@
-"""The error rate watch reads from /metrics: counter deltas between looks, on a real vLLM
-0.21's /metrics text served over loopback."""
+"""What a look reads: the error rate from /metrics (counter deltas between looks, on a real vLLM
+0.21's /metrics text served over loopback), and the log read again when the probes saw trouble."""
 
 from __future__ import annotations
 
@@ -14,6 +14,8 @@ from kit.serving import serving
 
 from b70deploy.bench.metrics import finished_requests
 from b70deploy.config.node import load_node
+from b70deploy.docker.containers import ContainerState
+from b70deploy.watch import observe
 from b70deploy.watch.observe import Deaths, Observer
 
 REAL = (Path(__file__).parents[1] / "fixtures" / "vllm-0.21.0-cpu" / "metrics.txt").read_text()
@@ -69,9 +71,6 @@ def test_a_failure_the_probes_see_after_the_log_was_read_is_diagnosed_from_a_sec
     """The engine died between the look's read of the log and its smoke test (loaded run 10:
     the alert came without its cause). The smoke's 500 came after vLLM logged the cause, so the
     look reads the log again; the log is a real vLLM 0.21.0 CPU build's death."""
-    from b70deploy.docker.containers import ContainerState
-    from b70deploy.watch import observe
-
     died = (Path(__file__).parents[1] / "fixtures" / "vllm-0.21.0-cpu" / "die-after-ready.log").read_text()
     boot = (Path(__file__).parents[1] / "fixtures" / "vllm-0.21.0-cpu" / "boot.log").read_text()
     reads = iter([boot, died])
