@@ -223,11 +223,16 @@ def table(result: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
-    p.add_argument("--boot", type=float, default=2.0, help="sim boot delay, B70SIM_BOOT_SECONDS (default 2)")
+def door_flags(p: argparse.ArgumentParser, *, boot: float) -> None:
+    """The flags bench_door and bench_standby share: the sim's boot delay, the door's hold bound, the clients."""
+    p.add_argument("--boot", type=float, default=boot, help=f"sim boot delay, B70SIM_BOOT_SECONDS (default {boot:g})")
     p.add_argument("--hold", type=float, default=120.0, help="the door's hold bound, seconds (default 120)")
     p.add_argument("--clients", type=int, default=3, help="concurrent client streams (default 3)")
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
+    door_flags(p, boot=2.0)
     p.add_argument("--sse-runs", type=int, default=15, help="first-chunk samples per path (default 15)")
     p.add_argument("--json", type=Path, help="write every operation and the summary here")
     return report(run, table, p.parse_args())

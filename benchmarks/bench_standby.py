@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from bench_door import Clients, Node, make_node, outcome
+from bench_door import Clients, Node, door_flags, make_node, outcome
 from switch_bench import SIM_TAGS, docker, event_ts, journal_run, log, machine, report, stats
 
 SITE = "/opt/venv/lib/python3.12/site-packages"  # the bash-c variant's (b70deploy/sim/vllm_tree.py)
@@ -157,9 +157,7 @@ def table(result: dict[str, Any]) -> str:
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
-    p.add_argument("--boot", type=float, default=10.0, help="sim boot delay, B70SIM_BOOT_SECONDS (default 10)")
-    p.add_argument("--hold", type=float, default=120.0, help="the door's hold bound, seconds (default 120)")
-    p.add_argument("--clients", type=int, default=3, help="concurrent client streams (default 3)")
+    door_flags(p, boot=10.0)
     p.add_argument("--runs", type=int, default=5, help="runs of each operation per node (default 5)")
     p.add_argument("--json", type=Path, help="write every measurement and the summary here")
     return report(run, table, p.parse_args())

@@ -208,10 +208,8 @@ def ours(project: str, container_project: str) -> bool:
 
 def asleep(box: Any) -> bool:
     """The container is one of the slots and says it sleeps (GET /is_sleeping)."""
-    project = str((box.labels or {}).get("com.docker.compose.project", ""))
-    m = re.fullmatch(r".+-r(\d+)", project)
+    m = re.fullmatch(r"(.+)-r(\d+)", str((box.labels or {}).get("com.docker.compose.project", "")))
     if m is None:
         return False
-    base = project[: -len(f"-r{m.group(1)}")]
-    slot = slots(base, str((box.labels or {}).get("com.docker.compose.service", "vllm"))).get(int(m.group(1)))
+    slot = slots(m.group(1), str((box.labels or {}).get("com.docker.compose.service", "vllm"))).get(int(m.group(2)))
     return bool(slot is not None and is_sleeping(slot))

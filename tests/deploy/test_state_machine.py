@@ -156,6 +156,16 @@ class Bench:
         return served
 
 
+def arm(b: Bench, mode: str, step: str) -> None:
+    """The fault `mode` at `step`: a failure or an interrupt inside it, or a kill before, during or after it."""
+    if mode in ("fails", "interrupted"):
+        b.node.trap = ("fail" if mode == "fails" else "interrupt", step)
+    elif mode == "killed-during":
+        b.node.trap = ("kill", step)
+    else:
+        b.point = (mode.removeprefix("killed-"), step)
+
+
 def expected(mode: str, step: str, recovery: str) -> str:
     if mode in ("fails", "interrupted"):  # undone at once; resume has nothing to do, rollback goes to gamma
         return "alpha" if recovery == "resume" else "gamma"
@@ -170,16 +180,12 @@ def expected(mode: str, step: str, recovery: str) -> str:
 @pytest.mark.parametrize("step", STEP_NAMES)
 def test_every_step_every_fault_then_recovery(root: Path, step: str, mode: str, recovery: str, door: bool) -> None:
     b = Bench(root, door=door)
+    arm(b, mode, step)
     if mode in ("fails", "interrupted"):
-        b.node.trap = ("fail" if mode == "fails" else "interrupt", step)
         outcome = b.switch()
         assert not outcome.ok and outcome.exit_code == (1 if mode == "fails" else 130)
         assert b.agreed() == "alpha"  # undone at once: alpha serves, records say so
     else:
-        if mode == "killed-during":
-            b.node.trap = ("kill", step)
-        else:
-            b.point = (mode.removeprefix("killed-"), step)
         with pytest.raises(Killed):
             b.switch()
         run = b.state.interrupted_run()
@@ -348,17 +354,13 @@ def standby_agreed(b: Bench) -> str | None:
 @pytest.mark.parametrize("step", STANDBY_STEPS)
 def test_standby_every_step_every_fault_then_recovery(root: Path, step: str, mode: str, recovery: str) -> None:
     b = Bench(root, standby=True)
+    arm(b, mode, step)
     if mode in ("fails", "interrupted"):
-        b.node.trap = ("fail" if mode == "fails" else "interrupt", step)
         outcome = b.switch()
         assert not outcome.ok and outcome.exit_code == (1 if mode == "fails" else 130)
         assert standby_agreed(b) == "alpha"
         assert "up vllm" not in " ".join(b.node.effects)  # back by waking, never a cold boot
     else:
-        if mode == "killed-during":
-            b.node.trap = ("kill", step)
-        else:
-            b.point = (mode.removeprefix("killed-"), step)
         with pytest.raises(Killed):
             b.switch()
         assert b.state.interrupted_run() is not None
