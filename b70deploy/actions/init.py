@@ -26,13 +26,14 @@ from ..config.schema import NodeConfig
 from ..config.validation import validate
 from ..deploy.nodeio import VLLM
 from ..docker import discover, platform
+from ..docker.image_inspect import entrypoint_facts
 from ..errors import UserError
 from ..render import devices
 from ..render.files import COMPOSE_FILE, DOTENV_FILE
-from ..render.from_compose import weights_bind
+from ..render.from_compose import ImageEntrypoint, serve_arguments, stack_from_compose
 from ..render.gpu import read_back
 from ..render.masking import is_secret, mask
-from ..render.vllm_args import CONTAINER_MODELS, CONTAINER_PORT, parse_command
+from ..render.vllm_args import CONTAINER_MODELS, CONTAINER_PORT
 from ..state.fsio import write_atomic
 from ..state.stamps import now_iso
 
@@ -78,6 +79,7 @@ class Discovery:
     access: devices.DeviceAccess
     device_dir: Path
     signs: list[platform.Found] = field(default_factory=list)  # the GPU platform's traces, strongest first
+    image: ImageEntrypoint | None = None   # the vllm service's image's ENTRYPOINT and CMD (what runs bare flags)
 
 
 @dataclass
@@ -141,8 +143,20 @@ def gather(project: str | None, device_dir: Path = Path("/dev/dri")) -> Discover
     from ..docker.engine import client
 
     signs = platform.discover(platform.engine_info(client()))
+    name = vllm_service(chosen) if chosen is not None else None
+    live = chosen.services.get(name) if chosen is not None and name is not None else None
     return Discovery(compose=discover.project_config(chosen) if chosen else None, compose_text=text, chosen=chosen,
-                     access=devices.scan(device_dir), device_dir=device_dir, signs=signs)
+                     access=devices.scan(device_dir), device_dir=device_dir, signs=signs,
+                     image=entrypoint_facts(live.image_id or live.image_ref) if live is not None else None)
+
+
+def vllm_service(p: discover.LiveProject) -> str | None:
+    """The service of the project that runs vLLM: `vllm` when it does (or when none visibly does: an
+    external start script hides the server from the command line), else the first that does."""
+    runs = p.vllm_services
+    if VLLM in runs or (not runs and VLLM in p.services):
+        return VLLM
+    return runs[0] if runs else None
 
 
 def _port(spec: dict[str, Any], want: int | None = None) -> tuple[int, int, str | None] | None:
@@ -193,13 +207,16 @@ def plan(d: Discovery, state_dir: Path | None = None) -> InitPlan:
     put("deploy_dir", str(p.working_dir), f"label {discover.WORKING_DIR}: the folder the hand-made "
         "compose file lives in, which b70deploy now writes")
     services = doc.get("services") or {}
-    runs = p.vllm_services
-    if not runs:
-        raise UserError(f"no container of project {p.name} runs `vllm serve`", where=str(p.working_dir),
+    name = vllm_service(p)
+    if name is None:
+        raise UserError(f"no container of project {p.name} runs vLLM (vllm serve, or python -m "
+                        "vllm.entrypoints.openai.api_server)", where=str(p.working_dir),
                         fix="start its vLLM service, or name the production project with --project")
-    name = VLLM if VLLM in runs else runs[0]
     if name != VLLM:  # the operator's own name (vllm-server): the node config names it, every command uses it
-        put("service", name, f"the service of project {p.name} that runs `vllm serve`")
+        put("service", name, f"the service of project {p.name} that runs vLLM")
+    if not p.vllm_services:
+        notes.append(f"no container of project {p.name} shows vLLM on its command line: service {VLLM} is taken "
+                     "as it is (a start script's argv is not read; adopt and import keep the script as bytes)")
     if p.config_files != [p.working_dir / COMPOSE_FILE]:
         notes.append(f"compose files {', '.join(map(str, p.config_files))}: adopt takes one file named "
                      f"{COMPOSE_FILE} in {p.working_dir}; rename (or merge) it first")
@@ -207,7 +224,9 @@ def plan(d: Discovery, state_dir: Path | None = None) -> InitPlan:
         notes.append(f"env file {', '.join(map(str, p.env_files))}: b70deploy reads {DOTENV_FILE} beside the "
                      "compose file")
     vllm = services.get(name) or {}
-    port = _port(vllm, CONTAINER_PORT) or _port(vllm)
+    parsed = serve_arguments(vllm, d.image)
+    listens = parsed.fixed.get("--port", "") if parsed is not None else ""
+    port = _port(vllm, int(listens) if listens.isdigit() else CONTAINER_PORT) or _port(vllm)
     if port is None:
         notes.append(f"service {name} publishes no port: ports.prod keeps its default")
     else:
@@ -218,9 +237,9 @@ def plan(d: Discovery, state_dir: Path | None = None) -> InitPlan:
             "that port is taken")
         put("bind_address", host_ip or "0.0.0.0", where)
         if target != CONTAINER_PORT:
-            notes.append(f"vllm listens on {target} in the hand-made file; stacks b70deploy renders use "
-                         f"{CONTAINER_PORT}")
-    _models(vllm, put, notes)
+            notes.append(f"vllm listens on {target} in its container: a stack from this file keeps it "
+                         f"(container_port: {target}); catalogue stacks listen on {CONTAINER_PORT}")
+    _models(vllm, d.image, name, put, notes)
     # Compose's resolved config inlines env_file into environment: the file's own text names it.
     env_files = [str(p.working_dir / r.name) for r in references(d.compose_text)
                  if r.kind == "env_file" and r.service == name]
@@ -258,29 +277,32 @@ def _platform(d: Discovery, put: Callable[[str, Any, str], None], notes: list[st
         notes.append(f"platform {sign.platform}: {sign.source}")
 
 
-def _models(vllm: dict[str, Any], put: Callable[[str, Any, str], None], notes: list[str]) -> None:
-    """models_dir and models_target from the bind that holds the model the command serves, at
-    whatever target (the report's /llms:/llms)."""
-    binds = [v for v in vllm.get("volumes") or [] if isinstance(v, dict) and v.get("type") == "bind"]
+def _models(vllm: dict[str, Any], image: ImageEntrypoint | None, name: str,
+            put: Callable[[str, Any, str], None], notes: list[str]) -> None:
+    """models_dir and models_target from the bind that holds the model the service serves (at whatever
+    target: the report's /llms:/llms), or hf_cache from the bind that holds its hub cache: read the one
+    way stack from-compose reads the service, however it starts vLLM."""
     try:
-        model = parse_command([str(a) for a in vllm.get("command") or []]).model
-    except ValueError:
-        model = None
-    found = weights_bind(model, binds) if model else None
-    at_models = next((b for b in binds if b.get("target") == CONTAINER_MODELS), None)
-    if found is None and model is None and at_models is not None:  # no command to read: the /models bind
-        put("models_dir", at_models["source"], f"the bind mount at {CONTAINER_MODELS} of service {VLLM}")
+        found = stack_from_compose(vllm, image=image, where=f"service {name}")
+    except UserError as e:
+        binds = [v for v in vllm.get("volumes") or [] if isinstance(v, dict) and v.get("type") == "bind"]
+        at_models = next((b for b in binds if b.get("target") == CONTAINER_MODELS), None)
+        if at_models is not None:  # no command to read: the /models bind
+            put("models_dir", at_models["source"], f"the bind mount at {CONTAINER_MODELS} of service {name}")
+        notes.append(f"service {name} does not map to a stack ({e.what}): models_dir and hf_cache are not read "
+                     "from its command")
         return
-    if found is None:
-        notes.append(f"the model of service {VLLM} ({model or 'none found'}) is in no bind mount: models_dir and "
-                     "models_target keep their defaults")
-        return
-    host, inside, _rel = found
-    where = f"the bind mount of service {VLLM} that holds its model {model}"
-    if inside not in {str(b["target"]).rstrip("/") for b in binds}:
-        where += " (the folder above the model's org/name, where the catalogue's model paths resolve)"
-    put("models_dir", host, where)
-    put("models_target", inside, where)
+    model = found.doc["model"]["path"]
+    if "models_dir" in found.node:
+        where = f"the bind mount of service {name} that holds its model {model}"
+        put("models_dir", found.node["models_dir"], where)
+        put("models_target", found.node["models_target"], where)
+    if "hf_cache" in found.node:
+        put("hf_cache", found.node["hf_cache"], f"service {name}: {found.sources['hf_cache']}, for its hub model "
+            f"{model}")
+    if not ({"models_dir", "hf_cache"} & set(found.node)):
+        notes.append(f"the model of service {name} ({model}) is in no bind mount: models_dir and hf_cache keep "
+                     "their defaults")
 
 
 # What a switch renders for a companion; any other key of the hand-made service is named in a note.
