@@ -158,6 +158,27 @@ class GPTQConfig:
 '''
 
 
+# The two modules `python -m` starts vLLM's server from: vllm/entrypoints/openai/api_server.py (its
+# `__main__` parses the serve flags, the model as --model) and vllm/entrypoints/cli/main.py (what the
+# `vllm` console script runs: `serve ...`). Each hands its argv to the sim server, as `vllm serve` does.
+_API_SERVER = '''"""b70sim stand-in: python -m vllm.entrypoints.openai.api_server runs the simulated server."""
+
+import os
+import sys
+
+if __name__ == "__main__":
+    os.execv(sys.executable, [sys.executable, "/opt/b70sim/server.py", "serve", *sys.argv[1:]])
+'''
+_CLI_MAIN = '''"""b70sim stand-in: python -m vllm.entrypoints.cli.main runs the simulated `vllm` command."""
+
+import os
+import sys
+
+if __name__ == "__main__":
+    os.execv(sys.executable, [sys.executable, "/opt/b70sim/server.py", *sys.argv[1:]])
+'''
+
+
 def vllm_files(variant: Variant) -> dict[str, str]:
     """Files of the stand-in package, relative to the site-packages folder."""
     empty = '"""b70sim stand-in."""\n'
@@ -170,6 +191,11 @@ def vllm_files(variant: Variant) -> dict[str, str]:
         "vllm/model_executor/layers/quantization/utils/__init__.py": empty,
         f"vllm/{MARLIN_REL}": _MARLIN_DRIFT if variant.marlin_drift else _MARLIN,
         f"vllm/{GPTQ_REL}": _GPTQ,
+        "vllm/entrypoints/__init__.py": empty,
+        "vllm/entrypoints/openai/__init__.py": empty,
+        "vllm/entrypoints/openai/api_server.py": _API_SERVER,
+        "vllm/entrypoints/cli/__init__.py": empty,
+        "vllm/entrypoints/cli/main.py": _CLI_MAIN,
     }
     if variant.arctic:
         files["arctic_inference/__init__.py"] = '"""b70sim stand-in for arctic-inference."""\n\n__version__ = "0.1.1"\n'
