@@ -242,3 +242,8 @@ def test_every_way_to_start_vllm_is_read_and_served_the_same_way(layout: Layout)
     assert re.sub(r"\s", "", str(back["Config"].get("Healthcheck"))) == re.sub(
         r"\s", "", str(before["Config"].get("Healthcheck")))
     assert completion(layout.port, layout.model)["model"] == layout.model
+
+    # ---- import: the file as a rollback target, its command mapped for lint (no "does not map" warning)
+    imported = json.loads(layout.cli("import", str(layout.folder / "docker-compose.yml"), "--as", "saved",
+                                     "--json").stdout)
+    assert imported["created"] and not any("does not map" in w for w in imported["warnings"]), imported["warnings"]
