@@ -543,13 +543,14 @@ class RevisionStore:
             self._upsert_index(new)
         return new
 
-    def mend_file(self, number: int, name: str, data: bytes) -> None:
+    def mend_file(self, number: int, name: str, data: bytes, mode: int | None = None) -> None:
         """Put back stored file `name` of revision `number` from a copy whose sha256 is the one
-        the revision recorded (the deploy dir's): the revision is then as it was made."""
+        the revision recorded (the deploy dir's): the revision is then as it was made. `mode`:
+        as create's `modes` gives it, else fsio.file_mode's."""
         rev = self.get(number)
         if sha256(data) != rev.meta.files.get(name):
             raise ValueError(f"not revision {number}'s {name}")
-        write_atomic(rev.files_dir / name, data, mode=file_mode(name))
+        write_atomic(rev.files_dir / name, data, mode=file_mode(name) if mode is None else mode)
 
     def reset_status(self, number: int, status: Status) -> None:
         """Write status.json anew (fsck --repair, for one that cannot be read)."""
