@@ -9,15 +9,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import stat
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from dotenv import dotenv_values
-
 from ..config.node import Node
-from ..config.secrets_file import load_secrets
 from ..errors import UserError
 from ..render.masking import MIN_VALUE, Secrets, is_reference, is_secret
 from ..state.stamps import now_iso
@@ -35,12 +33,14 @@ def make_event(node: Node, event: str, *, stack: str | None, revision: int | Non
 def node_secrets(node: Node) -> Secrets:
     """Every secret the node config knows of: its secrets env file's keys and values, and each
     companion's secret variables (by name or marked in its `secrets:`). Masked in every output."""
-    try:
-        values, _ = load_secrets(node.secrets_env_file)
-    except UserError:
-        values = {}  # a missing secrets file is the switch's error to report, not the notifier's
+    values: dict[str, str] = {}
+    if node.secrets_env_file is not None:
+        from ..config.secrets_file import load_secrets  # here: python-dotenv, only for a node with the file
+
+        with contextlib.suppress(UserError):  # a missing secrets file is the switch's error to report
+            values, _ = load_secrets(node.secrets_env_file)
     found = Secrets(keys=frozenset(values), values=frozenset(values.values()))
-    for c in node.config.companions:
+    for c in node.config.companions if node.settings.companion_env else ():
         marked = Secrets(keys=frozenset(c.secrets))
         found |= Secrets(keys=marked.keys, values=frozenset(
             v for k, v in c.environment.items() if marked.is_secret(k) and not is_reference(v)))
@@ -51,6 +51,8 @@ def marked_values(paths: Iterable[Path]) -> frozenset[str]:
     """The values env files mark secret: each value of a file only its owner can read (mode
     0600: the operator's mark), and a secret name's value in any. Short values (a port, `true`)
     mark nothing; a file that cannot be read marks nothing."""
+    from dotenv import dotenv_values
+
     found: set[str] = set()
     for path in paths:
         try:
