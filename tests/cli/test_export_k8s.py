@@ -1,0 +1,97 @@
+"""`b70deploy export k8s` as an operator runs it (issue 38): every catalogue stack written to a
+folder, the patched ones from a revision's stored bytes, and not one byte of the node's secrets in
+any file or output; the same input gives the same file; bad input is one line, exit 2."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import yaml
+from kit.k8s import CANARY, OVERRIDE, switch_render, validate
+from kit.scratch import SHIPPED_STACKS, Scratch
+from simkit import run_cli
+
+from b70deploy.config.node import load_node
+from b70deploy.state.revisions import RevisionStore
+
+DIGEST = "intel/vllm@sha256:" + "ab" * 32
+
+
+def _node(scratch: Scratch) -> Path:
+    scratch.copy_shipped()
+    secrets = scratch.root / "secrets.env"
+    secrets.write_text(f"HF_TOKEN='{CANARY}'\nSTACK_KEY={OVERRIDE}\n")
+    secrets.chmod(0o600)
+    return scratch.write_config({"secrets_env_file": str(secrets)})
+
+
+def _everything(root: Path) -> bytes:
+    return b"".join(p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file())
+
+
+def test_every_stack_exported_without_a_secret(scratch: Scratch, tmp_path: Path) -> None:
+    config = _node(scratch)
+    node = load_node(str(config))
+    store = RevisionStore(node.state_dir)
+    out, said = tmp_path / "k8s", []
+    for name in SHIPPED_STACKS:
+        stack = node.catalogue().load(name)
+        if stack.patches:  # its patched files come from the image: the revision of a switch that ran it
+            rev = store.create(stack=name, kind="switch", files=switch_render(node, stack).files,
+                               image_ref=stack.image, image_id="sha256:" + "cd" * 32, repo_digest=DIGEST,
+                               operator="t@h", message="", created="2026-12-06T00:00:00+0000",
+                               stack_doc=stack.model_dump(mode="json"))
+            args = ["--revision", str(rev.number)]
+        else:
+            args = [name, "--no-docker"]
+        for extra in ([], ["--json"]):
+            r = run_cli(config, "export", "k8s", *args, "--out", str(out), *extra, in_process=True, check=True)
+            said += [r.stdout, r.stderr]
+        r = run_cli(config, "export", "k8s", *args, "--namespace", "llm", in_process=True, check=True)
+        said += [r.stdout, r.stderr]
+        printed = list(yaml.safe_load_all(r.stdout))
+        assert {o["metadata"]["namespace"] for o in printed} == {"llm"}
+        written = list(yaml.safe_load_all((out / f"b70-{name}.yaml").read_bytes()))
+        assert [o["kind"] for o in written] == [o["kind"] for o in printed]
+        deployment = written[-1]
+        if stack.patches:
+            validate(written)
+            assert deployment["metadata"]["annotations"]["b70deploy/revision"] == str(rev.number)
+            assert deployment["spec"]["template"]["spec"]["containers"][0]["image"] == DIGEST
+    files = sorted(p.name for p in out.iterdir())
+    assert files == sorted(f"b70-{n}.yaml" for n in SHIPPED_STACKS)
+    first = _everything(out)
+    for name in SHIPPED_STACKS:  # once more: the same bytes
+        stack = node.catalogue().load(name)
+        if not stack.patches:
+            run_cli(config, "export", "k8s", name, "--no-docker", "--out", str(out), in_process=True, check=True)
+    assert _everything(out) == first
+    for blob in (first, "".join(said).encode()):
+        assert CANARY.encode() not in blob and OVERRIDE.encode() not in blob
+        assert b"hf_CANARY" not in blob and b"override-41c2" not in blob
+    summary = json.loads(run_cli(config, "export", "k8s", "qwen35", "--no-docker", "--json",
+                                 in_process=True, check=True).stdout)
+    assert summary["secret"] == {"name": "b70-qwen35-secrets", "keys": ["HF_TOKEN", "STACK_KEY"]}
+    assert [o["kind"] for o in summary["objects"]] == ["Service", "Deployment"]
+    model = node.catalogue().load("qwen35").model.path
+    assert summary["args"][:3] == ["vllm", "serve", f"{node.config.models_target}/{model}"]
+
+
+def test_bad_input_is_one_line(scratch: Scratch, tmp_path: Path) -> None:
+    config = _node(scratch)
+    cases = {
+        ("qwen35", "--namespace", "Bad_NS"): "--namespace",
+        ("qwen35", "--models-claim", "a/b"): "--models-claim",
+        ("w4a16", "--no-docker"): "patch marlin-xpu-carveout",
+        ("--revision", "7"): "no revision 7",
+        (): "a STACK or --revision N",
+        ("qwen35", "--revision", "1"): "a STACK or --revision N",
+        ("no-such-stack", "--no-docker"): "no-such-stack",
+    }
+    for args, want in cases.items():
+        r = run_cli(config, "export", "k8s", *args, "--out", str(tmp_path / "k"), in_process=True)
+        assert r.returncode == 2, (args, r.stdout, r.stderr)
+        assert want in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
+        assert "Traceback" not in r.stderr
+    assert not (tmp_path / "k").exists()
