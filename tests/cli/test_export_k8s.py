@@ -7,8 +7,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 import yaml
 from kit.k8s import CANARY, OVERRIDE, switch_render, validate
+from kit.lintnode import SIM_BASH_C, write_node
 from kit.scratch import SHIPPED_STACKS, Scratch
 from simkit import run_cli
 
@@ -95,3 +97,29 @@ def test_bad_input_is_one_line(scratch: Scratch, tmp_path: Path) -> None:
         assert want in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
         assert "Traceback" not in r.stderr
     assert not (tmp_path / "k").exists()
+
+
+@pytest.mark.docker
+@pytest.mark.usefixtures("sim_images")
+def test_patched_stack_from_the_image(tmp_path: Path) -> None:
+    """With the engine, a patched stack's ConfigMaps hold the file as the image's vllm package has
+    it, edited: the bytes a switch bind-mounts (the sim image carries the stand-in package)."""
+    models = tmp_path / "models"
+    models.mkdir()
+    config = write_node(tmp_path, models)
+    node = load_node(str(config))
+    r = run_cli(config, "export", "k8s", "w4a16", "--json", "--out", str(tmp_path / "k"), timeout=240)
+    assert r.returncode == 0, r.stdout + r.stderr
+    summary = json.loads(r.stdout)
+    objects = list(yaml.safe_load_all(Path(summary["file"]).read_bytes()))
+    validate(objects)
+    stack = node.catalogue().load("w4a16")
+    want = switch_render(node, stack).files
+    [cm] = [o for o in objects if o["kind"] == "ConfigMap"]
+    rel = cm["metadata"]["annotations"]["b70deploy/file"]
+    assert rel == "patches/marlin-xpu-carveout/marlin_utils.py"
+    assert next(iter(cm["data"].values())).encode() == want[rel]
+    container = objects[-1]["spec"]["template"]["spec"]["containers"][0]
+    assert container["image"] == stack.image == SIM_BASH_C
+    assert summary["args"] == [node.config.models_target + "/" + stack.model.path if a == "${VLLM_MODEL}" else a
+                               for a in switch_render(node, stack).command]
