@@ -42,12 +42,13 @@ class Exported:
 
 
 def source_for(node: Node, files: Mapping[str, bytes], stack: str, image: str, env: Mapping[str, str], gpus: Any,
-               revision: int | None = None) -> k8s.Source:
+               *, revision: int | None = None, secret_keys: frozenset[str] | None = None) -> k8s.Source:
     """What render/k8s.py needs beside the deploy files, from the node config."""
     cfg = node.config
     return k8s.Source(files=files, stack=stack, name=k8s.dns_label(f"{node.project}-{stack}"), service=node.service,
                       image=image, stack_env=env, platform=cfg.platform, gpus=gpus if gpus is not None else cfg.gpus,
-                      port=cfg.ports.prod, boot_timeout=cfg.timeouts.health, revision=revision)
+                      port=cfg.ports.prod, boot_timeout=cfg.timeouts.health, revision=revision,
+                      secret_keys=secret_keys)
 
 
 @dataclass
@@ -103,7 +104,9 @@ class ExportK8s:
         if "@sha256:" not in stack.image:
             notes.append(f"image: {stack.image} is a tag; a cluster pulls whatever it names then (export --revision "
                          "N gives the digest that ran, when the engine knew one)")
-        return source_for(self.node, produced.rendered.files, stack.name, stack.image, stack.env, stack.gpus), notes
+        rendered = produced.rendered
+        return source_for(self.node, rendered.files, stack.name, stack.image, stack.env, stack.gpus,
+                          secret_keys=rendered.secret_keys), notes
 
     def _from_revision(self) -> tuple[k8s.Source, list[str]]:
         from ..state.revisions import RevisionStore

@@ -82,6 +82,9 @@ class Source:
     port: int                    # the port clients use (the node's prod port)
     boot_timeout: float          # the node's timeouts.health, seconds
     revision: int | None = None
+    # The keys of vllm.env that came from the node's secrets file, when the render said so;
+    # None (a revision): every key whose value is not the stack's own.
+    secret_keys: frozenset[str] | None = None
 
 
 @dataclass(frozen=True)
@@ -167,8 +170,9 @@ def quantity(size: str) -> str:
 def _dotenv(data: bytes) -> dict[str, str]:
     from dotenv import dotenv_values
 
-    return {k: v for k, v in dotenv_values(stream=io.StringIO(data.decode(errors="replace"))).items()
-            if v is not None}
+    # interpolate=False: the files are read as Compose reads them, not as a shell would
+    text = io.StringIO(data.decode(errors="replace"))
+    return {k: v for k, v in dotenv_values(stream=text, interpolate=False).items() if v is not None}
 
 
 def _env_map(raw: Any) -> dict[str, str]:
@@ -246,8 +250,11 @@ def render(src: Source, opts: Options = Options()) -> Export:
         notes.append(f"{mask}={environment.pop(mask)} (this node's device ids) not exported: the device plugin "
                      "gives the container only the devices it allocated")
     runtime = _dotenv(src.files.get(RUNTIME_ENV_FILE, b""))
-    plain = {k: v for k, v in runtime.items() if src.stack_env.get(k) == v and k not in environment}
-    secret_keys = tuple(sorted(k for k in runtime if k not in plain and k not in environment))
+    secret = src.secret_keys if src.secret_keys is not None else \
+        frozenset(k for k, v in runtime.items() if src.stack_env.get(k) != v)
+    # The stack's own values, as it wrote them (vllm.env holds them quoted for Compose's parser)
+    plain = {k: src.stack_env[k] for k in runtime if k not in secret and k in src.stack_env and k not in environment}
+    secret_keys = tuple(sorted(k for k in runtime if k in secret and k not in environment))
     dev = [k for k in DEV_MODE if k in environment or k in runtime]
     if dev:
         raise UserError(f"the render runs vLLM with its development endpoints ({', '.join(dev)}, which sleep mode "

@@ -28,7 +28,8 @@ from b70deploy.state.fsio import write_tree
 
 def export_of(node: Node, stack: Stack, opts: k8s.Options | None = None) -> tuple[k8s.Export, Rendered]:
     rendered = switch_render(node, stack)
-    src = source_for(node, rendered.files, stack.name, stack.image, stack.env, stack.gpus)
+    src = source_for(node, rendered.files, stack.name, stack.image, stack.env, stack.gpus,
+                     secret_keys=rendered.secret_keys)
     return k8s.render(src, opts or k8s.Options()), rendered
 
 
@@ -163,7 +164,7 @@ DOLLARS = ["--chat-template-content-format", "$(HOME)$$x", "--override-generatio
 def test_args_equal_the_compose_command(scratch: Scratch, compose: Any, shape: str) -> None:
     """The Deployment's command and args, as Kubernetes expands them, are the vllm service's
     entrypoint and command as `docker compose config` resolves the rendered files."""
-    doc: dict[str, Any] = {**MINIMAL_STACK, "name": "d", "extra_args": DOLLARS}
+    doc: dict[str, Any] = {**MINIMAL_STACK, "name": "d", "extra_args": DOLLARS, "env": {"QUOTED": "it's $(HOME) $5"}}
     if shape == "prelude":
         doc["prelude"] = "export X=$HOME; echo $(date) $$"
     if shape == "vllm-serve":
@@ -182,6 +183,8 @@ def test_args_equal_the_compose_command(scratch: Scratch, compose: Any, shape: s
     assert [kube_expand(a, env) for a in container["args"]] == command == export.args
     assert [kube_expand(a, env) for a in container.get("command", [])] == entrypoint
     assert any("$(HOME)$$x" in a for a in command)  # the stack's dollars, as written
+    # vllm.env's value (double-quoted for Compose's parser) reaches the container as the stack wrote it
+    assert kube_expand(env["QUOTED"], env) == svc["environment"]["QUOTED"].replace("$$", "$") == "it's $(HOME) $5"
 
 
 def test_dev_mode_is_never_exported(node: Node, scratch: Scratch) -> None:
