@@ -27,7 +27,8 @@ the rooms above it in this list.
                  images (patches), the EAGLE draft copy (draft), the front door's Caddy config
                  (door), whether a stack may sleep as a hot standby (standby); and back: a compose service ->
                  a stack (from_compose), a corrected file -> a patch's edits (patch_derive); and
-                 out: a deploy dir's bytes -> Kubernetes manifests (k8s)
+                 out: a deploy dir's bytes -> Kubernetes manifests (k8s), and those as values
+                 for vLLM production-stack's Helm chart (production_stack)
     vllmlog/     what vLLM's log says: boot facts and expectations (bootlog), fatal signatures
                  and stalls (diagnosis)
     ui/          what people are told: live progress (progress), tables and JSON (output), what

@@ -17,7 +17,7 @@ from typing import Any
 from ..config.node import Node
 from ..config.schema import Standby
 from ..errors import UserError
-from ..render import k8s
+from ..render import k8s, production_stack
 from ..state.fsio import write_atomic
 from .stacks import check_patches
 
@@ -28,15 +28,17 @@ class Exported:
     source: k8s.Source
     path: Path | None            # the file written; None: printed
     notes: tuple[str, ...] = field(default_factory=tuple)
+    values: dict[str, Any] | None = None  # --helm-values: the chart's values instead of the manifests
 
     @property
     def yaml(self) -> bytes:
-        return self.export.yaml()
+        return self.export.yaml() if self.values is None else k8s.dump([self.values], explicit_start=False)
 
     def to_json(self) -> dict[str, Any]:
         e = self.export
         return {"stack": self.source.stack, "revision": self.source.revision, "file": str(self.path) if self.path
                 else None, "image": self.source.image, "objects": e.summary(), "command": e.command, "args": e.args,
+                "helm_values": self.values is not None,
                 "secret": {"name": e.secret_name, "keys": list(e.secret_keys)} if e.secret_name else None,
                 "notes": [*self.notes, *e.notes]}
 
@@ -59,6 +61,7 @@ class ExportK8s:
     out: Path | None = None      # a folder: <out>/<name>.yaml; none: the YAML is the result
     options: k8s.Options = field(default_factory=k8s.Options)
     docker: bool = True
+    helm_values: bool = False    # values for vLLM production-stack's chart (render/production_stack.py)
 
     def plan(self) -> Exported:
         """The manifests, written nowhere."""
@@ -67,8 +70,10 @@ class ExportK8s:
         k8s.check_options(self.options)
         source, notes = self._from_revision() if self.revision is not None else self._from_stack()
         export = k8s.render(source, self.options)
-        path = self.out / f"{source.name}.yaml" if self.out is not None else None
-        return Exported(export=export, source=source, path=path, notes=tuple(notes))
+        values = production_stack.values(source, export) if self.helm_values else None
+        name = f"{source.name}-values.yaml" if values is not None else f"{source.name}.yaml"
+        path = self.out / name if self.out is not None else None
+        return Exported(export=export, source=source, path=path, notes=tuple(notes), values=values)
 
     def run(self) -> Exported:
         done = self.plan()

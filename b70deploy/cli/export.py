@@ -33,11 +33,14 @@ def export() -> None:
 @click.option("--intel-driver", type=click.Choice(["xe", "i915"]), default="xe", show_default=True,
               help="xpu: the kernel driver of the cluster's GPU nodes (gpu.intel.com/xe or gpu.intel.com/i915).")
 @click.option("--no-docker", is_flag=True, help="Never ask the engine (a stack with patches is then refused).")
+@click.option("--helm-values", is_flag=True, help="Write values for vLLM production-stack's Helm chart instead "
+                                                  "(<name>-values.yaml): an image whose entrypoint is vllm serve, no "
+                                                  "patches, a GPU platform.")
 @options.as_json("a summary: objects, argv, the Secret's name and keys, notes")
 @pass_ctx
 def k8s(ctx: Ctx, stack: str | None, revision: int | None, out: str | None, namespace: str | None,
         models_claim: str | None, hf_cache_claim: str | None, intel_driver: str, no_docker: bool,
-        as_json: bool) -> None:
+        helm_values: bool, as_json: bool) -> None:
     """Kubernetes manifests of STACK (or of a revision's exact bytes): a Deployment running the
     compose render's argv byte for byte, a Service on the API port only, a ConfigMap per patched
     file, the GPU as the device plugin's resource, and a reference to a Secret for the node's
@@ -45,7 +48,7 @@ def k8s(ctx: Ctx, stack: str | None, revision: int | None, out: str | None, name
     opts = Options(namespace=namespace, models_claim=models_claim, hf_cache_claim=hf_cache_claim,
                    intel_driver="i915" if intel_driver == "i915" else "xe")
     done = ExportK8s(ctx.node, stack=stack, revision=revision, out=Path(out) if out else None, options=opts,
-                     docker=not no_docker).run()
+                     docker=not no_docker, helm_values=helm_values).run()
     if as_json:
         emit_json(done.to_json())
         return
@@ -58,5 +61,6 @@ def k8s(ctx: Ctx, stack: str | None, revision: int | None, out: str | None, name
     if done.path is None:
         click.echo(done.yaml.decode(), nl=False)
         return
-    objects = ", ".join(f"{o['kind']} {o['name']}" for o in e.summary())
+    objects = "values for vLLM production-stack's chart" if done.values is not None else \
+        ", ".join(f"{o['kind']} {o['name']}" for o in e.summary())
     click.echo(f"wrote {done.path} ({objects})")

@@ -400,7 +400,7 @@ def _str(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:
 _Dumper.add_representer(str, _str)
 
 
-def dump(objects: Sequence[Mapping[str, Any]]) -> bytes:
+def dump(objects: Sequence[Mapping[str, Any]], *, explicit_start: bool = True) -> bytes:
     """One multi-document YAML file, keys in the order written (deterministic)."""
     return yaml.dump_all(list(objects), Dumper=_Dumper, sort_keys=False, default_flow_style=False,
-                         allow_unicode=True, explicit_start=True, width=1 << 16).encode()
+                         allow_unicode=True, explicit_start=explicit_start, width=1 << 16).encode()

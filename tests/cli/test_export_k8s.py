@@ -90,6 +90,7 @@ def test_bad_input_is_one_line(scratch: Scratch, tmp_path: Path) -> None:
         (): "a STACK or --revision N",
         ("qwen35", "--revision", "1"): "a STACK or --revision N",
         ("no-such-stack", "--no-docker"): "no-such-stack",
+        ("qwen35", "--no-docker", "--helm-values"): "entrypoint_style bash-c",
     }
     for args, want in cases.items():
         r = run_cli(config, "export", "k8s", *args, "--out", str(tmp_path / "k"), in_process=True)

@@ -6,10 +6,12 @@ expansion hands it to the process; no secret value in any exported file."""
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 from typing import Any
 
+import jsonschema
 import pytest
 import yaml
 from kit.k8s import CANARY, OVERRIDE, kube_expand, switch_render, validate
@@ -19,10 +21,11 @@ from b70deploy.actions.export import ExportK8s, source_for
 from b70deploy.config.node import Node, load_node
 from b70deploy.config.schema import Stack
 from b70deploy.errors import UserError
-from b70deploy.render import k8s
+from b70deploy.render import k8s, production_stack
 from b70deploy.render.files import COMPOSE_FILE, Rendered, render
 from b70deploy.render.gpu import access_for
 from b70deploy.render.standby import DEV_MODE
+from b70deploy.render.vllm_args import parse_serve_args
 from b70deploy.state.fsio import write_tree
 
 
@@ -225,3 +228,62 @@ def test_patched_stack_without_docker_is_refused(node: Node, tmp_path: Path) -> 
     with pytest.raises(UserError, match=r"patch marlin-xpu-carveout.*--revision"):
         ExportK8s(node, stack="w4a16", out=tmp_path / "k", docker=False).run()
     assert not (tmp_path / "k").exists()
+
+
+CHART_SCHEMA = json.loads((Path(__file__).parents[1] / "fixtures/production-stack/values.schema.json").read_text())
+
+
+def chart_command(spec: dict[str, Any]) -> list[str]:
+    """The container command the chart writes from one modelSpec (helm/templates/deployment-vllm-multi.yaml,
+    tests/fixtures/production-stack/SOURCE.md), for the keys the export sets."""
+    conf = spec["vllmConfig"]
+    toggle = "--enable-prefix-caching" if conf["enablePrefixCaching"] else "--no-enable-prefix-caching"
+    return ["vllm", "serve", spec["modelURL"], "--host", "0.0.0.0", "--port", "8000", toggle, *conf["extraArgs"]]
+
+
+def test_production_stack_values(scratch: Scratch) -> None:
+    """An NVIDIA stack on the official image as the chart's values: valid against the chart's own
+    schema, and the chart's command gives vLLM the same model and flags as the compose render."""
+    scratch.write_stack("o", {**MINIMAL_STACK, "name": "o", "image": "vllm/vllm-openai:v0.11.0",
+                              "entrypoint_style": "vllm-serve", "prefix_caching": False, "gpus": 2,
+                              "model": {"path": "Qwen/Qwen3-0.6B", "hub": True}, "env": {"VLLM_LOGGING_LEVEL": "INFO"},
+                              "extra_args": ["--tensor-parallel-size", "2", "--chat-template-content-format", "$(X)"]})
+    secrets = scratch.root / "secrets.env"
+    secrets.write_text(f"HF_TOKEN='{CANARY}'\n")
+    secrets.chmod(0o600)
+    scratch.write_config({"platform": "cuda", "hf_cache": str(scratch.root / "hf"), "secrets_env_file": str(secrets)})
+    node = load_node(str(scratch.config))
+    done = ExportK8s(node, stack="o", docker=False, helm_values=True).plan()
+    assert done.values is not None
+    jsonschema.Draft202012Validator(CHART_SCHEMA).validate(done.values)
+    [spec] = done.values["servingEngineSpec"]["modelSpec"]
+    assert (spec["repository"], spec["tag"]) == ("vllm/vllm-openai", "v0.11.0")
+    assert spec["resources"] == {"limits": {"nvidia.com/gpu": 2}}
+    assert spec["envFromSecret"] == {"name": "b70-o-secrets"} and CANARY.encode() not in done.yaml
+    argv = [kube_expand(a, {}) for a in chart_command(spec)]
+    ours, chart = parse_serve_args(done.export.args), parse_serve_args(argv[2:])
+    assert (ours.model, ours.values, ours.fixed, ours.extra) == (chart.model, chart.values, chart.fixed, chart.extra)
+    assert ours.values["prefix_caching"] is False and "$(X)" in chart.extra
+    engine = done.values["servingEngineSpec"]
+    assert engine["startupProbe"]["failureThreshold"] * engine["startupProbe"]["periodSeconds"] >= 720
+    assert engine["strategy"] == {"type": "Recreate"}
+    assert yaml.safe_load(done.yaml) == done.values
+    assert [production_stack.image_parts(r) for r in ("reg:5000/a/b", "a/b@sha256:" + "f" * 64)] == \
+        [("reg:5000/a/b", "latest"), ("a/b@sha256", "f" * 64)]
+
+
+@pytest.mark.parametrize(("stack", "config", "want"), [
+    ("qwen35", {}, "entrypoint_style bash-c"),
+    ("tq-256k", {}, "patched file"),
+    ("cpu", {"platform": "cpu"}, "CPU and memory requests"),
+])
+def test_production_stack_refusals(node: Node, scratch: Scratch, stack: str, config: dict[str, Any],
+                                   want: str) -> None:
+    scratch.write_stack("cpu", {**MINIMAL_STACK, "name": "cpu", "entrypoint_style": "vllm-serve"})
+    scratch.write_config(config)
+    node = load_node(str(scratch.config))
+    s = node.catalogue().load(stack)
+    export, rendered = export_of(node, s)
+    src = source_for(node, rendered.files, s.name, s.image, s.env, s.gpus)
+    with pytest.raises(UserError, match=want):
+        production_stack.values(src, export)
