@@ -25,6 +25,7 @@ import io
 import math
 import posixpath
 import re
+import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -34,8 +35,9 @@ import yaml
 from ..config.hub import CONTAINER_HF_HOME
 from ..errors import UserError
 from ..state import caches
-from .filenames import COMPOSE_FILE, DOTENV_FILE, RUNTIME_ENV_FILE
+from .filenames import COMPOSE_FILE, DOTENV_FILE
 from .gpu import VISIBLE_VAR, Gpus, Platform, gpu_count
+from .masking import is_secret
 from .patches import PATCH_DIR_IN_DEPLOY
 from .standby import DEV_MODE
 from .vllm_args import CONTAINER_PORT
@@ -131,14 +133,17 @@ def check_options(opts: Options) -> None:
                             fix="lower-case letters, digits, '-' and '.', e.g. weights")
 
 
-def interpolate(value: str, values: Mapping[str, str], *, where: str) -> str:
+def interpolate(value: str, values: Mapping[str, str], *, where: str, used: set[str] | None = None) -> str:
     """Compose's interpolation of one value (the Compose Specification, "Interpolation"): `$$`,
-    `${VAR}`, `${VAR:?err}`, `${VAR:-default}` (and their forms without `:`), `$VAR`."""
+    `${VAR}`, `${VAR:?err}`, `${VAR:-default}` (and their forms without `:`), `$VAR`. The names
+    read go into `used`."""
 
     def one(m: re.Match[str]) -> str:
         if m.group(1):
             return "$"
         name = m.group(2) or m.group(5)
+        if used is not None:
+            used.add(name)
         op, arg = m.group(3), m.group(4) or ""
         have = values.get(name)
         unset = have is None or (have == "" and op is not None and op.startswith(":"))
@@ -241,20 +246,36 @@ def render(src: Source, opts: Options = Options()) -> Export:
                         fix="the node config's service names the vllm service") from None
     values = _dotenv(src.files.get(DOTENV_FILE, b""))
     notes: list[str] = []
-    entrypoint = [interpolate(str(a), values, where=where) for a in svc["entrypoint"]] \
-        if svc.get("entrypoint") else None
-    args = [interpolate(str(a), values, where=where) for a in svc.get("command") or []]
-    environment = {k: interpolate(v, values, where=where) for k, v in _env_map(svc.get("environment")).items()}
+    known = src.secret_keys or frozenset()
+    entrypoint = _argv(svc.get("entrypoint"), values, where, known) if svc.get("entrypoint") else None
+    args = _argv(svc.get("command"), values, where, known)
+    environment: dict[str, str] = {}
+    from_env: set[str] = set()  # environment: keys that hold a secret: read from the Secret, never inlined
+    for key, raw in _env_map(svc.get("environment")).items():
+        used: set[str] = set()
+        text = interpolate(raw, values, where=where, used=used)
+        if is_secret(key) or key in known or any(is_secret(u) or u in known for u in used):
+            from_env.add(key)
+        else:
+            environment[key] = text
+    if from_env:
+        notes.append(f"environment {', '.join(sorted(from_env))}: secrets, read from the Secret (put them there), "
+                     "never written here")
     mask = VISIBLE_VAR.get(src.platform)
     if mask in environment:  # host ids: on a cluster the plugin hands over the devices, numbered from 0
         notes.append(f"{mask}={environment.pop(mask)} (this node's device ids) not exported: the device plugin "
                      "gives the container only the devices it allocated")
-    runtime = _dotenv(src.files.get(RUNTIME_ENV_FILE, b""))
+    runtime: dict[str, str] = {}
+    for name in _env_files(svc.get("env_file")):  # in order, a later file's key winning, as Compose reads them
+        if name in src.files:
+            runtime.update(_dotenv(src.files[name]))
+        else:
+            notes.append(f"env_file {name} is not among the deploy files: its keys are not exported")
     secret = src.secret_keys if src.secret_keys is not None else \
         frozenset(k for k, v in runtime.items() if src.stack_env.get(k) != v)
     # The stack's own values, as it wrote them (vllm.env holds them quoted for Compose's parser)
     plain = {k: src.stack_env[k] for k in runtime if k not in secret and k in src.stack_env and k not in environment}
-    secret_keys = tuple(sorted(k for k in runtime if k in secret and k not in environment))
+    secret_keys = tuple(sorted({*(k for k in runtime if k in secret and k not in environment), *from_env}))
     dev = [k for k in DEV_MODE if k in environment or k in runtime]
     if dev:
         raise UserError(f"the render runs vLLM with its development endpoints ({', '.join(dev)}, which sleep mode "
@@ -363,6 +384,31 @@ def render(src: Source, opts: Options = Options()) -> Export:
         notes.append(f"compose keys of the vllm service not exported: {', '.join(rest)}")
     return Export(objects=[*objects, service, deployment], command=entrypoint, args=args, secret_name=secret_name,
                   secret_keys=secret_keys, notes=tuple(notes))
+
+
+def _env_files(raw: Any) -> list[str]:
+    """The env_file paths of a service, relative to its folder (the deploy files' names)."""
+    entries = [raw] if isinstance(raw, str | Mapping) else list(raw or [])
+    paths = [str(e.get("path", "")) if isinstance(e, Mapping) else str(e) for e in entries]
+    return [posixpath.normpath(p) for p in paths if p]
+
+
+def _argv(raw: Any, values: Mapping[str, str], where: str, known: frozenset[str]) -> list[str]:
+    """A compose command or entrypoint as the process gets it (a string is split as a shell
+    would: Compose's own rule), refused when it would carry a secret into the manifest."""
+    used: set[str] = set()
+    if isinstance(raw, str):
+        argv = shlex.split(interpolate(raw, values, where=where, used=used))
+    else:
+        argv = [interpolate(str(a), values, where=where, used=used) for a in raw or []]
+    named = [u for u in sorted(used) if is_secret(u) or u in known]
+    flags = [a.split("=", 1)[0] for a in argv if a.startswith("--") and is_secret(a.split("=", 1)[0])]
+    if named or flags:
+        what = f"${{{named[0]}}}" if named else flags[0]
+        raise UserError(f"the vllm service's command holds a secret ({what}): the manifest would carry its value",
+                        where=where, fix="pass it through the environment (vLLM reads VLLM_API_KEY; HF_TOKEN for "
+                                         "the hub) from the node's secrets_env_file")
+    return argv
 
 
 def _claim_or_host(name: str, claim: str | None, host: str, *, read_only: bool) -> dict[str, Any]:

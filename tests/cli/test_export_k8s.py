@@ -14,6 +14,7 @@ from kit.lintnode import SIM_BASH_C, write_node
 from kit.scratch import SHIPPED_STACKS, Scratch
 from simkit import run_cli
 
+from b70deploy.actions.handmade import folder_files
 from b70deploy.config.node import load_node
 from b70deploy.state.revisions import RevisionStore
 
@@ -124,3 +125,54 @@ def test_patched_stack_from_the_image(tmp_path: Path) -> None:
     assert container["image"] == stack.image == SIM_BASH_C
     assert summary["args"] == [node.config.models_target + "/" + stack.model.path if a == "${VLLM_MODEL}" else a
                                for a in switch_render(node, stack).command]
+
+
+OPERATOR = Path(__file__).parents[1] / "fixtures/compose"
+
+
+def _imported(config: Path, folder: str, env: str, compose_text: str | None = None) -> int:
+    """A hand-made deployment kept as `import` keeps it: the compose file and the .env it reads
+    (actions/handmade.py folder_files), stored as a revision."""
+    compose = OPERATOR / folder / "docker-compose.yml"
+    if compose_text is not None:
+        compose = config.parent / "hand" / "docker-compose.yml"
+        compose.parent.mkdir(exist_ok=True)
+        compose.write_text(compose_text)
+    dotenv = config.parent / f"{folder}.env"
+    dotenv.write_text(env)
+    node = load_node(str(config))
+    rev = RevisionStore(node.state_dir).create(
+        stack=folder, kind="import", files=folder_files(compose, dotenv), image_ref="vllm/vllm-openai:v0.10.1",
+        image_id="sha256:" + "ef" * 32, repo_digest=None, operator="t@h", message="",
+        created="2026-12-06T00:00:00+0000", outcome="unproven")
+    return rev.number
+
+
+def test_operator_compose_revision(scratch: Scratch) -> None:
+    """An operator's own compose file (the official image, a hub model, a token from the shell),
+    imported: exported with its string command split as Compose splits it, the token only by
+    reference, and every object valid."""
+    config = scratch.write_config({"platform": "cuda"})
+    number = _imported(config, "nvidia-hub", f"HF_TOKEN={CANARY.replace('$', '')}\nHF_CACHE={scratch.root}/hf\n")
+    r = run_cli(config, "export", "k8s", "--revision", str(number), "--json", in_process=True, check=True)
+    summary = json.loads(r.stdout)
+    assert summary["secret"]["keys"] == ["HUGGING_FACE_HUB_TOKEN"]
+    assert summary["args"][:4] == ["--model", "Qwen/Qwen3-0.6B", "--served-model-name", "qwen3-0.6b"]
+    assert any("runtime" in n for n in summary["notes"])  # a key not exported is named
+    r = run_cli(config, "export", "k8s", "--revision", str(number), in_process=True, check=True)
+    objects = list(yaml.safe_load_all(r.stdout))
+    validate(objects)
+    container = objects[-1]["spec"]["template"]["spec"]["containers"][0]
+    assert container["image"] == "vllm/vllm-openai:v0.10.1"
+    assert container["resources"] == {"limits": {"nvidia.com/gpu": 1}}
+    assert {"name": "VLLM_LOGGING_LEVEL", "value": "INFO"} in container["env"]
+    assert "hf_CANARY" not in r.stdout + r.stderr
+
+
+def test_a_secret_in_the_command_is_refused(scratch: Scratch) -> None:
+    config = scratch.write_config({"platform": "cuda"})
+    for command in ('["--model", "m", "--api-key", "${KEY}"]', '["--model", "m", "--api-key=sk-CANARY"]'):
+        text = f"services:\n  vllm:\n    image: vllm/vllm-openai:v0.10.1\n    command: {command}\n"
+        number = _imported(config, "hand", "KEY=sk-CANARY\n", compose_text=text)
+        r = run_cli(config, "export", "k8s", "--revision", str(number), in_process=True)
+        assert r.returncode == 2 and "holds a secret" in r.stderr and "sk-CANARY" not in r.stdout + r.stderr
