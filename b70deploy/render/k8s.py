@@ -311,18 +311,20 @@ def render(src: Source, opts: Options = Options()) -> Export:
                          "keep them across pods")
         elif v.source.startswith("/dev/"):
             notes.append(f"{v.source}: not mounted; the device plugin gives the container its devices")
-        elif v.target == CONTAINER_HF_HOME:
+        elif v.target == CONTAINER_HF_HOME and (opts.hf_cache_claim or v.source.startswith("/")):
             volumes.append(_claim_or_host("hf-cache", opts.hf_cache_claim, v.source, read_only=False))
             mounts.append({"name": "hf-cache", "mountPath": v.target})
-        elif v.read_only and v.source == values.get("MODELS_DIR"):
+        elif v.read_only and v.source == values.get("MODELS_DIR") and (opts.models_claim or v.source.startswith("/")):
             volumes.append(_claim_or_host("models", opts.models_claim, v.source, read_only=True))
             mounts.append({"name": "models", "mountPath": v.target, "readOnly": True})
         elif v.source.startswith("/"):
             vol = f"mount-{i}"
             volumes.append({"name": vol, "hostPath": {"path": v.source}})
             mounts.append({"name": vol, "mountPath": v.target, **({"readOnly": True} if v.read_only else {})})
-        else:
-            notes.append(f"volume {v.source}:{v.target} not exported (neither a host path nor a patched file)")
+        else:  # a folder beside a hand-made compose file: no path on a cluster's node
+            fix = " (--hf-cache-claim mounts a PVC there)" if v.target == CONTAINER_HF_HOME else ""
+            notes.append(f"volume {v.source}:{v.target} not exported: neither an absolute host path nor a patched "
+                         f"file{fix}")
     shm = svc.get("shm_size")
     if shm:
         volumes.append({"name": "shm", "emptyDir": {"medium": "Memory", "sizeLimit": quantity(str(shm))}})
@@ -335,7 +337,7 @@ def render(src: Source, opts: Options = Options()) -> Export:
     if entrypoint is not None:
         container["command"] = [k8s_escape(a) for a in entrypoint]
     container["args"] = [k8s_escape(a) for a in args]
-    container["ports"] = [{"name": "http", "containerPort": CONTAINER_PORT, "protocol": "TCP"}]
+    container["ports"] = [{"name": "http", "containerPort": _container_port(svc, values, where), "protocol": "TCP"}]
     env = {**plain, **environment}
     if env:
         container["env"] = [{"name": k, "value": k8s_escape(env[k])} for k in sorted(env)]
@@ -384,6 +386,17 @@ def render(src: Source, opts: Options = Options()) -> Export:
         notes.append(f"compose keys of the vllm service not exported: {', '.join(rest)}")
     return Export(objects=[*objects, service, deployment], command=entrypoint, args=args, secret_name=secret_name,
                   secret_keys=secret_keys, notes=tuple(notes))
+
+
+def _container_port(svc: Mapping[str, Any], values: Mapping[str, str], where: str) -> int:
+    """The port vLLM listens on: the first published or exposed container port (a hand-made
+    file's own), else the render's."""
+    for entry in [*(svc.get("ports") or []), *(svc.get("expose") or [])]:
+        text = str(entry.get("target", "")) if isinstance(entry, Mapping) else \
+            interpolate(str(entry), values, where=where).split("/")[0].rsplit(":", 1)[-1]
+        if text.isdigit():
+            return int(text)
+    return CONTAINER_PORT
 
 
 def _env_files(raw: Any) -> list[str]:

@@ -18,7 +18,6 @@ from typing import Any
 
 from ..errors import UserError
 from .k8s import Export, Source, k8s_escape
-from .vllm_args import CONTAINER_PORT
 
 CHART = "vLLM production-stack's chart"
 TOGGLES = ("--enable-prefix-caching", "--no-enable-prefix-caching")
@@ -62,9 +61,19 @@ def values(src: Source, export: Export) -> dict[str, Any]:
     deployment = next(o for o in export.objects if o["kind"] == "Deployment")
     pod = deployment["spec"]["template"]["spec"]
     container = pod["containers"][0]
-    model, flags = export.args[0], list(export.args[1:])
-    flags = _without(_without(flags, ("--host", "0.0.0.0")), ("--port", str(CONTAINER_PORT)))
-    toggle = next(i for i, f in enumerate(flags) if f in TOGGLES)  # render/vllm_args.py always writes one
+    port = int(container["ports"][0]["containerPort"])
+    args = list(export.args)
+    if args[:1] == ["--model"]:  # the launcher's form, also read by `vllm serve`
+        args = args[1:]
+    if not args or args[0].startswith("-"):
+        raise UserError(f"{CHART} passes the model first; this command starts with {args[:1] or 'nothing'}",
+                        where=where, fix=FIX)
+    model, flags = args[0], args[1:]
+    flags = _without(_without(flags, ("--host", "0.0.0.0")), ("--port", str(port)))
+    toggle = next((i for i, f in enumerate(flags) if f in TOGGLES), None)  # a render always writes one
+    if toggle is None:
+        raise UserError(f"{CHART} always writes a prefix-caching flag, and this command has none (vLLM's own "
+                        "default would change)", where=where, fix="set the stack's prefix_caching, or " + FIX)
     prefix = flags.pop(toggle) == TOGGLES[0]
     repository, tag = image_parts(src.image)
     spec: dict[str, Any] = {
@@ -79,9 +88,9 @@ def values(src: Source, export: Export) -> dict[str, Any]:
     spec["extraVolumes"] = pod["volumes"]
     spec["extraVolumeMounts"] = container["volumeMounts"]
     spec["podAnnotations"] = deployment["spec"]["template"]["metadata"]["annotations"]
-    probe = {"httpGet": {"path": "/health", "port": CONTAINER_PORT}}
+    probe = {"httpGet": {"path": "/health", "port": port}}
     engine: dict[str, Any] = {
-        "containerPort": CONTAINER_PORT,
+        "containerPort": port,
         "strategy": deployment["spec"]["strategy"],
         "startupProbe": {**probe, **{k: container["startupProbe"][k] for k in ("periodSeconds", "failureThreshold")}},
         "readinessProbe": {**probe, **{k: container["readinessProbe"][k] for k in ("periodSeconds",

@@ -5,6 +5,7 @@ any file or output; the same input gives the same file; bad input is one line, e
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -133,11 +134,14 @@ OPERATOR = Path(__file__).parents[1] / "fixtures/compose"
 def _imported(config: Path, folder: str, env: str, compose_text: str | None = None) -> int:
     """A hand-made deployment kept as `import` keeps it: the compose file and the .env it reads
     (actions/handmade.py folder_files), stored as a revision."""
-    compose = OPERATOR / folder / "docker-compose.yml"
-    if compose_text is not None:
-        compose = config.parent / "hand" / "docker-compose.yml"
-        compose.parent.mkdir(exist_ok=True)
-        compose.write_text(compose_text)
+    copy = config.parent / "operator" / folder  # a copy, with the folders its binds name (the fixtures' README)
+    if compose_text is None:
+        shutil.copytree(OPERATOR / folder, copy)
+        (copy / "hf").mkdir()
+    else:
+        copy.mkdir(parents=True, exist_ok=True)
+        (copy / "docker-compose.yml").write_text(compose_text)
+    compose = copy / "docker-compose.yml"
     dotenv = config.parent / f"{folder}.env"
     dotenv.write_text(env)
     node = load_node(str(config))
@@ -176,3 +180,23 @@ def test_a_secret_in_the_command_is_refused(scratch: Scratch) -> None:
         number = _imported(config, "hand", "KEY=sk-CANARY\n", compose_text=text)
         r = run_cli(config, "export", "k8s", "--revision", str(number), in_process=True)
         assert r.returncode == 2 and "holds a secret" in r.stderr and "sk-CANARY" not in r.stdout + r.stderr
+
+
+def test_operator_service_behind_a_proxy(scratch: Scratch) -> None:
+    """A service not named vllm, expose-only, its hub cache a folder beside the compose file: the
+    port is the file's own, the relative folder is named in a note instead of a hostPath, and
+    the chart's values are refused (the command has no prefix-caching flag the chart would keep)."""
+    config = scratch.write_config({"platform": "cuda", "service": "vllm-server"})
+    number = _imported(config, "vllm-server", "")
+    r = run_cli(config, "export", "k8s", "--revision", str(number), "--json", in_process=True, check=True)
+    summary = json.loads(r.stdout)
+    assert any("./hf:/root/.cache/huggingface not exported" in n for n in summary["notes"])
+    r = run_cli(config, "export", "k8s", "--revision", str(number), "--hf-cache-claim", "hf", in_process=True,
+                check=True)
+    objects = list(yaml.safe_load_all(r.stdout))
+    validate(objects)
+    pod = objects[-1]["spec"]["template"]["spec"]
+    assert pod["containers"][0]["ports"][0]["containerPort"] == 8000
+    assert {"name": "hf-cache", "persistentVolumeClaim": {"claimName": "hf"}} in pod["volumes"]
+    r = run_cli(config, "export", "k8s", "--revision", str(number), "--helm-values", in_process=True)
+    assert r.returncode == 2 and "prefix-caching flag" in r.stderr
