@@ -138,6 +138,7 @@ COMMANDS: dict[str, Command] = {
     "watch": Command("watch", 'Supervise the node after each switch: bake window, automatic rollback, alerts, drift.'),
     "sim": Command("sim", 'The simulated vLLM node (no GPU, no registry).'),
     "stack": Command("stack", 'Make stack files from what already runs.'),
+    "export": Command("export", "Write STACK (or a revision) as manifests for another orchestrator: Kubernetes."),
     "init": Command("adopt", "Discover the node and write its config: GPU platform, gids, compose project, port, "
                              "models dir, companions."),
     "adopt": Command("adopt", "Record the live hand-made deployment as a revision (kind adopt); nothing is restarted."),
