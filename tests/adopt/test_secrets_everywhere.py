@@ -1,11 +1,12 @@
 """No secret in clear, anywhere (issue 34), on the real engine: a hand-made project whose
 companion holds three secrets (one inline in the compose file, one from `.env`, one from its
 own env file) and whose vllm service holds two (its env_file), taken by one node through init,
-adopt, import, stack from-compose, diff, render, show, switch, status, history, logs, audit, a
-watch notification and a rollback, with `--json` of each. The canary appears in no output, no notification and no
-file of a mode other than 0600 under the deploy dir, the state dir and the node config's folder;
-the containers still get every value (docker inspect, the companion answering); and each secret
-has the one fingerprint render/masking.mask gives its unquoted value in every output."""
+adopt, import, stack from-compose, diff, render, show, switch, status, history, logs, diagnose,
+audit, a watch notification and a rollback, with `--json` of each. The canary appears in no
+output, no notification and no file of a mode other than 0600 under the deploy dir, the state
+dir and the node config's folder; the containers still get every value (docker inspect, the
+companion answering); and each secret has the one fingerprint render/masking.mask gives its
+unquoted value in every output."""
 
 from __future__ import annotations
 
@@ -208,7 +209,7 @@ def test_no_secret_in_clear_through_every_command(node: Node) -> None:
     n.both("diff", "eagle3")
     rendered = n.both("render", "eagle3")
     assert "open-webui.secrets.env" in rendered["files"]
-    n.cli("show", "eagle3")
+    n.both("show", "eagle3")
     n.cli("switch", "eagle3", "--dry-run")
     n.cli("switch", "eagle3", "--yes")
     compose = (n.folder / "docker-compose.yml").read_text()
@@ -222,6 +223,7 @@ def test_no_secret_in_clear_through_every_command(node: Node) -> None:
     for args in (("status",), ("history",), ("audit",), ("diff", "1", "3"), ("diff", "2", "3")):
         n.both(*args)
     n.cli("logs", "3")
+    n.both("diagnose", "3")
 
     # ---- a watch notification: a container started by hand from a copy, under a label holding a secret
     proc, lines = start_watch(n)
@@ -245,7 +247,7 @@ def test_no_secret_in_clear_through_every_command(node: Node) -> None:
     n.ran.append(("watch --json", "\n".join(lines)))
 
     # ---- rollback to the adopted revision: the operator's bytes back, the compose file 0600
-    n.cli("rollback", "hand", "--yes")
+    assert json.loads(n.cli("rollback", "hand", "--yes", "--json"))
     assert (n.folder / "docker-compose.yml").read_text() == compose_file()
     assert stat.S_IMODE((n.folder / "docker-compose.yml").stat().st_mode) == 0o600
     assert not secret_file.exists()
