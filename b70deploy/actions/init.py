@@ -31,7 +31,7 @@ from ..render import devices
 from ..render.files import COMPOSE_FILE, DOTENV_FILE
 from ..render.from_compose import weights_bind
 from ..render.gpu import read_back
-from ..render.masking import NONE, Secrets, is_reference, is_secret, mask
+from ..render.masking import NONE, Secrets, is_secret, mask, secret_variables
 from ..render.vllm_args import CONTAINER_MODELS, CONTAINER_PORT, parse_command
 from ..state.fsio import write_atomic
 from ..state.stamps import now_iso
@@ -55,7 +55,7 @@ class Fact:
 
 
 def _companion(c: dict[str, Any]) -> str:
-    marked = Secrets(keys=frozenset(c.get("secrets", [])))
+    hidden = secret_variables(c.get("environment", {}), c.get("secrets", []))
     parts = [f"image {c['image']}"]
     if c.get("command"):
         parts.append(f"command {' '.join(c['command'])}")
@@ -66,8 +66,7 @@ def _companion(c: dict[str, Any]) -> str:
     if c.get("volumes"):
         parts.append("volumes " + ", ".join(f"{v['source']}:{v['target']}" for v in c["volumes"]))
     if c.get("environment"):
-        parts.append("env " + ", ".join(f"{k}={mask(v)}" if marked.is_secret(k) and not is_reference(v) else k
-                                        for k, v in c["environment"].items()))
+        parts.append("env " + ", ".join(f"{k}={mask(hidden[k])}" if k in hidden else k for k in c["environment"]))
     return f"{c['name']} ({', '.join(parts)})"
 
 
@@ -107,9 +106,9 @@ class InitPlan:
         """The companions' secrets: their names, the keys init marked, and the values of both."""
         found = NONE
         for c in self.config.get("companions", []):
-            marked = Secrets(keys=frozenset(c.get("secrets", [])))
-            found |= Secrets(keys=marked.keys, values=frozenset(
-                v for k, v in c.get("environment", {}).items() if marked.is_secret(k) and not is_reference(v)))
+            marked = c.get("secrets", [])
+            found |= Secrets(keys=frozenset(marked),
+                             values=frozenset(secret_variables(c.get("environment", {}), marked).values()))
         return found
 
     @property

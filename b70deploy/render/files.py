@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 from ..config.hub import CONTAINER_HF_HOME
 from ..config.node import Node
 from ..config.resources import data_dir
-from ..config.schema import Companion, Stack
+from ..config.schema import Stack
 from ..errors import UserError
 from ..state import caches
 from ..state.fsio import file_mode
@@ -26,7 +26,7 @@ from .filenames import COMPOSE_FILE as COMPOSE_FILE  # re-exported: the deploy-d
 from .filenames import DOTENV_FILE as DOTENV_FILE
 from .filenames import RUNTIME_ENV_FILE as RUNTIME_ENV_FILE
 from .gpu import GpuAccess, from_device_access
-from .masking import NONE, Secrets, is_reference
+from .masking import NONE, Secrets, secret_variables
 from .passthrough import merge as merge_passthrough
 from .vllm_args import (
     CONTAINER_PORT,
@@ -71,12 +71,6 @@ def companion_env_file(name: str) -> str:
     return f"{name}.secrets.env"
 
 
-def companion_secrets(companion: Companion, secrets: Mapping[str, str] | None = None) -> dict[str, str]:
-    """The variables of a companion that are secrets: a secret name, a key its `secrets:` marks,
-    or a value holding one of the node's secrets; a `${VAR}` reference stays in the compose file."""
-    values = [v for v in (secrets or {}).values() if v]
-    return {k: v for k, v in companion.environment.items() if not is_reference(v)
-            and (Secrets(keys=frozenset(companion.secrets)).is_secret(k) or any(s in v for s in values))}
 
 
 # JSON leaves these raw, but YAML refuses them (U+FFFE/U+FFFF, DEL, C1 controls: Compose will
@@ -220,7 +214,9 @@ def render(stack: Stack, node: Node, devices: GpuAccess | DeviceAccess, *, secre
     with_door = node.config.door.enabled and project in (None, node.project)  # never a dark stack's
     interp = interpolation_values(stack, node, port=port, image=image, door=with_door)
     warm = "CACHE_DIR" in interp
-    hidden = {c.name: companion_secrets(c, secrets) for c in node.config.companions}
+    # A companion's secrets (render/masking.secret_variables, with the node's secrets file's values).
+    hidden = {c.name: secret_variables(c.environment, c.secrets, (secrets or {}).values())
+              for c in node.config.companions}
     compose = env.get_template("docker-compose.yml.j2").render(
         stack=stack,
         project=project or node.project,

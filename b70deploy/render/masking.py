@@ -150,6 +150,16 @@ class Secrets:
 NONE = Secrets()
 
 
+def secret_variables(environment: Mapping[str, str], marked: Collection[str] = (),
+                     values: Collection[str] = ()) -> dict[str, str]:
+    """The variables of an environment that hold a secret in clear: a secret name, a key
+    `marked` secret, or a value holding one of `values`; never a `${VAR}` reference."""
+    known = Secrets(keys=frozenset(marked))
+    inside = [s for s in values if len(s) >= MIN_VALUE]
+    return {k: v for k, v in environment.items() if not is_reference(v)
+            and (known.is_secret(k) or any(s in v for s in inside))}
+
+
 def _masked(value: str) -> bool:
     return unquote(value).startswith("****(sha256:")
 

@@ -17,7 +17,7 @@ from typing import Any
 
 from ..config.node import Node
 from ..errors import UserError
-from ..render.masking import MIN_VALUE, Secrets, is_reference, is_secret
+from ..render.masking import MIN_VALUE, Secrets, is_secret, secret_variables
 from ..state.stamps import now_iso
 
 
@@ -41,9 +41,8 @@ def node_secrets(node: Node) -> Secrets:
             values, _ = load_secrets(node.secrets_env_file)
     found = Secrets(keys=frozenset(values), values=frozenset(values.values()))
     for c in node.config.companions if node.settings.companion_env else ():
-        marked = Secrets(keys=frozenset(c.secrets))
-        found |= Secrets(keys=marked.keys, values=frozenset(
-            v for k, v in c.environment.items() if marked.is_secret(k) and not is_reference(v)))
+        found |= Secrets(keys=frozenset(c.secrets),
+                         values=frozenset(secret_variables(c.environment, c.secrets).values()))
     return found
 
 
