@@ -60,12 +60,15 @@ class Settings:
     device_dir: str | None
     secrets_env_file: str | None
     cache_dir: str | None
+    # Whether a companion has environment values: the CLI's masking (ui/notice.node_secrets)
+    # then reads the whole config; without, status and history start without the schema.
+    companion_env: bool = False
 
     @classmethod
     def of(cls, cfg: NodeConfig) -> Settings:
         optional: dict[str, str | None] = {k: getattr(cfg, k) for k in _OPTIONAL}
         return cls(project=cfg.project, address=cfg.address, prod_port=cfg.ports.prod, models_dir=cfg.models_dir,
-                   service=cfg.service, **optional)
+                   service=cfg.service, **optional, companion_env=any(c.environment for c in cfg.companions))
 
     @classmethod
     def from_json(cls, d: object) -> Settings | None:
@@ -73,7 +76,8 @@ class Settings:
         if not isinstance(d, dict) or set(d) != {f.name for f in fields(cls)}:
             return None
         if not all(isinstance(d[k], str) for k in _TEXT) or type(d["prod_port"]) is not int \
-                or not all(d[k] is None or isinstance(d[k], str) for k in _OPTIONAL):
+                or not all(d[k] is None or isinstance(d[k], str) for k in _OPTIONAL) \
+                or type(d["companion_env"]) is not bool:
             return None
         return cls(**d)
 
