@@ -49,8 +49,10 @@ What Caddy 2.6 (Debian's, 2022) needed and 2.11 does not:
 What stays, and why: the gate file. A config change still ends the requests a handler holds:
 `tryAgain` waits on the handler's context (reverseproxy.go: `case <-ctx.Done(): return false`),
 which is cancelled when its config is unloaded (caddy.go `unsyncedStop`), and a held request never
-sees a new config's upstreams (caddyserver/caddy#4442). So the hold is turned by the gate, never by
-a config change, and a config change waits while the door holds (docker/door.py `configure`).
+sees a new config's upstreams (caddyserver/caddy#4442). Tried here with 2.11.7: a request held
+behind the closed gate got 503 at the instant of a `caddy reload`, while an 8-chunk SSE stream
+through the same reload arrived whole. So the hold is turned by the gate, never by a config
+change, and a config change waits while the door holds (docker/door.py `configure`).
 
 Only the client API goes through: /v1/*, /health, /metrics, /version (vLLM's entrypoints).
 Everything else gets 403, vLLM's development endpoints first among them (attached only with
