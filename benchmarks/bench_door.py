@@ -18,9 +18,10 @@ with a full answer, from the operation's start to its end plus one second).
 
 Then the SSE first-chunk latency of each node: the time from sending a streaming completion to
 its first content chunk, through the door (the node's port) and direct (vllm's loopback probe
-port), alternated, `--sse` samples of each per run; the door's overhead is the difference of
-the medians, per run, reported as the median of the runs with min and max. The load average is
-recorded at each run's start and end (the machine is shared).
+port), the four paths interleaved in each of `--sse` rounds per run; a door's overhead in a run
+is the median of its rounds' differences (through less direct), reported over the runs as their
+median with min and max. The load average is recorded at each run's start and end (the machine
+is shared).
 
 Every client sends `Connection: close` (the server closes first).
 
@@ -30,7 +31,9 @@ Every client sends `Connection: close` (the server closes first).
 from __future__ import annotations
 
 import argparse
+import http.client
 import itertools
+import json
 import os
 import statistics
 import subprocess
@@ -196,30 +199,42 @@ def make_node(root: Path, *, door: bool, boot: float, hold: float, repo: Path = 
 
 
 def first_chunk(port: int) -> float:
-    client = openai_client(port, timeout=60)
-    t0 = time.perf_counter()
-    stream = client.completions.create(model=MODEL, prompt="The capital of France is", max_tokens=16, stream=True)
-    for chunk in stream:
-        if chunk.choices and chunk.choices[0].text:
-            took = time.perf_counter() - t0
-            stream.close()
-            return took
-    raise RuntimeError(f"no content chunk from port {port}: {stream.response.status_code} {stream.response.headers}")
+    """Seconds from sending a streaming completion (a new connection, as the clients make) to its
+    first content chunk; http.client, so that the client's own time is small and the same on both paths."""
+    body = json.dumps({"model": MODEL, "prompt": "The capital of France is", "max_tokens": 16, "stream": True})
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+    try:
+        t0 = time.perf_counter()
+        conn.request("POST", "/v1/completions", body, {"Content-Type": "application/json", "Connection": "close"})
+        r = conn.getresponse()
+        while line := r.readline():
+            if line.startswith(b"data: {") and json.loads(line[6:])["choices"][0]["text"]:
+                return time.perf_counter() - t0
+        raise RuntimeError(f"no content chunk from port {port}: {r.status}")
+    finally:
+        conn.close()
 
 
 def load() -> list[float]:
     return [round(x, 2) for x in os.getloadavg()]
 
 
-def overhead(node: Node, samples: int) -> dict[str, Any]:
-    """First-chunk latency through the door and direct, alternated; the difference of the medians."""
-    through: list[float] = []
-    direct: list[float] = []
-    for _ in range(samples):
-        through.append(first_chunk(node.bench.prod_port) * 1000)
-        direct.append(first_chunk(node.probe) * 1000)
-    return {"through_ms": stats(through), "direct_ms": stats(direct),
-            "overhead_ms": round(statistics.median(through) - statistics.median(direct), 3)}
+def overhead(nodes: list[Node], samples: int) -> dict[str, Any]:
+    """First-chunk latency through each node's door and direct to its vllm, the four interleaved in
+    every round (the order turning each round), so the shared machine's load falls on all alike; a
+    node's overhead is the median of its rounds' differences (through less direct)."""
+    paths = [(n.label, way, n.bench.prod_port if way == "through" else n.probe) for n in nodes
+             for way in ("through", "direct")]
+    got: dict[tuple[str, str], list[float]] = {(label, way): [] for label, way, _ in paths}
+    for i in range(samples):
+        for label, way, port in paths[i % len(paths):] + paths[:i % len(paths)]:
+            got[(label, way)].append(first_chunk(port) * 1000)
+    out = {}
+    for n in nodes:
+        through, direct = got[(n.label, "through")], got[(n.label, "direct")]
+        out[n.label] = {"through_ms": stats(through), "direct_ms": stats(direct),
+                        "overhead_ms": round(statistics.median(t - d for t, d in zip(through, direct, strict=True)), 3)}
+    return out
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
@@ -247,9 +262,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                                           clients=args.clients, sim=sim))
                 ops.append(node.operation("rollback", ["rollback", "--yes"], must_fail=False, clients=args.clients,
                                           sim=sim))
-            for node in nodes:
-                got["sse"][node.label] = overhead(node, args.sse)
-                log(f"run {i + 1} {node.label} first chunk: {got['sse'][node.label]}")
+            got["sse"] = overhead(nodes, args.sse)
+            log(f"run {i + 1} first chunk: {got['sse']}")
             got["load_end"] = load()
             runs.append(got)
         summary = {n.label: {"overhead_ms": stats([r["sse"][n.label]["overhead_ms"] for r in runs]),
@@ -275,8 +289,8 @@ def table(result: dict[str, Any]) -> str:
             lines.append(f"{r['run']:>3} {o['operation']:<14} {o['node']:<8} {o['seconds']:>5.1f} {o['requests']:>8} "
                          f"{o['failed']:>6} {o['cut']:>4} {o['longest_wait_s']:>14.2f} {o['outage_s']:>9.2f}  "
                          f"{', '.join(o['failed_kinds'])}")
-    lines.append("SSE first chunk, per run (median ms through the door / direct, overhead; load average 1/5/15 min "
-                 "at the run's start and end):")
+    lines.append("SSE first chunk, per run (median ms through the door / direct, median of the rounds' "
+                 "differences; load average 1/5/15 min at the run's start and end):")
     for r in result["runs"]:
         parts = [f"{k} {v['through_ms']['median']:.2f}/{v['direct_ms']['median']:.2f} (+{v['overhead_ms']:.2f})"
                  for k, v in r["sse"].items()]
