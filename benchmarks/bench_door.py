@@ -200,19 +200,24 @@ def make_node(root: Path, *, door: bool, boot: float, hold: float, repo: Path = 
 
 def first_chunk(port: int) -> float:
     """Seconds from sending a streaming completion (a new connection, as the clients make) to its
-    first content chunk; http.client, so that the client's own time is small and the same on both paths."""
-    body = json.dumps({"model": MODEL, "prompt": "The capital of France is", "max_tokens": 16, "stream": True})
+    first content chunk; http.client, so that the client's own time is small and the same on both
+    paths. The stream is read to its end, as a client does: one left early makes the door drop its
+    connection to vllm, which a client's whole stream never does."""
+    body = json.dumps({"model": MODEL, "prompt": "The capital of France is", "max_tokens": 1, "stream": True})
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+    took = None
     try:
         t0 = time.perf_counter()
         conn.request("POST", "/v1/completions", body, {"Content-Type": "application/json", "Connection": "close"})
         r = conn.getresponse()
         while line := r.readline():
-            if line.startswith(b"data: {") and json.loads(line[6:])["choices"][0]["text"]:
-                return time.perf_counter() - t0
-        raise RuntimeError(f"no content chunk from port {port}: {r.status}")
+            if took is None and line.startswith(b"data: {") and json.loads(line[6:])["choices"][0]["text"]:
+                took = time.perf_counter() - t0
     finally:
         conn.close()
+    if took is None:
+        raise RuntimeError(f"no content chunk from port {port}: {r.status}")
+    return took
 
 
 def load() -> list[float]:
