@@ -151,8 +151,9 @@ class Node:
 
     def cli(self, *args: str) -> subprocess.CompletedProcess[str]:
         env = {**os.environ, "PYTHONPATH": str(self.repo), "B70DEPLOY_CONFIG": str(self.bench.config)}
+        # In the checkout's own folder: `-m` puts the working directory first on sys.path, before PYTHONPATH.
         return subprocess.run([sys.executable, "-m", "b70deploy.cli", *args], capture_output=True, text=True,
-                              env=env, timeout=600, check=False)
+                              env=env, timeout=600, check=False, cwd=self.repo)
 
     def operation(self, name: str, argv: list[str], *, must_fail: bool, clients: int,
                   sim: int | None = None) -> dict[str, Any]:
@@ -179,7 +180,7 @@ def door_image(repo: Path) -> str:
     """The door image as the checkout `repo` builds it (its own sim/door_image.py), by tag."""
     said = subprocess.run([sys.executable, "-c", "from b70deploy.sim.door_image import build; print(build().tag)"],
                           capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(repo)}, timeout=600,
-                          check=False)
+                          check=False, cwd=repo)  # `-c` puts the working directory first on sys.path
     if said.returncode != 0:
         raise RuntimeError(f"the door image of {repo} did not build:\n{said.stderr}")
     return said.stdout.strip().splitlines()[-1]
