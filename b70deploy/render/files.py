@@ -250,7 +250,7 @@ def render(stack: Stack, node: Node, devices: GpuAccess | DeviceAccess, *, secre
         cache_target=caches.CONTAINER_ROOT if warm else None,
         environment={**(caches.container_env(access.platform) if warm else {}), **access.environment,
                      **(standby.DEV_MODE if sleep else {})},
-        door=door_config.service(node.config.door, node.service, stack.container_port) if with_door else None,
+        door=door_config.service(node.config.door, node.service) if with_door else None,
         api_base=door_config.api_base(with_door, node.service, stack.container_port),
     )
     compose, _ = merge_passthrough(compose, _hub_cache(stack, node), service=node.service,

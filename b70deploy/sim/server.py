@@ -1912,6 +1912,16 @@ class Server(ThreadingHTTPServer):
     allow_reuse_address = True
     request_queue_size = 128
 
+    def get_request(self) -> tuple[socket.socket, Any]:
+        # uvicorn's connections send each write at once: asyncio's _SelectorSocketTransport sets
+        # TCP_NODELAY on every TCP socket (base_events._set_nodelay; uvloop's TCPTransport does too).
+        # Without it a stream's chunk waits for the ACK of the headers: up to 40 ms on a connection
+        # a proxy keeps alive (the front door's, render/door.py).
+        conn, addr = super().get_request()
+        if conn.family in (socket.AF_INET, socket.AF_INET6):
+            conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        return conn, addr
+
 
 # ---------------------------------------------------------------- process
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import http.client
 import json
-import shutil
 import threading
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -16,15 +16,12 @@ import pytest
 import requests
 import yaml
 from kit.simnode import SimNode, docker
-from simkit import unavailable
 
 from b70deploy.sim.door_image import build as build_door
 
 
 @pytest.fixture(scope="session")
 def door_image(sim_images: dict[str, str]) -> str:
-    if shutil.which("caddy") is None:
-        unavailable("no caddy binary to build the door image from (apt-get install caddy; scripts/setup.sh does)")
     return build_door().tag
 
 
@@ -184,3 +181,93 @@ def test_standby_where_vllm_cannot_sleep_falls_back_to_stop_first(door_node: Sim
     assert node.answers() == "alpha"
     box = json.loads(docker("inspect", node.containers("vllm")[0]).stdout)[0]
     assert "--enable-sleep-mode" not in " ".join(box["Config"]["Cmd"] or [])
+
+
+def _set_hold(node: SimNode, seconds: float) -> None:
+    cfg = yaml.safe_load(node.config.read_text())
+    cfg["door"]["hold_seconds"] = seconds
+    node.config.write_text(yaml.safe_dump(cfg))
+
+
+def _running_hold(node: SimNode) -> str:
+    """The hold bound of the config the door runs, asked of Caddy's admin API in the container."""
+    path = "config/apps/http/servers/door/routes/2/handle/0/load_balancing/try_duration"
+    return str(json.loads(docker("exec", door_container(node), "wget", "-qO-", f"http://127.0.0.1:2019/{path}").stdout))
+
+
+def test_a_door_config_change_cuts_neither_a_stream_nor_a_held_request(door_node: SimNode) -> None:
+    """The node's door settings change (hold_seconds) and `restore` gives the door its new config:
+    loaded through the admin API in the same container, while a stream runs (every chunk arrives,
+    the sim's own), and while a request is held (it is answered once the door releases it; the
+    config loads after, since a reload would end a held request: render/door.py)."""
+    node = door_node
+    cfg = yaml.safe_load(node.config.read_text())
+    cfg["stack_overlay"]["env"]["B70SIM_DECODE_TPS"] = "1"  # the sim's answer, about 12 chunks, takes ~12 s
+    node.config.write_text(yaml.safe_dump(cfg))
+    node.cli("switch", "alpha", "--yes", check=True)
+    box = door_container(node)
+    assert _running_hold(node) == "60s"
+    sims = _stream(cfg["door"]["probe_port"])
+    streamed: dict[str, Any] = {}
+    reader = threading.Thread(target=lambda: streamed.update(chunks=_stream(node.prod)))
+    reader.start()
+    time.sleep(0.5)
+    _set_hold(node, 45)
+    restored: dict[str, Any] = {}
+    restore = threading.Thread(target=lambda: restored.update(r=node.cli("restore")))
+    restore.start()
+    while _running_hold(node) != "45s":
+        assert restore.is_alive(), "restore ended without loading the new config"
+        time.sleep(0.1)
+    assert reader.is_alive()  # the reload came while the stream ran
+    restore.join(timeout=120)
+    reader.join(timeout=60)
+    assert restored["r"].returncode == 0, restored["r"].stdout + restored["r"].stderr
+    assert len(sims) > 5 and streamed["chunks"] == sims
+    assert _running_hold(node) == "45s" and door_container(node) == box  # in place, not recreated
+
+    node.cli("drain", check=True)  # the door holds; no stack is live behind it
+    held: dict[str, Any] = {}
+
+    def ask() -> None:
+        r = requests.post(f"http://127.0.0.1:{node.prod}/v1/completions", timeout=120,
+                          json={"model": "qwen3-30b-a3b-w4a16", "prompt": "The capital of France is", "max_tokens": 4})
+        held.update(status=r.status_code, text=r.json()["choices"][0]["text"] if r.status_code == 200 else r.text)
+
+    asker = threading.Thread(target=ask)
+    asker.start()
+    deadline = time.monotonic() + 10
+    while node.json("door")["holding"] < 1:
+        assert time.monotonic() < deadline, node.json("door")
+        time.sleep(0.2)
+    _set_hold(node, 50)
+    node.cli("restore", check=True)
+    asker.join(timeout=60)
+    assert held["status"] == 200 and "Paris" in held["text"], held
+    assert _running_hold(node) == "50s" and door_container(node) == box
+
+
+def test_a_rollback_to_a_revision_made_without_the_door_is_refused_and_no_client_sees_an_error(
+        node: SimNode, door_image: str, free_port: Callable[[], int]) -> None:
+    """The door is the node's: revision 1 was made before the door was enabled (as an adopted one
+    is); `rollback 1` refuses before anything stops, naming the fix, and the clients' loop through
+    the door sees no connection error."""
+    node.cli("switch", "alpha", "--yes", check=True)
+    enable_door(node, door_image, free_port())
+    node.cli("switch", "beta", "--yes", check=True)
+    box = door_container(node)
+    clients = Clients(node.prod)
+    said: dict[str, Any] = {}
+
+    def roll_back() -> None:
+        time.sleep(1.0)
+        said["r"] = node.cli("rollback", "1", "--yes")
+        time.sleep(2.0)
+
+    clients.during(roll_back, n=4)
+    r = said["r"]
+    out = r.stdout + r.stderr
+    assert r.returncode == 2 and "made without the front door" in out and "nothing was stopped" in out, out
+    assert "fix:" in out and "door.enabled: false" in out
+    assert clients.failed == [] and clients.ok > 0, (clients.ok, clients.failed[:5])
+    assert node.answers() == "beta" and door_container(node) == box

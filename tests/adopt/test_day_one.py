@@ -13,6 +13,8 @@ import json
 import os
 import stat
 import subprocess
+import threading
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -254,3 +256,62 @@ def test_day_one_init_adopt_import_then_rollback_by_name(hand_node: HandNode, si
     for path in holders:
         assert path.name.endswith(".env") and path.relative_to(state).parts[2] == "files", path
         assert stat.S_IMODE(path.stat().st_mode) == 0o600, path
+
+
+def test_a_rollback_to_the_adopted_revision_keeps_the_door_in_front(hand_node: HandNode,
+                                                                     free_port: Callable[[], int]) -> None:
+    """The door is the node's (issue 37): on a node adopted by hand and then given `door: {}`, a
+    switch puts the door in front; `rollback ngram` to the adopted revision, made without the door,
+    is refused before anything stops, and a client loop through the door sees no connection error
+    (it took the door away and left 3.8 s of refused connections before)."""
+    from b70deploy.sim.door_image import build as build_door
+
+    node = hand_node
+    node.cli("init", "--config", str(node.config), "--project", node.project,
+             "--state-dir", str(node.root / "state"), config=False)
+    door_tag = f"{node.project}/door:caddy"
+    docker("tag", build_door().tag, door_tag)
+    node.tags["door"] = door_tag  # removed with the fixture's tags
+    with node.config.open("a") as fh:
+        fh.write(yaml.safe_dump({
+            "image_map": {"intel/vllm:latest": node.tags["bash-c"], "vllm-xpu:0.19.0-tr5": node.tags["serve"]},
+            "stack_overlay": {"settle_seconds": 0.5}, "load_threshold": 1000,
+            "timeouts": {"health": 60, "rollback": 60, "poll_interval": 0.2},
+            "door": {"image": door_tag, "probe_port": free_port()}}))  # a door key: the door is on
+    assert node.json("adopt", "--as", "ngram")["revision"] == 1
+    node.cli("switch", "eagle3", "--yes")
+    assert service_box(node.project)["Config"]["Labels"]["b70deploy.stack"] == "eagle3"
+
+    failed: list[str] = []
+    answered = 0
+    stop = threading.Event()
+
+    def loop() -> None:
+        nonlocal answered
+        while not stop.is_set():
+            try:
+                r = requests.post(node.url("/v1/completions"), timeout=60,
+                                  json={"model": "qwen3-30b-a3b-w4a16", "prompt": "The capital of France is",
+                                        "max_tokens": 4}, headers={"Connection": "close"})
+                if r.status_code == 200:
+                    answered += 1
+                else:
+                    failed.append(f"HTTP {r.status_code}")
+            except requests.RequestException as e:
+                failed.append(type(e).__name__)
+
+    clients = [threading.Thread(target=loop, daemon=True) for _ in range(3)]
+    for t in clients:
+        t.start()
+    try:
+        time.sleep(1.0)
+        said = node.cli("rollback", "ngram", "--yes", code=2)
+        time.sleep(2.0)
+    finally:
+        stop.set()
+        for t in clients:
+            t.join(timeout=70)
+    out = said.stdout + said.stderr
+    assert "made without the front door" in out and "nothing was stopped" in out and "fix:" in out, out
+    assert failed == [] and answered > 0, (answered, failed[:5])
+    assert service_box(node.project)["Config"]["Labels"]["b70deploy.stack"] == "eagle3"

@@ -327,7 +327,7 @@ def test_with_a_door_a_failed_boot_points_it_back_at_the_previous_revision(root:
 def test_a_door_whose_image_is_missing_is_refused_before_the_drain(root: Path) -> None:
     b = Bench(root, door=True)
     files = {**stack_files("beta")}
-    files["docker-compose.yml"] += b'  door:\n    image: "b70deploy/door:caddy"\n'
+    files["docker-compose.yml"] += b'  door:\n    image: "b70deploy/door:caddy-2.11.7"\n'
     with pytest.raises(UserError) as caught:
         b.driver().execute("switch beta", plan_for("beta", files=files))
     assert "b70deploy door --build" in str(caught.value)

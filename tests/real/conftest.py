@@ -154,9 +154,6 @@ def real_door_node(lane: Lane, sim_images: dict[str, str],
                    tmp_path_factory: pytest.TempPathFactory) -> Iterator[SimNode]:
     """A lane node with the front door, and two stacks of hot standby's (issue 24) on vLLM's CPU build:
     `real-sleep` asks to sleep; `real-sleep-forced` carries --enable-sleep-mode itself."""
-    if shutil.which("caddy") is None:
-        simkit.unavailable("no caddy binary to build the door image from (apt-get install caddy; "
-                           "scripts/setup.sh does)")
     real = real_stacks(lane, "unused")["real-tiny"]
     more = {"real-sleep": {**real, "standby": "sleep"},
             "real-sleep-forced": {**real, "extra_args": ["--enable-sleep-mode"]}}

@@ -17,7 +17,7 @@ from b70deploy.actions.prepare import prepare
 from b70deploy.config.node import load_node
 from b70deploy.docker.door import hold_of
 from b70deploy.errors import UserError
-from b70deploy.render.door import DEV_ENDPOINTS, caddy_config, digest_in, image_in
+from b70deploy.render.door import DEFAULT_IMAGE, DEV_ENDPOINTS, caddy_config, config_text, digest_in, image_in
 from b70deploy.state.fsio import write_tree
 
 WEBUI = {"name": "open-webui", "image": "ghcr.io/open-webui/open-webui:main", "port": 3000, "container_port": 8080}
@@ -33,15 +33,26 @@ def test_the_door_has_the_nodes_port_and_vllm_a_loopback_one(scratch: Scratch,
     write_tree(scratch.root / "deploy", r.files, {n: r.mode(n) for n in r.files})
     doc = compose(scratch.root / "deploy")
     door, vllm = doc["services"]["door"], doc["services"]["vllm"]
-    assert door["image"] == "b70deploy/door:caddy" and door["labels"]["b70deploy.role"] == "door"
-    assert image_in(r.files["docker-compose.yml"]) == "b70deploy/door:caddy"
+    assert door["image"] == DEFAULT_IMAGE == "b70deploy/door:caddy-2.11.7"
+    assert door["labels"]["b70deploy.role"] == "door"
+    assert image_in(r.files["docker-compose.yml"]) == DEFAULT_IMAGE
     assert door["labels"]["b70deploy.door"] == digest_in(r.files["docker-compose.yml"])
     assert (door["ports"][0]["host_ip"], door["ports"][0]["published"]) == ("0.0.0.0", "8000")
     assert (vllm["ports"][0]["host_ip"], vllm["ports"][0]["published"]) == ("127.0.0.1", "8012")
     assert doc["services"]["open-webui"]["environment"]["OPENAI_API_BASE_URL"] == "http://door:8080/v1"
-    assert "$DOOR_CONFIG" in door["entrypoint"][2]  # left to the container's shell, not to Compose
-    config = json.loads(door["environment"]["DOOR_CONFIG"])
-    assert config == caddy_config(hold_seconds=90, retry_after=11)
+    # The config is the node's, loaded through the admin API: not in the revision's files.
+    assert door["entrypoint"] == ["caddy", "run", "--resume"] and "environment" not in door
+    assert b"hold_seconds" not in r.files["docker-compose.yml"] and b"90s" not in r.files["docker-compose.yml"]
+    assert json.loads(config_text(node.config.door)) == caddy_config(hold_seconds=90, retry_after=11)
+
+
+def test_a_door_key_means_the_door_is_on(scratch: Scratch) -> None:
+    """`door: {}` (or a bare `door:`) is the door with its defaults; `enabled: false` turns it off."""
+    assert load_node(str(scratch.write_config({"door": {}}))).config.door.enabled
+    assert load_node(str(scratch.write_config({"door": None}))).config.door.enabled
+    assert load_node(str(scratch.write_config({"door": {"hold_seconds": 30}}))).config.door.enabled
+    assert not load_node(str(scratch.write_config({"door": {"enabled": False}}))).config.door.enabled
+    assert not load_node(str(scratch.write_config({}))).config.door.enabled
 
 
 def test_a_dark_stack_has_no_door_and_a_door_off_node_none(scratch: Scratch) -> None:
@@ -62,15 +73,20 @@ def test_the_probe_port_may_not_be_the_prod_port(scratch: Scratch) -> None:
 
 def test_caddy_config_forwards_the_api_refuses_the_rest_and_holds_for_the_bound() -> None:
     servers = caddy_config(hold_seconds=180, retry_after=30)["apps"]["http"]["servers"]
+    assert list(servers) == ["door"]  # one server, one hop
     routes = servers["door"]["routes"]
-    assert routes[0]["match"] == [{"path": ["/health"]}] and "load_balancing" not in routes[0]["handle"][0]
-    assert routes[1]["match"] == [{"path": ["/v1/*", "/health", "/metrics", "/version"]}]
-    held = routes[1]["handle"][0]
-    assert held["load_balancing"]["try_duration"] == "180s" and held["flush_interval"] == -1
-    assert "POST" in held["load_balancing"]["retry_match"][0]["method"]
-    assert routes[2] == {"handle": [{"handler": "static_response", "status_code": 403,
+    assert routes[0]["match"] == [{"path": ["/gate"], "remote_ip": {"ranges": ["127.0.0.1/32"]}}]
+    assert routes[1]["match"] == [{"path": ["/health"]}] and "load_balancing" not in routes[1]["handle"][0]
+    assert routes[2]["match"] == [{"path": ["/v1/*", "/health", "/metrics", "/version"]}]
+    held = routes[2]["handle"][0]
+    assert held["upstreams"] == [{"dial": "vllm:8000"}]
+    assert held["load_balancing"] == {"try_duration": "180s", "try_interval": "250ms"} and held["flush_interval"] == -1
+    assert held["transport"]["keep_alive"] == {"enabled": True, "idle_timeout": "2s"}
+    standby = caddy_config(hold_seconds=180, retry_after=30, keep_alive=False)["apps"]["http"]["servers"]["door"]
+    assert standby["routes"][2]["handle"][0]["transport"]["keep_alive"] == {"enabled": False}
+    assert routes[3] == {"handle": [{"handler": "static_response", "status_code": 403,
                                      "body": "not served through the door\n"}]}
-    assert not any(p.startswith(d) for d in DEV_ENDPOINTS for p in routes[1]["match"][0]["path"])
+    assert not any(p.startswith(d) for d in DEV_ENDPOINTS for p in routes[2]["match"][0]["path"])
     busy = servers["door"]["errors"]["routes"][0]["handle"][0]
     assert busy["status_code"] == 503 and busy["headers"] == {"Retry-After": ["30"]}
 
