@@ -30,7 +30,8 @@ def stacks(ctx: Ctx, as_json: bool) -> None:
     elif rows or not broken:
         table(["stack", "extends", "image", "model", "max len", "kv", "spec", "aliases"],
               [[r["name"], r["extends"] or "", r["image"], r["model"], f"{r['max_model_len']:,}",
-                r["kv_cache_dtype"], r["speculative"] or "none", ", ".join(r["served_model_names"])] for r in rows])
+                r["kv_cache_dtype"], r["speculative"] or "none", ", ".join(r["served_model_names"])] for r in rows],
+              optional=("aliases", "extends", "kv", "spec", "max len"))
     if broken:  # the good stacks are listed; each broken file gets its own line, and the exit says so
         click.echo("\n".join(f"error: {e}" for e in broken), err=True)
         sys.exit(EXIT_BAD_INPUT)

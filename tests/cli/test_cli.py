@@ -249,21 +249,23 @@ def test_history_names_a_gone_image_once_whatever_the_rows_that_ran_it() -> None
 
 @pytest.mark.parametrize("width", [80, 100, 120, 160, 240])
 def test_a_table_fits_the_terminal_and_keeps_words_whole(width: int) -> None:
+    """One line per row at any width, the header whole; word cells whole in the columns kept (never
+    "superse/ded"), free text cut with an ellipsis, optional columns left out first (issue 39)."""
+    from b70deploy.cli.records import HISTORY_OPTIONAL
     from b70deploy.ui.output import fitted
 
     headers = ["rev", "stack", "kind", "outcome", "pin", "created", "image", "KV tokens", "healthy s", "message"]
-    rows = [[12, "w4a16-131k", "rollback", "superseded", "*", "2026-12-01T23:49:32+0000", "intel/vllm:latest",
-             "270,592", "21.4", "first deploy: W4A16 + fp8 KV at 262K, with words enough to wrap"]]
-    lines = fitted(headers, rows, width)
-    # ten columns need ~100: narrower, the rows run past the edge (the terminal wraps them)
-    # rather than lose a column or cut a header
-    assert width < 100 or all(len(line) <= width for line in lines), (width, lines)
-    body = " ".join(lines)
-    for whole in ("superseded", "w4a16-131k", "rollback", "270,592", "healthy s"):  # never "superse/ded"
-        assert whole in body, (whole, lines)
-    words = ["first", "deploy:", "W4A16", "+", "fp8", "KV", "at", "262K,", "with", "words", "enough", "to", "wrap"]
-    cells = " ".join(lines[1:]).split()
-    assert [w for w in cells if w in words] == words  # the message is all there, in order
+    message = "first deploy: W4A16 + fp8 KV at 262K, with words enough to wrap"
+    rows = [[12, "w4a16-131k", "rollback", "superseded", "*", "2026-12-01 23:49", "intel/vllm:latest",
+             "270,592", "21.4", message]]
+    lines, dropped = fitted(headers, rows, width, optional=HISTORY_OPTIONAL)
+    assert len(lines) == 2 and all(len(line) <= width for line in lines), (width, lines)
+    kept = [h for h in headers if h not in dropped]
+    assert lines[0].split("  ")[0] == "rev" and " ".join(lines[0].split()) == " ".join(kept)
+    for whole in ("superseded", "w4a16-131k", "2026-12-01 23:49"):
+        assert whole in lines[1], (whole, lines)
+    assert (message in lines[1]) == (width >= 240), lines  # cut with "…" only when it does not fit
+    assert dropped == list(HISTORY_OPTIONAL[:len(dropped)])  # the least important first
 
 
 @pytest.mark.docker
