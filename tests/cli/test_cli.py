@@ -9,7 +9,7 @@ from pathlib import Path
 
 import click
 import pytest
-from kit.scratch import SHIPPED_STACKS, Scratch
+from kit.scratch import MINIMAL_STACK, SHIPPED_STACKS, Scratch
 from simkit import run_cli
 
 from b70deploy.cli import cli
@@ -281,3 +281,15 @@ def test_switch_dry_run_with_the_image_missing_prints_the_plan_then_the_refusal(
     [line] = r.stderr.splitlines()
     assert "is not on this engine" in line and "fix: pull or build it first" in line
     assert not (scratch.root / "deploy").exists() and not (scratch.root / "state" / "revisions").exists()
+
+
+def test_show_says_no_architecture_the_stack_did_not_give(scratch: Scratch) -> None:
+    """Issue 39, point 7: `show` called a dense model `architecture: moe` (the schema's default)."""
+    scratch.write_stack("dense", {**MINIMAL_STACK, "model": {"path": "Qwen/Qwen3-8B"}})
+    scratch.write_stack("told", {**MINIMAL_STACK, "model": {"path": "Qwen/Qwen3-8B", "architecture": "dense"}})
+    dense = json.loads(run_cli(None, "--config", str(scratch.config), "show", "dense", "--json",
+                               in_process=True).stdout)
+    assert "architecture" not in dense["model"]
+    told = json.loads(run_cli(None, "--config", str(scratch.config), "show", "told", "--json",
+                              in_process=True).stdout)
+    assert told["model"]["architecture"] == "dense"
