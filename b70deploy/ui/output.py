@@ -4,7 +4,6 @@ request."""
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import sys
 import textwrap
@@ -17,9 +16,9 @@ def emit_json(data: Any) -> None:
 
 
 def width() -> int | None:
-    """The columns to fit output to: the terminal's, or $COLUMNS when set (`COLUMNS=80 b70deploy history
-    | less`); None for a pipe without it (plain rows, for grep)."""
-    if not sys.stdout.isatty() and not os.environ.get("COLUMNS", "").isdigit():
+    """The columns to fit output to on a terminal ($COLUMNS, else the terminal's size); None for a
+    pipe (plain rows, for grep and scripts)."""
+    if not sys.stdout.isatty():
         return None
     return shutil.get_terminal_size((160, 24)).columns
 
