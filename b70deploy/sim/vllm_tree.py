@@ -102,8 +102,8 @@ def check_moe_marlin_supports_layer(layer, group_size):
 '''
 
 # The carve-out as upstream has it since 0.23 (what patches/marlin-xpu-carveout.yaml writes).
-_MARLIN_XPU = _MARLIN.replace("    if current_platform.is_rocm():\n        return False",
-                              "    if current_platform.is_rocm() or current_platform.is_xpu():\n        return False", 1)
+_MARLIN_XPU = _MARLIN.replace("if current_platform.is_rocm():\n",
+                              "if current_platform.is_rocm() or current_platform.is_xpu():\n", 1)
 
 # A later build: the platform gate moved into a helper, so the carve-out edit finds nothing.
 _MARLIN_DRIFT = '''"""Marlin kernel eligibility checks (b70sim stand-in, a later build)."""
