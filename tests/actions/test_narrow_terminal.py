@@ -1,7 +1,8 @@
 """Issue 39, point 3: on a terminal of 80 columns (a pty, COLUMNS=80) history, status, stacks and lint --all
-print no line over 80: history's header is whole on one line, cells are
-cut and the least important columns left out (a note names them); the failure text is whole in
-`history N` and --json, as status.json keeps it."""
+print no line over 80: history's header is whole on one line, cells are cut and the least important
+columns left out (a note names them); the failure text is whole in `history N` and --json, as
+status.json keeps it. Point 7 on the way: `docker compose config --services` run by hand in the deploy
+dir lists the rendered services (no profile hides them)."""
 
 from __future__ import annotations
 
@@ -49,6 +50,10 @@ def narrow(node: SimNode, *args: str) -> tuple[int, list[str], str]:
 def test_history_status_stacks_and_lint_fit_80_columns(node: SimNode) -> None:
     node.cli("switch", "alpha", "--yes", "-m", "first deploy: W4A16 + fp8 KV at 131K, a message long enough to "
              "need cutting at eighty columns", check=True)
+    # Point 7: no profile hides the rendered services from `docker compose` run by hand in the deploy dir.
+    services = subprocess.run(["docker", "compose", "config", "--services"], cwd=node.deploy, capture_output=True,
+                              text=True, timeout=60, check=True).stdout.split()
+    assert "vllm" in services and len(services) >= 2, services  # vllm and its companion
     failed = node.cli("switch", "crash", "--yes")
     assert failed.returncode == 1, failed.stderr
     shown = {}
