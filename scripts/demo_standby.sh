@@ -31,7 +31,7 @@ cleanup() {
     docker network rm "$net" >/dev/null || true
   done
   if [ -z "${B70_DEMO_DIR:-}" ]; then
-    tags=$(docker images --format '{{.Repository}}:{{.Tag}}' b70deploy/keep | grep -E "^b70deploy/keep:$project-" || true)
+    tags=$(docker images --format '{{.Repository}}:{{.Tag}}' b70deploy/keep | grep -E "^b70deploy/keep:$project-[0-9a-f]{12}$" || true)
     [ -z "$tags" ] || docker rmi $tags >/dev/null
     rm -rf "$work"
   fi
