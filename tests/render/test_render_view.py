@@ -85,3 +85,17 @@ def test_plain_render_does_not_depend_on_the_machines_images(scratch: Scratch) -
     plain = json.loads(run_cli(None, "--config", str(scratch.config), "render", "ngram", "--json",
                                in_process=True).stdout)
     assert plain["exact"] is False and set(plain["files"]) == {"docker-compose.yml", ".env", "vllm.env"}
+
+
+@pytest.mark.docker
+def test_a_missing_secrets_file_is_refused_before_the_engine_is_asked(scratch: Scratch) -> None:
+    """Found with intel/vllm:latest present (issue 39, point 9): with the image on the engine, `render` asked
+    the engine first, and its image facts cache made the state dir before the missing secrets file was
+    refused. Bad input changes nothing, whatever images the machine has."""
+    if not sim_images_present():
+        build_sim_images()
+    scratch.copy_shipped()
+    scratch.write_config({"image_map": {"intel/vllm:latest": SIM_TAGS["bash-c"]}, "secrets_env_file": "absent.env"})
+    r = run_cli(None, "--config", str(scratch.config), "render", "ngram", in_process=True)
+    assert r.returncode == 2 and "absent.env" in r.stderr and "not found" in r.stderr, r.stderr
+    assert not (scratch.root / "state").exists()
