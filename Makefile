@@ -3,13 +3,17 @@
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: setup demo test test-real real-lane check lint typecheck bench clean
+.PHONY: setup demo demo-standby test test-real real-lane check lint typecheck bench clean
 
 setup:
 	bash scripts/setup.sh
 
 demo: setup
 	bash scripts/demo.sh
+
+# Hot standby without a GPU: the simulated vLLM sleeps and wakes behind the front door.
+demo-standby: setup
+	bash scripts/demo_standby.sh
 
 # 4 workers on 2 cores: the Docker tests mostly wait on container boots. Bytecode is written
 # (some machines set PYTHONDONTWRITEBYTECODE): each of the suite's ~1,000 CLI processes and

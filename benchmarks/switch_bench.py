@@ -45,7 +45,7 @@ import yaml
 from b70deploy.deploy import interrupts
 from b70deploy.docker.compose import Compose
 from b70deploy.docker.keep import REPO as KEEP_REPO
-from b70deploy.docker.keep import revision_of
+from b70deploy.docker.keep import is_keep_tag
 from b70deploy.sim.image import TAGS as SIM_TAGS
 
 REPO = Path(__file__).resolve().parents[1]
@@ -69,7 +69,7 @@ def docker(*args: str, check: bool = True, timeout: float = 120) -> subprocess.C
 def remove_keep_tags(project: str) -> None:
     """The keep tags b70deploy gave this run's revisions (b70deploy/docker/keep.py)."""
     refs = [ref for ref in docker("images", "--format", "{{.Repository}}:{{.Tag}}", KEEP_REPO).stdout.split()
-            if revision_of(project, ref) is not None]
+            if is_keep_tag(project, ref)]
     if refs:
         docker("rmi", *refs, check=False)
 

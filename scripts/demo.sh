@@ -33,7 +33,7 @@ cleanup() {
   done
   if [ -z "${B70_DEMO_DIR:-}" ]; then
     # The revisions go with $work, and so do the keep tags that protected their images.
-    tags=$(docker images --format '{{.Repository}}:{{.Tag}}' b70deploy/keep | grep -E "^b70deploy/keep:$project-[0-9]+$" || true)
+    tags=$(docker images --format '{{.Repository}}:{{.Tag}}' b70deploy/keep | grep -E "^b70deploy/keep:$project-[0-9a-f]{12}$" || true)
     [ -z "$tags" ] || docker rmi $tags >/dev/null
     rm -rf "$work"
   fi

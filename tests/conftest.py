@@ -7,7 +7,7 @@ asserting nothing it created is left (containers and networks, scoped to this se
 Fixtures
     docker_engine   (session) skip when no engine or Compose v2 answers
     sim_images      (session) build the sim images once (a file lock: once for all xdist workers):
-                    {"bash-c": tag, "serve": tag, "bash-c-drift": tag}
+                    {"bash-c": tag, "serve": tag, "bash-c-drift": tag, "standby": tag}
     free_port       () -> an unused 127.0.0.1 TCP port, handed out once machine-wide (kit/ports.py)
     compose_project a unique simkit.ComposeProject (name, folder): `down` + removal by label at teardown
     docker_run      (image, *args, env=, ports=, volumes=, entrypoint=) -> name of a detached container

@@ -151,10 +151,10 @@ def remove_by_project(name: str) -> None:
 def remove_keep_tags(project: str, run: Callable[..., subprocess.CompletedProcess[str]] = docker) -> None:
     """The keep tags b70deploy gave the revisions of `project` (b70deploy/docker/keep.py), on the
     engine `run` talks to: a test's revisions must not keep its images alive after it."""
-    from b70deploy.docker.keep import REPO, revision_of
+    from b70deploy.docker.keep import REPO, is_keep_tag
 
     refs = [ref for ref in run("images", "--format", "{{.Repository}}:{{.Tag}}", REPO).stdout.split()
-            if revision_of(project, ref) is not None]
+            if is_keep_tag(project, ref)]
     if refs:
         run("rmi", *refs)
 

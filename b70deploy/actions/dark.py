@@ -69,7 +69,16 @@ class DarkUp:
             reporter.info(done)
         io.write_deployed(ready.files)
         reporter.phase("up", f"{self.stack} on port {io.port} as project {io.project}")
-        io.up([io.service])
+        try:
+            io.up([io.service])
+        except OperationError as e:  # e.g. the dark port taken: no `Created` container is left behind
+            io.discard(io.service)
+            if "port is already allocated" in str(e) or "address already in use" in str(e):
+                where = self.node.source or "the node config"
+                raise OperationError(f"dark port {io.port} is taken: {e.what}",
+                                     fix=f"set ports.dark in {where} to a free port (`ss -ltn` lists those in use)"
+                                     ) from None
+            raise
         result = io.wait_healthy(timeout=self.timeout or self.node.config.timeouts.health, reporter=reporter)
         result.finding = for_stack(result.finding, ready.stack)
         if not result.healthy:

@@ -3,24 +3,23 @@
 The plan is a list of items of a few kinds; `run` removes them under the deploy lock, so a
 switch never records a revision while its image is being released. Kinds today:
 
-    keep-tag   the keep tag (docker/keep.py) of a revision that was pruned; the engine
-               deletes the image with it when no other tag names it and no container uses it
+    keep-tag   the keep tag (docker/keep.py, one per image) of an image no revision left runs
+               (theirs were pruned); the engine deletes the image with it when no other tag
+               names it and no container uses it
     cache      the warm-boot cache folder (state/caches.py) of an image no revision runs
                any more (on this host only: a remote node's folders are compose's)
 
-A pinned or the current revision is never pruned (state/revisions.py), so its tag stays.
+A pinned or the current revision is never pruned (state/revisions.py), so its image's tag stays.
 """
 
 from __future__ import annotations
 
-from collections import Counter
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Literal
 
 from ..config.node import Node
 from ..deploy.nodeio import NodeIO
-from ..docker.keep import keep_tag
 from ..docker.node import DockerNode
 from ..state import caches
 from ..state.statedir import StateDir
@@ -35,7 +34,7 @@ class Item:
     kind: ItemKind
     name: str                  # what goes, as the operator would name it
     reason: str
-    revision: int | None = None
+    image: str | None = None   # the image a keep tag names
     frees: str | None = None   # what else goes with it: the image, when nothing else names it
 
     def to_dict(self) -> dict[str, Any]:
@@ -66,18 +65,15 @@ class Gc:
         return self._keep_tags(self._io) + self._caches()
 
     def _keep_tags(self, io: NodeIO) -> list[Item]:
-        store = StateDir(self.node.state_dir).revisions
-        alive = set(store.numbers())
-        kept = io.kept_images()
-        asleep = set(io.slots())  # a standby's image runs its sleeping container: never released
-        doomed = {n: image for n, image in kept.items() if n not in alive and n not in asleep}
-        # An image goes with its tag when every reference to it is a doomed keep tag.
-        going = Counter(doomed.values())
+        # Every revision left (a sleeping standby's included: prune keeps those) keeps its image's tag;
+        # read from the index, so a damaged record elsewhere does not stop gc.
+        needed = set(StateDir(self.node.state_dir).revisions.summaries().column("image_id"))
         items = []
-        for n, image in sorted(doomed.items()):
-            refs = io.image_tags(image)
-            last = len(refs) == going[image] and n == max(m for m, i in doomed.items() if i == image)
-            items.append(Item("keep-tag", keep_tag(self.node.project, n), f"revision {n} was pruned", revision=n,
+        for image, tag in sorted(io.kept_images().items(), key=lambda kv: kv[1]):
+            if image in needed:
+                continue
+            last = io.image_tags(image) == (tag,)
+            items.append(Item("keep-tag", tag, "no revision left runs its image", image=image,
                               frees=image if last else None))
         return items
 
@@ -107,8 +103,8 @@ class Gc:
             result = Removed(item, bool(gone), "cache folder removed" if gone else "kept: not a cache folder of ours")
             reporter.info(f"{item.name}: {result.detail}")
             return result
-        assert item.revision is not None  # a keep-tag item always names its revision
-        deleted, refused = io.release_image(item.revision)
+        assert item.image is not None  # a keep-tag item always names its image
+        deleted, refused = io.release_image(item.image)
         if refused:
             result = Removed(item, False, f"kept: {refused}")
         else:

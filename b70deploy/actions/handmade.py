@@ -296,7 +296,7 @@ def _check_in(folder: Path, node: Node, files: Mapping[str, bytes], *, name: str
     models = _weights_dir(vllm)
     ctx = LintContext(node=node, stack=stack, rendered=Rendered(stack=name, files=dict(files), command=command),
                       models_dir=models, image=facts, compose_config=doc)
-    checked.warnings += [f.one_line() for f in lint_stack(ctx)]
+    checked.warnings += [f.as_warning() for f in lint_stack(ctx)]
     return checked
 
 

@@ -187,6 +187,12 @@ def _port(spec: dict[str, Any], want: int | None = None) -> tuple[int, int, str 
     return None
 
 
+def _published(services: dict[str, Any]) -> set[int]:
+    """Every host port the project's services publish (a companion's 8001 is no dark port)."""
+    return {int(p["published"]) for spec in services.values() if isinstance(spec, dict)
+            for p in spec.get("ports") or [] if isinstance(p, dict) and str(p.get("published") or "").isdigit()}
+
+
 def plan(d: Discovery, state_dir: Path | None = None) -> InitPlan:
     """The config and the provenance of each value (pure: reads only `d` and the process's uid)."""
     out = InitPlan(config={})
@@ -251,8 +257,10 @@ def plan(d: Discovery, state_dir: Path | None = None) -> InitPlan:
         published, target, host_ip = port
         where = f"ports of service {name} ({host_ip or '0.0.0.0'}:{published}->{target})"
         put("ports.prod", published, where)
-        put("ports.dark", published + 1, "ports.prod + 1 (the report's dark port 8001 beside 8000); change it if "
-            "that port is taken")
+        taken = _published(services)
+        dark = next(n for n in range(published + 1, 65536) if n not in taken)
+        put("ports.dark", dark, "the first port above ports.prod that no service of the project publishes (the "
+            "report's dark port 8001 beside 8000); change it if another program holds it")
         put("bind_address", host_ip or "0.0.0.0", where)
         if target != CONTAINER_PORT:
             notes.append(f"vllm listens on {target} in its container: a stack from this file keeps it "

@@ -5,6 +5,7 @@ differ and the lock (psutil, filelock) are imported by the view that uses them, 
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import io
 from collections.abc import Callable
@@ -13,7 +14,16 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from ..errors import B70Error, UserError
 from ..state.journal import Journal
-from ..state.revisions import FSCK_FIX, HEALTHY_OUTCOMES, DamagedRecord, Revision, RevisionStore, Summaries, sha256
+from ..state.revisions import (
+    FAILURE_SHOWN,
+    FSCK_FIX,
+    HEALTHY_OUTCOMES,
+    DamagedRecord,
+    Revision,
+    RevisionStore,
+    Summaries,
+    sha256,
+)
 
 if TYPE_CHECKING:
     from ..config.node import Node
@@ -232,10 +242,30 @@ def history(node: Node, last: int | None = None) -> tuple[int, list[dict[str, An
         shown = table.rows(0 if last is None else max(len(table) - last, 0))
         if len(shown) <= DEEP_ROWS:  # a page's records are read whole (a truncated meta.json is marked)
             store.marked(shown)
+            _whole_failures(store, shown)
         asleep = {s["slot"] for s in slots.result() if s["asleep"]}
         for row in shown:  # asleep: the standby slot its bytes made sleeps beside the live one
             row["asleep"] = row["number"] in asleep
         return len(table), _marked(shown, present.result())
+
+
+def _whole_failures(store: RevisionStore, rows: list[dict[str, Any]]) -> None:
+    """A page's failure texts whole: the index keeps FAILURE_SHOWN characters of each, status.json all."""
+    for row in rows:
+        if len(row.get("failure") or "") >= FAILURE_SHOWN and not row.get("damage"):
+            with contextlib.suppress(B70Error):  # unreadable: `damage` says so already
+                status = store.get(row["number"]).status
+                row["failure"] = status.diagnosis or status.failure
+
+
+def revision_record(node: Node, number: int) -> dict[str, Any]:
+    """`history N`: one revision whole: its summary, the failure and diagnosis texts uncut, the step
+    timings and boot facts."""
+    rev = RevisionStore(node.state_dir).get(number)
+    record = {**rev.summary(), "failure": rev.status.failure, "diagnosis": rev.status.diagnosis}
+    record["facts"] = rev.status.facts
+    record["timings"] = rev.status.timings
+    return record
 
 
 def _marked(rows: list[dict[str, Any]], present: set[str] | None) -> list[dict[str, Any]]:

@@ -108,6 +108,7 @@ def switch_view(node: Node, name: str, *, docker: bool = True) -> SwitchView:
     when the image is on the engine; else the plain render, and each thing it could not resolve."""
     stack = node.catalogue().load(name)
     check_patches(node, stack)
+    load_secrets(node.secrets_env_file)  # bad input refused before the engine is asked (its image facts are cached)
     why = "not asked (--no-docker)"
     if docker:
         try:

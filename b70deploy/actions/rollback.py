@@ -10,17 +10,20 @@ from ..config.node import Node
 from ..config.schema import Smoke, Stack
 from ..deploy.driver import Outcome
 from ..deploy.plan import DeployPlan, ImageInfo, Kind, recovery
+from ..deploy.steps import plan_lines
 from ..docker.image_inspect import ImageInspector
 from ..docker.node import DockerNode
 from ..errors import UserError
 from ..render.door import image_in
 from ..render.filenames import COMPOSE_FILE
+from ..state.fsio import read_tree
 from ..state.revisions import Revision
 from ..state.statedir import StateDir
 from ..ui.progress import Reporter
+from .diff import unified
 from .handmade import check_drift, check_files, mounts_changed, own_stack
 from .mutating import mutating
-from .switch import Confirm, DeployOptions, deploy, standby_plan
+from .switch import Confirm, DeployOptions, asleep_line, deploy, standby_plan
 
 
 def resolve_target(state: StateDir, spec: str | None) -> Revision:
@@ -162,6 +165,21 @@ class Rollback:
             notes = check_drift(origin, checked.image.ref, inspector)
         notes += [f"recorded mount {m}" for m in mounts_changed(origin.meta.patches)]
         return own_stack(self.node, target.meta.stack, checked.vllm), notes + checked.warnings
+
+    def preview(self) -> list[str]:
+        """--dry-run: the target, its image, the current revision, the steps and the diff of the
+        files against the deploy dir; nothing on the node changes (a gone image refuses, as the
+        rollback itself would)."""
+        plan = self.plan()
+        cur = StateDir(self.node.state_dir).revisions.current()
+        live = read_tree(self.node.deploy_dir, sorted(set(plan.files) | set(cur.meta.files if cur else [])))
+        text = unified(live, plan.files, old_label="deployed", new_label=f"revision-{plan.restored_from}",
+                       secret_keys=plan.secret_keys)
+        lines = [f"rollback to revision {plan.restored_from} ({plan.stack.name}): plan (dry run, nothing changed)",
+                 f"  image {plan.image.ref} = {plan.image.id}",
+                 f"  current: {f'revision {cur.number} ({cur.meta.stack})' if cur else 'nothing deployed'}",
+                 *[f"  warning: {w}" for w in plan.warnings], *asleep_line(self.node, plan, cur), ""]
+        return [*lines, *plan_lines(plan), "", text.rstrip("\n") if text else "(no file changes)"]
 
     def run(self, reporter: Reporter, *, confirm: Confirm | None = None) -> Outcome:
         """Lock first (taking over a killed run's), then plan, then the steps."""

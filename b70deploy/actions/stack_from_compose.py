@@ -12,6 +12,7 @@ import yaml
 from ..config.compose_folder import references
 from ..config.names import check_name
 from ..config.node import Node
+from ..config.resources import is_shipped
 from ..docker.compose import config_of
 from ..docker.image_inspect import ImageFacts, ImageInspector
 from ..docker.proc import last_line, run
@@ -31,18 +32,23 @@ class Converted:
     service: str
     project: str | None     # the compose project name Compose gives the file
     result: FromCompose
+    elsewhere: str | None = None  # why the file is not in the node's catalogue, and how to make it so
 
     def to_json(self) -> dict[str, Any]:
         r = self.result
         return {"stack": self.path.stem, "file": str(self.path), "service": self.service, "stack_doc": r.doc,
                 "sources": r.sources, "node": {**({"project": self.project} if self.project else {}), **r.node},
-                "withheld_env": r.withheld, "notes": r.notes}
+                "withheld_env": r.withheld, "notes": r.notes, "not_in_catalogue": self.elsewhere}
 
 
 @dataclass(frozen=True)
 class Conversion:
     path: Path          # the stack file to write
     argv: list[str]     # the one command that reads the compose file
+    elsewhere: str | None = None  # set when the node's catalogue is the shipped one (see plan)
+
+
+OWN_STACKS = Path("stacks")  # the operator's own catalogue, in the working folder, when the node names none
 
 
 @dataclass
@@ -55,14 +61,27 @@ class StackFromCompose:
     out: Path | None = None
 
     def plan(self) -> Conversion:
-        """Where the stack goes (--out, else <stacks_dir>/<name>.yaml) and how the file is read;
-        the name is checked before it becomes a path. Nothing is read or run."""
+        """Where the stack goes and how the file is read; the name is checked before it becomes a
+        path. Nothing is read or run. The place: --out, else the node's stacks_dir, unless that is
+        the catalogue shipped inside the package (no stacks_dir set): the next `pip install -U`
+        replaces that folder, so the operator's stack goes to ./stacks/ and the output says how to
+        make it the node's catalogue."""
         check_name(self.name, what="stack name", where="--name")
-        path = self.out if self.out is not None else self.node.stacks_dir / f"{self.name}.yaml"
+        elsewhere = None
+        if self.out is not None:
+            path = self.out
+        elif is_shipped(self.node.stacks_dir):
+            own = OWN_STACKS.absolute()
+            path = own / f"{self.name}.yaml"
+            elsewhere = (f"the node's catalogue is the one shipped in the package ({self.node.stacks_dir}), which "
+                         f"an upgrade replaces: the stack went to {own}; to deploy it, set stacks_dir: {own} in "
+                         f"{self.node.source or 'the node config'} (or pass --stacks-dir {own})")
+        else:
+            path = self.node.stacks_dir / f"{self.name}.yaml"
         if path.name != f"{self.name}.yaml":
             raise UserError(f"--out {path} is not named {self.name}.yaml", where="--out",
                             fix=f"a catalogue names a stack by its file: write to DIR/{self.name}.yaml")
-        return Conversion(path, config_of(self.compose_file, env_file=self.env_file))
+        return Conversion(path, config_of(self.compose_file, env_file=self.env_file), elsewhere)
 
     def run(self) -> Converted:
         plan = self.plan()
@@ -79,11 +98,12 @@ class StackFromCompose:
         result = stack_from_compose(service, image=self._image(str(service.get("image") or "")), where=where,
                                     networks=config.get("networks") or {}, secrets=self._secrets())
         text = self._text(result, name)
+        path.parent.mkdir(parents=True, exist_ok=True)
         write_atomic(path, text.encode())
         project = config.get("name")
         if name != self.node.service:  # the node names the service the stack renders as
             result.node["service"] = name
-        return Converted(path, text, name, str(project) if project else None, result)
+        return Converted(path, text, name, str(project) if project else None, result, plan.elsewhere)
 
     def _secrets(self) -> Secrets:
         """The node's secrets and the values the file's env files mark secret (its .env or --env,

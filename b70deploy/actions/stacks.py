@@ -31,7 +31,10 @@ def summaries(node: Node) -> tuple[list[dict[str, Any]], list[UserError]]:
 def merged_document(node: Node, name: str) -> dict[str, Any]:
     stack = node.catalogue().load(name)
     check_patches(node, stack)
-    return stack.model_dump(mode="json", exclude_defaults=False)
+    doc = stack.model_dump(mode="json", exclude_defaults=False)
+    if "architecture" not in stack.model.model_fields_set:  # a default is no fact about the model (a dense
+        del doc["model"]["architecture"]                     # one was shown as moe: issue 39)
+    return doc
 
 
 def check_patches(node: Node, stack: Stack) -> None:

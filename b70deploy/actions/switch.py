@@ -17,6 +17,7 @@ from ..errors import UserError
 from ..render import standby as standby_rules
 from ..render.files import COMPOSE_FILE
 from ..state.fsio import read_tree
+from ..state.revisions import Revision
 from ..state.statedir import StateDir
 from ..ui.progress import Reporter
 from .diff import unified
@@ -58,6 +59,25 @@ def standby_plan(node: Node, stack: Stack, files: Mapping[str, bytes], *,
                        wake_slot=wake_slot)
 
 
+def asleep_line(node: Node, plan: DeployPlan, cur: Revision | None) -> list[str]:
+    """What a dry run says of the live stack under hot standby, asked of the engine: it sleeps only
+    when it runs in a standby slot (the slots run with sleep mode); a stack started another way (an
+    adopted one, without --enable-sleep-mode) is stopped by the drain, as without standby."""
+    if plan.standby is None or cur is None:
+        return []
+    slots = DockerNode.production(node).slots()
+    live = next((n for n, state in slots.items() if state == "live"), None)
+    if live is not None:
+        return [f"  standby: revision {live}'s slot falls asleep (level {plan.standby.level}) while "
+                f"{plan.stack.name} boots beside it"]
+    compose = cur.files_dir / COMPOSE_FILE
+    ran = compose.read_bytes() if compose.is_file() else b""
+    how = "" if standby_rules.rendered_to_sleep(ran) else " and without --enable-sleep-mode"
+    return [f"  standby: revision {cur.number} ({cur.meta.stack}) runs outside the standby slots{how}: the drain "
+            f"STOPS it, it does not sleep; {plan.stack.name} boots in a slot of its own, which the next switch "
+            "puts to sleep"]
+
+
 def driver(node: Node, reporter: Reporter) -> Driver:
     """The production deploy dir of `node`, its state dir and its engine."""
     return Driver(StateDir(node.state_dir), DockerNode.production(node), reporter,
@@ -89,7 +109,7 @@ class Switch:
         return DeployPlan(kind="switch", stack=ready.stack, files=ready.files, image=ready.image,
                           message=self.opts.message, companions=self.node.companions,
                           waits=self.opts.waits(self.node), auto_rollback=self.opts.auto_rollback,
-                          lint_errors=errors, warnings=tuple(f.one_line() for f in ready.findings
+                          lint_errors=errors, warnings=tuple(f.as_warning() for f in ready.findings
                                                              if f.severity != "error"),
                           secrets=ready.secrets, platform=self.node.config.platform,
                           standby=standby_plan(self.node, ready.stack, ready.files))
@@ -113,7 +133,8 @@ class Switch:
             "is not on this engine: the files below name the tag, not the image id a switch pins"
         lines = [f"switch {self.stack}: plan (dry run, nothing changed)",
                  f"  image {plan.image.ref} {pinned}",
-                 f"  current: {f'revision {cur.number} ({cur.meta.stack})' if cur else 'nothing deployed'}", ""]
+                 f"  current: {f'revision {cur.number} ({cur.meta.stack})' if cur else 'nothing deployed'}",
+                 *asleep_line(self.node, plan, cur), ""]
         return Preview([*lines, *plan_lines(plan), "", text.rstrip("\n") if text else "(no file changes)"], refusal)
 
     def _plain_plan(self) -> DeployPlan:

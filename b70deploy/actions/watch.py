@@ -121,7 +121,7 @@ class WatchNode:
         if outcome.exit_code in (130, 143):
             raise KeyboardInterrupt  # the rollback was interrupted by our own SIGTERM: stop watching
         if outcome.ok:
-            state.revisions.update_status(act.revision, outcome="failed", failure=f"watch: {act.text}"[:2000],
+            state.revisions.update_status(act.revision, outcome="failed", failure=f"watch: {act.text}",
                                           diagnosis=act.diagnosis, updated=now_iso())
         event = "watch.rolled-back" if outcome.ok else "watch.alert"
         emit(_line(event, act.revision, outcome.summary, act.diagnosis))

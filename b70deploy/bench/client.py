@@ -144,8 +144,8 @@ def stream(endpoint: Endpoint, path: str, body: dict[str, Any], *, clock_zero: f
         resp = conn.getresponse()
         t.status = resp.status
         if resp.status != 200:
-            detail = resp.read(2000).decode("utf-8", "replace").strip().replace("\n", " ")
-            t.error = f"HTTP {resp.status}: {detail[:300]}"
+            detail = resp.read(8000).decode("utf-8", "replace").strip().replace("\n", " ")
+            t.error = f"HTTP {resp.status}: {detail}"  # whole: vLLM's 400 says the numbers the fix needs
             return t
         first: float | None = None
         last: float | None = None

@@ -35,13 +35,16 @@ def current_deployment_info(node: Node) -> dict[str, Any]:
 
 def server_facts(endpoint: Endpoint) -> dict[str, Any]:
     """What the server says about itself: vLLM version (/version) and served models (/v1/models)."""
-    facts: dict[str, Any] = {"vllm_version": None, "models": []}
+    facts: dict[str, Any] = {"vllm_version": None, "models": [], "max_model_len": {}}
     version = get_json(endpoint, "/version")
     if isinstance(version, dict) and isinstance(version.get("version"), str):
         facts["vllm_version"] = version["version"]
     models = get_json(endpoint, "/v1/models")
     if isinstance(models, dict):
         facts["models"] = [m.get("id") for m in models.get("data") or [] if isinstance(m, dict) and m.get("id")]
+        # vLLM's model card carries max_model_len (vllm/entrypoints/openai/protocol.py, ModelCard)
+        facts["max_model_len"] = {m["id"]: m["max_model_len"] for m in models.get("data") or []
+                                  if isinstance(m, dict) and m.get("id") and isinstance(m.get("max_model_len"), int)}
     return facts
 
 

@@ -23,3 +23,18 @@ def suffix_deadlock(stack_doc: dict[str, Any] | None, concurrency: int, *, xpu: 
     name = stack_doc.get("name") or "the current stack"
     return (f"{name} uses suffix decoding, which deadlocks on XPU at C >= {SUFFIX_DEADLOCK_C} "
             f"(switch-model.sh's production comment, quoted in the report): C={concurrency} would hang the server")
+
+
+def context_fit(ctx: int, tokens: int, max_model_len: int | None, *, given: bool) -> tuple[int, str | None]:
+    """The context to bench at, and what to tell the operator. vLLM refuses a request whose prompt and
+    completion exceed max_model_len with a 400 ("This model's maximum context length is N tokens. However,
+    you requested M tokens ..."): the default --ctx is lowered to fit (said in a note); a --ctx the
+    operator gave that cannot fit is refused before the first request (the note is then the error)."""
+    if max_model_len is None or ctx + tokens <= max_model_len:
+        return ctx, None
+    fits = max_model_len - tokens
+    if given:
+        return ctx, (f"--ctx {ctx:,} + {tokens:,} completion tokens exceeds the model's max_model_len "
+                     f"{max_model_len:,} (/v1/models): vLLM would answer 400 to every request")
+    return fits, (f"context lowered to {fits:,} tokens: the default {ctx:,} + {tokens:,} completion tokens "
+                  f"exceeds the model's max_model_len {max_model_len:,} (/v1/models)")

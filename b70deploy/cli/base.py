@@ -122,7 +122,7 @@ COMMANDS: dict[str, Command] = {
     "pin": Command("revisions", 'Keep REVISION forever (prune skips it).'),
     "unpin": Command("revisions", 'Let prune remove REVISION again.'),
     "prune": Command("revisions", 'Delete old revisions, keeping the newest N, every pinned one and the current one.'),
-    "gc": Command("deploy", 'Remove what no revision needs: keep tags (and images) of pruned revisions, unused '
+    "gc": Command("deploy", 'Remove what no revision needs: keep tags (and images) no revision left runs, unused '
                             'caches.'),
     "audit": Command("revisions", 'The audit log: who ran which mutating command, when, and how it ended.'),
     "unlock": Command("revisions", 'Clear a stale lock left by a killed run (refused while its process runs).'),

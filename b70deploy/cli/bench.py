@@ -19,13 +19,13 @@ from ..bench import sweep as sweep_mod
 from ..bench.capture import CaptureWriter, is_loopback, make_server, parse_listen
 from ..bench.client import Endpoint
 from ..bench.deployment import current_deployment_info, environment, server_facts
-from ..bench.guards import SUFFIX_DEADLOCK_C, suffix_deadlock
+from ..bench.guards import SUFFIX_DEADLOCK_C, context_fit, suffix_deadlock
 from ..bench.plot import render
 from ..bench.results import default_path, write
 from ..bench.run import BenchConfig, resolve_model, run_bench
 from ..errors import UserError
 from ..state.stamps import now_iso
-from ..ui.output import emit_json, table, warn
+from ..ui.output import emit_json, note, table, warn
 from . import options
 from .base import Ctx, mutate, pass_ctx
 from .complete import stack_names
@@ -98,6 +98,18 @@ def _target(ctx: Ctx, endpoint: str | None, stack: str | None, note: str | None,
     return ep, env
 
 
+def _fitted_ctx(click_ctx: click.Context, cfg: BenchConfig, facts: dict[str, Any]) -> int:
+    """--ctx within the model's max_model_len (see guards.context_fit), before the first request."""
+    given = click_ctx.get_parameter_source("ctx_tokens") is not click.core.ParameterSource.DEFAULT
+    limit = (facts.get("max_model_len") or {}).get(cfg.model)
+    ctx, said = context_fit(cfg.ctx, cfg.tokens, limit, given=given)
+    if said and given and limit is not None:
+        raise UserError(said, where="--ctx", fix=f"--ctx {limit - cfg.tokens} or less (or fewer --max-tokens)")
+    if said:
+        note(said)
+    return ctx
+
+
 def _output_path(ctx: Ctx, output: str | None, doc: dict[str, Any]) -> Path:
     if output:
         return Path(output)
@@ -165,8 +177,10 @@ def bench(click_ctx: click.Context, ctx: Ctx, metric: str | None, concurrency: i
                       max_tokens=max_tokens, api=api, ignore_eos=not no_ignore_eos, timeout=timeout,
                       warmup=not no_warmup)
     cfg.check()
-    cfg.model = resolve_model(ep, model, env.get("served_models") or server_facts(ep)["models"])
+    facts = server_facts(ep)
+    cfg.model = resolve_model(ep, model, env.get("served_models") or facts["models"])
     env["model"] = cfg.model
+    cfg.ctx = _fitted_ctx(click_ctx, cfg, facts)
     doc = run_bench(ep, cfg, env, show_progress=not quiet)
     path = _finish(ctx, doc, output, as_json)
     tokens_ok = _token_report(doc.get("token_check"), strict)
@@ -206,8 +220,10 @@ def sweep(ctx: Ctx, levels: str, waves: int, endpoint: str | None, model: str | 
                       max_tokens=max_tokens, api=api, ignore_eos=not no_ignore_eos, timeout=timeout,
                       warmup=not no_warmup)
     cfg.check()
-    cfg.model = resolve_model(ep, model, env.get("served_models") or server_facts(ep)["models"])
+    facts = server_facts(ep)
+    cfg.model = resolve_model(ep, model, env.get("served_models") or facts["models"])
     env["model"] = cfg.model
+    cfg.ctx = _fitted_ctx(click.get_current_context(), cfg, facts)
     doc = sweep_mod.run_sweep(ep, cfg, lv, env, waves=waves, show_progress=not quiet)
     path = _finish(ctx, doc, output, as_json)
     tokens_ok = all(_token_report(p.get("token_check"), strict) for p in doc["points"])

@@ -32,7 +32,8 @@ def stacks(ctx: Ctx, as_json: bool) -> None:
               [[r["name"], r["extends"] or "", r["image"], r["model"],
                 f"{r['max_model_len']:,}" if r["max_model_len"] else "the model's",
                 r["kv_cache_dtype"], r["speculative"] or "none", ", ".join(r["served_model_names"] or ["(its path)"])]
-               for r in rows])
+               for r in rows],
+              optional=("aliases", "extends", "kv", "spec", "max len"))
     if broken:  # the good stacks are listed; each broken file gets its own line, and the exit says so
         click.echo("\n".join(f"error: {e}" for e in broken), err=True)
         sys.exit(EXIT_BAD_INPUT)

@@ -6,7 +6,7 @@ records, logs, pin, unpin, prune, audit and unlock in revisions: they need no sw
 from __future__ import annotations
 
 import sys
-from contextlib import nullcontext
+from collections.abc import Callable
 from typing import Any
 
 import click
@@ -23,7 +23,7 @@ from ..deploy.plan import DeployPlan
 from ..deploy.rollout import RolloutPlan
 from ..errors import Declined, UserError
 from ..ui.output import emit_json, table
-from ..ui.progress import PlainReporter, Reporter, paused
+from ..ui.progress import PlainReporter
 from . import options
 from .base import Ctx, mutate, pass_ctx
 from .complete import rollback_targets, stack_names
@@ -31,13 +31,42 @@ from .complete import rollback_targets, stack_names
 _TIMEOUT_HELP = "Seconds to wait for /health of the new stack (default: node timeouts.health, 720)."
 
 
-def confirm(question: str, assume_yes: bool, reporter: Reporter | None = None) -> None:
+def confirm(question: str, assume_yes: bool) -> None:
     """Ask on a terminal before stopping production; never blocks a pipe or CI."""
     if assume_yes or not sys.stdin.isatty():
         return
-    with paused(reporter) if reporter is not None else nullcontext():
-        if not click.confirm(question, default=False, err=True):
-            raise Declined("declined at the prompt; nothing changed")
+    if not click.confirm(question, default=False, err=True):
+        raise Declined("declined at the prompt; nothing changed")
+
+
+def ask_first(plan: Callable[[], DeployPlan], question: Callable[[DeployPlan], str],
+              assume_yes: bool) -> Callable[[DeployPlan], None] | None:
+    """Ask before the deploy lock is taken (an answer may take minutes; the lock would stop every other
+    command meanwhile): the plan is made, the question asked, and the run under the lock goes on only
+    when its own plan is the one agreed to. None: nothing to ask (--yes, or no terminal)."""
+    if assume_yes or not sys.stdin.isatty():
+        return None
+    agreed = plan()
+    try:
+        confirm(question(agreed), False)
+    except Declined as e:
+        no = e
+
+        def declined(now: DeployPlan) -> None:
+            raise no  # said under the lock, so the audit log keeps the "no" as a declined run
+
+        return declined
+
+    def same(now: DeployPlan) -> None:
+        if _agreed_key(now) != _agreed_key(agreed):
+            raise Declined("the node changed while you were asked (another revision, image or files); nothing "
+                           "changed", fix="run the command again to see the new plan")
+
+    return same
+
+
+def _agreed_key(plan: DeployPlan) -> tuple[Any, ...]:
+    return plan.stack.name, plan.image.id, sorted(plan.files.items()), plan.restored_from
 
 
 def finish(outcome: Outcome, as_json: bool) -> None:
@@ -158,21 +187,18 @@ def switch(ctx: Ctx, stack: str, dry_run: bool, no_auto_rollback: bool, select: 
             raise preview.refusal  # what the switch itself would stop on, after the plan
         return
     prod = ctx.node.config.ports.prod
-
-    def ask(plan: DeployPlan, reporter: Reporter) -> None:
-        confirm(f"Drain production on :{prod} and switch to {stack}?", yes, reporter)
-
-    mutate(lambda reporter: action.run(reporter, confirm=lambda plan: ask(plan, reporter)), quiet=as_json,
-           end=lambda o: finish(o, as_json))
+    agreed = ask_first(action.plan, lambda plan: f"Drain production on :{prod} and switch to {stack}?", yes)
+    mutate(lambda reporter: action.run(reporter, confirm=agreed), quiet=as_json, end=lambda o: finish(o, as_json))
 
 
 @click.command(epilog="Examples: b70deploy rollback | b70deploy rollback tq-256k | b70deploy rollback 12 | "
              "b70deploy rollback --nodes a,b --max-unavailable 1")
 @click.argument("target", required=False, shell_complete=rollback_targets)
+@click.option("--dry-run", is_flag=True, help="Print the target, the plan and the diff; change nothing.")
 @_rolling_options
 @_common
 @pass_ctx
-def rollback(ctx: Ctx, target: str | None, select: str | None, max_unavailable: int, pause: float,
+def rollback(ctx: Ctx, target: str | None, dry_run: bool, select: str | None, max_unavailable: int, pause: float,
              rollback_all_on_failure: bool, message: str, timeout: float | None, rollback_timeout: float | None,
              lock_wait: float, verify_wait: float, yes: bool, as_json: bool) -> None:
     """No TARGET: the previous revision (or, after a killed run, the one before it).
@@ -182,17 +208,16 @@ def rollback(ctx: Ctx, target: str | None, select: str | None, max_unavailable: 
     if select is not None:
         _rollout(ctx, select, f"rollback {target or ''}".strip(), lambda node: Rollback(node, target, opts), opts,
                  max_unavailable=max_unavailable, pause=pause, rollback_all=rollback_all_on_failure, yes=yes,
-                 as_json=as_json, take_stale=True)
+                 as_json=as_json, dry_run=dry_run, take_stale=True)
         return
     _no_rolling_flags(max_unavailable, pause, rollback_all_on_failure)
-
-    def ask(plan: DeployPlan, reporter: Reporter) -> None:
-        confirm(f"Drain production and roll back to revision {plan.restored_from} ({plan.stack.name})?", yes,
-                reporter)
-
     action = Rollback(ctx.node, target, opts)
-    mutate(lambda reporter: action.run(reporter, confirm=lambda plan: ask(plan, reporter)), quiet=as_json,
-           end=lambda o: finish(o, as_json))
+    if dry_run:
+        click.echo("\n".join(action.preview()))
+        return
+    agreed = ask_first(action.plan, lambda plan: f"Drain production and roll back to revision {plan.restored_from} "
+                       f"({plan.stack.name})?", yes)
+    mutate(lambda reporter: action.run(reporter, confirm=agreed), quiet=as_json, end=lambda o: finish(o, as_json))
 
 
 @click.command(epilog="Example: b70deploy resume")
@@ -203,10 +228,14 @@ def resume(ctx: Ctx, lock_wait: float, as_json: bool) -> None:
     mutate(Resume(ctx.node, lock_wait=lock_wait).run, quiet=as_json, end=lambda o: finish(o, as_json))
 
 
-@click.command(epilog="Example: b70deploy drain && b70deploy verify --wait 60")
+@click.command(epilog="Example: b70deploy drain --yes && b70deploy verify --wait 60")
 @options.LOCK_WAIT
+@click.option("--yes", "-y", is_flag=True, help="Do not ask before stopping production.")
 @pass_ctx
-def drain(ctx: Ctx, lock_wait: float) -> None:
+def drain(ctx: Ctx, lock_wait: float, yes: bool) -> None:
+    """Stop production's vllm and its companions (the GPU free for `up --dark`); `restore` starts them."""
+    confirm(f"Drain production on :{ctx.node.config.ports.prod} (clients get errors until `b70deploy restore`)?",
+            yes)
     mutate(Drain(ctx.node, lock_wait=lock_wait).run, live=False, end=lambda services: click.echo(
         f"node drained: {', '.join(services)} stopped; `b70deploy restore` brings them back"))
 
@@ -267,7 +296,8 @@ def gc(ctx: Ctx, dry_run: bool, as_json: bool) -> None:
 @click.command(epilog="Examples: b70deploy drain && b70deploy up ngram --dark | b70deploy up tiny --dark --force")
 @click.argument("stack", shell_complete=stack_names)
 @click.option("--dark", is_flag=True, required=True, help="Required: run on the dark port, own project.")
-@click.option("--timeout", type=float)
+@click.option("--timeout", type=float, help="Seconds to wait for /health of the dark stack (default: node "
+              "timeouts.health, 720).")
 @click.option("--force", is_flag=True, help="Start even while production's vllm runs (both must fit on the GPU).")
 @options.LOCK_WAIT
 @pass_ctx

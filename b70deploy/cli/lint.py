@@ -13,7 +13,7 @@ from ..errors import EXIT_BAD_INPUT, EXIT_FAILED, OperationError, UserError
 from ..lint.gather import lint_stacks
 from ..render.draft import copy_name, make_draft_copy
 from ..state.revisions import RevisionStore
-from ..ui.output import emit_json
+from ..ui.output import echo_lines, emit_json
 from ..vllmlog.bootlog import parse_boot_facts
 from ..vllmlog.diagnosis import diagnose as run_diagnosis
 from . import options
@@ -41,13 +41,12 @@ def lint(ctx: Ctx, stacks: tuple[str, ...], all_stacks: bool, as_json: bool, no_
                               for n, (fs, sk) in results.items()},
                    "errors": errors, "warnings": warnings})
     else:
-        for name, (findings, skipped) in results.items():
-            for f in findings:
-                click.echo(f.one_line())
+        for name, (_, skipped) in results.items():
             for s in skipped:
                 click.echo(f"note: {name}: {s}", err=True)
         verdict = "ok" if errors == 0 else "NOT ready to deploy"
-        click.echo(f"lint: {len(results)} stack(s), {errors} error(s), {warnings} warning(s): {verdict}")
+        echo_lines([*(f.one_line() for fs, _ in results.values() for f in fs),
+                    f"lint: {len(results)} stack(s), {errors} error(s), {warnings} warning(s): {verdict}"])
     return EXIT_BAD_INPUT if errors else 0
 
 

@@ -22,7 +22,8 @@ def stack() -> None:
 @click.argument("compose_file", metavar="COMPOSE")
 @click.option("--env", "env_file", metavar="FILE",
               help="Interpolate ${VAR} from FILE instead of the .env beside COMPOSE (as docker compose --env-file).")
-@click.option("--name", required=True, help="The new stack's name; the file is <stacks dir>/NAME.yaml.")
+@click.option("--name", required=True, help="The new stack's name; the file is <stacks dir>/NAME.yaml "
+                                          "(./stacks/NAME.yaml while the node uses the shipped catalogue).")
 @click.option("--service", metavar="NAME", help="The service that runs vLLM (default: vllm, or the one that "
                                                 "runs `vllm serve`).")
 @click.option("-o", "--out", metavar="FILE", help="Write to FILE (named NAME.yaml) instead of the stacks dir.")
@@ -44,5 +45,7 @@ def from_compose(ctx: Ctx, compose_file: str, env_file: str | None, name: str, s
     facts = {**({"project": done.project} if done.project else {}), **done.result.node}
     if facts:
         note("node config values this file implies: " + ", ".join(f"{k}: {v}" for k, v in facts.items()))
+    if done.elsewhere:
+        note(done.elsewhere)
     click.echo(f"wrote {done.path} (stack {name}, entrypoint_style {done.result.doc['entrypoint_style']} from "
                f"{done.result.sources.get('entrypoint_style')})")

@@ -17,3 +17,9 @@ def data_dir(kind: str) -> Path:
     if packaged.is_dir():
         return packaged
     return _PKG.parent / kind
+
+
+def is_shipped(folder: Path) -> bool:
+    """Whether `folder` is the shipped data folder of that name: the package's own files, which the
+    next `pip install -U` (or checkout) replaces."""
+    return folder.resolve() == data_dir(folder.name).resolve()

@@ -285,6 +285,14 @@ class Stack(Strict):
     # (A catalogue file's null means "inherit", so the unsaid case needs a word of its own.)
     prefix_caching: bool | Literal["default"] = True
     enforce_eager: bool = False
+
+    @field_validator("prefix_caching", mode="before")
+    @classmethod
+    def _prefix_caching(cls, v: object) -> object:
+        # One error for the union, not one per member (bool, then the literal).
+        if isinstance(v, bool) or v == "default":
+            return v
+        raise invalid(f"{v!r} is neither true, false nor default", "write true, false or default")
     attention_backend: str | None = None
     max_num_seqs: int | None = Field(default=None, ge=1, le=65536)
     max_num_batched_tokens: int | None = Field(default=None, ge=1, le=MAX_CONTEXT)

@@ -42,11 +42,12 @@ class Outcome:
     rolled_back: bool = False  # failed, and the previous revision serves again
     diagnosis: str | None = None  # the fatal log signature of a failed boot, with its fix
     warnings: list[str] = field(default_factory=list)  # a success's bookkeeping that could not be written
+    remarks: tuple[str, ...] = ()  # the plan's warnings (lint), said at preflight; in --json's "warnings" too
 
     def to_dict(self) -> dict[str, Any]:
         return {"ok": self.ok, "revision": self.revision, "stack": self.stack, "summary": self.summary,
                 "details": self.details, "exit_code": self.exit_code, "rolled_back": self.rolled_back,
-                "diagnosis": self.diagnosis, "warnings": self.warnings}
+                "diagnosis": self.diagnosis, "warnings": [*self.remarks, *self.warnings]}
 
 
 def _no_step(step: str) -> None:
@@ -203,7 +204,8 @@ class Driver:
             "state dir is full" in w for w in runner.warnings) else [])
         return Outcome(True, rev.number, r.plan.stack.name,
                        f"node on revision {rev.number} ({r.plan.stack.name}), healthy in "
-                       f"{facts.get('time_to_healthy', 0):.1f} s{extra}", r.got.checks_passed, warnings=warned)
+                       f"{facts.get('time_to_healthy', 0):.1f} s{extra}", r.got.checks_passed, warnings=warned,
+                       remarks=r.plan.warnings)
 
     def _failed(self, r: Run, failure: StepFailed) -> Outcome:
         store = self.state.revisions
@@ -224,7 +226,7 @@ class Driver:
         rev = r.got.revision
         if rev is not None:
             verdict = "interrupted" if interrupt else "failed" if r.got.activated else "aborted"
-            r.salvage(lambda: store.update_status(rev.number, outcome=verdict, failure=f"{failure.step}: {err}"[:2000],
+            r.salvage(lambda: store.update_status(rev.number, outcome=verdict, failure=f"{failure.step}: {err}",
                                                   diagnosis=finding.one_line() if finding else None, facts=r.got.facts,
                                                   timings=dict(r.runner.timings)),
                       f"revision {rev.number}'s outcome")
@@ -250,4 +252,5 @@ class Driver:
             summary = f"switch to {name} {failed}; no previous revision, node serves nothing"
         code = (143 if interrupt == "SIGTERM" else 130) if interrupt else 1
         return Outcome(False, r.got.revision.number if r.got.revision else None, name, summary, details, exit_code=code,
-                       rolled_back=rolled_back, diagnosis=finding.one_line() if finding else None)
+                       rolled_back=rolled_back, diagnosis=finding.one_line() if finding else None,
+                       remarks=r.plan.warnings)

@@ -93,15 +93,15 @@ class NodeIO(Protocol):
         """Every reference naming the image, ours included."""
 
     # ---- keep tags (docker/keep.py): what `docker image prune` must not take
-    def keep_image(self, image_id: str, revision: int) -> None:
-        """Tag the image with this project's keep tag for `revision`."""
+    def keep_image(self, image_id: str) -> None:
+        """Tag the image with this project's keep tag (one per image; idempotent)."""
 
-    def kept_images(self) -> dict[int, str]:
-        """This project's keep tags: revision -> image id."""
+    def kept_images(self) -> dict[str, str]:
+        """This project's keep tags: image id -> its keep tag."""
 
-    def release_image(self, revision: int) -> tuple[bool, str | None]:
-        """Remove the keep tag of `revision`; the engine deletes the image when that was its last
-        tag. (image deleted, None), or (False, why the engine refused)."""
+    def release_image(self, image_id: str) -> tuple[bool, str | None]:
+        """Remove the image's keep tag; the engine deletes the image when that was its last tag.
+        (image deleted, None), or (False, why the engine refused)."""
 
     # ---- the serving container
     def wait_healthy(self, *, timeout: float, reporter: Reporter) -> WaitResult:

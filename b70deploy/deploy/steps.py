@@ -195,7 +195,7 @@ def keep(io: NodeIO, rev: Revision) -> None:
     to it needs (docker/keep.py). Idempotent: a resumed run tags again."""
     image_id = rev.meta.image_id
     if image_id and io.image_present(image_id):
-        io.keep_image(image_id, rev.number)
+        io.keep_image(image_id)
 
 
 def _unrecord(r: Run) -> None:

@@ -4,8 +4,9 @@ delete what a rollback needs.
 Re-pulling `intel/vllm:latest` moves that tag to the new image and leaves the old one with
 no tag at all: dangling. `docker image prune -f` (even without -a) deletes every dangling
 image no container uses, and the revision pinned to that image id can no longer be rolled
-back to. A tag `b70deploy/keep:<project>-<revision>` keeps the image named until `gc`
-removes the tags of revisions that were pruned.
+back to. A tag `b70deploy/keep:<project>-<image id, 12 hex>` keeps the image named until `gc`
+finds no revision left that runs it: one tag per image, however many revisions (failed ones
+included) ran it (a tag per revision left a dozen tags on one image: issue 39).
 """
 
 from __future__ import annotations
@@ -24,14 +25,19 @@ def _prefix(project: str) -> str:
     return f"{project[:100]}-{hashlib.sha256(project.encode()).hexdigest()[:8]}"
 
 
-def keep_tag(project: str, revision: int) -> str:
-    return f"{REPO}:{_prefix(project)}-{revision}"
+def keep_tag(project: str, image_id: str) -> str:
+    return f"{REPO}:{_prefix(project)}-{_short(image_id)}"
 
 
-def revision_of(project: str, ref: str) -> int | None:
-    """The revision a keep tag of `project` names, None for any other reference."""
+def is_keep_tag(project: str, ref: str) -> bool:
+    """Whether `ref` is a keep tag of `project` (not of another project whose name starts the same)."""
     head = f"{REPO}:{_prefix(project)}-"
     rest = ref[len(head):] if ref.startswith(head) else ""
-    return int(rest) if rest.isdigit() else None
+    return len(rest) == SHORT and all(c in "0123456789abcdef" for c in rest)
 
 
+SHORT = 12  # hex digits of the image id in a keep tag (as `docker images` shows ids)
+
+
+def _short(image_id: str) -> str:
+    return image_id.removeprefix("sha256:")[:SHORT]

@@ -32,7 +32,7 @@ from ..vllmlog.diagnosis import diagnose
 from . import door, engine, pagecache, standby
 from .compose import Compose
 from .health import wait_healthy
-from .keep import REPO, keep_tag, revision_of
+from .keep import REPO, is_keep_tag, keep_tag
 from .probe import probe_health
 from .proc import explain, last_line, run
 from .smoke import run_smoke, served_version
@@ -199,15 +199,14 @@ class DockerNode(DeployDir):
     def image_tags(self, image_id: str) -> tuple[str, ...]:
         return engine.image_info(image_id).tags if engine.image_present(image_id) else ()
 
-    def keep_image(self, image_id: str, revision: int) -> None:
-        engine.tag_image(image_id, keep_tag(self.project, revision))
+    def keep_image(self, image_id: str) -> None:
+        engine.tag_image(image_id, keep_tag(self.project, image_id))
 
-    def kept_images(self) -> dict[int, str]:
-        found = {revision_of(self.project, ref): image for ref, image in engine.tagged(REPO).items()}
-        return {n: image for n, image in found.items() if n is not None}
+    def kept_images(self) -> dict[str, str]:
+        return {image: ref for ref, image in engine.tagged(REPO).items() if is_keep_tag(self.project, ref)}
 
-    def release_image(self, revision: int) -> tuple[bool, str | None]:
-        return engine.untag(keep_tag(self.project, revision))
+    def release_image(self, image_id: str) -> tuple[bool, str | None]:
+        return engine.untag(keep_tag(self.project, image_id))
 
     # ---- the serving container
     def wait_healthy(self, *, timeout: float, reporter: Reporter) -> WaitResult:

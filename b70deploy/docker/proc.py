@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shlex
 import subprocess
 from collections.abc import Mapping, Sequence
 
@@ -31,8 +32,7 @@ def run(argv: Sequence[str], *, timeout: float = 300, check: bool = True, env: M
         known = explain(argv, result.stderr, env)
         if known is not None:
             raise known
-        raise OperationError(f"{' '.join(argv[:3])} {' '.join(argv[-3:])} failed (exit {result.returncode}): "
-                             f"{last_line(result.stderr)}",
+        raise OperationError(f"`{shlex.join(argv)}` failed (exit {result.returncode}): {last_line(result.stderr)}",
                              fix="run that docker command by hand for its full output")
     return result
 

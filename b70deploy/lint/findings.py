@@ -34,6 +34,11 @@ class Finding:
         who = f"{self.stack}: " if self.stack else ""
         return f"{who}{self.severity} [{self.id}] {self.message}; fix: {self.fix}"
 
+    def as_warning(self) -> str:
+        """The line after a printer's `warning: `: the severity word only where it is not "warning"
+        (an import's error-level finding is still shown as one)."""
+        return self.one_line().replace("warning [", "[", 1) if self.severity == "warning" else self.one_line()
+
 
 @dataclass
 class LintContext:

@@ -24,6 +24,7 @@ class Variant:
     bin_dir: str               # where the `vllm` wrapper goes
     arctic: bool               # ships an arctic_inference stand-in
     marlin_drift: bool = False  # marlin_utils.py reworded: the carve-out edit no longer applies
+    xpu_carveout: bool = False  # a release with the XPU carve-out upstream (0.23 on): no patch needed
 
 
 VARIANTS: tuple[Variant, ...] = (
@@ -33,6 +34,10 @@ VARIANTS: tuple[Variant, ...] = (
             arctic=True),
     Variant("bash-c-drift", "bash-c", "0.21.1.dev23+g5c1e2f9a0", "/opt/venv/lib/python3.12/site-packages",
             "/opt/venv/bin", arctic=False, marlin_drift=True),
+    # A release whose vLLM sleeps on XPU (Platform.is_sleep_mode_available, 0.23 on; vllm/platforms/
+    # interface.py:231-236 in 0.32.0): hot standby without a GPU (`make demo-standby`).
+    Variant("standby", "bash-c", "0.32.0", "/opt/venv/lib/python3.12/site-packages", "/opt/venv/bin",
+            arctic=False, xpu_carveout=True),
 )
 
 _INIT = '''"""b70sim stand-in for the vllm package (not vLLM's code)."""
@@ -95,6 +100,10 @@ def check_moe_marlin_supports_layer(layer, group_size):
     supports_group_size = group_size in MARLIN_SUPPORTED_GROUP_SIZES
     return supports_shape and supports_group_size
 '''
+
+# The carve-out as upstream has it since 0.23 (what patches/marlin-xpu-carveout.yaml writes).
+_MARLIN_XPU = _MARLIN.replace("if current_platform.is_rocm():\n",
+                              "if current_platform.is_rocm() or current_platform.is_xpu():\n", 1)
 
 # A later build: the platform gate moved into a helper, so the carve-out edit finds nothing.
 _MARLIN_DRIFT = '''"""Marlin kernel eligibility checks (b70sim stand-in, a later build)."""
@@ -189,7 +198,8 @@ def vllm_files(variant: Variant) -> dict[str, str]:
         "vllm/model_executor/layers/__init__.py": empty,
         "vllm/model_executor/layers/quantization/__init__.py": empty,
         "vllm/model_executor/layers/quantization/utils/__init__.py": empty,
-        f"vllm/{MARLIN_REL}": _MARLIN_DRIFT if variant.marlin_drift else _MARLIN,
+        f"vllm/{MARLIN_REL}": _MARLIN_DRIFT if variant.marlin_drift else _MARLIN_XPU if variant.xpu_carveout
+        else _MARLIN,
         f"vllm/{GPTQ_REL}": _GPTQ,
         "vllm/entrypoints/__init__.py": empty,
         "vllm/entrypoints/openai/__init__.py": empty,

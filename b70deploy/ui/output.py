@@ -18,53 +18,87 @@ def emit_json(data: Any) -> None:
     sys.stdout.write(json.dumps(data, indent=2, sort_keys=False, default=str) + "\n")
 
 
-def table(headers: Sequence[str], rows: Sequence[Sequence[Any]], *, title: str | None = None) -> None:
+def width() -> int | None:
+    """The columns to fit output to on a terminal ($COLUMNS, else the terminal's size); None for a
+    pipe (plain rows, for grep and scripts)."""
     if not sys.stdout.isatty():
+        return None
+    return shutil.get_terminal_size((160, 24)).columns
+
+
+def table(headers: Sequence[str], rows: Sequence[Sequence[Any]], *, title: str | None = None,
+          optional: Sequence[str] = ()) -> None:
+    """The rows fitted to the terminal (see `fitted`); `optional`: the columns that may be left out
+    when the rest do not fit, the least important first (a note on stderr names them)."""
+    columns = width()
+    if columns is None:
         plain_rows(headers, rows, title=title)
         return
-    width = shutil.get_terminal_size((160, 24)).columns
-    sys.stdout.write("".join(f"{line}\n" for line in _titled(title, fitted(headers, rows, width))))
+    lines, dropped = fitted(headers, rows, columns, optional=optional)
+    sys.stdout.write("".join(f"{line}\n" for line in _titled(title, lines)))
+    if dropped:
+        note(f"left out at {columns} columns: {', '.join(dropped)} (wider, or --json, shows them)")
+
+
+def echo_lines(lines: Iterable[str]) -> None:
+    """Lines of prose fitted to the terminal: a long one goes on, indented, on the next lines
+    (broken at spaces; a word longer than the whole line is the only thing cut)."""
+    columns = width()
+    out: list[str] = []
+    for line in lines:
+        if columns is None or len(line) <= columns:
+            out.append(line)
+        else:
+            out += textwrap.wrap(line, columns, subsequent_indent="    ") or [""]
+    sys.stdout.write("".join(f"{line}\n" for line in out))
 
 
 WHOLE = 24  # a column of single words up to this long is kept whole ("superse/ded" was unreadable)
-FLOOR = 10  # the narrowest a column is made: a free-text column wraps to it, a word column is cut to it
+FLOOR = 10  # the narrowest a column is cut to, never below its header
 
 
-def fitted(headers: Sequence[str], rows: Sequence[Sequence[Any]], width: int) -> list[str]:
-    """The table laid out in `width` columns, no column dropped: free-text columns wrap at
-    spaces first; then the widest word columns are cut with an ellipsis (an image ref, a
-    timestamp), never below FLOOR; what still does not fit is printed unfitted, the terminal
-    wrapping the lines, rather than lose a cell."""
+def fitted(headers: Sequence[str], rows: Sequence[Sequence[Any]], width: int, *,
+           optional: Sequence[str] = ()) -> tuple[list[str], list[str]]:
+    """The table laid out in `width` columns, one line per row and the header whole: free-text
+    columns (a cell of three words or more) are cut first, the widest first, with an ellipsis, then word
+    columns (an image ref), none below FLOOR or its header; when that is not enough, `optional`
+    columns are left out, the first named first, and the rest laid out again. Returns the lines
+    and the headers left out."""
     cells = [list(headers), *(["" if v is None else str(v) for v in row] for row in rows)]
-    columns = list(zip(*cells, strict=True))
-    widths = [max(map(len, c)) for c in columns]
-    words = [widths[i] <= WHOLE and not any(" " in c for c in col[1:]) for i, col in enumerate(columns)]
+    natural = [max(len(c[i]) for c in cells) for i in range(len(headers))]
+    # a value of one or two words ("2026-12-01 23:49") is kept whole before free text is
+    words = [natural[i] <= WHOLE and not any(c[i].count(" ") > 1 for c in cells[1:]) for i in range(len(headers))]
+    keep = list(range(len(headers)))
+    dropped: list[str] = []
+    left = list(dict.fromkeys(h for h in optional if h in headers))
+    while True:  # free text cut first; then a column left out; word columns cut only when none is left
+        widths = _cut_to(width, keep, list(natural), words, headers, word_cuts=not left)
+        if sum(widths[i] for i in keep) + 2 * (len(keep) - 1) <= width or not left:
+            break
+        name = left.pop(0)
+        keep.remove(headers.index(name))
+        dropped.append(name)
+    lines = ["  ".join(_cut(row[i], widths[i]).ljust(widths[i]) for i in keep).rstrip() for row in cells]
+    return lines, dropped
 
+
+def _cut_to(width: int, keep: list[int], widths: list[int], words: list[bool], headers: Sequence[str], *,
+            word_cuts: bool) -> list[int]:
     def total() -> int:
-        return sum(widths) + 2 * (len(widths) - 1)
+        return sum(widths[i] for i in keep) + 2 * (len(keep) - 1)
 
-    # Free text wraps first (to a readable WHOLE), then word columns are cut, then free text
-    # wraps further: each pass the widest column first, none below its floor or its header.
-    for of_words, floor in ((False, WHOLE), (True, FLOOR), (False, FLOOR)):
-        for i in sorted(range(len(widths)), key=lambda i: -widths[i]):
+    # Free text down to a readable WHOLE; with no column left to leave out, word columns and then
+    # free text down to FLOOR: each pass the widest first, none below its header.
+    passes = ((False, WHOLE), (True, FLOOR), (False, FLOOR)) if word_cuts else ((False, WHOLE),)
+    for of_words, floor in passes:
+        for i in sorted(keep, key=lambda i: -widths[i]):
             if total() > width and words[i] == of_words:
-                least = min(widths[i], max(floor, len(headers[i])))
-                widths[i] = max(least, widths[i] - (total() - width))
-    lines: list[str] = []
-    for row in cells:
-        parts = [_cell(text, widths[i], wrap=not words[i]) for i, text in enumerate(row)]
-        for k in range(max(len(p) for p in parts)):
-            line = "  ".join((p[k] if k < len(p) else "").ljust(widths[i]) for i, p in enumerate(parts))
-            lines.append(line.rstrip())
-    return lines
+                widths[i] = max(min(widths[i], max(floor, len(headers[i]))), widths[i] - (total() - width))
+    return widths
 
 
-def _cell(text: str, width: int, *, wrap: bool) -> list[str]:
-    if len(text) <= width:
-        return [text]
-    if wrap:
-        return textwrap.wrap(text, width) or [""]
-    return [text[: width - 1] + "…"]
+def _cut(text: str, width: int) -> str:
+    return text if len(text) <= width else text[: width - 1] + "…"
 
 
 def plain_rows(headers: Sequence[str], rows: Sequence[Sequence[Any]], *, title: str | None = None) -> None:

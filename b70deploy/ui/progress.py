@@ -8,8 +8,6 @@ from __future__ import annotations
 import sys
 import threading
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any, Protocol, TextIO
 
 
@@ -124,21 +122,6 @@ class LiveReporter:
 
     def close(self) -> None:
         self._live.stop()
-
-
-@contextmanager
-def paused(reporter: Reporter) -> Iterator[None]:
-    """The terminal to itself for a question: the live line stops redrawing (it wrote over the
-    prompt, and rich read the prompt's "[y/N]" as markup and dropped it) and comes back after."""
-    live = reporter._live if isinstance(reporter, LiveReporter) else None
-    if live is None:
-        yield
-        return
-    live.stop()
-    try:
-        yield
-    finally:
-        live.start()
 
 
 def make_reporter(*, quiet: bool = False) -> Reporter:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import signal
+import socket
 import subprocess
 import time
 
@@ -141,3 +142,20 @@ def test_bench_cycle_restores_production_after_a_dark_crash_and_after_sigterm_du
     assert cycle.returncode == 143, stdout + stderr
     assert "interrupted (SIGTERM) at up --dark; production restored and healthy" in stdout, stdout + stderr
     assert production_serves(node) == "alpha" and project_containers(f"{node.project}-dark") == []
+
+
+def test_up_dark_on_a_taken_port_is_one_line_with_the_real_argv_and_leaves_no_container(node: SimNode) -> None:
+    """Issue 39, point 2: the dark port held by another program. Docker's error comes in one line naming the
+    whole `docker compose ... up ...` command, the fix names ports.dark, and no `Created` container stays."""
+    with socket.socket() as held:
+        held.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        held.bind(("0.0.0.0", node.dark))
+        held.listen()
+        r = node.cli("up", "beta", "--dark")
+    assert r.returncode == 1 and "Traceback" not in r.stderr, r.stderr
+    error = [line for line in r.stderr.splitlines() if line.startswith("error:")]
+    assert len(error) == 1 and f"dark port {node.dark} is taken" in error[0], r.stderr
+    assert f"-p {node.project}-dark " in error[0] and " up -d " in error[0] and "--force-recreate vllm`" in error[0]
+    assert error[0].count("fix:") == 1, error[0]
+    assert "set ports.dark in" in r.stderr
+    assert project_containers(f"{node.project}-dark") == []

@@ -28,29 +28,28 @@ def five_revisions(tmp_path: Path) -> tuple[Node, FakeNode]:
         store.create(stack=f"s{n}", kind="switch", files=stack_files(f"s{n}"), image_ref="intel/vllm:latest",
                      image_id=image, repo_digest=None, operator="t@h", message="", created="2026-11-30T00:00:00+0000")
         store.update_status(n, outcome="superseded")
-        fake.keep_image(image, n)
+        fake.keep_image(image)
     store.update_status(2, pinned=True)
     store.set_current(4)
     assert store.prune(1) == [1, 3]
     return node, fake
 
 
-def test_gc_plans_the_tags_of_pruned_revisions_only_and_which_image_goes(tmp_path: Path) -> None:
+def test_gc_plans_the_tags_of_images_no_revision_left_runs_and_which_image_goes(tmp_path: Path) -> None:
     node, fake = five_revisions(tmp_path)
+    assert fake.kept == {"img-a", "img-b", "img-c"}  # five revisions, three images: three keep tags
     items = Gc(node, io=fake).plan()
+    # img-a: revision 1 was pruned but pinned revision 2 runs it; img-b: only pruned revision 3 ran it
     assert [(i.kind, i.name, i.reason, i.frees) for i in items] == [
-        ("keep-tag", "b70deploy/keep:p1-1", "revision 1 was pruned", None),  # img-a is still pinned revision 2's
-        ("keep-tag", "b70deploy/keep:p1-3", "revision 3 was pruned", "img-b"),
-    ]
-    assert fake.kept == {1: "img-a", 2: "img-a", 3: "img-b", 4: "img-c", 5: "img-c"}  # plan changed nothing
+        ("keep-tag", "keep:img-b", "no revision left runs its image", "img-b")]
+    assert fake.kept == {"img-a", "img-b", "img-c"}  # plan changed nothing
 
 
 def test_gc_removes_them_and_keeps_pinned_current_and_newer(tmp_path: Path) -> None:
     node, fake = five_revisions(tmp_path)
     done = Gc(node, io=fake).run(Quiet())
-    assert [(d.item.revision, d.ok, d.detail) for d in done] == [(1, True, "tag removed"),
-                                                                 (3, True, "tag and image removed")]
-    assert fake.kept == {2: "img-a", 4: "img-c", 5: "img-c"}
+    assert [(d.item.image, d.ok, d.detail) for d in done] == [("img-b", True, "tag and image removed")]
+    assert fake.kept == {"img-a", "img-c"}
     assert fake.images == {"img-a", "img-c"}
     assert Gc(node, io=fake).plan() == []  # nothing left to do
     assert StateDir(node.state_dir).audit.entries(1)[0]["command"] == "gc"
@@ -60,9 +59,9 @@ def test_gc_leaves_an_image_a_container_still_uses(tmp_path: Path) -> None:
     node, fake = five_revisions(tmp_path)
     fake.running["vllm"] = {".env": b"VLLM_IMAGE=img-b\n"}  # e.g. someone's hand-run container
     done = Gc(node, io=fake).run(Quiet())
-    assert [(d.item.revision, d.ok) for d in done] == [(1, True), (3, False)]
-    assert "a container is using image img-b" in done[1].detail
-    assert fake.kept[3] == "img-b" and "img-b" in fake.images
+    assert [(d.item.image, d.ok) for d in done] == [("img-b", False)]
+    assert "a container is using image img-b" in done[0].detail
+    assert "img-b" in fake.kept and "img-b" in fake.images
 
 
 def test_gc_removes_the_cache_folders_of_images_no_revision_runs(tmp_path: Path) -> None:

@@ -39,12 +39,12 @@ def test_prune_after_the_tag_moved_keeps_the_rollback_and_gc_frees_what_pruned_r
     docker("tag", old, node.tags["bash-c"])  # intel/vllm:latest names `old` (image_map)
     node.cli("switch", "alpha", "--yes", check=True)
     assert node.running_image() == old
-    assert keep_tag(node.project, 1) in tags_of(old)
+    assert keep_tag(node.project, old) in tags_of(old)
     # A re-pull moves the tag: `old` keeps only our tag. Without it, it would be dangling.
     new = node.own_image("new")
     docker("tag", new, node.tags["bash-c"])
     docker("rmi", f"{node.project}/own:old", f"{node.project}/own:new")
-    assert tags_of(old) == [keep_tag(node.project, 1)]
+    assert tags_of(old) == [keep_tag(node.project, old)]
     node.cli("switch", "beta", "--yes", check=True)
     assert node.running_image() == new
     prune(node)
@@ -56,7 +56,7 @@ def test_prune_after_the_tag_moved_keeps_the_rollback_and_gc_frees_what_pruned_r
     assert "node on revision 3 (alpha)" in r.stdout
     assert node.answers() == "alpha" and node.running_image() == old
 
-    # Revision 2 (beta, on `new`) is pruned; 1 is pinned, 3 is current: only 2's keep tag holds `new`.
+    # Revision 2 (beta, on `new`) is pruned; 1 is pinned, 3 is current: no revision left runs `new`.
     node.cli("pin", "1", check=True)
     assert "pruned 1 revisions: 2" in node.cli("prune", "--keep", "1", check=True).stdout
     # `new`'s warm-boot cache folder goes too: no remaining revision runs it (docs/warm-boots.md).
@@ -64,16 +64,17 @@ def test_prune_after_the_tag_moved_keeps_the_rollback_and_gc_frees_what_pruned_r
     assert (cache / str(image_key(new))).is_dir() and (cache / str(image_key(old))).is_dir()
     plan = node.json("gc", "--dry-run")
     assert [(i["kind"], i["name"], i["reason"].split(" (")[0], i["frees"]) for i in plan] == [
-        ("keep-tag", keep_tag(node.project, 2), "revision 2 was pruned", new),
+        ("keep-tag", keep_tag(node.project, new), "no revision left runs its image", new),
         ("cache", str(cache / str(image_key(new))), f"no revision runs image {image_key(new)}", None)]
     assert present(new) and (cache / str(image_key(new))).is_dir()  # a dry run changes nothing
     done = node.json("gc")
     assert [(d["name"], d["ok"], d["detail"]) for d in done] == [
-        (keep_tag(node.project, 2), True, "tag and image removed"),
+        (keep_tag(node.project, new), True, "tag and image removed"),
         (str(cache / str(image_key(new))), True, "cache folder removed")]
     assert not present(new) and not (cache / str(image_key(new))).exists()
     assert (cache / str(image_key(old))).is_dir()
-    assert tags_of(old) == [keep_tag(node.project, 1), keep_tag(node.project, 3)]  # pinned and current stay
+    # pinned revision 1 and current revision 3 run `old`: its one keep tag stays (one per image, issue 39)
+    assert tags_of(old) == [keep_tag(node.project, old)]
     prune(node)
     assert present(old) and node.answers() == "alpha"
     assert node.json("gc", "--dry-run") == []
@@ -88,7 +89,7 @@ def test_a_gone_image_is_named_by_status_and_history_and_rollback_refuses_before
     docker("rmi", f"{node.project}/own:old", f"{node.project}/own:new")
     node.cli("switch", "beta", "--yes", check=True)
     # Someone removes our tag by hand, then prunes: the image is gone.
-    docker("rmi", keep_tag(node.project, 1))
+    docker("rmi", keep_tag(node.project, old))
     prune(node)
     assert not present(old)
 

@@ -206,3 +206,25 @@ def test_standby_drain_and_restore_stop_and_start_the_slot_that_serves(standby_n
     node.cli("restore", check=True)
     stack, _, now = served(node)
     assert (stack, now["Id"]) == ("alpha", alpha["Id"]) and len(ours(node)) == 1  # no second vllm made
+
+
+def test_standby_dry_run_says_what_will_sleep_and_what_will_stop(standby_node: SimNode) -> None:
+    """Issue 39, point 5: a live stack started without --enable-sleep-mode (here one whose stack says
+    `standby: off`, as an adopted hand-made stack runs) cannot sleep: `switch --dry-run` says the drain
+    stops it, and the switch does (asked of the engine); once the live stack runs in a standby slot, the
+    dry run says that slot falls asleep."""
+    node = standby_node
+    (node.root / "stacks" / "plain.yaml").write_text(yaml.safe_dump({"extends": "alpha", "standby": "off"}))
+    node.cli("switch", "plain", "--yes", check=True)
+    [plain] = [b for b in ours(node) if b["State"]["Running"]]
+    assert plain["Config"]["Labels"]["b70deploy.stack"] == "plain"
+    assert "--enable-sleep-mode" not in " ".join(plain["Config"]["Cmd"])  # no /is_sleeping: it cannot sleep
+    said = node.cli("switch", "beta", "--dry-run", check=True).stdout
+    assert ("standby: revision 1 (plain) runs outside the standby slots and without --enable-sleep-mode: the "
+            "drain STOPS it, it does not sleep") in said, said
+    node.cli("switch", "beta", "--yes", check=True)
+    stack, _, _ = served(node)
+    old = (json.loads(docker("inspect", plain["Id"], check=False).stdout or "[]") or [{}])[0]
+    assert stack == "beta" and not old.get("State", {}).get("Running"), old.get("State")  # stopped, or gone
+    said = node.cli("switch", "alpha", "--dry-run", check=True).stdout
+    assert "standby: revision 2's slot falls asleep (level 1) while alpha boots beside it" in said, said

@@ -295,3 +295,11 @@ def test_status_names_the_revision_a_deploy_dir_holds_instead_of_undoing_it(scra
     found, fix = differences(node, store, current, {"container": {"status": "running"}, "lock": None})
     assert found == ["the deploy dir holds revision 1's files (ngram, adopt), not revision 2's"]
     assert fix is not None and fix.startswith("b70deploy adopt") and "rollback" not in fix
+
+
+def test_init_picks_a_dark_port_no_service_of_the_project_publishes() -> None:
+    """Issue 39, point 2: prod + 1 was the companion's published port, listed two lines above."""
+    webui = {**WEBUI_SPEC, "ports": [{"target": 8080, "published": "8001"}]}
+    proxy = {"image": "caddy:2", "ports": [{"target": 80, "published": "8002"}]}
+    got = plan(discovery({"vllm": VLLM_SPEC, "open-webui": webui, "proxy": proxy}))
+    assert got.config["ports"] == {"prod": 8000, "dark": 8003}

@@ -113,7 +113,7 @@ def _free_port() -> int:
 
 def _start_sim(name: str, *, prefill_tps: float, decode_tps: float, alpha: float = 0.04,
                speculative: str | None = None, accept_rate: float | None = None,
-               log_dir: Path) -> SimServer:
+               log_dir: Path, max_model_len: int = 32768) -> SimServer:
     port = _free_port()
     env = {**os.environ, "PYTHONPATH": str(REPO), "B70SIM_BOOT_SECONDS": "0.1",
            "B70SIM_PREFILL_TPS": str(prefill_tps), "B70SIM_DECODE_TPS": str(decode_tps),
@@ -121,8 +121,8 @@ def _start_sim(name: str, *, prefill_tps: float, decode_tps: float, alpha: float
     if accept_rate is not None:
         env["B70SIM_SPEC_ACCEPT_RATE"] = str(accept_rate)
     argv = [sys.executable, "-m", "b70deploy.sim.server", "serve", "/models/Qwen3-30B-A3B-W4A16",
-            "--host", "127.0.0.1", "--port", str(port), "--served-model-name", name, "--max-model-len", "32768",
-            "--dtype", "float16", "--kv-cache-dtype", "fp8"]
+            "--host", "127.0.0.1", "--port", str(port), "--served-model-name", name,
+            "--max-model-len", str(max_model_len), "--dtype", "float16", "--kv-cache-dtype", "fp8"]
     if speculative:
         argv += ["--speculative-config", speculative]
     log = open(log_dir / f"sim-{name}-{port}.log", "wb")  # noqa: SIM115  (closed when the process ends)

@@ -173,3 +173,21 @@ def test_token_counts_hold_when_speculative_steps_group_tokens_per_chunk(sim_fac
     assert chunks < 0.6 * server  # grouped: a count of chunks would be far off
     assert all(s["completion_tokens"] == 120 for s in doc["samples"])
     assert doc["result"]["value"] is not None  # its closeness to 400 tok/s: benchmarks/bench_accuracy.py
+
+
+def test_decode_context_fits_the_models_max_model_len(sim_factory: SimFactory, tmp_path: Path) -> None:
+    """Issue 39, point 4: the default --ctx 8192 on a model whose /v1/models says max_model_len 8192 got a raw
+    400 on every request. The default is lowered to fit (a note says so); a --ctx given that cannot fit is
+    refused before the first request, in one line with the --ctx that fits."""
+    sim = sim_factory("small", prefill_tps=1e6, decode_tps=2000, max_model_len=8192)
+    out = tmp_path / "decode.json"
+    r = run_cli(None, "bench", "--metric", "decode", "--endpoint", sim.url, "--n-prompts", "1", "--max-tokens", "8",
+                "--no-warmup", "--output", str(out), "-q", in_process=True)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "context lowered to 8,184 tokens" in r.stderr and "max_model_len 8,192" in r.stderr
+    assert json.loads(out.read_text())["config"]["ctx"] == 8184
+    refused = run_cli(None, "bench", "--metric", "decode", "--endpoint", sim.url, "--ctx", "8192", "-q",
+                      in_process=True)
+    assert refused.returncode == 2 and refused.stdout == "", refused.stdout + refused.stderr
+    [line] = refused.stderr.splitlines()
+    assert "exceeds the model's max_model_len 8,192" in line and "fix: --ctx 8064 or less" in line, line

@@ -59,7 +59,7 @@ CASES = [
     Case("int-as-string", {"bad": stack(max_model_len="131072")},
          key="max_model_len", says="fix: write a whole number without quotes"),
     Case("bool-as-string", {"bad": stack(prefix_caching="yes please")},
-         key="prefix_caching", says="fix: write true or false"),
+         key="prefix_caching", says="fix: write true, false or default"),
     Case("length-too-small", {"bad": stack(max_model_len=16)},
          key="max_model_len", says="greater than or equal to 256"),
     Case("length-too-large", {"bad": stack(max_model_len=10**9)},

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import click
 import pytest
-from kit.scratch import SHIPPED_STACKS, Scratch
+from kit.scratch import MINIMAL_STACK, SHIPPED_STACKS, Scratch
 from simkit import run_cli
 
 from b70deploy.cli import cli
@@ -84,6 +84,7 @@ def test_show_merges_extends(scratch: Scratch) -> None:
 
 def test_render_json_has_files_and_command(scratch: Scratch) -> None:
     scratch.copy_shipped()
+    scratch.without_engine()  # the plain render's three files, whatever images this machine has
     result = run_cli(None, "--config", str(scratch.config), "render", "ngram", "--json", in_process=True)
     data = json.loads(result.stdout)
     assert set(data["files"]) == {"docker-compose.yml", ".env", "vllm.env"}
@@ -248,21 +249,23 @@ def test_history_names_a_gone_image_once_whatever_the_rows_that_ran_it() -> None
 
 @pytest.mark.parametrize("width", [80, 100, 120, 160, 240])
 def test_a_table_fits_the_terminal_and_keeps_words_whole(width: int) -> None:
+    """One line per row at any width, the header whole; word cells whole in the columns kept (never
+    "superse/ded"), free text cut with an ellipsis, optional columns left out first (issue 39)."""
+    from b70deploy.cli.records import HISTORY_OPTIONAL
     from b70deploy.ui.output import fitted
 
     headers = ["rev", "stack", "kind", "outcome", "pin", "created", "image", "KV tokens", "healthy s", "message"]
-    rows = [[12, "w4a16-131k", "rollback", "superseded", "*", "2026-12-01T23:49:32+0000", "intel/vllm:latest",
-             "270,592", "21.4", "first deploy: W4A16 + fp8 KV at 262K, with words enough to wrap"]]
-    lines = fitted(headers, rows, width)
-    # ten columns need ~100: narrower, the rows run past the edge (the terminal wraps them)
-    # rather than lose a column or cut a header
-    assert width < 100 or all(len(line) <= width for line in lines), (width, lines)
-    body = " ".join(lines)
-    for whole in ("superseded", "w4a16-131k", "rollback", "270,592", "healthy s"):  # never "superse/ded"
-        assert whole in body, (whole, lines)
-    words = ["first", "deploy:", "W4A16", "+", "fp8", "KV", "at", "262K,", "with", "words", "enough", "to", "wrap"]
-    cells = " ".join(lines[1:]).split()
-    assert [w for w in cells if w in words] == words  # the message is all there, in order
+    message = "first deploy: W4A16 + fp8 KV at 262K, with words enough to wrap"
+    rows = [[12, "w4a16-131k", "rollback", "superseded", "*", "2026-12-01 23:49", "intel/vllm:latest",
+             "270,592", "21.4", message]]
+    lines, dropped = fitted(headers, rows, width, optional=HISTORY_OPTIONAL)
+    assert len(lines) == 2 and all(len(line) <= width for line in lines), (width, lines)
+    kept = [h for h in headers if h not in dropped]
+    assert lines[0].split("  ")[0] == "rev" and " ".join(lines[0].split()) == " ".join(kept)
+    for whole in ("superseded", "w4a16-131k", "2026-12-01 23:49"):
+        assert whole in lines[1], (whole, lines)
+    assert (message in lines[1]) == (width >= 240), lines  # cut with "…" only when it does not fit
+    assert dropped == list(HISTORY_OPTIONAL[:len(dropped)])  # the least important first
 
 
 @pytest.mark.docker
@@ -278,3 +281,15 @@ def test_switch_dry_run_with_the_image_missing_prints_the_plan_then_the_refusal(
     [line] = r.stderr.splitlines()
     assert "is not on this engine" in line and "fix: pull or build it first" in line
     assert not (scratch.root / "deploy").exists() and not (scratch.root / "state" / "revisions").exists()
+
+
+def test_show_says_no_architecture_the_stack_did_not_give(scratch: Scratch) -> None:
+    """Issue 39, point 7: `show` called a dense model `architecture: moe` (the schema's default)."""
+    scratch.write_stack("dense", {**MINIMAL_STACK, "model": {"path": "Qwen/Qwen3-8B"}})
+    scratch.write_stack("told", {**MINIMAL_STACK, "model": {"path": "Qwen/Qwen3-8B", "architecture": "dense"}})
+    dense = json.loads(run_cli(None, "--config", str(scratch.config), "show", "dense", "--json",
+                               in_process=True).stdout)
+    assert "architecture" not in dense["model"]
+    told = json.loads(run_cli(None, "--config", str(scratch.config), "show", "told", "--json",
+                              in_process=True).stdout)
+    assert told["model"]["architecture"] == "dense"

@@ -18,6 +18,7 @@ from kit.scratch import SHIPPED_STACKS, Scratch
 from simkit import run_cli
 
 from b70deploy.config.node import load_node
+from b70deploy.config.resources import data_dir
 from b70deploy.config.secrets_file import load_secrets
 from b70deploy.render import devices
 from b70deploy.render.files import COMPOSE_FILE, render
@@ -186,3 +187,26 @@ def test_entrypoint_style_is_read_from_the_image_on_the_engine(scratch: Scratch,
     assert out["stack_doc"]["entrypoint_style"] == style
     assert out["sources"]["entrypoint_style"].startswith(f"image {sim_images[variant]} (")
     assert any("vllm serve" in n for n in out["notes"])
+
+
+def test_a_node_on_the_shipped_catalogue_gets_the_stack_in_its_own_stacks_folder(scratch: Scratch) -> None:
+    """Issue 39, point 1: with no stacks_dir the node reads the catalogue shipped inside the package, which
+    the next `pip install -U` replaces; the stack goes to ./stacks/NAME.yaml, the package is untouched and
+    the note says how to deploy it; --stacks-dir ./stacks then finds it."""
+    config = {k: v for k, v in scratch.base_config().items() if k != "stacks_dir"}
+    scratch.config.write_text(yaml.safe_dump(config))
+    shipped = data_dir("stacks")
+    before = sorted(p.name for p in shipped.iterdir())
+    work = scratch.root / "ops"
+    work.mkdir()
+    path = _hand_made(scratch.root / "b70-vllm", REPORT_COMMAND)
+    result = run_cli(None, "--config", str(scratch.config), "stack", "from-compose", str(path), "--name", "hand",
+                     cwd=work)
+    assert result.returncode == 0, result.stderr
+    assert sorted(p.name for p in shipped.iterdir()) == before and not (shipped / "hand.yaml").exists()
+    assert (work / "stacks" / "hand.yaml").is_file()
+    assert f"set stacks_dir: {work / 'stacks'} in {scratch.config}" in result.stderr
+    assert f"wrote {work / 'stacks' / 'hand.yaml'}" in result.stdout
+    shown = run_cli(None, "--config", str(scratch.config), "--stacks-dir", str(work / "stacks"), "show", "hand",
+                    "--json", cwd=work)
+    assert json.loads(shown.stdout)["model"]["path"] == "Qwen/Qwen3-30B-A3B-W4A16"

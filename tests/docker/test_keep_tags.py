@@ -1,5 +1,5 @@
-"""Keep tag names (docker/keep.py): valid Docker references for any compose project name,
-read back to the revision of that project only."""
+"""Keep tag names (docker/keep.py): valid Docker references for any compose project name, one per
+image, and known as that project's only."""
 
 from __future__ import annotations
 
@@ -8,26 +8,31 @@ import re
 import pytest
 
 from b70deploy.deploy.plan import recovery
-from b70deploy.docker.keep import keep_tag, revision_of
+from b70deploy.docker.keep import is_keep_tag, keep_tag
 
 # Docker's reference grammar for repository[:tag] (distribution/reference), lowercase repository.
 REF = re.compile(r"^[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*(?:/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)*"
                  r":[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
 
 
+IMAGES = ["sha256:" + "0123456789abcdef" * 4, "sha256:" + "f" * 64]
+
+
 @pytest.mark.parametrize("project", ["b70", "b70-1", "a_b", "x" * 63, "p" + "-q" * 200])
-def test_keep_tags_are_valid_refs_and_round_trip(project: str) -> None:
-    for rev in (1, 42, 999999):
-        ref = keep_tag(project, rev)
+def test_keep_tags_are_valid_refs_one_per_image(project: str) -> None:
+    refs = [keep_tag(project, image) for image in IMAGES]
+    for ref in refs:
         assert REF.match(ref), ref
-        assert revision_of(project, ref) == rev
+        assert is_keep_tag(project, ref)
+    assert refs[0].endswith("-0123456789ab") and len(set(refs)) == 2
 
 
 def test_a_keep_tag_belongs_to_one_project() -> None:
-    assert revision_of("b70", keep_tag("b70-1", 5)) is None
-    assert revision_of("b70-1", keep_tag("b70", 15)) is None
-    assert revision_of("b70", "intel/vllm:latest") is None
-    assert revision_of("b70", "b70deploy/keep:b70-latest") is None
+    assert not is_keep_tag("b70", keep_tag("b70-1", IMAGES[0]))
+    assert not is_keep_tag("b70-1", keep_tag("b70", IMAGES[0]))
+    assert not is_keep_tag("b70", "intel/vllm:latest")
+    assert not is_keep_tag("b70", "b70deploy/keep:b70-latest")
+    assert not is_keep_tag("b70", "b70deploy/keep:b70-12")  # the former per-revision tags: not ours now
 
 
 def test_recovery_prefers_the_registry_digest() -> None:

@@ -12,8 +12,9 @@ from b70deploy.docker import node as node_mod
 from b70deploy.docker.node import DockerNode
 from b70deploy.errors import OperationError
 
-CONFLICT = ('docker compose --project-directory never --force-recreate vllm failed (exit 1): Error response from '
-            'daemon: Conflict. The container name "/71c70f8b89e1_p-vllm-1" is already in use by container "f12e".')
+CONFLICT = ('`docker compose -p p up -d --no-deps --pull never --force-recreate vllm` failed (exit 1): '
+            'Error response from daemon: Conflict. The container name "/71c70f8b89e1_p-vllm-1" is already in use '
+            'by container "f12e".')
 
 
 def make(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, failures: list[str]) -> tuple[DockerNode, list[str]]:

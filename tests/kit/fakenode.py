@@ -43,7 +43,7 @@ class FakeNode:
     created: dict[str, dict[str, bytes]] = field(default_factory=dict)  # made by replace, not started yet
     images: set[str] = field(default_factory=set)
     tags: dict[str, set[str]] = field(default_factory=dict)  # image -> references other than our keep tags
-    kept: dict[int, str] = field(default_factory=dict)       # keep tags: revision -> image
+    kept: set[str] = field(default_factory=set)      # images with a keep tag (one per image)
     broken: set[str] = field(default_factory=set)   # stacks whose boot never becomes healthy
     dies_after_ready: set[str] = field(default_factory=set)  # healthy once, then the engine dies
     clock: float = 0.0
@@ -153,29 +153,29 @@ class FakeNode:
         return ref if ref in self.images else None
 
     def image_tags(self, image_id: str) -> tuple[str, ...]:
-        ours = [f"keep:{n}" for n, image in sorted(self.kept.items()) if image == image_id]
+        ours = [f"keep:{image_id}"] if image_id in self.kept else []
         return (*sorted(self.tags.get(image_id, ())), *ours)
 
-    def keep_image(self, image_id: str, revision: int) -> None:
-        self._effect(f"keep {revision}")
+    def keep_image(self, image_id: str) -> None:
+        self._effect(f"keep {image_id}")
         if image_id not in self.images:
             raise OperationError(f"no such image: {image_id}")
-        self.kept[revision] = image_id
+        self.kept.add(image_id)
 
-    def kept_images(self) -> dict[int, str]:
-        return dict(self.kept)
+    def kept_images(self) -> dict[str, str]:
+        return {image: f"keep:{image}" for image in self.kept}
 
-    def release_image(self, revision: int) -> tuple[bool, str | None]:
+    def release_image(self, image_id: str) -> tuple[bool, str | None]:
         """As the engine does: the last tag of an image no container uses takes the image with it."""
-        image = self.kept.get(revision)
-        if image is None:
+        if image_id not in self.kept:
             return False, None
-        last = self.image_tags(image) == (f"keep:{revision}",)
-        if last and any(f"VLLM_IMAGE={image}\n".encode() in files.get(".env", b"") for files in self.running.values()):
-            return False, f"conflict: a container is using image {image}"
-        del self.kept[revision]
+        last = self.image_tags(image_id) == (f"keep:{image_id}",)
+        if last and any(f"VLLM_IMAGE={image_id}\n".encode() in files.get(".env", b"")
+                        for files in self.running.values()):
+            return False, f"conflict: a container is using image {image_id}"
+        self.kept.discard(image_id)
         if last:
-            self.images.discard(image)
+            self.images.discard(image_id)
         return last, None
 
     def wait_healthy(self, *, timeout: float, reporter: Reporter) -> WaitResult:

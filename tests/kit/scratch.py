@@ -61,6 +61,12 @@ class Scratch:
         for path in data_dir("stacks").glob("*.yaml"):
             shutil.copy(path, self.stacks / path.name)
 
+    def without_engine(self) -> None:
+        """Point the node at a socket nothing listens on: a test of the plain render (no image on the
+        engine) then says the same on a machine that has the catalogue's tags (intel/vllm:latest is
+        on every B70 node: issue 39)."""
+        self.write_config({"docker_host": f"unix://{self.root / 'no-engine.sock'}"})
+
 
 def compose_available() -> bool:
     try:

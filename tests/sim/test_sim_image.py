@@ -40,7 +40,8 @@ def test_entrypoint_shapes() -> None:
         in bash_c
     assert 'ENTRYPOINT ["vllm", "serve"]' in image.image_config(by_name["serve"], "h")
     assert "LABEL b70sim.inputs=h" in bash_c
-    assert set(image.TAGS.values()) == {f"{image.REPO}:{n}" for n in ("bash-c", "serve", "bash-c-drift")}
+    names = ("bash-c", "serve", "bash-c-drift", "standby")
+    assert set(image.TAGS.values()) == {f"{image.REPO}:{n}" for n in names}
 
 
 def test_vllm_tree_marlin_check_and_drift() -> None:
@@ -52,6 +53,10 @@ def test_vllm_tree_marlin_check_and_drift() -> None:
     arctic = "arctic_inference/__init__.py"
     assert arctic in by_name["serve"] and arctic not in by_name["bash-c"]
     assert '__version__ = "0.19.0"' in by_name["serve"]["vllm/__init__.py"]
+    # the release that sleeps on XPU carries the carve-out upstream (0.23 on)
+    assert '__version__ = "0.32.0"' in by_name["standby"]["vllm/__init__.py"]
+    assert "if current_platform.is_rocm() or current_platform.is_xpu():\n        return False" in \
+        by_name["standby"][f"vllm/{MARLIN_REL}"]
 
 
 def test_inputs_hash_follows_the_server_source() -> None:
