@@ -174,7 +174,7 @@ class Rollback:
         cur = StateDir(self.node.state_dir).revisions.current()
         live = read_tree(self.node.deploy_dir, sorted(set(plan.files) | set(cur.meta.files if cur else [])))
         text = unified(live, plan.files, old_label="deployed", new_label=f"revision-{plan.restored_from}",
-                       secret_keys=plan.secret_keys)
+                       secrets=plan.secrets)
         lines = [f"rollback to revision {plan.restored_from} ({plan.stack.name}): plan (dry run, nothing changed)",
                  f"  image {plan.image.ref} = {plan.image.id}",
                  f"  current: {f'revision {cur.number} ({cur.meta.stack})' if cur else 'nothing deployed'}",
