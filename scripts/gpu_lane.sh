@@ -86,7 +86,10 @@ step_boots() { lane boots -n "${B70_GPU_BOOTS:-2}"; }
 step_docker() {
   local D=$G/docker R=$G/out/docker.txt
   mkdir -p "$D" && cat "$G"/parts/docker/part* | tar -xz -C "$D"
-  export PATH=$D/usr/bin:$D/usr/sbin:$PATH LD_LIBRARY_PATH=$D/usr/lib/b70
+  export PATH=$D/usr/bin:$D/usr/sbin:$PATH
+  # dockerd re-executes itself (docker-applyLayer) without LD_LIBRARY_PATH: the libraries the machine
+  # lacks go where the loader looks, the ones it has stay its own.
+  cp -n "$D"/usr/lib/b70/* /usr/local/lib/ && ldconfig
   {
     echo "--- dockerd $(dockerd --version 2>&1)"
     # vfs: no overlay needed; no bridge and no iptables: a GPU VM may have neither, and host networking
@@ -95,7 +98,7 @@ step_docker() {
       --exec-root "$G/docker-exec" -H unix://$G/docker.sock > "$G/out/dockerd.log" 2>&1 &
     export DOCKER_HOST=unix://$G/docker.sock
     for _ in $(seq 1 60); do docker version >/dev/null 2>&1 && break; sleep 0.5; done
-    docker version 2>&1; docker info 2>&1 | head -40; unset LD_LIBRARY_PATH
+    docker version 2>&1; docker info 2>&1 | head -40
     # An image of no files: the container sees the machine's own /usr, /lib and /opt read-only, the driver's
     # device nodes and libraries as nvidia-container-toolkit's CDI spec lists them (device nodes, the
     # driver's libraries, nvidia-smi).

@@ -14,6 +14,8 @@
 #   B70_GPU_TORCH         the device's torch (default 2.11.0)
 #   B70_GPU_CACHE         downloads and the packed payload (default ~/.cache/b70deploy/gpu-lane/VERSION)
 #   B70_GPU_CHUNK         chunk size for split(1) (default 56m: a call carries 64 MiB with the tree)
+#   B70_GPU_FREEZE        the device's `pip list --format=freeze` (gpu_lane.sh probe brings it back): only the
+#                         wheels it lacks, or holds older, are packed
 #
 # Layout made: .gpulane/vllm/partNN (vLLM's files, tar.xz, split), .gpulane/deps/partNN (the wheels the
 # device may lack, tar, split), .gpulane/docker/partNN (Debian's docker.io, containerd, runc binaries),
@@ -85,7 +87,23 @@ fi
 # 5. Chunks and sources into the carried folder.
 rm -rf "$DEST" && mkdir -p "$DEST/vllm" "$DEST/deps" "$DEST/docker" "$DEST/src/scripts"
 split -b "$CHUNK" -d "$CACHE/vllm.tar.xz" "$DEST/vllm/part"
-tar -cf - -C "$CACHE/deps" . | split -b "$CHUNK" -d - "$DEST/deps/part"
+"$PY" - "$CACHE/deps" "${B70_GPU_FREEZE:-}" > "$CACHE/deps.list" <<'EOF'
+import pathlib, re, sys
+from packaging.version import InvalidVersion, Version
+def key(n): return re.sub(r"[-_.]+", "-", n).lower()
+have = {}
+if sys.argv[2]:
+    have = {key(n): v for n, _, v in (ln.strip().partition("==") for ln in open(sys.argv[2])) if v}
+for w in sorted(pathlib.Path(sys.argv[1]).glob("*.whl")):
+    name, version = w.name.split("-")[:2]
+    try:
+        keep = key(name) not in have or Version(have[key(name)]) < Version(version)
+    except InvalidVersion:
+        keep = True
+    if keep:
+        print(w.name)
+EOF
+tar -cf - -C "$CACHE/deps" -T "$CACHE/deps.list" | split -b "$CHUNK" -d - "$DEST/deps/part"
 split -b "$CHUNK" -d "$CACHE/docker.tar.gz" "$DEST/docker/part"
 cp -r "$REPO/b70deploy" "$DEST/src/"
 find "$DEST/src" -name __pycache__ -prune -exec rm -rf {} +

@@ -30,6 +30,7 @@ def _results(name: str) -> dict[str, Any]:
 @pytest.mark.parametrize(("name", "kv_gib", "kv_tokens", "weights_gib", "compile_s", "init_s"), [
     ("sleep-h200.log", 111.86, 814_512, 15.27, 27.32, 50.71),
     ("lane-h100.log", 70.6, 660_944, 1.12, 32.29, 61.31),
+    ("lane-h100-docker.log", 70.6, 660_944, 1.12, 28.41, 55.33),
 ])
 def test_boot_facts_of_the_real_cuda_logs(name: str, kv_gib: float, kv_tokens: int, weights_gib: float,
                                           compile_s: float, init_s: float) -> None:
@@ -41,7 +42,8 @@ def test_boot_facts_of_the_real_cuda_logs(name: str, kv_gib: float, kv_tokens: i
     assert f.async_scheduling_disabled is False and f.api_server_started
 
 
-@pytest.mark.parametrize("name", ["sleep-h200.log", "lane-h100.log", "boot-h100.log"])
+@pytest.mark.parametrize("name", ["sleep-h200.log", "lane-h100.log", "boot-h100.log", "lane-h100-bench.log",
+                                  "lane-h100-docker.log"])
 def test_a_healthy_cuda_log_with_sleeps_and_reloads_is_no_failure(name: str) -> None:
     # The reload's "WARNING [layerwise.py:255] RotaryEmbedding: Failed to load weights" serves correctly.
     assert diagnose(_lines(name)) is None
@@ -62,8 +64,11 @@ def test_the_metrics_of_a_level_1_sleeper_name_its_level() -> None:
     assert sleepmode.level_in(asleep[0]) is None  # num_requests_waiting alone says nothing of sleep
 
 
-def test_on_the_gpu_level_2_fails_its_smoke_test_after_a_bare_wake_and_passes_after_the_documented_one() -> None:
-    res = _results("results-cycle-h100.json")
+@pytest.mark.parametrize("name", ["results-cycle-h100.json", "results-cycle-h100-bench.json",
+                                  "results-cycle-h100-docker.json"])
+def test_on_the_gpu_level_2_fails_its_smoke_test_after_a_bare_wake_and_passes_after_the_documented_one(
+        name: str) -> None:
+    res = _results(name)
     bare = res["level2_bare_wake"]
     assert bare["health"] == 200  # the broken server says it is healthy
     assert bare["only_token_0"] and bare["token_0"] == "!" and res["token_0"] == "!"
@@ -92,3 +97,22 @@ def test_the_lane_results_hold_three_cold_boots_and_three_wakes_of_each_level() 
     asleep = res["asleep_request"]
     assert asleep["health_asleep"] == 200 and asleep["text_matches_reference"] and asleep["error"] is None
     assert asleep["finished_s_after_send"] > asleep["wake_started_s_after_send"]
+
+
+def test_bench_capture_and_replay_ran_through_the_real_server() -> None:
+    bench = _results("results-cycle-h100-bench.json")["bench"]
+    assert {k: v["exit"] for k, v in bench.items() if k != "capture"} == {
+        "prefill": 0, "decode": 0, "aggregate": 0, "replay": 0}
+    assert bench["capture"]["bench_exit"] == 0 and bench["capture"]["records"] > 0
+    prefill, aggregate, replay = (_results(f) for f in ("bench-prefill-h100.json", "bench-aggregate-h100.json",
+                                                         "replay-h100.json"))
+    assert prefill["environment"]["vllm_version"] == "0.24.0" and prefill["environment"]["model"] == "lane"
+    assert prefill["result"]["metric"] == "prefill" and prefill["result"]["value"] > 0 and not prefill["failed"]
+    assert aggregate["concurrency"] == 8 and aggregate["result"]["value"] > 0
+    assert replay["outcomes"] == {"ok": 10} and not replay["interrupted"]
+
+
+def test_debians_docker_engine_ran_on_the_lent_gpu_machine_and_a_container_saw_the_gpu() -> None:
+    text = (FIX / "docker-h100.txt").read_text()
+    assert "Server Version: 20.10.24+dfsg1" in text and "Storage Driver: vfs" in text
+    assert "GPU 0: NVIDIA H100 80GB HBM3" in text
