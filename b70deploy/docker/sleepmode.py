@@ -14,9 +14,10 @@ VLLM_SERVER_DEV_MODE=1, vllm/entrypoints/openai/api_server.py:197-200):
 
 Level 2 kept no weights: a bare /wake_up brings back memory, not values, and the real server then answers
 200 to everything and generates token id 0 only (tests/fixtures/vllm-0.24.0-cuda/README.md). vLLM's
-documented wake of a level-2 sleeper (docs/features/sleep_mode.md, "RLHF weight updates") wakes the
-weights' memory, reloads them (POST /collective_rpc {"method": "reload_weights"}:
-vllm/entrypoints/serve/dev/rpc/api_router.py:23-54 -> vllm/v1/worker/gpu_worker.py:396-397), then
+wake of a level-2 sleeper, as its sleep-mode page gives it (docs.vllm.ai/en/latest/features/sleep_mode/;
+shared/reference/gpu-lane.md ran it on an H200), wakes the weights' memory, reloads them
+(POST /collective_rpc {"method": "reload_weights"}: vllm/entrypoints/serve/dev/rpc/api_router.py:23-54
+-> vllm/v1/worker/gpu_worker.py:396-397), then
 wakes the KV cache. The prefix cache is reset last (POST /reset_prefix_cache,
 vllm/entrypoints/serve/dev/cache/api_router.py:20-43): on the GPU lane a prefix computed before the
 reload was served after it, wrong (llama-swap's wake sequence ends the same way).
