@@ -103,6 +103,11 @@ Sleep mode (vLLM 0.21.0's, cited at each step in SleepState and the handler)
     (vllm:num_requests_waiting) until /wake_up, then run. Not modelled: mode=abort aborting requests in
     flight at the moment of /sleep (a switch drains first), and /sleep without --enable-sleep-mode
     (vLLM's allocator then fails; the sim logs the same lines as with it).
+    Level 2 as real vLLM 0.24.0 on CUDA (tests/fixtures/vllm-0.24.0-cuda/): a bare /wake_up brings the
+    memory back, not the weights, and every token is id 0 ("!") until POST /collective_rpc
+    {"method": "reload_weights"}; a prompt of a full KV block or more computed meanwhile is answered wrong
+    from the prefix cache until POST /reset_prefix_cache. /metrics carries vllm:engine_sleep_state. As
+    0.24 on CUDA (B70SIM_VERSION 0.24.x, B70SIM_PLATFORM=cuda) the log is that version's (WHERE_024).
     GPU memory (B70SIM_GPU_LEDGER): at start-up the worker checks the device's free memory against
     --gpu-memory-utilization as vLLM's request_memory does (ValueError "Free memory on device ...") and,
     when it fits, registers ceil(total * utilization) while awake and B70SIM_ASLEEP_GIB while asleep at
