@@ -55,9 +55,12 @@ Knobs (environment variables, all optional)
     B70SIM_GPU_LEDGER        a file (in a host folder bind-mounted into every sim container of one node) where
                              each sim process registers the GPU memory it holds; unset: no memory model
     B70SIM_GPU_MEMORY_GIB    the device's total memory in the ledger's model (default 32, an Arc Pro B70)
-    B70SIM_ASLEEP_GIB        what a sleeping process keeps on the device (default 1.0; the sim's model)
-    B70SIM_SLEEP_SECONDS     time /sleep takes (default 0.2; the sim's model)
-    B70SIM_WAKE_SECONDS      time /wake_up takes (default 0.5; the sim's model)
+    B70SIM_ASLEEP_GIB        what a sleeping process keeps on the device (default 1.97: vLLM 0.24.0's "1.97 GiB
+                             memory is still in use" on the H200, tests/fixtures/vllm-0.24.0-cuda/sleep-h200.log)
+    B70SIM_SLEEP_SECONDS     time /sleep takes (default 0.42: that log's later sleeps; its first took 10.2 s,
+                             pinning host memory, which the sim does not model)
+    B70SIM_WAKE_SECONDS      time /wake_up takes (default 0.82: that log's level-1 wakes)
+    B70SIM_RELOAD_SECONDS    time collective_rpc reload_weights takes (default 2.24: that log's, for 15.27 GiB)
 
 Timing model (so a benchmark can be checked against known truth)
     time to first token   = prompt_tokens / PREFILL_TPS   (independent of other requests)
@@ -407,9 +410,10 @@ class Knobs:
     platform: str = "xpu"
     gpu_ledger: str | None = None
     gpu_memory_gib: float = 32.0
-    asleep_gib: float = 1.0
-    sleep_seconds: float = 0.2
-    wake_seconds: float = 0.5
+    asleep_gib: float = 1.97
+    sleep_seconds: float = 0.42
+    wake_seconds: float = 0.82
+    reload_seconds: float = 2.24
     dev_mode: bool = False  # vLLM's own VLLM_SERVER_DEV_MODE, read here with the knobs
 
     @classmethod
@@ -452,9 +456,10 @@ class Knobs:
             platform=platform,
             gpu_ledger=env.get("B70SIM_GPU_LEDGER") or None,
             gpu_memory_gib=_float_env(env, "B70SIM_GPU_MEMORY_GIB", 32.0),
-            asleep_gib=_float_env(env, "B70SIM_ASLEEP_GIB", 1.0, positive=False),
-            sleep_seconds=_float_env(env, "B70SIM_SLEEP_SECONDS", 0.2, positive=False),
-            wake_seconds=_float_env(env, "B70SIM_WAKE_SECONDS", 0.5, positive=False),
+            asleep_gib=_float_env(env, "B70SIM_ASLEEP_GIB", 1.97, positive=False),
+            sleep_seconds=_float_env(env, "B70SIM_SLEEP_SECONDS", 0.42, positive=False),
+            wake_seconds=_float_env(env, "B70SIM_WAKE_SECONDS", 0.82, positive=False),
+            reload_seconds=_float_env(env, "B70SIM_RELOAD_SECONDS", 2.24, positive=False),
             dev_mode=dev_mode(env),
         )
 
@@ -1881,7 +1886,7 @@ class Handler(BaseHTTPRequestHandler):
         if method != "reload_weights":
             raise ApiError(500, f"'Worker' object has no attribute '{method}'", "InternalServerError")
         began = time.perf_counter()
-        time.sleep(self.engine.knobs.wake_seconds)
+        time.sleep(self.engine.knobs.reload_seconds)
         self.engine.reload_weights()
         emit("WARNING", "layerwise.py:255", "RotaryEmbedding: Failed to load weights", proc=ENGINE)
         emit("INFO", "gpu_model_runner.py:5455",

@@ -19,7 +19,7 @@ def test_the_gpu_lane_runs_on_the_sim_and_wakes_level_2_as_vllm_documents(tmp_pa
     env = {**os.environ, "B70_GPU_SERVE": f"{sys.executable} -m b70deploy.sim.server", "PYTHONPATH": str(REPO),
            "B70SIM_PLATFORM": "cuda", "B70SIM_VERSION": "0.24.0", "B70SIM_BOOT_SECONDS": "0.5",
            "B70SIM_DECODE_TPS": "2000", "B70SIM_PREFILL_TPS": "200000", "B70SIM_SLEEP_SECONDS": "0.05",
-           "B70SIM_WAKE_SECONDS": "0.05", "HOME": str(tmp_path)}
+           "B70SIM_WAKE_SECONDS": "0.05", "B70SIM_RELOAD_SECONDS": "0.05", "HOME": str(tmp_path)}
     out = tmp_path / "out"
     proc = subprocess.run([sys.executable, str(REPO / "scripts" / "gpu_lane.py"), "cycle", "--model", str(model),
                            "--out", str(out)], env=env, capture_output=True, text=True, timeout=600, check=False)

@@ -23,7 +23,8 @@ from b70deploy.sim import server as sim
 REAL = Path(__file__).parents[1] / "fixtures" / "vllm-0.24.0-cuda"
 ENV = {"B70SIM_VERSION": "0.24.0", "B70SIM_PLATFORM": "cuda", "VLLM_SERVER_DEV_MODE": "1",
        "B70SIM_BOOT_SECONDS": "0", "B70SIM_DECODE_TPS": "500", "B70SIM_PREFILL_TPS": "100000",
-       "B70SIM_SLEEP_SECONDS": "0", "B70SIM_WAKE_SECONDS": "0", "B70SIM_KV_TOKENS": "814512"}
+       "B70SIM_SLEEP_SECONDS": "0", "B70SIM_WAKE_SECONDS": "0", "B70SIM_RELOAD_SECONDS": "0",
+       "B70SIM_KV_TOKENS": "814512"}
 MODEL = "/tmp/model"  # the path the H200 run served; the lane's /tmp/gl/model is read as the same
 LONG = " ".join(["The tool stops the old stack, starts the new one, and waits for health."] * 4)
 
