@@ -3,7 +3,7 @@
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: setup demo demo-standby test test-real real-lane check lint typecheck bench clean
+.PHONY: setup demo demo-standby test test-real real-lane gpu-lane check lint typecheck bench clean
 
 setup:
 	bash scripts/setup.sh
@@ -35,6 +35,14 @@ test-real: real-lane
 	  B70_REAL_VLLM_VERSION=$$v $(BIN)/pytest -q -m real tests/real || exit 1; \
 	  echo "test-real: vLLM $$v passed in $$(( $$(date +%s) - start )) s"; \
 	done
+
+# The GPU lane (docs/gpu-lane.md): vLLM and what it needs cut into call-sized chunks in .gpulane/
+# (git-ignored), for the device tool's calls that docs/gpu-lane.md lists. GPU_VLLM must pin the
+# device's torch; GPU_FREEZE: the device's pip freeze, to pack only the wheels it lacks.
+GPU_VLLM ?= 0.24.0
+
+gpu-lane:
+	B70_GPU_VLLM_VERSION=$(GPU_VLLM) B70_GPU_FREEZE=$(GPU_FREEZE) bash scripts/gpu_lane_pack.sh
 
 check: lint typecheck
 

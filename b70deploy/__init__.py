@@ -50,7 +50,8 @@ the rooms above it in this list.
                  DockerNode (node): the real side of the deploy seam, the render of a deployment
                  with the engine's facts (produce: the one producer of deploy files), the node's
                  GPU platform found and preflighted (platform), and hot standby's slots: vLLM
-                 asleep beside the live one, a network alias the door follows (standby)
+                 asleep beside the live one, a network alias the door follows (standby), over
+                 vLLM's sleep routes by URL: sleep, the wake its level needs, the wait (sleepmode)
     lint/        preflight rules over a LintContext (rules), that context and a finding
                  (findings), reading what docker/produce rendered into it (gather), a KV budget
                  from config.json (kv)

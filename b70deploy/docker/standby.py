@@ -16,7 +16,8 @@ so the config stays as it is for the whole switch. The door dials without keep-a
 connection to the container that left. The gate is closed while the alias moves.
 
 Sleep and wake go to the slot's own port, the tool's path, never through the door (which refuses those
-routes): POST /sleep?level=N, POST /wake_up, GET /is_sleeping ({"is_sleeping": bool}); vLLM's own comment on
+routes): sleepmode.py's POST /sleep?level=N, the wake its level needs (level 2: weights, reload_weights,
+kv_cache, then the prefix cache reset), GET /is_sleeping ({"is_sleeping": bool}); vLLM's own comment on
 both routes says the command "is sent but does not finish yet when we return a response" (in v0 with
 frontend multiprocessing; vllm/entrypoints/serve/sleep/api_router.py, 0.21.0), so each is followed by
 GET /is_sleeping until it says so.
@@ -31,15 +32,13 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-import requests
 from docker import errors as docker_errors
 
 from ..errors import OperationError
 from ..render.vllm_args import CONTAINER_PORT
-from . import engine
+from . import engine, sleepmode
 
 ROLE = "b70deploy.role"
-SLEEP_WAIT = 300.0   # seconds a /sleep or /wake_up may take to show on /is_sleeping (level 1 copies the weights)
 _FELL = re.compile(r"It took ([0-9.]+) seconds to (fall asleep|wake up)")
 
 
@@ -107,11 +106,7 @@ def reached(project: str, service: str) -> Slot | None:
 def is_sleeping(slot: Slot) -> bool | None:
     if slot.status != "running" or slot.port is None:
         return None
-    try:
-        r = requests.get(f"{slot.url}/is_sleeping", timeout=5)
-        return bool(r.json().get("is_sleeping")) if r.status_code == 200 else None
-    except (requests.RequestException, ValueError):
-        return None
+    return sleepmode.is_sleeping(slot.url)
 
 
 def state(slot: Slot) -> str:
@@ -145,26 +140,6 @@ def join_door(project: str, service: str, slot: int) -> None:
         net.connect(mine.box, aliases=[service])
 
 
-def _post(slot: Slot, path: str) -> None:
-    try:
-        r = requests.post(f"{slot.url}{path}", timeout=SLEEP_WAIT)
-    except requests.RequestException as e:
-        raise OperationError(f"standby slot {slot.number}: POST {path} failed: {e}") from e
-    if r.status_code != 200:
-        raise OperationError(f"standby slot {slot.number}: POST {path} answered HTTP {r.status_code}: {r.text[:200]}",
-                             fix="the stack must run with --enable-sleep-mode and VLLM_SERVER_DEV_MODE=1 "
-                                 "(render/standby.py)")
-
-
-def _until(slot: Slot, asleep: bool) -> None:
-    deadline = time.monotonic() + SLEEP_WAIT
-    while is_sleeping(slot) is not asleep:
-        if time.monotonic() >= deadline:
-            raise OperationError(f"standby slot {slot.number}: /is_sleeping did not turn {asleep} within "
-                                 f"{SLEEP_WAIT:g} s")
-        time.sleep(0.05)
-
-
 def said_seconds(box: Any, what: str) -> float | None:
     """vLLM's own "It took X seconds to fall asleep" / "to wake up" (the executor's log line), the last one."""
     found = [float(m.group(1)) for m in _FELL.finditer(engine.container_log(box, tail=200)) if m.group(2) == what]
@@ -178,8 +153,7 @@ def doze(project: str, service: str, number: int, level: int) -> float:
     t0 = time.monotonic()
     if is_sleeping(slot):
         return 0.0  # a resumed drain: asleep already
-    _post(slot, f"/sleep?level={int(level)}")
-    _until(slot, True)
+    sleepmode.sleep(slot.url, level, who=f"standby slot {slot.number}")
     return said_seconds(slot.box, "fall asleep") or time.monotonic() - t0
 
 
@@ -188,8 +162,7 @@ def wake(project: str, service: str, number: int) -> float:
     slot = slots(project, service)[number]
     t0 = time.monotonic()
     if is_sleeping(slot):
-        _post(slot, "/wake_up")
-        _until(slot, False)
+        sleepmode.wake(slot.url, who=f"standby slot {slot.number}")
     return time.monotonic() - t0
 
 

@@ -55,9 +55,12 @@ Knobs (environment variables, all optional)
     B70SIM_GPU_LEDGER        a file (in a host folder bind-mounted into every sim container of one node) where
                              each sim process registers the GPU memory it holds; unset: no memory model
     B70SIM_GPU_MEMORY_GIB    the device's total memory in the ledger's model (default 32, an Arc Pro B70)
-    B70SIM_ASLEEP_GIB        what a sleeping process keeps on the device (default 1.0; the sim's model)
-    B70SIM_SLEEP_SECONDS     time /sleep takes (default 0.2; the sim's model)
-    B70SIM_WAKE_SECONDS      time /wake_up takes (default 0.5; the sim's model)
+    B70SIM_ASLEEP_GIB        what a sleeping process keeps on the device (default 1.97: vLLM 0.24.0's "1.97 GiB
+                             memory is still in use" on the H200, tests/fixtures/vllm-0.24.0-cuda/sleep-h200.log)
+    B70SIM_SLEEP_SECONDS     time /sleep takes (default 0.42: that log's later sleeps; its first took 10.2 s,
+                             pinning host memory, which the sim does not model)
+    B70SIM_WAKE_SECONDS      time /wake_up takes (default 0.82: that log's level-1 wakes)
+    B70SIM_RELOAD_SECONDS    time collective_rpc reload_weights takes (default 2.24: that log's, for 15.27 GiB)
 
 Timing model (so a benchmark can be checked against known truth)
     time to first token   = prompt_tokens / PREFILL_TPS   (independent of other requests)
@@ -103,6 +106,11 @@ Sleep mode (vLLM 0.21.0's, cited at each step in SleepState and the handler)
     (vllm:num_requests_waiting) until /wake_up, then run. Not modelled: mode=abort aborting requests in
     flight at the moment of /sleep (a switch drains first), and /sleep without --enable-sleep-mode
     (vLLM's allocator then fails; the sim logs the same lines as with it).
+    Level 2 as real vLLM 0.24.0 on CUDA (tests/fixtures/vllm-0.24.0-cuda/): a bare /wake_up brings the
+    memory back, not the weights, and every token is id 0 ("!") until POST /collective_rpc
+    {"method": "reload_weights"}; a prompt of a full KV block or more computed meanwhile is answered wrong
+    from the prefix cache until POST /reset_prefix_cache. /metrics carries vllm:engine_sleep_state. As
+    0.24 on CUDA (B70SIM_VERSION 0.24.x, B70SIM_PLATFORM=cuda) the log is that version's (WHERE_024).
     GPU memory (B70SIM_GPU_LEDGER): at start-up the worker checks the device's free memory against
     --gpu-memory-utilization as vLLM's request_memory does (ValueError "Free memory on device ...") and,
     when it fits, registers ceil(total * utilization) while awake and B70SIM_ASLEEP_GIB while asleep at
@@ -414,9 +422,10 @@ class Knobs:
     platform: str = "xpu"
     gpu_ledger: str | None = None
     gpu_memory_gib: float = 32.0
-    asleep_gib: float = 1.0
-    sleep_seconds: float = 0.2
-    wake_seconds: float = 0.5
+    asleep_gib: float = 1.97
+    sleep_seconds: float = 0.42
+    wake_seconds: float = 0.82
+    reload_seconds: float = 2.24
     dev_mode: bool = False  # vLLM's own VLLM_SERVER_DEV_MODE, read here with the knobs
 
     @classmethod
@@ -459,9 +468,10 @@ class Knobs:
             platform=platform,
             gpu_ledger=env.get("B70SIM_GPU_LEDGER") or None,
             gpu_memory_gib=_float_env(env, "B70SIM_GPU_MEMORY_GIB", 32.0),
-            asleep_gib=_float_env(env, "B70SIM_ASLEEP_GIB", 1.0, positive=False),
-            sleep_seconds=_float_env(env, "B70SIM_SLEEP_SECONDS", 0.2, positive=False),
-            wake_seconds=_float_env(env, "B70SIM_WAKE_SECONDS", 0.5, positive=False),
+            asleep_gib=_float_env(env, "B70SIM_ASLEEP_GIB", 1.97, positive=False),
+            sleep_seconds=_float_env(env, "B70SIM_SLEEP_SECONDS", 0.42, positive=False),
+            wake_seconds=_float_env(env, "B70SIM_WAKE_SECONDS", 0.82, positive=False),
+            reload_seconds=_float_env(env, "B70SIM_RELOAD_SECONDS", 2.24, positive=False),
             dev_mode=dev_mode(env),
         )
 
@@ -502,7 +512,36 @@ WHERE_032 = {
     "gpu_worker.py:178": "gpu_worker.py:326", "api_router.py:39": "api_router.py:50",
     "__init__.py:14": "__init__.py:44",
 }
-_release = {"032": False}  # set once per process by serve(): the wording of the version reported
+# Where vLLM 0.24.0 on CUDA prints them: the logger call's line in the vllm==0.24.0 wheel, as the real
+# logs in tests/fixtures/vllm-0.24.0-cuda/ show them (tests/sim/test_sim_024_cuda.py holds every line the
+# sim prints as 0.24 against those logs). One GPU, one process: the worker's lines come from EngineCore.
+WHERE_024 = {
+    "utils.py:306": "api_utils.py:339", "utils.py:240": "api_utils.py:273", "model.py:568": "model.py:598",
+    "model.py:1697": "model.py:1725", "model.py:659": "model.py:524", "core.py:109": "core.py:114",
+    "vllm.py:886": "vllm.py:1006", "default_loader.py:397": "default_loader.py:430",
+    "backends.py:541": "backends.py:1089", "backends.py:548": "backends.py:1148",
+    "gpu_worker.py:298": "gpu_worker.py:508", "kv_cache_utils.py:1710": "kv_cache_utils.py:2146",
+    "kv_cache_utils.py:1711": "kv_cache_utils.py:2147", "api_server.py:613": "api_server.py:577",
+    "api_server.py:617": "api_server.py:581", "__init__.py:14": "__init__.py:36",
+    # Sleep mode (vllm/v1/executor/abstract.py, vllm/v1/worker/gpu_worker.py, serve/dev/sleep/api_router.py).
+    "abstract.py:324": "abstract.py:320", "abstract.py:331": "abstract.py:327", "abstract.py:337": "abstract.py:333",
+    "abstract.py:342": "abstract.py:338", "abstract.py:349": "abstract.py:345",
+    "gpu_worker.py:178": "gpu_worker.py:181", "api_router.py:39": "api_router.py:38",
+}
+# The SIGTERM sequence of 0.24.0 (sleep-h200.log), a single-process engine.
+SHUTDOWN_024 = (
+    ("EngineCore", "core.py:1214", "[shutdown] EngineCore: trigger received signal=SIGTERM"),
+    ("APIServer", "launcher.py:100", "[shutdown] API server: shutdown triggered"),
+    ("EngineCore", "core.py:1227", "[shutdown] EngineCore: exiting busy loop"),
+    ("APIServer", "launcher.py:125", "[shutdown] API server: engine client stopped"),
+    ("APIServer", "launcher.py:149", "[shutdown] API server: shutting down FastAPI HTTP server"),
+)
+_release = {"032": False, "024": False}  # set once per process by serve(): the wording of the version reported
+
+
+def is_024(version: str) -> bool:
+    """0.24 up to 0.32: the CUDA log of tests/fixtures/vllm-0.24.0-cuda/ (WHERE_024)."""
+    return (0, 24) <= version_tuple(version) < (0, 32)
 
 
 def is_032(version: str) -> bool:
@@ -512,6 +551,8 @@ def is_032(version: str) -> bool:
 
 def proc_prefix(proc: str | None) -> str:
     """`(APIServer pid=1) `: the process that printed the line (none for `proc=None`)."""
+    if proc == WORKER and _release["024"]:
+        proc = ENGINE
     return "" if proc is None else f"({proc} pid={os.getpid() + PID_OFFSET.get(proc, 0)}) "
 
 
@@ -519,8 +560,15 @@ def log_line(level: str, where: str, msg: str, *, now: float | None = None, proc
     """vLLM's prefix: `(EngineCore pid=27) INFO 07-04 12:00:00 [kv_cache_utils.py:1710] msg`."""
     if _release["032"]:
         where = WHERE_032.get(where, where)
+    elif _release["024"]:
+        where = WHERE_024.get(where, where)
     stamp = time.strftime("%m-%d %H:%M:%S", time.localtime(time.time() if now is None else now))
     return f"{proc_prefix(proc)}{level} {stamp} [{where}] {msg}"
+
+
+def _set_text(tags: set[str]) -> str:
+    """A set of tags as Python prints it, in one order: {'kv_cache', 'weights'} (the real logs' order)."""
+    return "{" + ", ".join(repr(t) for t in sorted(tags)) + "}"
 
 
 def fmt_int(n: int) -> str:
@@ -757,11 +805,17 @@ def compile_lines(plan: BootPlan, cold_seconds: float, cache: CompileCache | Non
         load = cold_seconds * (WARM_SHARE - 0.1)
         # backends.py (CompilerManager.compile): logger.info("Directly load the compiled graph(s) for
         #   dynamic shape from the cache, took %.3f s", elapsed)
-        plan.add("INFO", "backends.py:215", "Directly load the compiled graph(s) for dynamic shape from the cache, "
-                 f"took {load:.3f} s", 0.62, WORKER)
+        if not _release["024"]:  # no real 0.24 log with a warm cache to take its wording from
+            plan.add("INFO", "backends.py:215", "Directly load the compiled graph(s) for dynamic shape from the "
+                     f"cache, took {load:.3f} s", 0.62, WORKER)
         return cold_seconds * WARM_SHARE
     # backends.py: logger.info("Cache the graph for dynamic shape for later use"), then
     #   logger.info("Compiling a graph for dynamic compile range takes %.2f s", elapsed)
+    if _release["024"]:  # vllm/compilation/backends.py:378-394 (0.24.0)
+        plan.add("INFO", "backends.py:378", "Cache the graph of compile range (1, 8192) for later use", 0.7, WORKER)
+        plan.add("INFO", "backends.py:393", f"Compiling a graph for compile range (1, 8192) takes "
+                 f"{cold_seconds * 0.9:.2f} s", 0.74, WORKER)
+        return cold_seconds
     plan.add("INFO", "backends.py:254", "Cache the graph for dynamic shape for later use", 0.7, WORKER)
     plan.add("INFO", "backends.py:278", f"Compiling a graph for dynamic compile range takes "
              f"{cold_seconds * 0.9:.2f} s", 0.74, WORKER)
@@ -894,14 +948,22 @@ def plan_boot(cfg: ServeConfig, knobs: Knobs, image: ImageFacts, model_config: d
     for text in banner_lines(version, cfg.model):
         plan.add("INFO", "utils.py:306", text, 0.0)
     sleep_arg = ", 'enable_sleep_mode': True" if cfg.sleep_mode else ""
-    plan.add("INFO", "utils.py:240", f"non-default args: {{'model': {cfg.model!r}, 'max_model_len': {max_len}"
-             f"{sleep_arg}}}", 0.0)
+    cuda024 = is_024(version) and knobs.platform == "cuda"
+    if cuda024:  # vllm/entrypoints/utils.py: the flags given, the positional model first as model_tag
+        given = f", 'max_model_len': {cfg.max_model_len}" if cfg.max_model_len else ""
+        if list(cfg.served_names) != [cfg.model]:
+            given += f", 'served_model_name': {list(cfg.served_names)!r}"
+        plan.add("INFO", "utils.py:240", f"non-default args: {{'model_tag': {cfg.model!r}, 'model': {cfg.model!r}"
+                 f"{given}{sleep_arg}}}", 0.0)
+    else:
+        plan.add("INFO", "utils.py:240", f"non-default args: {{'model': {cfg.model!r}, 'max_model_len': {max_len}"
+                 f"{sleep_arg}}}", 0.0)
     latest = is_032(version)
     if cfg.sleep_mode and not sleep_mode_available(knobs.platform, version):
         plan.outcome, plan.engine_crash, plan.traceback = "crash", False, sleep_mode_traceback()
         plan.prefixed = not latest  # 0.32.0's log prints this traceback bare (its crash-sleep-mode.log)
         return plan
-    if cfg.sleep_mode and latest and knobs.platform in ("cuda", "rocm"):
+    if cfg.sleep_mode and (latest or cuda024) and knobs.platform in ("cuda", "rocm"):
         # vllm/config/model.py:659 (0.32.0): logger.info_once("Enabling cumem allocator because sleep mode
         #   requires it.") on a CUDA-alike platform.
         plan.add("INFO", "model.py:659", "Enabling cumem allocator because sleep mode requires it.", 0.02)
@@ -937,7 +999,8 @@ def plan_boot(cfg: ServeConfig, knobs: Knobs, image: ImageFacts, model_config: d
     async_line = None if latest else f"Asynchronous scheduling is {'disabled' if async_off else 'enabled'}."
     if async_line:
         plan.add("INFO", "vllm.py:886", async_line, 0.05)
-    plan.add("INFO", "core.py:109", engine_config_line(cfg, version, max_len), 0.08, ENGINE)
+    if not cuda024:  # 0.24's config line names many more fields (sleep-h200.log); the sim does not invent them
+        plan.add("INFO", "core.py:109", engine_config_line(cfg, version, max_len), 0.08, ENGINE)
     if method == "ngram" and not latest:  # 0.32 warns no more (vllm/config/vllm.py:2268 raises only at <= 0)
         # vllm/config/vllm.py: logger.warning("max_num_scheduled_tokens is set to %d based on the speculative
         #   decoding settings. This may lead to suboptimal performance. ...")
@@ -954,7 +1017,12 @@ def plan_boot(cfg: ServeConfig, knobs: Knobs, image: ImageFacts, model_config: d
     #   logger.info_once("Using Triton backend.") / logger.warning_once("Flash Attention on XPU does not
     #   support float32 dtype. Falling back to Triton Attention backend.") / logger.info_once("Using Flash
     #   Attention backend.")
-    if "attn-fallback" in knobs.fail or backend.startswith("TRITON"):
+    if cuda024 and not backend.startswith("TRITON") and "attn-fallback" not in knobs.fail:
+        # vllm/platforms/cuda.py:480 and vllm/v1/attention/backends/flash_attn.py:670 (0.24.0): Hopper runs FA3.
+        plan.add("INFO", "cuda.py:480", "Using FLASH_ATTN attention backend out of potential backends: "
+                 "['FLASH_ATTN', 'TRITON_ATTN', 'FLEX_ATTENTION'].", 0.1, WORKER)
+        plan.add("INFO", "flash_attn.py:670", "Using FlashAttention version 3", 0.1, WORKER)
+    elif "attn-fallback" in knobs.fail or backend.startswith("TRITON"):
         plan.attention = "TRITON_ATTN"
         plan.add("INFO", "xpu.py:104", "Using Triton backend.", 0.1, WORKER)
     elif cfg.dtype == "float32":
@@ -967,7 +1035,10 @@ def plan_boot(cfg: ServeConfig, knobs: Knobs, image: ImageFacts, model_config: d
         plan.add("INFO", "flash_attn.py:641", "Using FlashAttention version 2", 0.1, WORKER)
     # The CPU build logs this from cpu_model_runner.py:104; the GPU/XPU runner from
     # vllm/v1/worker/gpu_model_runner.py: logger.info("Starting to load model %s...", ...)
-    plan.add("INFO", "gpu_model_runner.py:2602", f"Starting to load model {cfg.model}...", 0.15, WORKER)
+    if cuda024:  # vllm/v1/worker/gpu/model_runner.py:281 (0.24.0's V2 model runner)
+        plan.add("INFO", "model_runner.py:281", "Loading model from scratch...", 0.15, WORKER)
+    else:
+        plan.add("INFO", "gpu_model_runner.py:2602", f"Starting to load model {cfg.model}...", 0.15, WORKER)
     if "hang" in knobs.fail:
         plan.outcome = "hang"
         return plan
@@ -988,8 +1059,11 @@ def plan_boot(cfg: ServeConfig, knobs: Knobs, image: ImageFacts, model_config: d
     if marlin:
         return plan.crash("model_executor/layers/quantization/utils/marlin_utils.py", MARLIN_ERROR)
     # vllm/v1/worker/gpu_model_runner.py: logger.info("Model loading took %s GiB memory and %.6f seconds", ...)
-    plan.add("INFO", "gpu_model_runner.py:2653", "Model loading took 15.71 GiB memory and 27.021453 seconds", 0.55,
-             WORKER)
+    if cuda024:  # vllm/v1/worker/gpu/model_runner.py:303 (0.24.0)
+        plan.add("INFO", "model_runner.py:302", "Model loading took 15.71 GiB and 27.021453 seconds", 0.55, WORKER)
+    else:
+        plan.add("INFO", "gpu_model_runner.py:2653", "Model loading took 15.71 GiB memory and 27.021453 seconds",
+                 0.55, WORKER)
     if not cfg.enforce_eager:
         # vllm/compilation/backends.py: logger.info_once("Dynamo bytecode transform time: %.2f s", ...);
         # vllm/compilation/monitor.py (0.21.0 :53): logger.info_once("torch.compile took %.2f s in total", ...),
@@ -1021,7 +1095,10 @@ def plan_boot(cfg: ServeConfig, knobs: Knobs, image: ImageFacts, model_config: d
         plan.add("INFO", where, line, 0.85, ENGINE)
     warm = WARMUP_SECONDS if not cfg.enforce_eager else 4.12
     took = warm + (0 if cfg.enforce_eager else plan.compile_total)
-    if not latest:
+    if cuda024 and not cfg.enforce_eager:  # vllm/v1/engine/core.py:337 (0.24.0), with the compilation time
+        plan.add("INFO", "core.py:337", "init engine (profile, create kv cache, warmup model) took "
+                 f"{took:.2f} s (compilation: {plan.compile_total:.2f} s)", 0.95, ENGINE)
+    elif not latest:
         plan.add("INFO", "core.py:306", f"init engine (profile, create kv cache, warmup model) took {took:.2f} s",
                  0.95, ENGINE)
     elif cfg.enforce_eager:
@@ -1047,6 +1124,12 @@ SALAD = ("om garò prezi domesticeder ò lunkai festrumo ò vandelik prezi garò
          "kelmaru domesticeder fintro ò")
 
 
+TOKEN_ZERO = "!"
+# vLLM caches the KV of full blocks only (vllm/v1/core/block_pool.py); a prompt shorter than one block
+# cannot be served from the prefix cache.
+PREFIX_BLOCK_TOKENS = BLOCK_SIZE
+
+
 def _cycle(text: str, n: int) -> list[str]:
     base = pieces(text)
     out: list[str] = []
@@ -1055,9 +1138,13 @@ def _cycle(text: str, n: int) -> list[str]:
     return out[:n]
 
 
-def generate(prompt: str, max_tokens: int, *, chat: bool, garbage: bool = False,
+def generate(prompt: str, max_tokens: int, *, chat: bool, garbage: bool = False, zero: bool = False,
              ignore_eos: bool = False) -> tuple[list[str], str]:
-    """The reply as one-token pieces, and the finish reason ("stop" or "length")."""
+    """The reply as one-token pieces, and the finish reason ("stop" or "length"). `zero`: every token is
+    id 0, "!" in Qwen's vocabulary (what real vLLM 0.24.0 generated with weights a level-2 sleep discarded:
+    tests/fixtures/vllm-0.24.0-cuda/results-cycle-h100.json)."""
+    if zero:
+        return [TOKEN_ZERO] * max_tokens, "length"
     if garbage:
         return _cycle(SALAD, max_tokens), "length"
     if PARIS_RE.search(prompt):
@@ -1268,6 +1355,9 @@ class Engine:
         self.paused = False
         self.sleeping_tags: frozenset[str] = frozenset()
         self.weights_lost = False
+        self.sleep_level = 0  # vllm:engine_sleep_state: the level of the last /sleep, 0 once any tag woke
+        # Prompts whose KV the prefix cache holds from lost weights: served wrong until the cache is reset.
+        self.stale_prefixes: set[str] = set()
         self.ledger = ledger
         total = ledger.total if ledger is not None else int(knobs.gpu_memory_gib * GIB)
         self.requested = requested_bytes(total, cfg.gpu_memory_utilization)
@@ -1410,10 +1500,33 @@ class Engine:
                     self.decoding -= 1
 
     def garbled(self) -> bool:
-        """Word-salad: B70SIM_FAIL=garbage, or weights a level-2 sleep discarded. vllm/v1/worker/gpu_worker.py
-        (0.21.0) sleeps level 2 with offload_tags=() (:173), so the weights are not kept anywhere, and
-        wake_up restores only the saved buffers (:190-196): the parameters come back as fresh memory."""
-        return self.failing("garbage") or self.weights_lost
+        """Word-salad: B70SIM_FAIL=garbage."""
+        return self.failing("garbage")
+
+    def answer_of(self, prompt: str, prompt_tokens: int) -> tuple[bool, bool]:
+        """(token id 0 only, word-salad) for this prompt. Weights a level-2 sleep discarded: vllm/v1/worker/
+        gpu_worker.py (0.21.0) sleeps level 2 with offload_tags=() (:173), so the weights are kept nowhere,
+        and wake_up restores only the saved buffers (:190-196): the parameters come back as fresh memory,
+        and real vLLM 0.24.0 then generates token id 0 only. A prompt computed then stays in the prefix
+        cache, and is answered wrong after reload_weights until /reset_prefix_cache (the GPU lane's
+        lane-h100.log)."""
+        with self.lock:
+            if self.weights_lost:
+                if prompt_tokens >= PREFIX_BLOCK_TOKENS and self.cfg.prefix_caching:
+                    self.stale_prefixes.add(prompt)
+                return True, False
+            return False, self.garbled() or prompt in self.stale_prefixes
+
+    def reload_weights(self) -> None:
+        """collective_rpc("reload_weights"): the checkpoint read again into the model's memory
+        (vllm/v1/worker/gpu_worker.py:396-397, 0.24.0)."""
+        with self.lock:
+            if "weights" not in self.sleeping_tags:
+                self.weights_lost = False
+
+    def reset_prefix_cache(self) -> None:
+        with self.lock:
+            self.stale_prefixes.clear()
 
     def is_sleeping(self) -> bool:
         """vllm/v1/engine/core.py:731-733 (0.21.0): the scheduler is paused or the executor sleeps."""
@@ -1442,8 +1555,16 @@ class Engine:
         with self.lock:
             self.sleeping_tags = SLEEP_TAGS
             self.weights_lost = self.weights_lost or level >= 2
+            self.sleep_level = level
+            self.stale_prefixes.clear()  # a sleep resets the prefix cache (vllm/v1/engine/core.py:777, 0.24.0)
         in_use = self._hold()
         freed = before - held_bytes(self.requested, self.asleep_bytes, SLEEP_TAGS)
+        if _release["024"]:
+            # vllm/device_allocator/cumem.py:206 (0.24.0): level 1 backs the weights up in host RAM.
+            kept = min(int(WEIGHTS_GIB * GIB), freed) if level < 2 else 0
+            emit("INFO", "cumem.py:206", f"CuMemAllocator: sleep freed {freed / GIB:.2f} GiB memory in total, of "
+                 f"which {kept / GIB:.2f} GiB is backed up in CPU and the rest {(freed - kept) / GIB:.2f} GiB is "
+                 "discarded directly.", proc=ENGINE)
         emit("INFO", "gpu_worker.py:178", f"Sleep mode freed {format_gib(freed)} GiB memory, {format_gib(in_use)} "
              "GiB memory is still in use.", proc=WORKER)
         emit("INFO", "abstract.py:331", f"It took {time.perf_counter() - began:.6f} seconds to fall asleep.",
@@ -1457,7 +1578,10 @@ class Engine:
         if tags is None or tags:
             self._wake_executor(tags)
         with self.lock:
-            self.paused = False
+            self.sleep_level = 0  # any wake records "awake" (vllm/v1/engine/async_llm.py:940-943, 0.24.0)
+            # 0.24 resumes the scheduler once every tag is awake (vllm/v1/engine/core.py:810-812); 0.21 at
+            # any wake (core.py:729).
+            self.paused = bool(self.sleeping_tags) and version_tuple(self.image.version) >= (0, 24)
             self.resumed.notify_all()
             return not self.sleeping_tags
 
@@ -1477,7 +1601,7 @@ class Engine:
             self.sleeping_tags = self.sleeping_tags - set(tags) if tags else frozenset()
         self._hold()
         emit("INFO", "abstract.py:349", f"It took {time.perf_counter() - began:.6f} seconds to wake up tags "
-             f"{tags if tags is not None else sleeping}.", proc=ENGINE)
+             f"{tags if tags is not None else _set_text(sleeping)}.", proc=ENGINE)
 
     def spec_rate(self, prompt_tokens: int) -> float:
         """The fraction of drafted tokens the target accepts for this prompt."""
@@ -1566,6 +1690,13 @@ class Engine:
                      "Accepted tokens per draft position.",
                      [(lab(position=str(i)), n) for i, n in enumerate(self.accepted_per_pos)]),
                 ]
+            # vllm/v1/metrics/loggers.py:498-522, 1224-1241 (0.24.0; 0.21.0 alike, its metrics.txt).
+            state = {"awake": float(self.sleep_level == 0), "weights_offloaded": float(self.sleep_level == 1),
+                     "discard_all": float(self.sleep_level == 2)}
+            rows.append(("vllm:engine_sleep_state", "gauge", "Engine sleep state; awake = 0 means engine is "
+                         "sleeping; awake = 1 means engine is awake; weights_offloaded = 1 means sleep level 1; "
+                         "discard_all = 1 means sleep level 2.",
+                         [(lab(sleep_state=k), v) for k, v in state.items()]))
             rows.append(("vllm:cache_config_info", "gauge", "Information of the LLMEngine CacheConfig",
                          [(f'block_size="{BLOCK_SIZE}",cache_dtype="{self.cfg.kv_cache_dtype}",'
                            f'enable_prefix_caching="{self.cfg.prefix_caching}",engine="0",'
@@ -1586,6 +1717,9 @@ _OUT_LOCK = threading.Lock()
 
 # The sleep router's routes as FastAPI lists them (vllm/entrypoints/serve/sleep/api_router.py:22-46).
 DEV_ROUTES = (("/sleep", "POST"), ("/wake_up", "POST"), ("/is_sleeping", "GET"))
+# 0.24 attaches more development routes with them (tests/fixtures/vllm-0.24.0-cuda/sleep-h200.log), among
+# them the two a level-2 wake needs (docker/sleepmode.py).
+DEV_ROUTES_024 = (("/reset_prefix_cache", "POST"), ("/collective_rpc", "POST"), *DEV_ROUTES)
 _ledger: list[GpuLedger] = []  # this process's memory ledger once it registered (released on SIGTERM)
 
 
@@ -1707,6 +1841,14 @@ class Handler(BaseHTTPRequestHandler):
                 raise ApiError(500, ENGINE_DEAD, "InternalServerError")
             if path in ("/sleep", "/wake_up") and self.engine.knobs.dev_mode:
                 self._sleep_route(path)
+            elif path == "/collective_rpc" and self.engine.knobs.dev_mode:
+                self._collective_rpc(body)
+            elif path == "/reset_prefix_cache" and self.engine.knobs.dev_mode:
+                # vllm/entrypoints/serve/dev/cache/api_router.py:20-43 (0.24.0): logs, resets, an empty 200.
+                emit("INFO", "api_router.py:38", "Resetting prefix cache...")
+                self.engine.reset_prefix_cache()
+                emit("INFO", "block_pool.py:685", "Successfully reset prefix cache", proc=ENGINE)
+                self._send(200, b"", "application/json")
             elif path == "/v1/completions":
                 self._completions(body)
             elif path == "/v1/chat/completions":
@@ -1746,6 +1888,25 @@ class Handler(BaseHTTPRequestHandler):
         awake = eng.wake_up(tags)
         self._finish_sleep_route({"status": "awake" if awake else "sleeping", "tags": tags})
 
+    def _collective_rpc(self, body: dict[str, Any]) -> None:
+        """vllm/entrypoints/serve/dev/rpc/api_router.py:23-54 (0.24.0): {"method": M} runs M on every worker;
+        a missing method is a 400; a method returning None answers an empty 200 ({"results": [...]} else).
+        The sim knows reload_weights (vllm/v1/worker/gpu_worker.py:396-397); another method is an error
+        from the worker, as vLLM's AttributeError would be."""
+        method = body.get("method")
+        if method is None:
+            self._json(400, {"detail": "Missing 'method' in request body"})
+            return
+        if method != "reload_weights":
+            raise ApiError(500, f"'Worker' object has no attribute '{method}'", "InternalServerError")
+        began = time.perf_counter()
+        time.sleep(self.engine.knobs.reload_seconds)
+        self.engine.reload_weights()
+        emit("WARNING", "layerwise.py:255", "RotaryEmbedding: Failed to load weights", proc=ENGINE)
+        emit("INFO", "gpu_model_runner.py:5455",
+             f"Reloading and processing weights took {time.perf_counter() - began:.2f} seconds", proc=ENGINE)
+        self._send(200, b"", "application/json")
+
     def _finish_sleep_route(self, body: dict[str, Any]) -> None:
         if _release["032"]:
             self._json(200, body)
@@ -1782,7 +1943,8 @@ class Handler(BaseHTTPRequestHandler):
             text = str(prompt)
             n_prompt = count_tokens(text)
         max_tokens = self._limits(body, n_prompt, 16, chat=False)
-        toks, reason = generate(text, max_tokens, chat=False, garbage=eng.garbled(),
+        zero, salad = eng.answer_of(text, n_prompt)
+        toks, reason = generate(text, max_tokens, chat=False, garbage=salad, zero=zero,
                                 ignore_eos=bool(body.get("ignore_eos")))
         rid, created = eng.new_id("cmpl"), int(time.time())
         eng.maybe_die()
@@ -1886,7 +2048,9 @@ class Handler(BaseHTTPRequestHandler):
         """The reply's tokens: a thinking model's trace first (B70SIM_THINK_TOKENS, unless the request
         turns thinking off), then the tool call or the answer in what is left of max_tokens."""
         eng = self.engine
-        garbage = eng.garbled()
+        last_user = next((message_text(m.get("content")) for m in reversed(msgs) if m.get("role") == "user"), "")
+        zero, garbage = eng.answer_of(last_user, count_tokens(last_user))
+        garbage = garbage or zero
         call = None if garbage else self._tool_call(body, msgs)
         think = eng.knobs.think_tokens if (eng.knobs.think_always or thinking_on(body)) and not garbage else 0
         trace = think_pieces(think)
@@ -1898,8 +2062,8 @@ class Handler(BaseHTTPRequestHandler):
             if len(args) > left:
                 return ChatReply(trace, args[:left], "length")  # the call never closed: no tool call
             return ChatReply(trace, args, "tool_calls", call)
-        last_user = next((message_text(m.get("content")) for m in reversed(msgs) if m.get("role") == "user"), "")
-        toks, reason = generate(last_user, left, chat=True, garbage=garbage, ignore_eos=bool(body.get("ignore_eos")))
+        toks, reason = generate(last_user, left, chat=True, garbage=garbage, zero=zero,
+                                ignore_eos=bool(body.get("ignore_eos")))
         return ChatReply(trace, toks, reason)
 
 
@@ -1956,6 +2120,9 @@ def _on_sigterm(signum: int, frame: object) -> None:
     if _release["032"]:
         for proc, where, msg in SHUTDOWN_032:
             emit("INFO", where, msg, proc=proc)
+    elif _release["024"]:
+        for proc, where, msg in SHUTDOWN_024:
+            emit("INFO", where, msg, proc=proc)
     else:
         emit("INFO", "core.py:1242", "Shutdown initiated (timeout=0)", proc=ENGINE)
         emit("INFO", "core.py:1265", "Shutdown complete", proc=ENGINE)
@@ -1999,6 +2166,7 @@ def serve(argv: Sequence[str], env: Mapping[str, str] | None = None,
     start = time.monotonic()
     image = probe_image(knobs)
     _release["032"] = is_032(image.version)
+    _release["024"] = is_024(image.version) and knobs.platform == "cuda"
     model_config = read_model_config(cfg.model, knobs.models_dir, hub_cache_dir(env))
     broken = (model_config or {}).get("b70sim_fail")
     if isinstance(broken, str) and broken in FAIL_MODES:
@@ -2062,7 +2230,8 @@ def serve(argv: Sequence[str], env: Mapping[str, str] | None = None,
         emit("INFO", "parser_manager.py:202", '"auto" tool choice has been enabled.')
     emit("INFO", "api_server.py:617", server_start_line(image.version, cfg.host, cfg.port))
     emit("INFO", "launcher.py:37", "Available routes are:")
-    for route, methods in (*(ROUTES_032 if _release["032"] else ROUTES), *(DEV_ROUTES if knobs.dev_mode else ())):
+    dev = DEV_ROUTES_024 if version_tuple(image.version) >= (0, 24) else DEV_ROUTES
+    for route, methods in (*(ROUTES_032 if _release["032"] else ROUTES), *(dev if knobs.dev_mode else ())):
         emit("INFO", "launcher.py:46", f"Route: {route}, Methods: {methods}")
     emit_uvicorn(f"Started server process [{os.getpid()}]")
     emit_uvicorn("Waiting for application startup.")

@@ -137,7 +137,7 @@ def test_sleep_and_wake_as_vllm_021(serving: Any, capsys: pytest.CaptureFixture[
     assert r.status_code == 200 and r.content == b""
     assert requests.get(f"{url}/is_sleeping", timeout=5).json() == {"is_sleeping": True}
     log = capsys.readouterr().out
-    assert re.search(r"\(Worker pid=\d+\) INFO .* \[gpu_worker\.py:178\] Sleep mode freed 28\.44 GiB memory, 1\.0 GiB "
+    assert re.search(r"\(Worker pid=\d+\) INFO .* \[gpu_worker\.py:178\] Sleep mode freed 27\.47 GiB memory, 1\.97 GiB "
                      r"memory is still in use\.", log), log
     assert re.search(r"\(EngineCore pid=\d+\) INFO .* \[abstract\.py:331\] It took \d+\.\d{6} seconds to fall "
                      r"asleep\.", log)
@@ -184,13 +184,14 @@ def test_wake_by_tags_and_level_0(serving: Any, capsys: pytest.CaptureFixture[st
     assert requests.get(f"{url}/is_sleeping", timeout=5).json() == {"is_sleeping": False}
 
 
-def test_level_2_wake_without_weights_speaks_salad(serving: Any) -> None:
+def test_level_2_wake_without_weights_generates_token_id_0(serving: Any) -> None:
+    """As real vLLM 0.24.0 did on the GPU lane (tests/fixtures/vllm-0.24.0-cuda/results-cycle-h100.json)."""
     url, _ = serving({"B70SIM_PLATFORM": "cuda", "VLLM_SERVER_DEV_MODE": "1"}, "--enable-sleep-mode")
     assert "Paris" in _complete(url).json()["choices"][0]["text"]
     requests.post(f"{url}/sleep?level=2", timeout=10)
     requests.post(f"{url}/wake_up", timeout=10)
     r = _complete(url)
-    assert r.status_code == 200 and "Paris" not in r.json()["choices"][0]["text"]
+    assert r.status_code == 200 and r.json()["choices"][0]["text"] == "!!!!"
 
 
 def test_032_answers_json_and_checks_the_level(serving: Any) -> None:
