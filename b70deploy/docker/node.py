@@ -35,7 +35,7 @@ from .health import wait_healthy
 from .keep import REPO, keep_tag, revision_of
 from .probe import probe_health
 from .proc import explain, last_line, run
-from .smoke import run_smoke, served_version
+from .smoke import one_completion, run_smoke, served_version
 from .verify import load_bound, readings, remote_readings
 
 if TYPE_CHECKING:
@@ -227,8 +227,9 @@ class DockerNode(DeployDir):
     def probe_health(self) -> int | None:
         return probe_health(f"{self.base_url}/health")
 
-    def smoke(self, stack: Stack) -> tuple[list[str], list[str]]:
-        return run_smoke(self.base_url, stack, timeout=self.node.config.timeouts.smoke)
+    def smoke(self, stack: Stack, *, one: bool = False) -> tuple[list[str], list[str]]:
+        check = one_completion if one else run_smoke
+        return check(self.base_url, stack, timeout=self.node.config.timeouts.smoke)
 
     def served_version(self) -> str | None:
         return served_version(self.base_url)
@@ -305,9 +306,13 @@ class DockerNode(DeployDir):
         name = standby.slot_project(self.project, slot)
         standby.retire(self.project, slot, stop_timeout=STOP_TIMEOUT)  # a killed run's half-made slot
         # Its own loopback port: Compose takes VLLM_PORT from the environment before the .env file.
-        env = {**os.environ, "VLLM_PORT": str(standby.free_port())}
+        port = standby.free_port(self.node.config.ports.standby, taken=standby.ports_taken(self.project, self.service))
+        env = {**os.environ, "VLLM_PORT": str(port)}
         run(Compose(self.deploy_dir, name).create([self.service], stop_timeout=STOP_TIMEOUT), timeout=300, env=env)
+
+    def start_beside(self, slot: int) -> None:
         standby.join_door(self.project, self.service, slot)
+        standby.slots(self.project, self.service)[slot].box.start()
 
     def wake(self, slot: int) -> float:
         return standby.wake(self.project, self.service, slot)

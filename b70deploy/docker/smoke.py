@@ -143,6 +143,22 @@ def run_smoke(base_url: str, stack: Stack, *, timeout: float = 120.0) -> tuple[l
     return passed, failed
 
 
+def one_completion(base_url: str, stack: Stack, *, timeout: float = 120.0) -> tuple[list[str], list[str]]:
+    """A woken standby's check (deploy/steps.py): its declared completion test, else one token asked
+    for. It passed every smoke test when it went to sleep; what a wake can still get wrong is the
+    answer (a level-2 wake without its weights reloaded emits garbage: reference/gpu-lane.md)."""
+    try:
+        if stack.smoke.completion is not None:
+            ok, text = _completion(base_url, stack, timeout)
+        else:
+            data = _post(f"{base_url}/v1/completions", {"model": stack.served_model_names[0], "prompt": "Hello",
+                                                        "max_tokens": 1, "temperature": 0}, timeout)
+            ok, text = bool(data["choices"]), f"one completion on {stack.served_model_names[0]}"
+    except (requests.RequestException, RuntimeError, KeyError, IndexError, TypeError, ValueError) as e:
+        ok, text = False, f"completion: {e}"
+    return ([text], []) if ok else ([], [text])
+
+
 def _aliases(base_url: str, stack: Stack, timeout: float) -> tuple[bool, str]:
     resp = requests.get(f"{base_url}/v1/models", timeout=timeout)
     try:

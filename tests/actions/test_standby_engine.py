@@ -210,3 +210,39 @@ def test_standby_drain_and_restore_stop_and_start_the_slot_that_serves(standby_n
     node.cli("restore", check=True)
     stack, _, now = served(node)
     assert (stack, now["Id"]) == ("alpha", alpha["Id"]) and len(ours(node)) == 1  # no second vllm made
+
+
+def test_standby_a_run_killed_in_activate_is_recovered_to_the_slot_status_names(standby_node: SimNode) -> None:
+    """Issue 35's kill: SIGKILL at activate of a switch whose boot is held (B70SIM_HOLD_UNTIL), so the killed
+    run's slot runs on the door's network, never healthy. The rollback `status` advises removes that slot (no
+    run recorded it as a revision), wakes beta's, and from outside the slot that serves through the door is
+    the revision `status` names: its labels and argv, a completion; at most one slot asleep; the next switch
+    succeeds."""
+    node = standby_node
+    node.cli("switch", "alpha", "--yes", check=True)
+    node.cli("switch", "beta", "--yes", check=True)
+    _, _, beta = served(node)
+    killed = node.cli("switch", "held", "--yes", env={"B70DEPLOY_FAULT": "during:activate"})
+    assert killed.returncode == -9, killed.stdout + killed.stderr
+    booting = [b for b in ours(node) if b["Config"]["Labels"]["com.docker.compose.project"] == f"{node.project}-r3"]
+    assert booting and booting[0]["State"]["Running"]  # the killed run's slot, held in its boot
+    assert f"{node.project}_default" in booting[0]["NetworkSettings"]["Networks"]
+    st = node.json("status")
+    assert st["interrupted"]["step"] == "activate" and "b70deploy rollback" in st["fix"], st
+    done = node.cli("rollback", "--yes")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "removed slot 3" in done.stdout + done.stderr, done.stdout + done.stderr
+    stack, length, now = served(node)  # a completion through the door, and the one awake container on its network
+    st = node.json("status")
+    assert (stack, length) == ("beta", 262144) and now["Id"] == beta["Id"]  # woken, not booted
+    assert st["current"]["stack"] == "beta" and st["differs"] == [], st
+    assert st["serving_slot"] == {"slot": 2, "revision": st["current"]["number"]}, st
+    assert now["Config"]["Labels"]["com.docker.compose.project"] == f"{node.project}-r2"
+    argv = " ".join(now["Config"]["Cmd"])
+    assert "262144" in argv and "--enable-sleep-mode" in argv, argv  # beta's own command line
+    slots = ours(node)
+    assert f"{node.project}-r3" not in [b["Config"]["Labels"]["com.docker.compose.project"] for b in slots]
+    assert sum(1 for b in slots if b["State"]["Running"] and sleeping(b)) <= 1
+    node.cli("switch", "alpha", "--yes", check=True)
+    stack, _, _ = served(node)
+    assert stack == "alpha" and sum(1 for b in ours(node) if b["State"]["Running"] and sleeping(b)) <= 1
