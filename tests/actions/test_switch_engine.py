@@ -357,3 +357,19 @@ def test_the_compose_file_is_written_on_the_walk_cli_actions_deploy_state(node: 
     assert r.returncode == 0, r.stdout + r.stderr
     assert node.answers() == "alpha"
     assert seen == [["cli", "actions", "deploy"]] and real.__module__ == "b70deploy.state.fsio"
+
+
+@pytest.mark.parametrize("signal_name", ["TERM", "INT"])
+def test_a_signal_after_the_commit_ends_with_the_commits_outcome_and_exit_0(node: SimNode, signal_name: str) -> None:
+    """Issue 35: SIGTERM (or Ctrl-C) that lands once the run committed: the node serves the new revision, so
+    the command says so and exits 0, and the audit line says ok, naming the signal."""
+    node.cli("switch", "alpha", "--yes", check=True)
+    r = node.cli("switch", "beta", "--yes", env={"B70DEPLOY_FAULT": f"after:commit:{signal_name}"})
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "node on revision 2 (beta)" in r.stdout and "terminated" not in r.stderr, r.stdout + r.stderr
+    assert f"SIG{signal_name} came after the commit" in r.stdout + r.stderr
+    last = node.json("audit")[-1]
+    assert (last["command"], last["outcome"], last["signals_after_commit"]) == ("switch beta", "ok",
+                                                                                [f"SIG{signal_name}"]), last
+    st = node.json("status")
+    assert st["current"]["stack"] == "beta" and st["differs"] == [] and _serves(node) == "beta", st

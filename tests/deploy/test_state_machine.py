@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import tempfile
 from collections.abc import Iterator
 from dataclasses import replace
@@ -22,6 +23,7 @@ from kit.fakenode import FakeNode, Quiet, stack_files
 
 from b70deploy.actions.rollback import resolve_target
 from b70deploy.config.schema import Smoke, Stack
+from b70deploy.deploy import interrupts
 from b70deploy.deploy.driver import Driver, Outcome
 from b70deploy.deploy.plan import DeployPlan, ImageInfo, Kind, StandbyPlan, Waits
 from b70deploy.deploy.runner import Killed
@@ -496,3 +498,21 @@ def test_the_standby_kept_is_the_one_asleep_most_recently(root: Path) -> None:
     b.node.images.add("img-delta")
     assert b.driver().execute("switch delta", plan_for("delta", standby=StandbyPlan())).ok
     assert b.node.slots() == {2: "asleep", 5: "live"}, b.node.slots()
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["TERM", "INT"])
+def test_a_real_signal_after_the_commit_is_noted_and_the_run_ends_with_the_commit(root: Path, signum: int) -> None:
+    """Under the CLI's handlers (interrupts.installed), a signal delivered between commit and companions is
+    noted: the run finishes, the outcome is the commit's, exit 0, and it names the signal."""
+    b = Bench(root, door=True)
+    plain = b.fault
+
+    def signal_after_commit(point: str, step: str) -> None:
+        plain(point, step)
+        if (point, step) == ("after", "commit"):
+            os.kill(os.getpid(), signum)
+
+    with interrupts.installed():
+        outcome = Driver(b.state, b.node, Quiet(), fault=signal_after_commit).execute("switch beta", plan_for("beta"))
+    assert outcome.ok and outcome.exit_code == 0 and outcome.signals == [signal.Signals(signum).name], outcome
+    assert b.agreed() == "beta"
