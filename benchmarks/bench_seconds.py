@@ -47,8 +47,9 @@ _WOKE = re.compile(r"It took ([0-9.]+) seconds to wake up")
 def cli(node: Node, code: Path, *args: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "PYTHONPATH": str(code), "B70DEPLOY_CONFIG": str(node.bench.config)}
     env.pop("B70DEPLOY_FAULT", None)
+    # cwd outside both checkouts: `python -m` puts the cwd first on sys.path, before PYTHONPATH
     return subprocess.run([sys.executable, "-m", "b70deploy.cli", *args], capture_output=True, text=True, env=env,
-                          timeout=600, check=False)
+                          timeout=600, check=False, cwd=node.bench.root)
 
 
 def slot_boxes(node: Node) -> dict[str, str]:
@@ -102,7 +103,7 @@ def measure(node: Node, code: Path, op: str, argv: list[str], *, must_fail: bool
     got = {"operation": op, "longest_wait_s": seen["longest_wait_s"], "engine_s": round(engine, 3) if engine else None,
            "failed": seen["failed"], "failed_kinds": seen["failed_kinds"], "requests": seen["requests"],
            "command_s": round(end - start, 3), "load1": round((load + os.getloadavg()[0]) / 2, 2)}
-    log(f"{code.name} {op}: {got}")
+    log(f"{code} {op}: {got}")
     return got
 
 

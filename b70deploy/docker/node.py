@@ -13,7 +13,7 @@ import tempfile
 import time
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -84,6 +84,9 @@ class DockerNode(DeployDir):
     node: Node
     project: str
     port: int
+    # The standby slot the probes reach, looked up once per change of slots (the lock holds them still
+    # between): every probe asked the engine again, ~0.1-0.3 s of the clients' wait each on a busy host.
+    reach: dict[str, standby.Slot | None] = field(default_factory=dict, compare=False, repr=False)
 
     @classmethod
     def production(cls, node: Node) -> DockerNode:
@@ -108,8 +111,19 @@ class DockerNode(DeployDir):
         """The standby slot the door and the probes reach; None: the project's own vllm (no door: never a slot)."""
         return standby.reached(self.project, self.service) if "DOOR_PORT" in self._deployed_env() else None
 
+    def _probed(self) -> standby.Slot | None:
+        """_reached, kept until this node changes its slots (its status may be old: for ports and names)."""
+        if "DOOR_PORT" not in self._deployed_env():
+            return None
+        if "slot" not in self.reach:
+            self.reach["slot"] = standby.reached(self.project, self.service)
+        return self.reach["slot"]
+
+    def _moved(self) -> None:
+        self.reach.clear()
+
     def _vllm_project(self) -> str:
-        slot = self._reached()
+        slot = self._probed()
         return standby.slot_project(self.project, slot.number) if slot is not None else self.project
 
     @property
@@ -124,7 +138,7 @@ class DockerNode(DeployDir):
         return {k: v for k, v in dotenv_values(stream=io.StringIO(text)).items() if v is not None}
 
     def _vllm_port(self) -> int:
-        slot = self._reached()
+        slot = self._probed()
         if slot is not None and slot.port is not None:
             return slot.port
         env = self._deployed_env()
@@ -139,6 +153,7 @@ class DockerNode(DeployDir):
         return compose_config(files, self.project)
 
     def up(self, services: Sequence[str], *, recreate: bool = True) -> None:
+        self._moved()
         slot = self._reached() if not recreate and self.service in services else None
         if slot is not None:  # `restore` after `drain` on a standby node: the slot the door reaches starts again
             if slot.status != "running":
@@ -149,6 +164,7 @@ class DockerNode(DeployDir):
         self._compose(self.compose.up(services, recreate=recreate), services)
 
     def replace(self, service: str, *, stopping: Sequence[str]) -> None:
+        self._moved()
         with ThreadPoolExecutor(max_workers=1, thread_name_prefix="drain") as pool:
             stopped = pool.submit(contextvars.copy_context().run, self.stop, stopping) if stopping else None
             self._compose(self.compose.create([service], stop_timeout=STOP_TIMEOUT), [service])
@@ -175,6 +191,7 @@ class DockerNode(DeployDir):
                 time.sleep(1.0)
 
     def stop(self, services: Sequence[str]) -> None:
+        self._moved()
         slot = self._reached() if self.service in services else None
         if slot is not None and slot.status == "running":  # `drain` on a standby node: the slot that serves
             slot.box.stop(timeout=STOP_TIMEOUT)
@@ -303,6 +320,7 @@ class DockerNode(DeployDir):
         return standby.doze(self.project, self.service, slot, level)
 
     def boot_beside(self, slot: int) -> None:
+        self._moved()
         name = standby.slot_project(self.project, slot)
         standby.retire(self.project, slot, stop_timeout=STOP_TIMEOUT)  # a killed run's half-made slot
         # Its own loopback port: Compose takes VLLM_PORT from the environment before the .env file.
@@ -311,13 +329,16 @@ class DockerNode(DeployDir):
         run(Compose(self.deploy_dir, name).create([self.service], stop_timeout=STOP_TIMEOUT), timeout=300, env=env)
 
     def start_beside(self, slot: int) -> None:
+        self._moved()
         standby.join_door(self.project, self.service, slot)
         standby.slots(self.project, self.service)[slot].box.start()
 
     def wake(self, slot: int) -> float:
+        self._moved()
         return standby.wake(self.project, self.service, slot)
 
     def retire(self, slot: int) -> None:
+        self._moved()
         standby.retire(self.project, slot, stop_timeout=STOP_TIMEOUT)
 
     # ---- time
