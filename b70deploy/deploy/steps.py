@@ -475,6 +475,8 @@ def _undo_drain_standby(r: Run) -> None:
     got = r.got
     if got.rollback_wait is not None and got.rollback_wait.healthy and r.io.probe_health() == 200:
         _reopen(r)  # undo activate brought the previous revision back already
+        if got.slot is not None and not got.woken and got.slot in r.io.slots():
+            _retire(r, got.slot)  # a crashed slot, left for after the door reopened
         return
     if got.slot is not None and not got.woken and got.slot in r.io.slots():
         _retire(r, got.slot)
@@ -541,14 +543,17 @@ def _activate_standby(r: Run) -> None:
 
 
 def _undo_activate_standby(r: Run) -> None:
-    """The failed slot's log kept and the slot removed, then the previous revision back: woken from
-    its sleep and checked, or, outside the slots, booted from its files."""
+    """The failed slot's log kept and the slot removed when it holds the device (a crashed one is removed
+    by the undo of drain, once the door reopened), then the previous revision back: woken from its sleep
+    and checked, or, outside the slots, booted from its files."""
     got = r.got
     _join_ahead(r)
     if got.wait is None or got.wait.healthy:
         _save_log(r)
-    if got.slot is not None and got.slot in r.io.slots():
-        _retire(r, got.slot)  # a woken standby that failed its checks included: it cannot serve
+    state = r.io.slots().get(got.slot) if got.slot is not None else None
+    if state is not None and (got.woken or state in ("live", "awake", "asleep", "running", "restarting")):
+        _retire(r, got.slot)  # it holds the device (a woken standby that failed its checks included)
+    # else a crashed slot holds nothing: it is removed after the door reopens (undo of drain), not in the wait
     if got.previous is None:
         r.info("no previous revision to return to")
         return

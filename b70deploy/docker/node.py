@@ -330,8 +330,7 @@ class DockerNode(DeployDir):
 
     def start_beside(self, slot: int) -> None:
         self._moved()
-        standby.join_door(self.project, self.service, slot)
-        standby.slots(self.project, self.service)[slot].box.start()
+        standby.join_door(self.project, self.service, slot).box.start()
 
     def wake(self, slot: int) -> float:
         self._moved()

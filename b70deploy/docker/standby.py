@@ -136,7 +136,7 @@ def ports_taken(project: str, service: str) -> set[int]:
     return {s.port for s in slots(project, service).values() if s.port is not None}
 
 
-def join_door(project: str, service: str, slot: int) -> None:
+def join_door(project: str, service: str, slot: int) -> Slot:
     """Make `slot` the one container named `service` on the door's network: the others leave it."""
     net = engine.client().networks.get(network(project))
     found = slots(project, service)
@@ -149,6 +149,7 @@ def join_door(project: str, service: str, slot: int) -> None:
         raise OperationError(f"standby slot {slot} has no container", fix="b70deploy status")
     if not mine.on_door:
         net.connect(mine.box, aliases=[service])
+    return mine
 
 
 def _post(slot: Slot, path: str) -> None:
