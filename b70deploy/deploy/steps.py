@@ -551,7 +551,8 @@ def _undo_activate_standby(r: Run) -> None:
     if got.wait is None or got.wait.healthy:
         _save_log(r)
     state = r.io.slots().get(got.slot) if got.slot is not None else None
-    if state is not None and (got.woken or state in ("live", "awake", "asleep", "running", "restarting")):
+    if got.slot is not None and state is not None and (got.woken or state in ("live", "awake", "asleep", "running",
+                                                                              "restarting")):
         _retire(r, got.slot)  # it holds the device (a woken standby that failed its checks included)
     # else a crashed slot holds nothing: it is removed after the door reopens (undo of drain), not in the wait
     if got.previous is None:
