@@ -23,6 +23,7 @@ from typing import Any
 import pytest
 import requests
 import yaml
+from kit.ports import free_span
 from kit.simnode import OWN_LABEL, SimNode, docker
 from simkit import unavailable
 
@@ -246,3 +247,17 @@ def test_standby_a_run_killed_in_activate_is_recovered_to_the_slot_status_names(
     node.cli("switch", "alpha", "--yes", check=True)
     stack, _, _ = served(node)
     assert stack == "alpha" and sum(1 for b in ours(node) if b["State"]["Running"] and sleeping(b)) <= 1
+
+
+def test_standby_slots_publish_on_ports_from_the_configured_range(standby_node: SimNode) -> None:
+    """Issue 35: `ports.standby: [FIRST, LAST]` keeps every slot's loopback port in that range."""
+    node = standby_node
+    span = free_span(3)
+    cfg = yaml.safe_load(node.config.read_text())
+    cfg["ports"]["standby"] = [span[0], span[-1]]
+    node.config.write_text(yaml.safe_dump(cfg))
+    node.cli("switch", "alpha", "--yes", check=True)
+    node.cli("switch", "beta", "--yes", check=True)
+    assert served(node)[0] == "beta"
+    ports = sorted(port_of(b) for b in ours(node))
+    assert len(ports) == 2 and all(span[0] <= p <= span[-1] for p in ports), (ports, span)
