@@ -330,7 +330,9 @@ class DockerNode(DeployDir):
 
     def start_beside(self, slot: int) -> None:
         self._moved()
-        standby.join_door(self.project, self.service, slot).box.start()
+        joined = standby.join_door(self.project, self.service, slot)
+        joined.box.start()
+        self.reach["slot"] = joined  # what the probes reach now: its port and name (not its status)
 
     def wake(self, slot: int) -> float:
         self._moved()
