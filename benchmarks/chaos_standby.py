@@ -5,8 +5,8 @@ chaos.py's trials (its node, its signal and recovery machinery) on a node with t
 sleep` (the sim reporting vLLM 0.32.0 on XPU, where vLLM has sleep mode; bench_standby.py's image). Each trial
 runs, by its index, `b70deploy switch` to the stack that does not serve (a new slot boots beside the live one,
 which sleeps) or `b70deploy rollback` (the sleeping revision is woken), sends SIGKILL after a delay drawn
-uniformly over that operation's typical duration (measured first on clean runs; `--window` shortens it to
-where the node changes), then follows `status
+uniformly over that operation's typical duration (measured first on clean runs; `--start` and `--window`
+narrow it to where the node changes: the CLI's start and plan come first), then follows `status
 --json`'s advice (chaos.py `follow_advice`) until it advises nothing.
 
 The outside check, beyond the tool's report:
@@ -158,10 +158,11 @@ def operation(node: StandbyNode, index: int) -> list[str]:
     return ["switch", "beta" if node.serving() == "alpha" else "alpha", "--yes"]
 
 
-def trial(node: StandbyNode, seed: int, index: int, typical: dict[str, float], window: float) -> dict[str, Any]:
+def trial(node: StandbyNode, seed: int, index: int, typical: dict[str, float],
+          window: tuple[float, float]) -> dict[str, Any]:
     rng = random.Random(f"{seed}:{index}")
     argv = operation(node, index)
-    delay = rng.random() * typical[argv[0]] * window
+    delay = rng.uniform(*window) * typical[argv[0]]
     journal = node.state / "journal.jsonl"
     offset = journal.stat().st_size if journal.exists() else 0
     proc = subprocess.Popen(node.argv(*argv), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
@@ -204,7 +205,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         result["typical_seconds"] = typical
         log(f"typical: {typical}")
         for i in range(args.trials):
-            t = trial(node, args.seed, i, typical, args.window)
+            t = trial(node, args.seed, i, typical, (args.start, args.window))
             result["trials"].append(t)
             log(f"trial {i} {t['operation']} killed at {t['delay']:.2f} s in {t['killed_in']}: advised "
                 f"{t['advised'] or 'nothing'} picked {t['picked']}; "
@@ -227,8 +228,9 @@ def main() -> int:
     p.add_argument("--trials", type=int, default=30)
     p.add_argument("--seed", type=int, default=None, help="RNG seed (default: random, printed)")
     p.add_argument("--boot", type=float, default=1.0, help="sim boot delay, B70SIM_BOOT_SECONDS (default 1)")
-    p.add_argument("--window", type=float, default=1.0,
-                   help="delays drawn over [0, WINDOW x the typical duration) (default 1: the whole run)")
+    p.add_argument("--start", type=float, default=0.0,
+                   help="delays drawn over [START, WINDOW) x the typical duration (default 0: from the start)")
+    p.add_argument("--window", type=float, default=1.0, help="see --start (default 1: to the typical end)")
     p.add_argument("--json", type=Path)
     args = p.parse_args()
     if args.seed is None:

@@ -459,8 +459,11 @@ def _drain_standby(r: Run) -> None:
         record = r.book.read().get(live)
         r.book.asleep(live, record.revision if record is not None else live)
         r.info(f"standby: revision {live}'s slot fell asleep at level {sb.level} in {took:.2f} s")
-    elif r.io.container_status() not in ("missing", "exited"):
-        r.io.stop([r.io.service])  # outside the slots: it stops first, as without standby
+    elif not slots and r.io.container_status() not in ("missing", "exited"):
+        # outside the slots (the first standby switch of a stop-first node): it stops first, as without
+        # standby. Never with slots: the one the probes reach may be a sleeper still on the door's network
+        # (a run killed before activate), and stopping it would take the revision it holds.
+        r.io.stop([r.io.service])
         r.info(f"standby: stopped {r.io.service} (it runs outside the standby slots)")
     r.io.door_sync()  # the door's network is where the new slot joins
     if got.woken:

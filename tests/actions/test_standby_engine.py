@@ -261,3 +261,25 @@ def test_standby_slots_publish_on_ports_from_the_configured_range(standby_node: 
     assert served(node)[0] == "beta"
     ports = sorted(port_of(b) for b in ours(node))
     assert len(ports) == 2 and all(span[0] <= p <= span[-1] for p in ports), (ports, span)
+
+
+def test_standby_a_run_killed_before_activate_is_rolled_back_by_waking_the_sleeper_never_stopping_it(
+        standby_node: SimNode) -> None:
+    """chaos_standby.py found it: killed between drain and activate, beta's slot sleeps still joined to the door's
+    network, so the probes reach it; the rollback took it for a stack outside the slots and stopped it, then
+    woke nothing and booted beta cold in the project's own container. Now it is woken: the same container,
+    never restarted, serves beta through the door."""
+    node = standby_node
+    node.cli("switch", "alpha", "--yes", check=True)
+    node.cli("switch", "beta", "--yes", check=True)
+    _, _, beta = served(node)
+    killed = node.cli("switch", "alpha", "--yes", env={"B70DEPLOY_FAULT": "before:activate"})
+    assert killed.returncode == -9, killed.stdout + killed.stderr
+    done = node.cli("rollback", "--yes")
+    assert done.returncode == 0, done.stdout + done.stderr
+    stack, _, now = served(node)
+    assert (stack, now["Id"], now["State"]["StartedAt"]) == ("beta", beta["Id"], beta["State"]["StartedAt"])
+    assert not docker("ps", "-aq", "--filter", f"label=com.docker.compose.project={node.project}",
+                      "--filter", "label=com.docker.compose.service=vllm").stdout.split()  # no own container
+    st = node.json("status")
+    assert st["differs"] == [] and st["serving_slot"] == {"slot": 2, "revision": st["current"]["number"]}, st
