@@ -10,7 +10,7 @@ the rooms above it in this list.
                  the step journal (journal), the deploy lock (lock), the audit log (audit),
                  atomic files and the one file-mode rule (fsio), who and when (stamps), the
                  warm-boot compile caches (caches), room on its disk and writes that must not
-                 stop an undo (space)
+                 stop an undo (space), the standby slots' records (slots)
     config/      what the operator writes: stack and node schema (schema), the catalogue with
                  `extends:` (catalogue), parsed stack files kept by content hash (doc_cache),
                  node config loading (node) and its validated settings kept between runs

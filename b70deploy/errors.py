@@ -19,6 +19,7 @@ B70Error:
     |       +-- LockBusy           state/lock.py: another command holds the node
     |       +-- StaleLock          state/lock.py: the holder died mid-run (resume/rollback/unlock)
     |       +-- StateDirFull       state/space.py: too little room for a run, refused before the drain
+    |       +-- NodeBusy           errors.py: the host's load over its bound, refused before the drain
     +-- StepFailed                 deploy/runner.py: a step raised; carries the cause and the
     |                              undo errors; deploy/driver.py turns it into the Outcome
     +-- BootFailed                 docker/health.py: inside wait_healthy only (fatal line, exit,
@@ -75,6 +76,11 @@ class OperationError(B70Error):
     the container's last log lines after a newline (the dark boot does): they are kept."""
 
     exit_code = EXIT_FAILED
+
+
+class NodeBusy(OperationError):
+    """The host is busy (its load over the node config's load_threshold): the switch is refused before
+    the drain, the clients still served and nothing changed (deploy/steps.py `idle`)."""
 
 
 class Declined(OperationError):

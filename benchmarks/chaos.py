@@ -84,7 +84,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 from switch_bench import remove_keep_tags  # noqa: E402  (benchmarks/ is on sys.path)
 
-from b70deploy import interrupts  # noqa: E402
+from b70deploy.deploy import interrupts  # noqa: E402
 from b70deploy.sim.box import write_models  # noqa: E402
 from b70deploy.sim.image import TAGS as SIM_TAGS  # noqa: E402
 

@@ -84,6 +84,7 @@ def status(node: Node) -> dict[str, Any]:
                                   "fix": "b70deploy resume (finish it) or b70deploy rollback (undo it)"}
         out["container"] = box.result()
         out["standbys"] = [s for s in asleep.result() if not (s["on_door"] and not s["asleep"])]
+        out["serving_slot"] = serving_slot(node)
         code = health.result()
         out["health"] = code if code is not None else "refused"
         out["door"] = door_view(node)
@@ -123,12 +124,25 @@ def standbys(node: Node) -> list[dict[str, Any]]:
         return []
 
 
+def serving_slot(node: Node) -> dict[str, int] | None:
+    """The standby slot the records say serves, and as which revision (state/slots.py); None without one."""
+    from ..state.slots import SlotBook
+
+    try:
+        found = [r for r in SlotBook(node.state_dir).read().values() if r.asleep_since is None]
+    except UserError:
+        return None
+    return {"slot": found[0].slot, "revision": found[0].revision} if found else None
+
+
 def _container(node: Node) -> dict[str, Any]:
     from ..deploy.deploydir import WORKING_DIR
     from ..docker.containers import inspect_service, standby_slots, state_from
 
     try:
-        live = [s for s in standby_slots(node.project, node.service) if s["on_door"] and s["status"] == "running"]
+        serving = serving_slot(node)
+        live = [s for s in standby_slots(node.project, node.service) if s["on_door"] and s["status"] == "running"
+                and (serving is None or s["slot"] == serving["slot"])]  # the recorded slot, never a killed run's
         # behind the door, the slot on its network is what serves (docker/standby.py); else the project's vllm
         attrs = live[0]["doc"] if live else inspect_service(node.project, node.service)
     except B70Error as e:  # the engine may be down; status must still answer, and say so
@@ -167,7 +181,12 @@ def differences(node: Node, store: RevisionStore, cur: Revision | None,
     from ..deploy.deploydir import drift
 
     found = drift(node, cur, box)
-    held = holds_revision(node, cur) if found and box.get("status") == "running" else None
+    serving = st.get("serving_slot")
+    if serving is not None and serving["revision"] != cur.number:
+        return [*found, f"standby slot {serving['slot']} serves as revision {serving['revision']}, not the current "
+                f"revision {cur.number}"], f"b70deploy rollback {cur.number} (wakes or boots it in its own slot)"
+    # adopt records what a stop-first node runs; on a standby node a rollback puts it in its slot
+    held = holds_revision(node, cur) if found and box.get("status") == "running" and serving is None else None
     if held is not None:  # e.g. a revision's files copied back by hand: a rollback to cur would undo that
         rev = store.get(held)
         return [f"the deploy dir holds revision {held}'s files ({rev.meta.stack}, {rev.meta.kind}), not revision "

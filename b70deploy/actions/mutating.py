@@ -53,7 +53,8 @@ class Mutation:
     def ended_with(self, outcome: Outcome) -> Outcome:
         """The audit line and the notification of a switch, rollback or resume."""
         self.deployed = outcome
-        self.ended("ok" if outcome.ok else "failed", revision=outcome.revision, summary=outcome.summary)
+        after = {"signals_after_commit": outcome.signals} if outcome.signals else {}
+        self.ended("ok" if outcome.ok else "failed", revision=outcome.revision, summary=outcome.summary, **after)
         return outcome
 
 

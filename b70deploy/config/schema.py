@@ -462,11 +462,22 @@ class Stack(Strict):
 class Ports(Strict):
     prod: int = Field(default=8000, ge=1, le=65535)
     dark: int = Field(default=8001, ge=1, le=65535)
+    # Hot standby's slots publish vllm on loopback ports from this range, [first, last] (a firewall
+    # or another service may own the rest); none: a port the kernel picks (docker/standby.py).
+    standby: list[int] | None = None
 
     @model_validator(mode="after")
     def _distinct(self) -> Ports:
         if self.prod == self.dark:
             raise invalid("prod and dark ports are the same", "give the dark port its own number")
+        if self.standby is not None:
+            first, last = [*self.standby, 0, 0][:2]
+            if len(self.standby) != 2 or not 1 <= first <= last <= 65535:
+                raise invalid(f"ports.standby {list(self.standby)} is not a range of ports",
+                              "write ports.standby: [FIRST, LAST], 1 <= FIRST <= LAST <= 65535")
+            if first <= self.prod <= last or first <= self.dark <= last:
+                raise invalid(f"ports.standby {list(self.standby)} holds the prod or dark port",
+                              "give the standby slots a range of their own")
         return self
 
 

@@ -17,10 +17,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from ..errors import Terminated, UserError
+from ..errors import NodeBusy, Terminated, UserError
 from ..state import space
 from ..state.journal import RunRecord
 from ..state.statedir import StateDir
+from . import interrupts
 from .nodeio import NodeIO
 from .plan import DeployPlan
 from .runner import Fault, Runner, Step, StepFailed, fault_from_env
@@ -43,11 +44,12 @@ class Outcome:
     diagnosis: str | None = None  # the fatal log signature of a failed boot, with its fix
     warnings: list[str] = field(default_factory=list)  # a success's bookkeeping that could not be written
     remarks: tuple[str, ...] = ()  # the plan's warnings (lint), said at preflight; in --json's "warnings" too
+    signals: list[str] = field(default_factory=list)  # came after the commit: noted, the run finished (exit 0)
 
     def to_dict(self) -> dict[str, Any]:
         return {"ok": self.ok, "revision": self.revision, "stack": self.stack, "summary": self.summary,
                 "details": self.details, "exit_code": self.exit_code, "rolled_back": self.rolled_back,
-                "diagnosis": self.diagnosis, "warnings": [*self.remarks, *self.warnings]}
+                "diagnosis": self.diagnosis, "warnings": [*self.remarks, *self.warnings], "signals": self.signals}
 
 
 def _no_step(step: str) -> None:
@@ -202,16 +204,20 @@ class Driver:
         extra = f", KV {kv:,} tokens" if isinstance(kv, int) else ""
         warned = runner.warnings + ([space.full_line(self.state.path)] if any(
             "state dir is full" in w for w in runner.warnings) else [])
+        signals = interrupts.held()
+        if signals:
+            warned.append(f"{', '.join(signals)} came after the commit: the run finished, the node is on revision "
+                          f"{rev.number}")
         return Outcome(True, rev.number, r.plan.stack.name,
                        f"node on revision {rev.number} ({r.plan.stack.name}), healthy in "
                        f"{facts.get('time_to_healthy', 0):.1f} s{extra}", r.got.checks_passed, warnings=warned,
-                       remarks=r.plan.warnings)
+                       remarks=r.plan.warnings, signals=signals)
 
     def _failed(self, r: Run, failure: StepFailed) -> Outcome:
         store = self.state.revisions
         err = failure.error
-        if isinstance(err, UserError | space.StateDirFull) and not r.got.activated:
-            raise err  # bad input or no room, found before the drain: one line, nothing changed
+        if isinstance(err, UserError | space.StateDirFull | NodeBusy) and not r.got.activated:
+            raise err  # bad input, no room or a busy host, found before the drain: one line, nothing changed
         interrupt = ("SIGTERM" if isinstance(err, Terminated)
                      else "Ctrl-C" if isinstance(err, KeyboardInterrupt) else None)
         failed = f"interrupted ({interrupt})" if interrupt else "failed"

@@ -11,11 +11,14 @@ from __future__ import annotations
 
 import contextlib
 import signal
+import threading
 from collections.abc import Iterator
 
 from ..errors import Terminated
 
 _seen: list[int] = []  # the signals raised since `installed()` began
+_after_commit: list[int] = []  # the signals noted, not raised, once a run committed (`hold`)
+_active: list[bool] = []  # inside `installed()`: the handlers are ours to change
 
 
 def _raise(signum: int, frame: object) -> None:
@@ -36,15 +39,38 @@ def check() -> None:
         _raise_for(_seen[0])
 
 
+def _note(signum: int, frame: object) -> None:
+    _after_commit.append(signum)
+
+
+def hold() -> None:
+    """From now to the end of the command, Ctrl-C and SIGTERM are noted, not raised: the run has
+    committed (the node serves the new revision), and the command ends with that outcome, exit 0,
+    instead of an undo or an "interrupted" that would not be true (issue 35). Only inside
+    `installed()`, in the main thread: elsewhere the handlers are not ours."""
+    if _active and threading.current_thread() is threading.main_thread():
+        for s in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(s, _note)
+
+
+def held() -> list[str]:
+    """The signals that came after the commit, by name."""
+    return [signal.Signals(s).name for s in _after_commit]
+
+
 @contextlib.contextmanager
 def installed() -> Iterator[None]:
     """While the block runs, Ctrl-C raises KeyboardInterrupt and SIGTERM Terminated, and both
     are remembered; the handlers before are put back after it (main may run inside the tests)."""
     _seen.clear()
+    _after_commit.clear()
     before = {s: signal.signal(s, _raise) for s in (signal.SIGINT, signal.SIGTERM)}
+    _active.append(True)
     try:
         yield
     finally:
+        _active.pop()
         for s, handler in before.items():
             signal.signal(s, handler)
         _seen.clear()
+        _after_commit.clear()

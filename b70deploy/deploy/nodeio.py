@@ -26,11 +26,14 @@ VLLM = "vllm"
 
 @dataclass(frozen=True)
 class Reading:
-    """One idle check of `verify` (docker/verify.py): the prod port, a feeder, the load."""
+    """One idle check (docker/verify.py): the prod port, a feeder, the load."""
 
     name: str
     ok: bool
     detail: str
+    # Read after the drain (connections: only a drained node is quiet); False: read before it, where
+    # a busy reading costs the clients nothing (the load, which the drain does not lower).
+    drained: bool = True
 
 
 @dataclass
@@ -116,8 +119,8 @@ class NodeIO(Protocol):
     def container_status(self) -> str:
         """The vllm container's state: running, exited, restarting, dead, missing, ..."""
 
-    def smoke(self, stack: Stack) -> tuple[list[str], list[str]]:
-        """(passed, failed) of the stack's smoke tests."""
+    def smoke(self, stack: Stack, *, one: bool = False) -> tuple[list[str], list[str]]:
+        """(passed, failed) of the stack's smoke tests; `one`: a single completion (a woken standby's)."""
 
     def served_version(self) -> str | None: ...
 
@@ -164,8 +167,11 @@ class NodeIO(Protocol):
         when its log said them."""
 
     def boot_beside(self, slot: int) -> None:
-        """Create the deploy dir's vllm in slot `slot`, not started, beside every other slot; it is
-        then what the door and the tool's probes reach (start() starts it)."""
+        """Create the deploy dir's vllm in slot `slot`, not started and not on the door's network,
+        beside every other slot: the live one still serves (start_beside makes it the one reached)."""
+
+    def start_beside(self, slot: int) -> None:
+        """Make the created slot what the door and the tool's probes reach, and start it."""
 
     def wake(self, slot: int) -> float:
         """Point the door's target and the tool's probes at the sleeping slot and wake it (POST

@@ -136,7 +136,10 @@ class Runner(Generic[S]):
             started = False  # an interrupt can land between two steps too (a hook, a journal line)
             t0 = time.monotonic()
             try:
-                interrupts.check()  # a signal a finalizer swallowed still stops the run here
+                if not self.committed:  # after the commit a signal is noted, never raised (interrupts.hold)
+                    interrupts.check()  # a signal a finalizer swallowed still stops the run here
+                if step.commits:
+                    interrupts.hold()  # from the commit on, the run ends with the commit's outcome
                 self.fault("before", step.name)
                 if self.on_step is not None:
                     self.on_step(step.name)

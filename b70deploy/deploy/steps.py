@@ -1,11 +1,12 @@
 """The switch as a visible list of steps, each with its compensation.
 
-    preflight -> warm -> record -> snapshot | drain -> verify -> activate -> wait-healthy
-      -> check -> commit -> companions
+    preflight -> warm -> idle -> record -> snapshot | drain -> verify -> activate -> wait-healthy
+      -> check -> release -> settle -> commit -> companions
 
 Everything left of the drain needs no GPU and is labelled "before drain": the clients are
 still served while it runs (the plan itself, render, image pin, patches, lint and compose
-config, is built before the first step).
+config, is built before the first step). A check that can fail without the drain runs there
+(idle: the host's load); after the drain only what needs the node quiet (verify: connections).
 
 `switch` and `rollback` share it; they differ only in where the plan's files come from (a
 fresh render, or the exact bytes of an earlier revision). Old and new cannot run side by
@@ -13,20 +14,23 @@ side on one GPU, so the old stack is stopped before the new one starts (its cont
 created first, which needs no GPU), and a failed new stack costs a second cold load to bring
 the old one back: the two waits have their own timeouts.
 
+The clients wait for the engine, not for the tool (issue 35): the health wait sees readiness
+within a poll of 0.05 s once the log says the server starts (docker/health.py), the smoke tests
+run as soon as /health answers, and the door is released when they pass. The settle window is
+then spent serving: settle watches the stack, and if it dies inside the window the run fails
+there, and its undo holds the door again and rolls back; the companions start meanwhile.
+
 Hot standby (a plan with `standby`, the new stack rendered with vLLM's sleep mode; issue 24): the
-drain puts the live stack to sleep instead of stopping it, when it runs in a standby slot of its own,
-and creates the new one in a slot beside it; a rollback whose target's slot sleeps wakes it at
-activate instead of booting. A failure removes the new slot and wakes the sleeper, which runs the
-same health wait and smoke tests before the door points back at it (a wake that answers /health and
-emits garbage exists). After commit, slots asleep past the count stop, the oldest first. A plan
+new stack's slot is created beside the live one before the door holds; the drain then puts the
+live stack to sleep instead of stopping it; a rollback whose target's slot sleeps wakes it at
+activate instead of booting. A woken slot passed every check when it went to sleep: it is asked
+/health once and one completion (what a wake can still get wrong: garbage), then gets the door.
+A failure removes the new slot and wakes the sleeper the same way. Slots are the tool's records
+(state/slots.py): a slot no run recorded (a killed run's candidate) is removed, never taken for a
+revision; after commit, slots asleep past the count stop, the one asleep longest first. A plan
 without standby on a node that has slots stops them all in the drain: the new stack boots alone.
 
 Every effect on the node goes through `Run.io` (a NodeIO); the state dir through `Run.store`.
-
-The settle window is spent, not waited: while wait-healthy watches the new stack stay up, the
-smoke tests run against it and the companions start; check reads the smoke results and
-companions waits for the start (each does the work itself when nothing was started ahead: a
-resumed run, a window of 0 s).
 """
 
 from __future__ import annotations
@@ -41,13 +45,14 @@ from typing import TYPE_CHECKING, Any
 
 from dotenv import dotenv_values
 
-from ..errors import OperationError, UserError
+from ..errors import NodeBusy, OperationError, UserError
 from ..render.door import image_in
 from ..render.files import COMPOSE_FILE
 from ..render.masking import modes
 from ..render.vllm_args import parse_command
 from ..state import space
 from ..state.revisions import DamagedRecord, Revision, RevisionStore, Verdict
+from ..state.slots import SlotBook
 from ..state.stamps import now_iso, operator
 from ..vllmlog.bootlog import check_expectations, parse_boot_facts
 from ..vllmlog.diagnosis import diagnose, for_stack
@@ -73,10 +78,11 @@ class Handoff:
     rollback_wait: WaitResult | None = None  # undo of activate; the rolled-back outcome's seconds
     facts: dict[str, Any] = field(default_factory=dict)       # wait-healthy, check; commit, the outcome
     checks_passed: list[str] = field(default_factory=list)    # check; the outcome's details
-    ahead: dict[str, Future[Any]] = field(default_factory=dict)  # settle starts smoke, companions; check joins
+    ahead: dict[str, Future[Any]] = field(default_factory=dict)  # settle starts the companions; companions joins
     slot: int | None = None                 # drain (standby): the slot the new revision runs in; activate, undos
     woken: bool = False                     # drain (standby): that slot is a standby, woken at activate
     dozed: int | None = None                # drain (standby): the live slot put to sleep; the undos wake it
+    held: bool = False                      # drain: the door holds and its counter saw nothing in flight; verify
 
 
 @dataclass(frozen=True)
@@ -94,6 +100,11 @@ class Run:
 
     def info(self, message: str) -> None:
         self.reporter.info(message)
+
+    @property
+    def book(self) -> SlotBook:
+        """The standby slots' records (state/slots.py), beside the revisions in the state dir."""
+        return SlotBook(self.store.root.parent)
 
     def salvage(self, write: Callable[[], object], what: str, *, reserve: bool = True) -> bool:
         """A bookkeeping write of the failure and undo paths: never raises (state/space.py)."""
@@ -283,7 +294,7 @@ def _drain(r: Run) -> None:
     r.io.write_deployed(r.plan.files)
     r.io.replace(r.io.service, stopping=r.plan.companions)
     for slot in sorted(slots):  # a stack without sleep mode after standby slots: it boots alone
-        r.io.retire(slot)
+        _retire(r, slot)
     if slots:
         r.info(f"standby: {r.plan.stack.name} does not sleep: stopped the standby slots {_numbers(slots)}")
     r.io.door_sync()
@@ -312,9 +323,10 @@ def _hold(r: Run) -> None:
                 return
             raise OperationError(f"{busy} request(s) still in flight through the door after "
                                  f"{r.plan.waits.verify:.0f} s", fix="wait for clients to finish, or raise "
-                                 "--verify-wait (node config: timeouts.verify)")
-        r.io.sleep(0.5)
+                                 "--verify-wait")
+        r.io.sleep(0.05)  # the clients are held meanwhile: a request's end is seen within this
         busy = r.io.door_in_flight()
+    r.got.held = True
     r.info("door: holding new requests; nothing in flight on the old stack")
 
 
@@ -343,14 +355,35 @@ def _undo_drain(r: Run) -> None:
             revision=r.got.previous.number)
 
 
+def _idle(r: Run) -> None:
+    """The readings the drain does not change (the load), before it: a busy host refuses the switch while
+    the clients are still served, instead of after they were held for the whole wait."""
+    if r.store.current_number() is None and not r.io.has_compose_file():
+        r.info("nothing is serving: load check skipped")  # no client can be cut off, whatever the load
+        return
+    _wait_idle(r, drained=False, fix="wait for the load to drop, or raise load_threshold in the node config; "
+               "--verify-wait waits longer; nothing was changed")
+
+
 def _verify(r: Run) -> None:
-    if r.got.previous is None:  # no revision was serving: no client can be cut off, whatever the load
+    """After the drain, what only a drained node shows: no live connections on vllm's port, feeders quiet."""
+    if r.got.previous is None:  # no revision was serving: no client can be cut off
         r.info("nothing was serving: idle check skipped")
         return
-    deadline = r.io.monotonic() + r.plan.waits.verify
+    if r.got.held:  # every client comes through the door, which holds them and counted none in flight
+        r.info("door: every client held, none in flight: the node is quiet")
+        return
+    _wait_idle(r, drained=True, fix="wait for clients to finish, or raise --verify-wait")
+
+
+def _wait_idle(r: Run, *, drained: bool, fix: str) -> None:
+    """Read the node's idle readings of one kind (`Reading.drained`) until every one is ok, up to the run's
+    --verify-wait; a switch then fails with `fix`, a rollback goes on with a warning."""
+    limit = r.plan.waits.verify
+    deadline = r.io.monotonic() + limit
     waiting = False
     while True:
-        got = r.io.idle_readings()
+        got = [x for x in r.io.idle_readings() if x.drained == drained]
         bad = [x for x in got if not x.ok]
         if not bad:
             for x in got:
@@ -358,15 +391,15 @@ def _verify(r: Run) -> None:
             return
         text = "; ".join(f"{x.name}: {x.detail}" for x in bad)
         if not waiting:  # said at the first busy reading, whatever the clock says next
-            r.info(f"waiting up to {r.plan.waits.verify:.0f} s for the node to go idle: {text}")
+            r.info(f"waiting up to {limit:.0f} s for the node to go idle: {text}")
             waiting = True
         if r.io.monotonic() >= deadline:
             if r.plan.kind == "rollback":
                 r.info(f"warning: node not idle ({text}); rolling back anyway")
                 return
-            raise OperationError(f"node not idle after {r.plan.waits.verify:.0f} s: {text}",
-                                 fix="wait for clients to finish, or raise --verify-wait (node config: "
-                                     "timeouts.verify; the load's bound is load_threshold)")
+            if not drained:
+                raise NodeBusy(f"node busy after {limit:.0f} s, switch refused before the drain: {text}", fix=fix)
+            raise OperationError(f"node not idle after {limit:.0f} s: {text}", fix=fix)
         r.io.sleep(1.0)
 
 
@@ -377,36 +410,67 @@ def _numbers(slots: Mapping[int, str]) -> str:
 # ---------------------------------------------------------------- hot standby: drain, its undo
 
 
+def _known_slots(r: Run) -> dict[int, str]:
+    """The engine's slots that the records hold (state/slots.py), and the one this run made (a resumed
+    run's); every other slot is a killed run's candidate and is removed here, never taken for a revision.
+    A node whose slots predate the records adopts them once."""
+    found = r.io.slots()
+    if not r.book.exists():
+        r.book.adopt(found, r.store.current_number())
+    records = r.book.read()
+    for n in sorted(found):
+        if n not in records and n != r.got.slot:
+            r.io.retire(n)
+            r.info(f"standby: removed slot {n} ({found[n]}): no run recorded it as a revision (a killed run's)")
+    r.book.drop(*(n for n in records if n not in found))  # removed by hand: nothing left to wake
+    return {n: state for n, state in found.items() if n in records or n == r.got.slot}
+
+
+def _retire(r: Run, slot: int) -> None:
+    r.io.retire(slot)
+    r.book.drop(slot)
+
+
 def _drain_standby(r: Run) -> None:
-    """The door holds; the live slot falls asleep (a live stack outside the slots stops, as the
-    stop-first drain does); the new revision's slot is created beside it, or, for a rollback to a
-    sleeping slot, that slot is picked to be woken at activate."""
+    """The new revision's slot created beside the live one while the clients are still served (not on
+    the door's network yet); then the door holds, the live slot falls asleep (a live stack outside the
+    slots stops, as the stop-first drain does). A rollback to a sleeping slot creates nothing: that slot
+    is woken at activate."""
     sb, got = r.plan.standby, r.got
     assert sb is not None and got.revision is not None  # steps() chose this drain; record ran before
-    _hold(r)
-    slots = r.io.slots()
-    live = next((n for n, state in slots.items() if state == "live"), None)
+    slots = _known_slots(r)
+    wake = sb.wake_slot if sb.wake_slot is not None and slots.get(sb.wake_slot) == "asleep" else None
     r.io.write_deployed(r.plan.files)
-    if got.dozed is not None:
-        pass  # a resumed drain: the killed run put it to sleep already
-    elif live is not None and got.revision.number != live:
-        got.dozed = live
-        r.runner.note(dozed=live)
-        took = r.io.doze(live, sb.level)
-        r.info(f"standby: revision {live}'s slot fell asleep at level {sb.level} in {took:.2f} s")
-    elif live is None and r.io.container_status() not in ("missing", "exited"):
-        r.io.stop([r.io.service])  # outside the slots: it stops first, as without standby
-        r.info(f"standby: stopped {r.io.service} (it runs outside the standby slots)")
-    r.io.door_sync()  # the door's network is where the new slot joins
-    if sb.wake_slot is not None and slots.get(sb.wake_slot) == "asleep":
-        got.slot, got.woken = sb.wake_slot, True
-        r.info(f"standby: revision {sb.wake_slot}'s slot sleeps with these bytes: it is woken, not booted")
+    if got.woken or wake is not None:
+        got.slot, got.woken = wake if wake is not None else got.slot, True
     else:
         got.slot = got.revision.number
         r.runner.note(slot=got.slot, woken=False)
-        r.io.boot_beside(got.slot)
-        r.info(f"standby: created revision {got.slot}'s slot beside the sleeping ones")
+        if got.slot not in slots:  # a resumed drain: the killed run created it already
+            r.io.boot_beside(got.slot)
     r.runner.note(slot=got.slot, woken=got.woken)
+    _hold(r)
+    live = next((n for n, state in slots.items() if state == "live" and n != got.slot), None)
+    if got.dozed is not None:
+        pass  # a resumed drain: the killed run put it to sleep already
+    elif live is not None:
+        got.dozed = live
+        r.runner.note(dozed=live)
+        took = r.io.doze(live, sb.level)
+        record = r.book.read().get(live)
+        r.book.asleep(live, record.revision if record is not None else live)
+        r.info(f"standby: revision {live}'s slot fell asleep at level {sb.level} in {took:.2f} s")
+    elif not slots and r.io.container_status() not in ("missing", "exited"):
+        # outside the slots (the first standby switch of a stop-first node): it stops first, as without
+        # standby. Never with slots: the one the probes reach may be a sleeper still on the door's network
+        # (a run killed before activate), and stopping it would take the revision it holds.
+        r.io.stop([r.io.service])
+        r.info(f"standby: stopped {r.io.service} (it runs outside the standby slots)")
+    r.io.door_sync()  # the door's network is where the new slot joins
+    if got.woken:
+        r.info(f"standby: revision {got.slot}'s slot sleeps with these bytes: it is woken, not booted")
+    else:
+        r.info(f"standby: created revision {got.slot}'s slot beside the sleeping ones")
 
 
 def _undo_drain_standby(r: Run) -> None:
@@ -415,9 +479,11 @@ def _undo_drain_standby(r: Run) -> None:
     got = r.got
     if got.rollback_wait is not None and got.rollback_wait.healthy and r.io.probe_health() == 200:
         _reopen(r)  # undo activate brought the previous revision back already
+        if got.slot is not None and not got.woken and got.slot in r.io.slots():
+            _retire(r, got.slot)  # a crashed slot, left for after the door reopened
         return
     if got.slot is not None and not got.woken and got.slot in r.io.slots():
-        r.io.retire(got.slot)
+        _retire(r, got.slot)
     if got.previous is None:
         r.info("no previous revision: the node is left without a running stack")
         return
@@ -434,21 +500,33 @@ def _undo_drain_standby(r: Run) -> None:
 
 
 def _back_from_standby(r: Run) -> None:
-    """The sleeping previous slot woken and judged as a boot is: /health, then its smoke tests."""
+    """The sleeping previous slot woken and asked for one completion: it passed every check when it
+    went to sleep, and the completion is what a wake can still get wrong (garbage; issue 35)."""
     got = r.got
     assert got.previous is not None and got.dozed is not None
     r.io.write_deployed(r.undo_files())
     took = r.io.wake(got.dozed)
-    waited = r.io.wait_healthy(timeout=r.plan.waits.rollback, reporter=r.reporter)
-    if not waited.healthy:
-        raise OperationError(f"revision {got.previous.number} woke from standby but is not healthy: {waited.reason}")
-    passed, failed = r.io.smoke(_stack_of(got.previous, r.plan))
+    waited = _woken_health(r, got.previous.number)
+    passed, failed = r.io.smoke(_stack_of(got.previous, r.plan), one=True)
     if failed:
         raise OperationError(f"revision {got.previous.number} woke from standby and failed its smoke tests: "
                              + "; ".join(failed), fix="b70deploy rollback (boots it cold)")
+    r.book.serving(got.dozed, got.previous.number)
     got.rollback_wait = waited  # only now: the door may point at it
-    r.info(f"standby: revision {got.previous.number} awake in {took:.2f} s, healthy and passed "
-           f"{len(passed)} smoke test(s)")
+    r.info(f"standby: revision {got.previous.number} awake in {took:.2f} s, answered "
+           + (passed[0] if passed else "/health"))
+
+
+def _woken_health(r: Run, number: int) -> WaitResult:
+    """/health of a slot just woken: one probe (its server never stopped), the full wait only when it does
+    not answer 200 at once."""
+    t0 = r.io.monotonic()
+    if r.io.probe_health() == 200:
+        return WaitResult(True, r.io.monotonic() - t0, "healthy")
+    waited = r.io.wait_healthy(timeout=r.plan.waits.rollback, reporter=r.reporter)
+    if not waited.healthy:
+        raise OperationError(f"revision {number} woke from standby but is not healthy: {waited.reason}")
+    return waited
 
 
 def _stack_of(rev: Revision, plan: DeployPlan) -> Stack:
@@ -459,24 +537,28 @@ def _stack_of(rev: Revision, plan: DeployPlan) -> Stack:
 
 def _activate_standby(r: Run) -> None:
     r.got.activated = True
+    assert r.got.slot is not None  # the drain picked it
     if r.got.woken:
-        assert r.got.slot is not None
         took = r.io.wake(r.got.slot)
         r.info(f"standby: woke revision {r.got.slot}'s slot in {took:.2f} s")
         return
-    r.io.start(r.io.service)
-    r.info(f"started {r.io.service} from revision {r.got.revision.number if r.got.revision else '?'}")
+    r.io.start_beside(r.got.slot)
+    r.info(f"started revision {r.got.slot}'s slot on the door's network")
 
 
 def _undo_activate_standby(r: Run) -> None:
-    """The failed slot's log kept and the slot removed, then the previous revision back: woken from
-    its sleep and checked, or, outside the slots, booted from its files."""
+    """The failed slot's log kept and the slot removed when it holds the device (a crashed one is removed
+    by the undo of drain, once the door reopened), then the previous revision back: woken from its sleep
+    and checked, or, outside the slots, booted from its files."""
     got = r.got
     _join_ahead(r)
     if got.wait is None or got.wait.healthy:
         _save_log(r)
-    if got.slot is not None and got.slot in r.io.slots():
-        r.io.retire(got.slot)  # a woken standby that failed its checks included: it cannot serve
+    state = r.io.slots().get(got.slot) if got.slot is not None else None
+    if got.slot is not None and state is not None and (got.woken or state in ("live", "awake", "asleep", "running",
+                                                                              "restarting")):
+        _retire(r, got.slot)  # it holds the device (a woken standby that failed its checks included)
+    # else a crashed slot holds nothing: it is removed after the door reopens (undo of drain), not in the wait
     if got.previous is None:
         r.info("no previous revision to return to")
         return
@@ -493,19 +575,27 @@ def _undo_activate_standby(r: Run) -> None:
         raise OperationError(f"revision {got.previous.number} did not come back: {got.rollback_wait.reason}")
 
 
+def _commit_standby(r: Run) -> None:
+    """The records first name the slot serving as the new revision, then the revision is committed: a kill
+    between the two leaves a recorded slot that recovery treats as the live one, never an unknown."""
+    assert r.got.slot is not None and r.got.revision is not None
+    r.book.serving(r.got.slot, r.got.revision.number)
+    _commit(r)
+
+
 def _prune_standbys(r: Run) -> None:
-    """After commit: slots asleep past the count stop, the oldest (lowest revision) first; a live
-    stack outside the slots, stopped by the drain, is removed."""
+    """After commit: every slot but the live one and the recorded sleepers removed; of those asleep past the
+    count, the one asleep longest stops first; a live stack outside the slots, stopped by the drain, is removed."""
     sb = r.plan.standby
     assert sb is not None
-    slots = r.io.slots()
-    for slot, state in sorted(slots.items()):  # a killed run's candidate, a slot that exited
-        if slot != r.got.slot and state not in ("live", "asleep"):
-            r.io.retire(slot)
-    asleep = sorted(n for n, state in slots.items() if state == "asleep" and n != r.got.slot)
+    slots = _known_slots(r)
+    for slot, state in sorted(slots.items()):  # a slot that exited or never woke
+        if slot != r.got.slot and state != "asleep":
+            _retire(r, slot)
+    asleep = [rec.slot for rec in r.book.sleeping() if rec.slot != r.got.slot and slots.get(rec.slot) == "asleep"]
     for slot in asleep[:max(0, len(asleep) - sb.count)]:
-        r.io.retire(slot)
-        r.info(f"standby: stopped revision {slot}'s slot (at most {sb.count} asleep)")
+        _retire(r, slot)
+        r.info(f"standby: stopped revision {slot}'s slot, asleep longest (at most {sb.count} asleep)")
     if r.got.dozed is None:
         r.io.discard(r.io.service)
 
@@ -557,6 +647,11 @@ def _save_log(r: Run, lines: list[str] | None = None) -> None:
 
 
 def _wait_healthy(r: Run) -> None:
+    if r.got.woken:  # a sleeping slot woken: its server never stopped; one probe, no boot to watch
+        assert r.got.slot is not None
+        r.got.wait = _woken_health(r, r.got.slot)
+        r.info(f"/health 200 after the wake, in {r.got.wait.elapsed:.2f} s")
+        return
     r.got.wait = r.io.wait_healthy(timeout=r.plan.waits.health, reporter=r.reporter)
     r.got.wait.finding = for_stack(r.got.wait.finding, r.plan.stack)  # the fix checked against the stack that booted
     _save_log(r, r.got.wait.log_lines)  # already in memory: reporting a crash waits on no API call
@@ -564,23 +659,24 @@ def _wait_healthy(r: Run) -> None:
         raise OperationError(r.got.wait.reason)
     r.got.facts["time_to_healthy"] = round(r.got.wait.elapsed, 2)
     r.info(f"/health 200 after {r.got.wait.elapsed:.1f} s")
-    _settle(r)
 
 
 def _settle(r: Run) -> None:
-    """Healthy is not enough: the stack must stay up for its settle window (vLLM's engine can
-    die right after the server answers, and then /health turns 503 and the container exits).
-    The smoke tests and the companions' start run meanwhile (check and companions take them)."""
-    window = r.plan.stack.settle_seconds
+    """Healthy is not enough: the stack must stay up for its settle window (vLLM's engine can die right
+    after the server answers, and then /health turns 503 and the container exits). The window is spent
+    serving: the door was released when the smoke tests passed, and this step watches the stack; if it
+    dies inside the window, the run fails here and its undo holds the door again and rolls back. The
+    companions start meanwhile (the companions step takes them). A woken standby has no window: it stayed
+    up through its own when it first served."""
+    window = 0.0 if r.got.woken else r.plan.stack.settle_seconds
+    if r.plan.companions and window > 0:
+        pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="settle")
+        # In a copy of this context: a remote node's engine endpoint is a context variable.
+        r.got.ahead["companions"] = pool.submit(contextvars.copy_context().run, r.io.up, r.plan.companions,
+                                                recreate=False)
+        pool.shutdown(wait=False)
     if window <= 0:
         return
-    pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="settle")
-    # Each in a copy of this context: a remote node's engine endpoint is a context variable.
-    r.got.ahead["smoke"] = pool.submit(contextvars.copy_context().run, r.io.smoke, r.plan.stack)
-    if r.plan.companions:
-        r.got.ahead["companions"] = pool.submit(contextvars.copy_context().run, r.io.up, r.plan.companions,
-                                            recreate=False)
-    pool.shutdown(wait=False)
     end = r.io.monotonic() + window
     while r.io.monotonic() < end:
         r.io.sleep(min(0.5, window))
@@ -589,27 +685,16 @@ def _settle(r: Run) -> None:
             lines = r.io.container_log()
             finding = diagnose(lines, r.plan.stack, r.plan.platform)
             reason = (f"the stack failed inside its {window:g} s settle window after ready: container {status}, "
-                      f"/health {code or 'refused'}") + _smoke_failures(r)
+                      f"/health {code or 'refused'}")
             r.got.wait = WaitResult(False, r.got.wait.elapsed if r.got.wait else 0.0, reason, finding, log_lines=lines)
             _save_log(r, lines)
             raise OperationError(reason)
     wait(r.got.ahead.values())  # the step's effects end with it (a resumed run knows what was done)
-    r.info(f"stayed healthy for the {window:g} s settle window")
-
-
-def _smoke_failures(r: Run) -> str:
-    """What the smoke tests running in the window saw, when they end within 2 s: often the
-    request the engine died on (vLLM answers it HTTP 500, then its server exits)."""
-    smoke = r.got.ahead.get("smoke")
-    if smoke is None or wait([smoke], timeout=2).not_done or smoke.exception() is not None:
-        return ""
-    failed = smoke.result()[1]
-    return f"; smoke tests meanwhile: {'; '.join(failed)}" if failed else ""
+    r.info(f"stayed healthy for the {window:g} s settle window, serving")
 
 
 def _join_ahead(r: Run) -> None:
-    """Let a companion start begun in the settle window end; its result, and the smoke tests'
-    (HTTP only, they touch nothing), no longer matter."""
+    """Let a companion start begun in the settle window end; its result no longer matters."""
     started = r.got.ahead.pop("companions", None)
     if started is not None:
         wait([started])
@@ -617,6 +702,21 @@ def _join_ahead(r: Run) -> None:
 
 
 def _check(r: Run) -> None:
+    """The smoke tests as soon as /health answers, and the boot's facts against the stack's expectations.
+    A woken standby: one completion (what a wake can still get wrong); its boot facts were checked when it
+    first served, and are its revision's."""
+    if r.got.woken:
+        assert r.got.slot is not None
+        if r.store.exists(r.got.slot):
+            r.got.facts.update(r.store.get(r.got.slot).status.facts)
+        r.got.facts["time_to_healthy"] = round(r.got.wait.elapsed, 2) if r.got.wait else 0.0
+        passed, failed = r.io.smoke(r.plan.stack, one=True)
+        r.got.checks_passed += passed
+        if failed:
+            raise OperationError("; ".join(failed))
+        for p in passed:
+            r.info(f"ok: {p}")
+        return
     # A resumed run: the boot it waited for happened in the killed process; read it back.
     lines = r.got.wait.log_lines if r.got.wait is not None else r.io.container_log()
     facts = parse_boot_facts(lines)
@@ -627,17 +727,31 @@ def _check(r: Run) -> None:
             r.info(f"boot: {key} = {recorded[key]}")
     r.got.facts.update(recorded)
     problems = check_expectations(facts, r.plan.stack.expect)
-    version = r.io.served_version()
-    if version:
-        r.got.facts["vllm_version"] = version
-    ahead = r.got.ahead.pop("smoke", None)
-    passed, failed = ahead.result() if ahead is not None else r.io.smoke(r.plan.stack)
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="version") as pool:  # beside the smoke tests
+        version = pool.submit(contextvars.copy_context().run, r.io.served_version)
+        passed, failed = r.io.smoke(r.plan.stack)
+    if version.result():
+        r.got.facts["vllm_version"] = version.result()
     r.got.checks_passed += passed
     for p in passed:
         r.info(f"ok: {p}")
+    if failed:
+        _died_on_smoke(r)
     problems += failed
     if problems:
         raise OperationError("; ".join(problems))
+
+
+def _died_on_smoke(r: Run) -> None:
+    """A smoke test the engine died on (vLLM answers the request HTTP 500, then its server exits): the
+    log says why, and the failure carries that diagnosis, as a boot's does."""
+    lines = r.io.container_log()
+    finding = diagnose(lines, r.plan.stack, r.plan.platform)
+    if finding is not None:
+        elapsed = r.got.wait.elapsed if r.got.wait else 0.0
+        r.got.wait = WaitResult(False, elapsed, f"the engine died on a smoke test: {finding.title}", finding,
+                                log_lines=lines)
+        _save_log(r, lines)
 
 
 # ---------------------------------------------------------------- release
@@ -703,6 +817,7 @@ def steps(plan: DeployPlan) -> list[Step[Run]]:
     return [
         Step("preflight", f"{BEFORE_DRAIN}: compose config, image present, draft copy, lint verdict", _preflight),
         Step("warm", f"{BEFORE_DRAIN}: compile caches of the image, weights into the page cache", _warm),
+        Step("idle", f"{BEFORE_DRAIN}: the host's load under load_threshold (a busy host refuses here)", _idle),
         Step("record", f"{BEFORE_DRAIN}: store the new files as an immutable revision, keep-tag its image", _record,
              _unrecord,
              "mark the revision failed/aborted"),
@@ -710,14 +825,16 @@ def steps(plan: DeployPlan) -> list[Step[Run]]:
         Step("drain", f"write the files atomically, create {VLLM} from them while the old one serves, then "
              f"stop {stopped} (as compose stop)", _drain, _undo_drain,
              f"write {prev}'s files back, bring it up and wait for /health, then companions"),
-        Step("verify", "no live connections on the prod port, feeders quiet, load low", _verify),
+        Step("verify", "no live connections on vllm's port, feeders quiet", _verify),
         Step("activate", f"start the new {VLLM} container", _activate,
              _undo_activate, f"save the log, write {prev}'s files back, recreate, wait for /health"),
-        Step("wait-healthy", "poll /health while watching the container and its log; then stay healthy for "
-             f"{plan.stack.settle_seconds:g} s while the smoke tests run and the companions start", _wait_healthy),
-        Step("check", "boot facts vs expectations, smoke test results", _check),
+        Step("wait-healthy", "poll /health while watching the container and its log (fast once the server "
+             "starts)", _wait_healthy),
+        Step("check", "smoke tests as soon as /health answers, boot facts vs expectations", _check),
         Step("release", "a front door, if the node has one, points at the new revision and releases the "
              "requests it held", _release, _undo_release, "hold new requests again"),
+        Step("settle", f"serving, the stack watched for {plan.stack.settle_seconds:g} s while the companions "
+             "start", _settle),
         Step("commit", "mark the revision deployed and make it current", _commit, _undo_commit,
              f"point current back at {prev}", commits=True),
         Step("companions", "companions started (in the settle window, else now)", _start_companions),
@@ -725,22 +842,26 @@ def steps(plan: DeployPlan) -> list[Step[Run]]:
 
 
 def standby_steps(plan: DeployPlan) -> list[Step[Run]]:
-    """The switch with hot standby: the same steps, with drain and activate the standby's, and the
+    """The switch with hot standby: the same steps, with drain, activate and commit the standby's, and the
     standbys held to their count after commit."""
     prev = "the previous revision"
     regular = {s.name: s for s in steps(replace(plan, standby=None))}
     assert plan.standby is not None
     return [
-        *(regular[n] for n in ("preflight", "warm", "record", "snapshot")),
-        Step("drain", f"the door holds; write the files; the live slot sleeps (/sleep?level={plan.standby.level}); "
-             f"create the new {VLLM} in its own slot beside it (a rollback to a sleeping slot: that slot)",
-             _drain_standby, _undo_drain_standby,
-             f"remove the new slot; wake {prev}'s slot, wait for /health, smoke tests; point the door back"),
+        *(regular[n] for n in ("preflight", "warm", "idle", "record", "snapshot")),
+        Step("drain", f"create the new {VLLM} in its own slot beside the live one (a rollback to a sleeping "
+             "slot: that slot); the door holds; the live slot sleeps "
+             f"(/sleep?level={plan.standby.level})", _drain_standby, _undo_drain_standby,
+             f"remove the new slot; wake {prev}'s slot, one completion; point the door back"),
         regular["verify"],
-        Step("activate", f"start the new {VLLM} slot, or wake the sleeping one", _activate_standby,
-             _undo_activate_standby, f"save the log, remove the slot; wake {prev}'s, /health, smoke tests"),
-        *(regular[n] for n in ("wait-healthy", "check", "release", "commit")),
-        Step("standbys", f"at most {plan.standby.count} slot(s) asleep: the oldest stop", _prune_standbys),
+        Step("activate", f"join the new {VLLM} slot to the door's network and start it, or wake the sleeping one",
+             _activate_standby, _undo_activate_standby,
+             f"save the log, remove the slot; wake {prev}'s, one completion"),
+        *(regular[n] for n in ("wait-healthy", "check", "release", "settle")),
+        Step("commit", "record the slot as serving, mark the revision deployed and make it current",
+             _commit_standby, _undo_commit, f"point current back at {prev}", commits=True),
+        Step("standbys", f"at most {plan.standby.count} slot(s) asleep: the one asleep longest stops",
+             _prune_standbys),
         regular["companions"],
     ]
 

@@ -35,15 +35,25 @@ _PUNCT_RUN = re.compile(r"([^\w\s])\1{3,}")
 _STUTTER = re.compile(r"([^\W\d_]{3,})\1{2,}")   # a piece repeated inside one word: roadroadroad
 
 
-def garbage_reason(text: str) -> str | None:
-    """Why `text` is not language (one short phrase), or None when it reads as English prose."""
-    if not text.strip():
-        return "no text at all"
+def degenerate_reason(text: str) -> str | None:
+    """Why a few tokens are what a broken engine emits whatever the model, or None: undecodable
+    characters, or one punctuation mark over and over (token id 0, "!" in Qwen's vocabulary, is what
+    a level-2 wake without its weights reloaded answers: reference/gpu-lane.md). For a check of a few
+    tokens, too short for the language rules of garbage_reason."""
     control = sum(1 for c in text if c == "\ufffd" or (unicodedata.category(c).startswith("C") and c not in "\n\t\r"))
     if control > MAX_CONTROL * len(text):
         return f"{control} non-printable or undecodable characters"
     if m := _PUNCT_RUN.search(text):
         return f"a run of {m.group(0)[:8]!r}"
+    return None
+
+
+def garbage_reason(text: str) -> str | None:
+    """Why `text` is not language (one short phrase), or None when it reads as English prose."""
+    if not text.strip():
+        return "no text at all"
+    if why := degenerate_reason(text):
+        return why
     visible = [c for c in text if not c.isspace()]
     letters = sum(1 for c in visible if c.isalpha())
     if letters < MIN_LETTERS * len(visible):

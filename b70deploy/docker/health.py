@@ -2,7 +2,8 @@
 
 Two things run at once: a poller asks GET /health (tenacity, capped back-off), and a log
 follower reads the container's log. A fatal log line or the container exiting wakes the
-poller at once, so a crash is reported in about a second, not after the timeout. Each line
+poller at once, so a crash is reported in about a second, not after the timeout. Once the log says
+the API server starts, /health is asked every 0.05 s: readiness is seen within that of the engine's. Each line
 also goes, with the time it arrived, to a StallWatch: a log that goes quiet for the node's
 `timeouts.stall` ends the wait with the compile-stall (quiet inside torch.compile) or the
 log-stall diagnosis, long before the health timeout.
@@ -25,6 +26,7 @@ from tenacity import RetryCallState, RetryError, Retrying, retry_if_result, wait
 
 from ..deploy.nodeio import WaitResult
 from ..errors import OperationError
+from ..vllmlog.bootlog import server_starting
 from ..vllmlog.diagnosis import Diagnosis, StallWatch
 from .engine import LogFollower, find_container, set_restart_policy, state_of
 from .probe import probe_health
@@ -34,6 +36,9 @@ if TYPE_CHECKING:
 
 Diagnose = Callable[[Sequence[str]], Diagnosis | None]
 SETTLE_SECONDS = 1.0
+# /health's poll once the log says the API server starts (vllmlog/bootlog.py server_starting): the
+# clients wait behind the door for this boot, so its readiness is seen within this, not a back-off's step.
+READY_POLL = 0.05
 
 
 class BootFailed(Exception):
@@ -98,6 +103,7 @@ def wait_healthy(*, project: str, service: str, health_url: str, timeout: float,
 
     follower = LogFollower(container, on_line=on_line).start()
     first_fatal: list[float] = []
+    serving = [False]  # the log said the API server starts
 
     def attempt() -> bool | None:
         lines = follower.lines
@@ -125,6 +131,9 @@ def wait_healthy(*, project: str, service: str, health_url: str, timeout: float,
 
     def sleep(seconds: float) -> None:
         follower.changed.clear()
+        if serving[0] or any(server_starting(line) for line in follower.lines[-20:]):
+            serving[0] = True  # the server binds next: readiness is seen within one fast poll
+            seconds = min(seconds, READY_POLL)
         follower.changed.wait(seconds)  # a new log line or the end of the log wakes us early
 
     def out_of_time(_: RetryCallState) -> bool:

@@ -13,7 +13,7 @@ import tempfile
 import time
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -35,7 +35,7 @@ from .health import wait_healthy
 from .keep import REPO, is_keep_tag, keep_tag
 from .probe import probe_health
 from .proc import explain, last_line, run
-from .smoke import run_smoke, served_version
+from .smoke import one_completion, run_smoke, served_version
 from .verify import load_bound, readings, remote_readings
 
 if TYPE_CHECKING:
@@ -84,6 +84,9 @@ class DockerNode(DeployDir):
     node: Node
     project: str
     port: int
+    # The standby slot the probes reach, looked up once per change of slots (the lock holds them still
+    # between): every probe asked the engine again, ~0.1-0.3 s of the clients' wait each on a busy host.
+    reach: dict[str, standby.Slot | None] = field(default_factory=dict, compare=False, repr=False)
 
     @classmethod
     def production(cls, node: Node) -> DockerNode:
@@ -108,8 +111,19 @@ class DockerNode(DeployDir):
         """The standby slot the door and the probes reach; None: the project's own vllm (no door: never a slot)."""
         return standby.reached(self.project, self.service) if "DOOR_PORT" in self._deployed_env() else None
 
+    def _probed(self) -> standby.Slot | None:
+        """_reached, kept until this node changes its slots (its status may be old: for ports and names)."""
+        if "DOOR_PORT" not in self._deployed_env():
+            return None
+        if "slot" not in self.reach:
+            self.reach["slot"] = standby.reached(self.project, self.service)
+        return self.reach["slot"]
+
+    def _moved(self) -> None:
+        self.reach.clear()
+
     def _vllm_project(self) -> str:
-        slot = self._reached()
+        slot = self._probed()
         return standby.slot_project(self.project, slot.number) if slot is not None else self.project
 
     @property
@@ -124,7 +138,7 @@ class DockerNode(DeployDir):
         return {k: v for k, v in dotenv_values(stream=io.StringIO(text)).items() if v is not None}
 
     def _vllm_port(self) -> int:
-        slot = self._reached()
+        slot = self._probed()
         if slot is not None and slot.port is not None:
             return slot.port
         env = self._deployed_env()
@@ -139,6 +153,7 @@ class DockerNode(DeployDir):
         return compose_config(files, self.project)
 
     def up(self, services: Sequence[str], *, recreate: bool = True) -> None:
+        self._moved()
         slot = self._reached() if not recreate and self.service in services else None
         if slot is not None:  # `restore` after `drain` on a standby node: the slot the door reaches starts again
             if slot.status != "running":
@@ -149,6 +164,7 @@ class DockerNode(DeployDir):
         self._compose(self.compose.up(services, recreate=recreate), services)
 
     def replace(self, service: str, *, stopping: Sequence[str]) -> None:
+        self._moved()
         with ThreadPoolExecutor(max_workers=1, thread_name_prefix="drain") as pool:
             stopped = pool.submit(contextvars.copy_context().run, self.stop, stopping) if stopping else None
             self._compose(self.compose.create([service], stop_timeout=STOP_TIMEOUT), [service])
@@ -175,6 +191,7 @@ class DockerNode(DeployDir):
                 time.sleep(1.0)
 
     def stop(self, services: Sequence[str]) -> None:
+        self._moved()
         slot = self._reached() if self.service in services else None
         if slot is not None and slot.status == "running":  # `drain` on a standby node: the slot that serves
             slot.box.stop(timeout=STOP_TIMEOUT)
@@ -226,8 +243,9 @@ class DockerNode(DeployDir):
     def probe_health(self) -> int | None:
         return probe_health(f"{self.base_url}/health")
 
-    def smoke(self, stack: Stack) -> tuple[list[str], list[str]]:
-        return run_smoke(self.base_url, stack, timeout=self.node.config.timeouts.smoke)
+    def smoke(self, stack: Stack, *, one: bool = False) -> tuple[list[str], list[str]]:
+        check = one_completion if one else run_smoke
+        return check(self.base_url, stack, timeout=self.node.config.timeouts.smoke)
 
     def served_version(self) -> str | None:
         return served_version(self.base_url)
@@ -306,17 +324,26 @@ class DockerNode(DeployDir):
         return standby.doze(self.project, self.service, slot, level)
 
     def boot_beside(self, slot: int) -> None:
+        self._moved()
         name = standby.slot_project(self.project, slot)
         standby.retire(self.project, slot, stop_timeout=STOP_TIMEOUT)  # a killed run's half-made slot
         # Its own loopback port: Compose takes VLLM_PORT from the environment before the .env file.
-        env = {**os.environ, "VLLM_PORT": str(standby.free_port())}
+        port = standby.free_port(self.node.config.ports.standby, taken=standby.ports_taken(self.project, self.service))
+        env = {**os.environ, "VLLM_PORT": str(port)}
         run(Compose(self.deploy_dir, name).create([self.service], stop_timeout=STOP_TIMEOUT), timeout=300, env=env)
-        standby.join_door(self.project, self.service, slot)
+
+    def start_beside(self, slot: int) -> None:
+        self._moved()
+        joined = standby.join_door(self.project, self.service, slot)
+        joined.box.start()
+        self.reach["slot"] = joined  # what the probes reach now: its port and name (not its status)
 
     def wake(self, slot: int) -> float:
+        self._moved()
         return standby.wake(self.project, self.service, slot)
 
     def retire(self, slot: int) -> None:
+        self._moved()
         standby.retire(self.project, slot, stop_timeout=STOP_TIMEOUT)
 
     # ---- time

@@ -25,7 +25,7 @@ from typing import Any
 import requests
 
 from ..config.schema import Stack
-from .garbage import garbage_reason
+from .garbage import degenerate_reason, garbage_reason
 
 Probe = Callable[[str, Stack, float], tuple[bool, str]]
 
@@ -144,6 +144,31 @@ def run_smoke(base_url: str, stack: Stack, *, timeout: float = 120.0) -> tuple[l
         for ok, text in pool.map(attempt, probes):
             (passed if ok else failed).append(text)
     return passed, failed
+
+
+WAKE_TOKENS = 8  # enough for a run of one punctuation mark (garbage.degenerate_reason) to show
+
+
+def one_completion(base_url: str, stack: Stack, *, timeout: float = 120.0) -> tuple[list[str], list[str]]:
+    """A woken standby's check (deploy/steps.py): its declared completion test, else a few tokens
+    judged for what a broken engine emits. It passed every smoke test when it went to sleep; what a
+    wake can still get wrong is the answer (a level-2 wake without its weights reloaded answers token
+    id 0 over and over: reference/gpu-lane.md)."""
+    try:
+        if stack.smoke.completion is not None:
+            ok, text = _completion(base_url, stack, timeout)
+        else:
+            model = _model(base_url, stack, timeout)
+            data = _post(f"{base_url}/v1/completions", {"model": model, "prompt": "Hello",
+                                                        "max_tokens": WAKE_TOKENS, "temperature": 0}, timeout)
+            answer = str(data["choices"][0]["text"])
+            why = degenerate_reason(answer)
+            ok = why is None
+            text = (f"one completion on {model} ({answer.strip()[:40]!r})" if ok else
+                    f"completion on {model}: {why}: {answer.strip()[:40]!r} (a wake that did not restore the weights?)")
+    except (requests.RequestException, RuntimeError, KeyError, IndexError, TypeError, ValueError) as e:
+        ok, text = False, f"completion: {e}"
+    return ([text], []) if ok else ([], [text])
 
 
 def _listed(base_url: str, timeout: float) -> list[str]:

@@ -119,13 +119,31 @@ def state(slot: Slot) -> str:
     return "live" if slot.on_door else "awake"
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+def free_port(span: list[int] | None = None, *, taken: set[int] | frozenset[int] = frozenset()) -> int:
+    """A loopback port for a slot: the kernel's pick, or the first free one of the node config's
+    `ports.standby` range that no slot holds (a stopped slot keeps its binding)."""
+    if span is None:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            return int(s.getsockname()[1])
+    for port in range(span[0], span[1] + 1):
+        if port in taken:
+            continue
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise OperationError(f"no free port in ports.standby {list(span)} for a standby slot",
+                         fix="widen ports.standby in the node config (each slot asleep or live holds one)")
 
 
-def join_door(project: str, service: str, slot: int) -> None:
+def ports_taken(project: str, service: str) -> set[int]:
+    return {s.port for s in slots(project, service).values() if s.port is not None}
+
+
+def join_door(project: str, service: str, slot: int) -> Slot:
     """Make `slot` the one container named `service` on the door's network: the others leave it."""
     net = engine.client().networks.get(network(project))
     found = slots(project, service)
@@ -138,6 +156,7 @@ def join_door(project: str, service: str, slot: int) -> None:
         raise OperationError(f"standby slot {slot} has no container", fix="b70deploy status")
     if not mine.on_door:
         net.connect(mine.box, aliases=[service])
+    return mine
 
 
 def said_seconds(box: Any, what: str) -> float | None:

@@ -1,4 +1,7 @@
-"""`verify`: is the node idle? Readings from the kernel's socket table and load average.
+"""Is the node idle? Readings from the kernel's socket table and load average.
+
+The load is read before the drain (a switch refuses there, the clients still served: the drain does
+not lower it); the connections after it (deploy/steps.py `idle` and `verify`).
 
 Idle means: on the prod port only TIME_WAIT entries from loopback remain, no configured
 feeder address holds an ESTABLISHED connection, and the 1-minute load is under the
@@ -58,7 +61,7 @@ def readings(*, port: int, feeders: list[str], load_threshold: float, conns: lis
         out.append(Reading(f"feeder {feeder}", not mine, f"{len(mine)} ESTABLISHED"))
     load = os.getloadavg()[0] if load1 is None else load1
     out.append(Reading("load (1 min)", load < load_threshold,
-                       f"{load:.2f} (threshold {load_threshold:g}: node config load_threshold)"))
+                       f"{load:.2f} (threshold {load_threshold:g}: node config load_threshold)", drained=False))
     return out
 
 
@@ -72,4 +75,5 @@ def remote_readings(address: str, port: int, *, timeout: float = 2.0) -> list[Re
         accepting = False
     return [Reading(f"port {port} on {address}", not accepting,
                     "still accepts connections" if accepting else "refuses connections (drained)"),
-            Reading("socket table, load", True, f"on {address}; not readable without an agent: not checked")]
+            Reading("socket table, load", True, f"on {address}; not readable without an agent: not checked",
+                    drained=False)]

@@ -107,6 +107,11 @@ _NOTEWORTHY = [
 ]
 
 
+def server_starting(line: str) -> bool:
+    """The API server starts (or has started) serving: /health answers within moments."""
+    return _SERVER.search(line) is not None
+
+
 def parse_boot_facts(lines: Iterable[str]) -> BootFacts:
     """Read the facts a boot log states. The first mention wins (the target model logs before a draft)."""
     f = BootFacts()

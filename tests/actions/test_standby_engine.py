@@ -22,6 +22,7 @@ from typing import Any
 import pytest
 import requests
 import yaml
+from kit.ports import free_span
 from kit.simnode import OWN_LABEL, SimNode, docker
 
 from b70deploy.sim.door_image import build as build_door
@@ -228,3 +229,75 @@ def test_standby_dry_run_says_what_will_sleep_and_what_will_stop(standby_node: S
     assert stack == "beta" and not old.get("State", {}).get("Running"), old.get("State")  # stopped, or gone
     said = node.cli("switch", "alpha", "--dry-run", check=True).stdout
     assert "standby: revision 2's slot falls asleep (level 1) while alpha boots beside it" in said, said
+
+
+def test_standby_a_run_killed_in_activate_is_recovered_to_the_slot_status_names(standby_node: SimNode) -> None:
+    """Issue 35's kill: SIGKILL at activate of a switch whose boot is held (B70SIM_HOLD_UNTIL), so the killed
+    run's slot runs on the door's network, never healthy. The rollback `status` advises removes that slot (no
+    run recorded it as a revision), wakes beta's, and from outside the slot that serves through the door is
+    the revision `status` names: its labels and argv, a completion; at most one slot asleep; the next switch
+    succeeds."""
+    node = standby_node
+    node.cli("switch", "alpha", "--yes", check=True)
+    node.cli("switch", "beta", "--yes", check=True)
+    _, _, beta = served(node)
+    killed = node.cli("switch", "held", "--yes", env={"B70DEPLOY_FAULT": "during:activate"})
+    assert killed.returncode == -9, killed.stdout + killed.stderr
+    booting = [b for b in ours(node) if b["Config"]["Labels"]["com.docker.compose.project"] == f"{node.project}-r3"]
+    assert booting and booting[0]["State"]["Running"]  # the killed run's slot, held in its boot
+    assert f"{node.project}_default" in booting[0]["NetworkSettings"]["Networks"]
+    st = node.json("status")
+    assert st["interrupted"]["step"] == "activate" and "b70deploy rollback" in st["fix"], st
+    done = node.cli("rollback", "--yes")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "removed slot 3" in done.stdout + done.stderr, done.stdout + done.stderr
+    stack, length, now = served(node)  # a completion through the door, and the one awake container on its network
+    st = node.json("status")
+    assert (stack, length) == ("beta", 262144) and now["Id"] == beta["Id"]  # woken, not booted
+    assert st["current"]["stack"] == "beta" and st["differs"] == [], st
+    assert st["serving_slot"] == {"slot": 2, "revision": st["current"]["number"]}, st
+    assert now["Config"]["Labels"]["com.docker.compose.project"] == f"{node.project}-r2"
+    argv = " ".join(now["Config"]["Cmd"])
+    assert "262144" in argv and "--enable-sleep-mode" in argv, argv  # beta's own command line
+    slots = ours(node)
+    assert f"{node.project}-r3" not in [b["Config"]["Labels"]["com.docker.compose.project"] for b in slots]
+    assert sum(1 for b in slots if b["State"]["Running"] and sleeping(b)) <= 1
+    node.cli("switch", "alpha", "--yes", check=True)
+    stack, _, _ = served(node)
+    assert stack == "alpha" and sum(1 for b in ours(node) if b["State"]["Running"] and sleeping(b)) <= 1
+
+
+def test_standby_slots_publish_on_ports_from_the_configured_range(standby_node: SimNode) -> None:
+    """Issue 35: `ports.standby: [FIRST, LAST]` keeps every slot's loopback port in that range."""
+    node = standby_node
+    span = free_span(3)
+    cfg = yaml.safe_load(node.config.read_text())
+    cfg["ports"]["standby"] = [span[0], span[-1]]
+    node.config.write_text(yaml.safe_dump(cfg))
+    node.cli("switch", "alpha", "--yes", check=True)
+    node.cli("switch", "beta", "--yes", check=True)
+    assert served(node)[0] == "beta"
+    ports = sorted(port_of(b) for b in ours(node))
+    assert len(ports) == 2 and all(span[0] <= p <= span[-1] for p in ports), (ports, span)
+
+
+def test_standby_a_run_killed_before_activate_is_rolled_back_by_waking_the_sleeper_never_stopping_it(
+        standby_node: SimNode) -> None:
+    """chaos_standby.py found it: killed between drain and activate, beta's slot sleeps still joined to the door's
+    network, so the probes reach it; the rollback took it for a stack outside the slots and stopped it, then
+    woke nothing and booted beta cold in the project's own container. Now it is woken: the same container,
+    never restarted, serves beta through the door."""
+    node = standby_node
+    node.cli("switch", "alpha", "--yes", check=True)
+    node.cli("switch", "beta", "--yes", check=True)
+    _, _, beta = served(node)
+    killed = node.cli("switch", "alpha", "--yes", env={"B70DEPLOY_FAULT": "before:activate"})
+    assert killed.returncode == -9, killed.stdout + killed.stderr
+    done = node.cli("rollback", "--yes")
+    assert done.returncode == 0, done.stdout + done.stderr
+    stack, _, now = served(node)
+    assert (stack, now["Id"], now["State"]["StartedAt"]) == ("beta", beta["Id"], beta["State"]["StartedAt"])
+    assert not docker("ps", "-aq", "--filter", f"label=com.docker.compose.project={node.project}",
+                      "--filter", "label=com.docker.compose.service=vllm").stdout.split()  # no own container
+    st = node.json("status")
+    assert st["differs"] == [] and st["serving_slot"] == {"slot": 2, "revision": st["current"]["number"]}, st

@@ -5,7 +5,10 @@ that will not go idle, a health timeout on a 503, a boot that stalls inside torc
 from __future__ import annotations
 
 import json
+import threading
+import time
 
+import requests
 import yaml
 from kit.simnode import SimNode, docker
 
@@ -41,16 +44,41 @@ def last_run_steps(node: SimNode) -> list[tuple[str, str]]:
     return [(e["event"], e.get("step", "")) for e in lines[start:]]
 
 
-def test_a_node_that_does_not_go_idle_fails_at_verify_and_alpha_serves_again(node: SimNode) -> None:
+def test_a_busy_host_refuses_the_switch_before_the_drain_and_a_client_sees_no_error(node: SimNode) -> None:
+    """The load is read before the drain (issue 35): on a busy host the switch refuses while alpha still
+    serves; a client asking all along is answered every time."""
     set_config(node, load_threshold=0.001)  # a loaded test machine is never that idle
     r = node.cli("switch", "alpha", "--yes", "--verify-wait", "1")
     # nothing served before alpha: no client to cut off, so the load does not hold the switch up
-    assert r.returncode == 0 and "nothing was serving: idle check skipped" in r.stdout + r.stderr, r.stderr
-    r = node.cli("switch", "beta", "--yes", "--verify-wait", "1")
-    assert r.returncode == 1 and "failed at verify" in r.stderr and "node not idle" in r.stderr, r.stderr
+    assert r.returncode == 0 and "nothing is serving: load check skipped" in r.stdout + r.stderr, r.stderr
+    url = f"http://127.0.0.1:{node.prod}/v1/completions"
+    model = requests.get(f"http://127.0.0.1:{node.prod}/v1/models", timeout=10).json()["data"][0]["id"]
+    answers: list[int | str] = []
+    done = threading.Event()
+
+    def ask() -> None:
+        while not done.is_set():
+            try:
+                answers.append(requests.post(url, json={"model": model, "prompt": "Hi", "max_tokens": 1},
+                                             timeout=30).status_code)
+            except requests.RequestException as e:
+                answers.append(type(e).__name__)
+            time.sleep(0.05)
+
+    client = threading.Thread(target=ask, daemon=True)
+    client.start()
+    try:
+        r = node.cli("switch", "beta", "--yes", "--verify-wait", "1")
+    finally:
+        done.set()
+        client.join(timeout=60)
+    assert r.returncode == 1 and "switch refused before the drain" in r.stderr, r.stderr
     out = r.stdout + r.stderr
     assert "waiting up to 1 s for the node to go idle" in out  # said while it waits, not only at the end
-    assert "load_threshold" in r.stderr and "timeouts.verify" in r.stderr  # the fix names the settings
+    assert "load_threshold in the node config" in r.stderr and "timeouts.verify" not in r.stderr  # a real key
+    steps = last_run_steps(node)
+    assert ("step-failed", "idle") in steps and not [s for e, s in steps if s == "drain"], steps
+    assert answers and set(answers) == {200}, sorted(set(map(str, answers)))
     assert serves(node) == "alpha" and node.json("status")["differs"] == []
 
 

@@ -9,7 +9,9 @@ revision's: the files, the records and the containers must agree.
 
 from __future__ import annotations
 
+import json
 import os
+import signal
 import tempfile
 from collections.abc import Iterator
 from dataclasses import replace
@@ -21,11 +23,12 @@ from kit.fakenode import FakeNode, Quiet, stack_files
 
 from b70deploy.actions.rollback import resolve_target
 from b70deploy.config.schema import Smoke, Stack
+from b70deploy.deploy import interrupts
 from b70deploy.deploy.driver import Driver, Outcome
 from b70deploy.deploy.plan import DeployPlan, ImageInfo, Kind, StandbyPlan, Waits
 from b70deploy.deploy.runner import Killed
 from b70deploy.deploy.steps import steps
-from b70deploy.errors import UserError
+from b70deploy.errors import NodeBusy, UserError
 from b70deploy.state.journal import RunRecord
 from b70deploy.state.revisions import Revision
 from b70deploy.state.statedir import StateDir
@@ -215,8 +218,8 @@ def test_an_interrupt_between_two_steps_is_undone_like_one_inside_a_step(root: P
 
 
 def test_the_matrix_covers_every_step_and_runs_without_docker() -> None:
-    assert STEP_NAMES == ["preflight", "warm", "record", "snapshot", "drain", "verify", "activate", "wait-healthy",
-                          "check", "release", "commit", "companions"]
+    assert STEP_NAMES == ["preflight", "warm", "idle", "record", "snapshot", "drain", "verify", "activate",
+                          "wait-healthy", "check", "release", "settle", "commit", "companions"]
 
 
 def test_a_killed_drain_leaves_half_written_files_that_resume_completes(root: Path) -> None:
@@ -370,16 +373,17 @@ def test_standby_every_step_every_fault_then_recovery(root: Path, step: str, mod
 
 
 def test_standby_steps_are_the_switch_with_its_own_drain_activate_and_standbys() -> None:
-    assert STANDBY_STEPS == ["preflight", "warm", "record", "snapshot", "drain", "verify", "activate", "wait-healthy",
-                             "check", "release", "commit", "standbys", "companions"]
+    assert STANDBY_STEPS == ["preflight", "warm", "idle", "record", "snapshot", "drain", "verify", "activate",
+                             "wait-healthy", "check", "release", "settle", "commit", "standbys", "companions"]
 
 
 def test_standby_switch_sleeps_the_live_slot_and_boots_beside_it(root: Path) -> None:
     b = Bench(root, standby=True)
     assert b.switch().ok
+    # the new slot is created while alpha still serves; the door holds only then
     assert [e for e in b.node.effects if e.split(":")[0] in ("drain", "activate", "release", "standbys")] == [
-        "drain:door close", "drain:write", "drain:doze 2 level 1", "drain:door sync", "drain:boot beside 3",
-        "activate:start vllm", "release:door open 3", "standbys:retire 1"]
+        "drain:write", "drain:boot beside 3", "drain:door close", "drain:doze 2 level 1", "drain:door sync",
+        "activate:start beside 3", "release:door open 3", "standbys:retire 1"]
     assert standby_agreed(b) == "beta" and b.node.slots() == {2: "asleep", 3: "live"}
 
 
@@ -388,9 +392,10 @@ def test_standby_failed_boot_wakes_the_standby_checks_it_and_points_the_door_bac
     b.node.broken.add("beta")
     outcome = b.switch()
     assert not outcome.ok and outcome.rolled_back, outcome.summary
-    at = b.node.effects.index("activate:start vllm")
+    at = b.node.effects.index("activate:start beside 3")
     undo = b.node.effects[at + 1:]
-    assert [e.split(":", 1)[1] for e in undo] == ["wait", "retire 3", "write", "wake 2", "wait", "smoke",
+    # woken, asked /health once and one completion: it passed every check when it went to sleep
+    assert [e.split(":", 1)[1] for e in undo] == ["wait", "retire 3", "write", "wake 2", "one completion",
                                                    "door open 2"], undo
     assert "release:door open 3" not in b.node.effects  # the failed stack never had the door
     assert standby_agreed(b) == "alpha" and b.node.slots() == {1: "asleep", 2: "live"}
@@ -416,8 +421,11 @@ def test_standby_rollback_wakes_the_sleeping_slot_instead_of_booting(root: Path)
     assert standby_agreed(b) == "alpha"
     assert b.node.slots() == {2: "live", 3: "asleep"}
     drained = [e for e in b.node.effects if e.split(":")[0] in ("drain", "activate")]
-    assert drained == ["drain:door close", "drain:write", "drain:doze 3 level 1", "drain:door sync",
+    assert drained == ["drain:write", "drain:door close", "drain:doze 3 level 1", "drain:door sync",
                        "activate:wake 2"], drained
+    # no health wait, no settle window, one completion: the door is released right after it
+    after = [e for e in b.node.effects if e.split(":")[0] in ("wait-healthy", "check", "release", "settle")]
+    assert after == ["check:one completion", "release:door open 4"], after
     assert b.state.revisions.current_number() == 4 and b.node.door_points == 4
 
 
@@ -426,3 +434,85 @@ def test_a_switch_without_standby_stops_every_slot_first(root: Path) -> None:
     assert b.driver().execute("switch beta", plan_for("beta")).ok
     assert "drain:retire 1" in b.node.effects and "drain:retire 2" in b.node.effects
     assert b.node.slots() == {} and b.agreed() == "beta"
+
+
+# ---------------------------------------------------------------- the tool's seconds, the slots' records (issue 35)
+
+
+def test_a_busy_host_refuses_the_switch_before_the_drain(root: Path) -> None:
+    """The load is read before the drain: the clients were never held for a switch that cannot happen."""
+    b = Bench(root, door=True)
+    b.node.load = 9.0
+    with pytest.raises(NodeBusy) as caught:
+        b.switch()
+    assert "load_threshold in the node config" in str(caught.value) and "timeouts.verify" not in str(caught.value)
+    assert not [e for e in b.node.effects if e.split(":")[0] in ("drain", "verify", "activate")], b.node.effects
+    assert "idle:readings" in b.node.effects and b.node.door_points == 2
+    assert b.agreed() == "alpha" and b.state.revisions.numbers() == [1, 2]  # nothing recorded either
+
+
+def test_the_door_is_released_when_the_smoke_tests_pass_and_settle_watches_it_serving(root: Path) -> None:
+    b = Bench(root, door=True)
+    assert b.switch().ok
+    order = [e for e in b.node.effects if e.split(":")[0] in ("wait-healthy", "check", "release", "settle")]
+    assert order == ["wait-healthy:wait", "check:smoke", "release:door open 3", "settle:up webui"], order
+
+
+def test_an_engine_that_dies_serving_inside_the_settle_window_gets_the_door_held_and_rolled_back(root: Path) -> None:
+    b = Bench(root, door=True)
+    b.node.dies_after_ready.add("beta")
+    outcome = b.switch()
+    assert not outcome.ok and outcome.rolled_back
+    undo = [e for e in b.node.effects if e.startswith("settle:")]
+    assert "settle:door close" in undo and undo[-1] == "settle:door open 2", undo
+    assert undo.index("settle:door close") < undo.index("settle:up vllm")
+    assert b.agreed() == "alpha"
+
+
+def test_a_killed_standby_switch_is_rolled_back_to_the_recorded_slot_never_the_killed_runs(root: Path) -> None:
+    """Killed after activate: slot 3 runs on the door's network, never checked. The rollback removes it (no
+    run recorded it), wakes alpha's slot, and the next switch succeeds with at most one slot asleep."""
+    b = Bench(root, standby=True)
+    b.point = ("after", "activate")
+    with pytest.raises(Killed):
+        b.switch()
+    assert b.node.slots() == {1: "asleep", 2: "asleep", 3: "live"}  # what the engine shows after the kill
+    b.node.effects.clear()
+    assert b.rollback().ok
+    assert "drain:retire 3" in b.node.effects and "drain:doze 3 level 1" not in b.node.effects, b.node.effects
+    assert standby_agreed(b) == "alpha" and 3 not in b.node.slots()
+    recorded = json.loads((b.state.path / "slots.json").read_text())["slots"]
+    assert recorded["2"] == {"revision": 4, "asleep_since": None}  # serves as the rollback's revision
+    b.node.effects.clear()
+    assert b.switch().ok  # beta again, as revision 5
+    assert standby_agreed(b) == "beta" and list(b.node.slots().values()).count("asleep") == 1
+
+
+def test_the_standby_kept_is_the_one_asleep_most_recently(root: Path) -> None:
+    """alpha (slot 2) woken by a rollback keeps its low number; the next switch puts it to sleep, and it,
+    not beta's older sleeper (slot 3), is the standby kept."""
+    b = Bench(root, standby=True)
+    assert b.switch().ok            # beta live in 3, alpha asleep in 2
+    assert b.rollback().ok          # alpha woken in 2, beta asleep in 3
+    assert b.node.slots() == {2: "live", 3: "asleep"}
+    b.node.images.add("img-delta")
+    assert b.driver().execute("switch delta", plan_for("delta", standby=StandbyPlan())).ok
+    assert b.node.slots() == {2: "asleep", 5: "live"}, b.node.slots()
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["TERM", "INT"])
+def test_a_real_signal_after_the_commit_is_noted_and_the_run_ends_with_the_commit(root: Path, signum: int) -> None:
+    """Under the CLI's handlers (interrupts.installed), a signal delivered between commit and companions is
+    noted: the run finishes, the outcome is the commit's, exit 0, and it names the signal."""
+    b = Bench(root, door=True)
+    plain = b.fault
+
+    def signal_after_commit(point: str, step: str) -> None:
+        plain(point, step)
+        if (point, step) == ("after", "commit"):
+            os.kill(os.getpid(), signum)
+
+    with interrupts.installed():
+        outcome = Driver(b.state, b.node, Quiet(), fault=signal_after_commit).execute("switch beta", plan_for("beta"))
+    assert outcome.ok and outcome.exit_code == 0 and outcome.signals == [signal.Signals(signum).name], outcome
+    assert b.agreed() == "beta"

@@ -10,6 +10,7 @@ there leaves it half written, as a real kill between two renames would.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -45,7 +46,8 @@ class FakeNode:
     tags: dict[str, set[str]] = field(default_factory=dict)  # image -> references other than our keep tags
     kept: set[str] = field(default_factory=set)      # images with a keep tag (one per image)
     broken: set[str] = field(default_factory=set)   # stacks whose boot never becomes healthy
-    dies_after_ready: set[str] = field(default_factory=set)  # healthy once, then the engine dies
+    dies_after_ready: set[str] = field(default_factory=set)  # healthy, passes its smoke tests, then dies
+    died: set[str] = field(default_factory=set)  # of those, the ones whose engine has died (after their smoke)
     clock: float = 0.0
     step: str = ""                                  # the step the runner is in (set by the test's fault hook)
     trap: tuple[str, str] | None = None             # ("fail" | "interrupt" | "kill", step)
@@ -59,11 +61,15 @@ class FakeNode:
     slot_state: dict[int, str] = field(default_factory=dict)  # created | live | asleep
     target: int | None = None          # the slot the door and the probes reach; None: the project's vllm
     smoke_fails: set[str] = field(default_factory=set)  # stacks that answer /health and fail their smoke tests
+    load: float = 0.5                  # the host's 1-minute load average (its bound: 2.0)
 
     # ---- misbehaving on cue
     def _effect(self, what: str) -> None:
         self.effects.append(f"{self.step}:{what}")
-        if self.trap is not None and self.trap[1] == self.step:
+        # A trap springs in the run's own thread: a step's work started on a worker (the companions in
+        # the settle window) is not where a kill or a failure of the step itself lands.
+        mine = threading.current_thread() is threading.main_thread()
+        if self.trap is not None and self.trap[1] == self.step and mine:
             mode, self.trap = self.trap[0], None
             if mode == "kill":
                 raise Killed(f"killed during {self.step} ({what})")
@@ -84,7 +90,7 @@ class FakeNode:
         if files is None:
             return None
         name = stack_of_files(files)
-        return None if name in self.broken or name in self.dies_after_ready else name
+        return None if name in self.broken or name in self.died else name
 
     # ---- NodeIO
     def read_deployed(self) -> dict[str, bytes]:
@@ -185,8 +191,6 @@ class FakeNode:
                  "INFO 01-01 00:00:01 [kv_cache_utils.py:1] GPU KV cache size: 65,536 tokens"]
         if self._reached() is not None and self.serves() is not None:
             return WaitResult(True, 2.0, "healthy", log_lines=lines)
-        if stack_of_files(self._reached() or {}) in self.dies_after_ready:
-            return WaitResult(True, 2.0, "healthy", log_lines=lines)
         return WaitResult(False, 2.0, "the vllm container exited (code 1)", exit_code=1, log_lines=lines)
 
     def container_log(self) -> list[str]:
@@ -199,15 +203,17 @@ class FakeNode:
         files = self._reached()
         if files is None:
             return "missing" if self.target is None and VLLM not in self.created else "exited"
-        return "exited" if stack_of_files(files) in self.dies_after_ready else "running"
+        return "exited" if stack_of_files(files) in self.died else "running"
 
-    def smoke(self, stack: Stack) -> tuple[list[str], list[str]]:
-        self._effect("smoke")
+    def smoke(self, stack: Stack, *, one: bool = False) -> tuple[list[str], list[str]]:
+        self._effect("one completion" if one else "smoke")
         served = self.serves()
         if served != stack.name:
             return [], [f"the node serves {served}, not {stack.name}"]
         if served in self.smoke_fails:
             return [], [f"completion on {served}: garbage output"]
+        if served in self.dies_after_ready:
+            self.died.add(served)  # the engine dies right after it answered
         return [f"completion on {served}"], []
 
     def served_version(self) -> str | None:
@@ -215,7 +221,8 @@ class FakeNode:
 
     def idle_readings(self) -> list[Reading]:
         self._effect("readings")
-        return [Reading("port 8000", True, "no client connections")]
+        return [Reading("port 8000", True, "no client connections"),
+                Reading("load (1 min)", self.load < 2.0, f"{self.load:.2f} (threshold 2)", drained=False)]
 
     def ensure_draft(self, stack: Stack) -> str | None:
         return None
@@ -260,7 +267,13 @@ class FakeNode:
         self._effect(f"boot beside {slot}")
         self.slot_files[slot] = dict(self.deployed)
         self.slot_state[slot] = "created"
+
+    def start_beside(self, slot: int) -> None:
+        self._effect(f"start beside {slot}")
+        if slot not in self.slot_files:
+            raise OperationError(f"standby slot {slot} has no container")
         self.target = slot
+        self.slot_state[slot] = "live"
 
     def wake(self, slot: int) -> float:
         self._effect(f"wake {slot}")

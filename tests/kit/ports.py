@@ -46,3 +46,19 @@ def free_port() -> int:
             raise RuntimeError(f"no free loopback port in {FIRST}-{LAST}")
         _COUNTER.write_text(str(n % span))
     return port
+
+
+def free_span(n: int) -> list[int]:
+    """`n` consecutive loopback ports, each free now, handed out together (a range a node config names)."""
+    with _LOCK:
+        try:
+            start = int(_COUNTER.read_text())
+        except (OSError, ValueError):
+            start = os.getpid()
+        span = LAST - FIRST + 1 - n
+        for i in range(span):
+            first = FIRST + (start + i) % span
+            if all(_bindable(p) for p in range(first, first + n)):
+                _COUNTER.write_text(str((first - FIRST + n) % (LAST - FIRST + 1)))
+                return list(range(first, first + n))
+    raise RuntimeError(f"no {n} consecutive free loopback ports in {FIRST}-{LAST}")

@@ -1,0 +1,186 @@
+"""The clients' longest wait beside the engine's own time (issue 35), this checkout beside a baseline's, in one run.
+
+Two sim nodes on the real Docker engine, built as bench_standby.py builds its standby node (the door, `standby:
+sleep`, the sim reporting vLLM 0.32.0 on XPU, the stacks' default 5 s settle window), one driven by this
+checkout's b70deploy and one by `--baseline` (a checkout of main: `git worktree add --detach DIR main`). On
+each, after switching to alpha and then beta, `--runs` rounds, the two nodes alternating within a round:
+
+  switch          to alpha (beta sleeps; alpha boots cold in a new slot)
+  rollback        back to beta, asleep in its slot (woken)
+  failed switch   to `crash` (the report's Marlin crash at boot); beta, asleep, woken back
+
+Four clients (bench_door.py's: the `openai` client, streaming chat completions one after another, through
+the door) run through each operation. Measured:
+  longest wait    the longest any one request took that overlapped the operation (start of the command to
+                  1 s after its end): what a client waited
+  engine          what the engine needed: the new slot's boot (its container's StartedAt to its "Starting vLLM
+                  API server" line), the wake (the sim's B70SIM_WAKE_SECONDS, vLLM's "It took X seconds to wake
+                  up" line), or the crashed boot (its start to its `die` event) plus the wake
+  failed          requests that failed (refused, reset, 5xx)
+each the median of the runs with min and max, and the host's 1-minute load average beside them (the machine
+is shared: numbers are noisy). The bounds the issue sets: switch <= boot + 1 s, rollback <= 1.5 s, failed
+switch <= crash boot + wake + 1 s, 0 failed.
+
+    python benchmarks/bench_seconds.py --baseline ../wt-base --json benchmarks/results/seconds.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import yaml
+from bench_door import Clients, Node, door_flags, outcome
+from bench_standby import standby_node
+from switch_bench import REPO, docker, log, machine, ready_instant, report, started_instant, stats
+
+WAKE = 0.5  # B70SIM_WAKE_SECONDS, the sim's default model of a wake
+_WOKE = re.compile(r"It took ([0-9.]+) seconds to wake up")
+
+
+def cli(node: Node, code: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHONPATH": str(code), "B70DEPLOY_CONFIG": str(node.bench.config)}
+    env.pop("B70DEPLOY_FAULT", None)
+    # cwd outside both checkouts: `python -m` puts the cwd first on sys.path, before PYTHONPATH
+    return subprocess.run([sys.executable, "-m", "b70deploy.cli", *args], capture_output=True, text=True, env=env,
+                          timeout=600, check=False, cwd=node.bench.root)
+
+
+def slot_boxes(node: Node) -> dict[str, str]:
+    """container id -> compose project of the node's vllm slots, stopped ones included."""
+    rows = docker("ps", "-a", "--no-trunc", "--filter", "label=b70deploy.role=vllm", "--format",
+                  '{{.ID}} {{.Label "com.docker.compose.project"}}').stdout.splitlines()
+    return {i: p for i, _, p in (r.partition(" ") for r in rows) if p.startswith(f"{node.bench.project}-r")}
+
+
+def events(node: Node, since: float, kind: str) -> list[tuple[float, str]]:
+    out = docker("events", "--since", f"{since:.3f}", "--until", f"{time.time():.3f}", "--filter",
+                 f"event={kind}", "--filter", "label=b70deploy.role=vllm", "--format",
+                 '{{.TimeNano}} {{index .Actor.Attributes "com.docker.compose.project"}}').stdout.splitlines()
+    return [(int(t) / 1e9, p) for t, _, p in (ln.partition(" ") for ln in out if ln.strip())
+            if p.startswith(f"{node.bench.project}-r")]
+
+
+def woke_seconds(node: Node) -> float:
+    """vLLM's own line (the sim prints it as vLLM does) in the live slot's log: the last wake's seconds."""
+    found: list[float] = []
+    for cid in slot_boxes(node):
+        got = docker("logs", "--tail", "200", cid, check=False)
+        found += [float(m.group(1)) for m in _WOKE.finditer(got.stdout + got.stderr)]
+    return found[-1] if found else WAKE
+
+
+def measure(node: Node, code: Path, op: str, argv: list[str], *, must_fail: bool, clients: int) -> dict[str, Any]:
+    before = set(slot_boxes(node))
+    load = os.getloadavg()[0]
+    with Clients(node.bench.prod_port, n=clients) as c:
+        time.sleep(1.0)  # the clients are answered before the operation starts
+        start = time.time()
+        r = cli(node, code, *argv)
+        end = time.time()
+        time.sleep(1.0)
+    if (r.returncode != 0) != must_fail:
+        raise RuntimeError(f"{' '.join(argv)} exited {r.returncode}:\n{r.stdout}\n{r.stderr}")
+    if not any(ok for _, _, ok, _ in c.answers):
+        raise RuntimeError(f"the clients had no answer at all: {c.answers[:3]}")
+    seen = outcome(c.answers, start, end + 1.0)
+    if op == "switch":
+        new = [cid for cid in slot_boxes(node) if cid not in before]
+        engine = ready_instant(new[0]) - started_instant(new[0]) if new else None
+    elif op == "rollback":
+        engine = woke_seconds(node)
+    else:
+        starts, dies = events(node, start, "start"), events(node, start, "die")
+        crashed = [(t, p) for t, p in starts if any(p == q and d > t for d, q in dies)]
+        boot = min(d for d, q in dies if q == crashed[0][1]) - crashed[0][0] if crashed else None
+        engine = boot + woke_seconds(node) if boot is not None else None
+    got = {"operation": op, "longest_wait_s": seen["longest_wait_s"], "engine_s": round(engine, 3) if engine else None,
+           "failed": seen["failed"], "failed_kinds": seen["failed_kinds"], "requests": seen["requests"],
+           "command_s": round(end - start, 3), "load1": round((load + os.getloadavg()[0]) / 2, 2)}
+    log(f"{code} {op}: {got}")
+    return got
+
+
+OPS = [("switch", ["switch", "alpha", "--yes"], False), ("rollback", ["rollback", "--yes"], False),
+       ("failed switch", ["switch", "crash", "--yes"], True)]
+BOUND = {"switch": 1.0, "rollback": None, "failed switch": 1.0}  # seconds beyond the engine's; rollback: 1.5 in all
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    codes = {"baseline": args.baseline.resolve(), "this": REPO}
+    nodes: dict[str, Node] = {}
+    try:
+        for side in codes:
+            nodes[side] = standby_node(sleep=True, boot=args.boot, hold=args.hold)
+            cfg = yaml.safe_load(nodes[side].bench.config.read_text())
+            cfg["stack_overlay"].pop("settle_seconds", None)  # the stacks' default window (5 s), as in the field
+            nodes[side].bench.config.write_text(yaml.safe_dump(cfg))
+        for side, node in nodes.items():
+            for stack in ("alpha", "beta"):  # warm-up, not counted: alpha then sleeps
+                r = cli(node, codes[side], "switch", stack, "--yes")
+                if r.returncode != 0:
+                    raise RuntimeError(f"{side}: warm-up switch to {stack} failed:\n{r.stdout}\n{r.stderr}")
+        got: dict[str, dict[str, list[dict[str, Any]]]] = {s: {op: [] for op, _, _ in OPS} for s in codes}
+        for i in range(args.runs):
+            for op, argv, must_fail in OPS:
+                for side in (list(codes) if i % 2 == 0 else list(reversed(codes))):
+                    got[side][op].append(measure(nodes[side], codes[side], op, argv, must_fail=must_fail,
+                                                 clients=args.clients))
+        summary = {side: {op: {"longest_wait_s": stats([m["longest_wait_s"] for m in ms]),
+                               "engine_s": stats([m["engine_s"] for m in ms]),
+                               "beyond_engine_s": stats([m["longest_wait_s"] - m["engine_s"] for m in ms
+                                                         if m["engine_s"] is not None]),
+                               "command_s": stats([m["command_s"] for m in ms]),
+                               "load1": stats([m["load1"] for m in ms]),
+                               "failed": sum(m["failed"] for m in ms)}
+                          for op, ms in ops.items()} for side, ops in got.items()}
+        return {"machine": machine(), "boot_seconds": args.boot, "runs": args.runs, "clients": args.clients,
+                "baseline": str(codes["baseline"]), "summary": summary, "measurements": got}
+    finally:
+        for node in nodes.values():
+            node.bench.cleanup()
+            for n in range(1, 64):
+                for net in docker("network", "ls", "-q", "--filter", f"name={node.bench.project}-r{n}_",
+                                  check=False).stdout.split():
+                    docker("network", "rm", net, check=False)
+
+
+def table(result: dict[str, Any]) -> str:
+    def fmt(st: dict[str, Any]) -> str:
+        if not st.get("n"):
+            return "-"
+        return f"{st['median']:.2f} (min {st['min']:.2f}, max {st['max']:.2f})"
+
+    lines = [f"sim boot {result['boot_seconds']:g} s, wake {WAKE:g} s; {result['clients']} clients through the door; "
+             f"medians of {result['runs']} with min and max, seconds; baseline: {result['baseline']}",
+             f"{'operation':<14} {'code':<9} {'longest wait':<26} {'engine':<26} {'wait - engine':<26} "
+             f"{'command':<26} {'load (1 min)':<26} failed"]
+    for op, _, _ in OPS:
+        for side, ops in result["summary"].items():
+            st = ops[op]
+            lines.append(f"{op:<14} {side:<9} {fmt(st['longest_wait_s']):<26} {fmt(st['engine_s']):<26} "
+                         f"{fmt(st['beyond_engine_s']):<26} {fmt(st['command_s']):<26} {fmt(st['load1']):<26} "
+                         f"{st['failed']}")
+    lines.append("longest wait: the longest request that overlapped the command (to 1 s after it); engine: the new "
+                 "slot's boot, the wake, or the crashed boot plus the wake")
+    return "\n".join(lines)
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
+    door_flags(p, boot=2.0)
+    p.set_defaults(clients=4)
+    p.add_argument("--runs", type=int, default=5, help="rounds of the three operations per node (default 5)")
+    p.add_argument("--baseline", type=Path, required=True, help="a checkout of the code to compare with (main)")
+    p.add_argument("--json", type=Path, help="write every measurement and the summary here")
+    return report(run, table, p.parse_args())
+
+
+if __name__ == "__main__":
+    sys.exit(main())
