@@ -17,7 +17,7 @@ import requests
 from b70deploy.config.schema import Stack
 from b70deploy.docker import sleepmode
 from b70deploy.docker.garbage import garbage_reason
-from b70deploy.docker.smoke import run_smoke
+from b70deploy.docker.smoke import one_completion, run_smoke
 from b70deploy.sim import server as sim
 
 REAL = Path(__file__).parents[1] / "fixtures" / "vllm-0.24.0-cuda"
@@ -121,6 +121,24 @@ def test_level_2_on_the_sim_fails_its_smoke_test_after_a_bare_wake_and_passes_af
     assert sleepmode.wake(url) == 2
     assert run_smoke(url, stack)[1] == []
     assert _complete(url, LONG) == reference
+
+
+def test_a_woken_standbys_one_completion_fails_on_token_id_0_and_passes_after_the_documented_wake(
+        serving: Any) -> None:
+    """The check a woken standby gets instead of the whole smoke set (docker/smoke.one_completion), for a
+    stack that declares no completion test: a bare level-2 wake answers token id 0 over and over."""
+    url = serving("--served-model-name", "lane")
+    stack = _stack().model_copy(update={"smoke": _stack().smoke.model_copy(update={"completion": None})})
+    assert one_completion(url, stack)[1] == []
+    sleepmode.sleep(url, 2)
+    sleepmode.post(url, "/wake_up")
+    sleepmode.until(url, False)
+    passed, failed = one_completion(url, stack)
+    assert passed == [] and "a run of '!!!!" in failed[0], failed
+    sleepmode.sleep(url, 2)
+    assert sleepmode.wake(url) == 2
+    passed, failed = one_completion(url, stack)
+    assert failed == [] and passed[0].startswith("one completion on lane"), passed
 
 
 def test_engine_sleep_state_and_collective_rpc_as_vllm_024(serving: Any) -> None:
