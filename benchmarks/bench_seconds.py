@@ -37,7 +37,7 @@ from typing import Any
 
 import yaml
 from bench_door import Clients, Node, door_flags, outcome
-from bench_standby import standby_node
+from bench_standby import remove_node, standby_node
 from switch_bench import REPO, docker, log, machine, ready_instant, report, started_instant, stats
 
 WAKE = 0.5  # B70SIM_WAKE_SECONDS, the sim's default model of a wake
@@ -144,11 +144,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 "baseline": str(codes["baseline"]), "summary": summary, "measurements": got}
     finally:
         for node in nodes.values():
-            node.bench.cleanup()
-            for n in range(1, 64):
-                for net in docker("network", "ls", "-q", "--filter", f"name={node.bench.project}-r{n}_",
-                                  check=False).stdout.split():
-                    docker("network", "rm", net, check=False)
+            remove_node(node)
 
 
 def table(result: dict[str, Any]) -> str:

@@ -128,11 +128,16 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 "summary": summary, "measurements": results}
     finally:
         for node in nodes.values():
-            node.bench.cleanup()
-            for n in range(1, 64):
-                for net in docker("network", "ls", "-q", "--filter", f"name={node.bench.project}-r{n}_",
-                                  check=False).stdout.split():
-                    docker("network", "rm", net, check=False)
+            remove_node(node)
+
+
+def remove_node(node: Node) -> None:
+    """A bench node's containers and files, and the networks of its standby slots' projects."""
+    node.bench.cleanup()
+    for n in range(1, 64):
+        for net in docker("network", "ls", "-q", "--filter", f"name={node.bench.project}-r{n}_",
+                          check=False).stdout.split():
+            docker("network", "rm", net, check=False)
 
 
 def table(result: dict[str, Any]) -> str:
