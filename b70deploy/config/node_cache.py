@@ -60,12 +60,13 @@ class Settings:
     device_dir: str | None
     secrets_env_file: str | None
     cache_dir: str | None
+    compose_files: tuple[str, ...]   # the project's compose files: `status` reads the deploy dir by them
 
     @classmethod
     def of(cls, cfg: NodeConfig) -> Settings:
         optional: dict[str, str | None] = {k: getattr(cfg, k) for k in _OPTIONAL}
         return cls(project=cfg.project, address=cfg.address, prod_port=cfg.ports.prod, models_dir=cfg.models_dir,
-                   service=cfg.service, **optional)
+                   service=cfg.service, compose_files=tuple(cfg.compose_files), **optional)
 
     @classmethod
     def from_json(cls, d: object) -> Settings | None:
@@ -73,9 +74,10 @@ class Settings:
         if not isinstance(d, dict) or set(d) != {f.name for f in fields(cls)}:
             return None
         if not all(isinstance(d[k], str) for k in _TEXT) or type(d["prod_port"]) is not int \
-                or not all(d[k] is None or isinstance(d[k], str) for k in _OPTIONAL):
+                or not all(d[k] is None or isinstance(d[k], str) for k in _OPTIONAL) \
+                or not isinstance(d["compose_files"], list) or not all(isinstance(n, str) for n in d["compose_files"]):
             return None
-        return cls(**d)
+        return cls(**{**d, "compose_files": tuple(d["compose_files"])})
 
 
 class NodeCache:

@@ -668,6 +668,14 @@ class NodeConfig(Strict):
     # The project's top-level networks, as Compose writes them (an address pool for a static
     # ipv4_address a stack's compose: gives the vllm service; an external proxy network).
     networks: dict[str, Any] = Field(default_factory=dict)
+    # The vllm service's node-wide Compose keys (security_opt, cap_add, ipc, shm_size, ulimits,
+    # runtime, devices, group_add, networks) as the hand-made deployment had them (init writes them):
+    # every rendered stack has them, under its own compose: keys.
+    compose: dict[str, Any] = Field(default_factory=dict)
+    # The project as Compose ran it: its compose files in the deploy dir, in -f order, and the
+    # profiles its running services are in (init reads both from the running containers).
+    compose_files: list[str] = Field(default_factory=lambda: ["docker-compose.yml"], min_length=1)
+    profiles: list[str] = Field(default_factory=lambda: ["gpu"])
     feeders: list[str] = Field(default_factory=list)
     load_threshold: float | None = Field(default=None, gt=0, le=1024)  # None: the core count (verify.load_bound)
     timeouts: Timeouts = Timeouts()
@@ -693,6 +701,33 @@ class NodeConfig(Strict):
     address: str = "127.0.0.1"          # host at which /health and smoke reach the node's ports
     # The inventory: one entry per node, each a set of overrides of the keys above.
     nodes: dict[str, dict[str, Any]] | None = None
+
+    @field_validator("compose")
+    @classmethod
+    def _compose(cls, v: dict[str, Any]) -> dict[str, Any]:
+        problem = check_keys(v)
+        if problem is not None:
+            raise invalid(*problem)
+        return v
+
+    @field_validator("compose_files")
+    @classmethod
+    def _compose_files(cls, v: list[str]) -> list[str]:
+        for name in v:
+            if name.startswith("/") or ".." in name.split("/") or not re.match(r"^[A-Za-z0-9][A-Za-z0-9._/-]*$", name):
+                raise invalid(f"compose file {name!r} is not a file name in the deploy dir",
+                              "name it relative to deploy_dir, e.g. docker-compose.override.yml")
+        if len(set(v)) != len(v):
+            raise invalid("compose_files names a file twice", "list each compose file once, in -f order")
+        return v
+
+    @field_validator("profiles")
+    @classmethod
+    def _profiles(cls, v: list[str]) -> list[str]:
+        for name in v:
+            if not re.match(r"^[a-zA-Z0-9][a-zA-Z0-9_.-]*$", name):
+                raise invalid(f"profile {name!r} is not a Compose profile name", "letters, digits, '_', '.', '-'")
+        return v
 
     @field_validator("hf_cache")
     @classmethod

@@ -15,10 +15,19 @@ PROFILE = "gpu"
 class Compose:
     project_dir: Path
     project: str
+    # The project's compose files in the folder, in -f order, and its profiles, as Compose ran it
+    # (node config compose_files and profiles); a rendered deployment is one file and `gpu`.
+    files: tuple[str, ...] = (COMPOSE_FILE,)
+    profiles: tuple[str, ...] = (PROFILE,)
 
     def base(self) -> list[str]:
-        return ["docker", "compose", "--project-directory", str(self.project_dir),
-                "-f", str(self.project_dir / COMPOSE_FILE), "-p", self.project, "--profile", PROFILE]
+        argv = ["docker", "compose", "--project-directory", str(self.project_dir)]
+        for name in self.files:
+            argv += ["-f", str(self.project_dir / name)]
+        argv += ["-p", self.project]
+        for profile in self.profiles:
+            argv += ["--profile", profile]
+        return argv
 
     def config(self, *, fmt: str = "yaml") -> list[str]:
         return [*self.base(), "config", "--format", fmt]

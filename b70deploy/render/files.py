@@ -233,13 +233,18 @@ def render(stack: Stack, node: Node, devices: GpuAccess | DeviceAccess, *, secre
         environment={**(caches.container_env(access.platform) if warm else {}), **access.environment,
                      **(standby.DEV_MODE if sleep else {})},
         door=door_config.service(node.config.door, node.service) if with_door else None,
-        api_base=door_config.api_base(with_door, node.service),
+        profiles=node.config.profiles,
     )
     compose, _ = merge_passthrough(compose, _hub_cache(stack, node), service=node.service,
                                    where=f"node config {node.source}: hf_cache")
     dark = project is not None and project != node.project
-    compose, merged = merge_passthrough(compose, stack.compose, service=node.service, networks=node.config.networks,
-                                        dark=dark, where=f"stack {stack.name}: compose")
+    # The node's own settings of the service (the hand-made deployment's security_opt, devices,
+    # group_add...) first: every stack has them; a stack's compose: keys go on top.
+    compose, merged = merge_passthrough(compose, node.config.compose, service=node.service, dark=dark,
+                                        where=f"node config {node.source}: compose")
+    compose, said = merge_passthrough(compose, stack.compose, service=node.service, networks=node.config.networks,
+                                      dark=dark, where=f"stack {stack.name}: compose")
+    merged += [note for note in said if note not in merged]
     for c in node.config.companions:
         compose, said = merge_passthrough(compose, c.compose, service=c.name, dark=dark,
                                           where=f"node config {node.source}: companions.{c.name}.compose")

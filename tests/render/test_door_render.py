@@ -38,7 +38,7 @@ def test_the_door_has_the_nodes_port_and_vllm_a_loopback_one(scratch: Scratch,
     assert door["labels"]["b70deploy.door"] == digest_in(r.files["docker-compose.yml"])
     assert (door["ports"][0]["host_ip"], door["ports"][0]["published"]) == ("0.0.0.0", "8000")
     assert (vllm["ports"][0]["host_ip"], vllm["ports"][0]["published"]) == ("127.0.0.1", "8012")
-    assert doc["services"]["open-webui"]["environment"]["OPENAI_API_BASE_URL"] == "http://door:8080/v1"
+    assert "environment" not in doc["services"]["open-webui"]  # the operator points it, not the door
     assert "$DOOR_CONFIG" in door["entrypoint"][2]  # left to the container's shell, not to Compose
     config = json.loads(door["environment"]["DOOR_CONFIG"])
     assert config == caddy_config(hold_seconds=90, retry_after=11)

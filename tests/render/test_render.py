@@ -135,7 +135,8 @@ def test_hostile_values_cannot_inject_keys(scratch: Scratch) -> None:
     assert cmd[-7:] == ["--x", "a: b", "- c", "{d: e}", "#f", "$$HOME", "$${VLLM_MODEL}x"]
     webui = doc["services"]["webui"]
     assert webui["command"] == ["sh", "-c", evil.replace("$", "$$")]
-    assert webui["environment"]["WEBUI_NAME"] == "a: b $${X} $$$$"
+    # A companion's environment is Compose text as the operator wrote it: ${X} is Compose's, $$ a literal $.
+    assert webui["environment"]["WEBUI_NAME"] == "a: b ${X} $$"
     # One line, double-quoted with `\$` (Compose's escape; the docker test checks the round trip).
     assert r.files[RUNTIME_ENV_FILE].decode().splitlines()[1:] == ['NOTE="k: v # c \' \\" \\$x"']
 
@@ -375,3 +376,26 @@ def test_a_single_device_node_is_a_device_not_a_folder(tmp_path: Path) -> None:
         unavailable("mknod of a character device needs root")
     access = devices.scan(card)
     assert access.device_dir == card and list(access.gids.values()) == [44] and access.notes == ()
+
+
+def test_node_wide_settings_and_profiles_are_every_stacks(scratch: Scratch) -> None:
+    """Issue 33: the hand-made service's node-wide keys (init writes them into the node's compose:)
+    are in every rendered stack, under the stack's own keys; the services are in the node's
+    profiles; a companion gets no variable it did not have."""
+    scratch.copy_shipped()
+    cfg = scratch.write_config({
+        "profiles": ["nvidia", "chat"], "networks": {"appnet": {"name": "fixed-net"}},
+        "compose": {"security_opt": ["label=disable"], "group_add": ["44"], "devices": ["/srv/dri:/dev/dri"],
+                    "shm_size": "17179869184", "ulimits": {"memlock": -1}, "runtime": "runc",
+                    "networks": {"appnet": None}},
+        "companions": [{"name": "router", "image": "litellm:1", "environment": {"DATABASE_URL": "${DATABASE_URL}"}}]})
+    node = load_node(str(cfg))
+    for name in ("ngram", "eagle3"):
+        doc = _compose(_render(node, name))
+        vllm, router = doc["services"]["vllm"], doc["services"]["router"]
+        assert vllm["security_opt"] == ["label=disable"] and "44" in vllm["group_add"]
+        assert "/srv/dri:/dev/dri" in vllm["devices"] and vllm["shm_size"] == "17179869184"
+        assert vllm["ulimits"] == {"memlock": -1} and vllm["runtime"] == "runc" and vllm["networks"] == {"appnet": None}
+        assert doc["networks"] == {"appnet": {"name": "fixed-net"}}
+        assert vllm["profiles"] == router["profiles"] == ["nvidia", "chat"]
+        assert router["environment"] == {"DATABASE_URL": "${DATABASE_URL}"}   # as written, nothing added
