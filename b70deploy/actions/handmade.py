@@ -42,10 +42,9 @@ from ..docker.node import compose_config
 from ..errors import UserError
 from ..lint import LintContext, lint_stack
 from ..render.files import COMPOSE_FILE, DOTENV_FILE, Rendered
-from ..render.from_compose import ImageEntrypoint, stack_from_compose, weights_bind
+from ..render.from_compose import ImageEntrypoint, serve_arguments, stack_from_compose, weights_bind
 from ..render.masking import is_secret, mask
 from ..render.patches import EditError, ImageFiles, apply_unified_diff, sha256
-from ..render.vllm_args import parse_command
 from ..state import caches
 from ..state.revisions import Revision
 
@@ -336,10 +335,8 @@ def _check_bound(vllm: Mapping[str, Any], scratch: Path, where: str) -> None:
             raise UserError(f"the vllm service binds {source} (at {b.get('target')}), which is not on this host; "
                             "nothing was stopped", where=where,
                             fix=f"put {source} back (the revision ran with it), or roll back to another revision")
-    try:
-        model = parse_command([str(a) for a in vllm.get("command") or []]).model
-    except ValueError:
-        return
+    parsed = serve_arguments(vllm)
+    model = parsed.model if parsed is not None else None
     found = weights_bind(model, binds) if model else None
     if found is not None and not str(found[0]).startswith(str(scratch)):
         path = Path(found[0]) / found[2]
@@ -352,16 +349,14 @@ def own_stack(node: Node, name: str, vllm: Mapping[str, Any]) -> Stack:
     """What a revision of bytes the tool did not render is checked against once it boots: the
     aliases its own command serves and /health, never a catalogue stack's expectations (the
     report's TurboQuant copy serves one alias where a catalogue stack of its name expected two)."""
-    try:
-        names = parse_command([str(a) for a in vllm.get("command") or []]).values.get("served_model_names")
-    except ValueError:
-        names = None
+    parsed = serve_arguments(vllm)
+    names = parsed.values.get("served_model_names") if parsed is not None else None
     # The node's settle window, as stack_overlay gives every stack one.
     settle = node.config.stack_overlay.get("settle_seconds")
+    # No --served-model-name: vLLM serves under the model argument, and /v1/models must list it.
     return Stack.model_validate({
         "name": name, "image": str(vllm.get("image") or "unknown"), "model": {"path": "unknown"},
-        "served_model_names": list(names or ["unknown"]), "max_model_len": 256,
-        "smoke": Smoke(completion=None, tool_call=False, aliases=bool(names)),
+        "served_model_names": names, "smoke": Smoke(completion=None, tool_call=False, aliases=parsed is not None),
         **({"settle_seconds": float(settle)} if isinstance(settle, (int, float)) else {})})
 
 

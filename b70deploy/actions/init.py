@@ -26,13 +26,14 @@ from ..config.schema import NodeConfig
 from ..config.validation import validate
 from ..deploy.nodeio import VLLM
 from ..docker import discover, platform
+from ..docker.image_inspect import entrypoint_facts
 from ..errors import UserError
 from ..render import devices
 from ..render.files import COMPOSE_FILE, DOTENV_FILE
-from ..render.from_compose import weights_bind
+from ..render.from_compose import ImageEntrypoint, serve_arguments, stack_from_compose
 from ..render.gpu import read_back
 from ..render.masking import is_secret, mask
-from ..render.vllm_args import CONTAINER_MODELS, CONTAINER_PORT, parse_command
+from ..render.vllm_args import CONTAINER_MODELS, CONTAINER_PORT
 from ..state.fsio import write_atomic
 from ..state.stamps import now_iso
 
@@ -80,6 +81,7 @@ class Discovery:
     # The same config without interpolation: the companions' environment as written (${VAR} kept).
     written: dict[str, Any] | None = None
     service: str | None = None             # --service: the vLLM service, where the project has several
+    image: ImageEntrypoint | None = None   # the vllm service's image's ENTRYPOINT and CMD (what runs bare flags)
 
 
 @dataclass
@@ -145,28 +147,33 @@ def gather(project: str | None, device_dir: Path | None = None, service: str | N
     signs = platform.discover(platform.engine_info(client()))
     doc = discover.project_config(chosen) if chosen else None
     written = discover.project_config(chosen, interpolate=False) if chosen else None
+    name = _vllm_name(chosen, service) if chosen is not None else None
     if device_dir is None:  # the running service's own device map names the folder, else /dev/dri
-        svc = ((doc or {}).get("services") or {}).get(_vllm_name(chosen, service)) if chosen else None
+        svc = ((doc or {}).get("services") or {}).get(name) if name else None
         mapped = read_back(svc or {}).device_dir
         device_dir = Path(mapped) if mapped else Path("/dev/dri")
+    live = chosen.services.get(name) if chosen is not None and name is not None else None
     return Discovery(compose=doc, compose_text=text, chosen=chosen, access=devices.scan(device_dir),
-                     device_dir=device_dir, signs=signs, written=written, service=service)
+                     device_dir=device_dir, signs=signs, written=written, service=service,
+                     image=entrypoint_facts(live.image_id or live.image_ref) if live is not None else None)
 
 
 def _vllm_name(p: discover.LiveProject, service: str | None) -> str:
-    """The vLLM service of project `p`: the one named (--service), else `vllm`, else the only one
-    that runs vLLM. Several and none named: a UserError listing them."""
+    """The vLLM service of project `p`: the one named (--service), else `vllm` when it runs vLLM (or
+    when none visibly does: an external start script hides the server from the command line), else
+    the only one that does. Several and none named: a UserError listing them."""
     runs = p.vllm_services
     if service is not None:
         if service not in p.services:
             raise UserError(f"project {p.name} has no service {service!r} with a container",
                             fix=f"name one of {', '.join(sorted(p.services))} (--service)")
         return service
-    if not runs:
-        raise UserError(f"no container of project {p.name} runs `vllm serve`", where=str(p.working_dir),
-                        fix="start its vLLM service, or name the production project with --project")
-    if VLLM in runs:
+    if VLLM in runs or (not runs and VLLM in p.services):
         return VLLM
+    if not runs:
+        raise UserError(f"no container of project {p.name} runs vLLM (vllm serve, or python -m "
+                        "vllm.entrypoints.openai.api_server)", where=str(p.working_dir),
+                        fix="start its vLLM service, or name the production project with --project")
     if len(runs) > 1:
         raise UserError(f"project {p.name} runs vLLM in {len(runs)} services: {', '.join(sorted(runs))}",
                         fix="say which one the tool switches: b70deploy init --service NAME (the others are kept "
@@ -226,13 +233,18 @@ def plan(d: Discovery, state_dir: Path | None = None) -> InitPlan:
     name = _vllm_name(p, d.service)
     if name != VLLM:  # the operator's own name (vllm-server): the node config names it, every command uses it
         put("service", name, f"--service {name}" if d.service else
-            f"the service of project {p.name} that runs `vllm serve`")
+            f"the service of project {p.name} that runs vLLM")
+    if not p.vllm_services:
+        notes.append(f"no container of project {p.name} shows vLLM on its command line: service {VLLM} is taken "
+                     "as it is (a start script's argv is not read; adopt and import keep the script as bytes)")
     _project_files(p, services, put, notes)
     if p.env_files and p.env_files != [p.working_dir / DOTENV_FILE]:
         notes.append(f"env file {', '.join(map(str, p.env_files))}: b70deploy reads {DOTENV_FILE} beside the "
                      "compose file")
     vllm = services.get(name) or {}
-    port = _port(vllm, CONTAINER_PORT) or _port(vllm)
+    parsed = serve_arguments(vllm, d.image)
+    listens = parsed.fixed.get("--port", "") if parsed is not None else ""
+    port = _port(vllm, int(listens) if listens.isdigit() else CONTAINER_PORT) or _port(vllm)
     if port is None:
         notes.append(f"service {name} publishes no port: ports.prod keeps its default")
     else:
@@ -243,9 +255,9 @@ def plan(d: Discovery, state_dir: Path | None = None) -> InitPlan:
             "that port is taken")
         put("bind_address", host_ip or "0.0.0.0", where)
         if target != CONTAINER_PORT:
-            notes.append(f"vllm listens on {target} in the hand-made file; stacks b70deploy renders use "
-                         f"{CONTAINER_PORT}")
-    _models(vllm, put, notes)
+            notes.append(f"vllm listens on {target} in its container: a stack from this file keeps it "
+                         f"(container_port: {target}); catalogue stacks listen on {CONTAINER_PORT}")
+    _models(vllm, d.image, name, put, notes)
     # Compose's resolved config inlines env_file into environment: the file's own text names it.
     env_files = [str(p.working_dir / r.name) for r in references(d.compose_text)
                  if r.kind == "env_file" and r.service == name]
@@ -327,9 +339,7 @@ def _node_wide(name: str, vllm: dict[str, Any], doc: dict[str, Any], project: st
 def _platform(d: Discovery, put: Callable[[str, Any, str], None], notes: list[str]) -> None:
     """The node's GPU platform: the running vllm service's own GPU access first (what it was
     given works), else the strongest trace on the host and engine, else cpu."""
-    name = VLLM
-    if d.chosen is not None and (d.service or d.chosen.vllm_services):
-        name = _vllm_name(d.chosen, d.service)
+    name = _vllm_name(d.chosen, d.service) if d.chosen is not None else VLLM
     svc = ((d.compose or {}).get("services") or {}).get(name) or {}
     given = read_back(svc)
     if given.platform is not None:
@@ -347,29 +357,32 @@ def _platform(d: Discovery, put: Callable[[str, Any, str], None], notes: list[st
         notes.append(f"platform {sign.platform}: {sign.source}")
 
 
-def _models(vllm: dict[str, Any], put: Callable[[str, Any, str], None], notes: list[str]) -> None:
-    """models_dir and models_target from the bind that holds the model the command serves, at
-    whatever target (the report's /llms:/llms)."""
-    binds = [v for v in vllm.get("volumes") or [] if isinstance(v, dict) and v.get("type") == "bind"]
+def _models(vllm: dict[str, Any], image: ImageEntrypoint | None, name: str,
+            put: Callable[[str, Any, str], None], notes: list[str]) -> None:
+    """models_dir and models_target from the bind that holds the model the service serves (at whatever
+    target: the report's /llms:/llms), or hf_cache from the bind that holds its hub cache: read the one
+    way stack from-compose reads the service, however it starts vLLM."""
     try:
-        model = parse_command([str(a) for a in vllm.get("command") or []]).model
-    except ValueError:
-        model = None
-    found = weights_bind(model, binds) if model else None
-    at_models = next((b for b in binds if b.get("target") == CONTAINER_MODELS), None)
-    if found is None and model is None and at_models is not None:  # no command to read: the /models bind
-        put("models_dir", at_models["source"], f"the bind mount at {CONTAINER_MODELS} of service {VLLM}")
+        found = stack_from_compose(vllm, image=image, where=f"service {name}")
+    except UserError as e:
+        binds = [v for v in vllm.get("volumes") or [] if isinstance(v, dict) and v.get("type") == "bind"]
+        at_models = next((b for b in binds if b.get("target") == CONTAINER_MODELS), None)
+        if at_models is not None:  # no command to read: the /models bind
+            put("models_dir", at_models["source"], f"the bind mount at {CONTAINER_MODELS} of service {name}")
+        notes.append(f"service {name} does not map to a stack ({e.what}): models_dir and hf_cache are not read "
+                     "from its command")
         return
-    if found is None:
-        notes.append(f"the model of service {VLLM} ({model or 'none found'}) is in no bind mount: models_dir and "
-                     "models_target keep their defaults")
-        return
-    host, inside, _rel = found
-    where = f"the bind mount of service {VLLM} that holds its model {model}"
-    if inside not in {str(b["target"]).rstrip("/") for b in binds}:
-        where += " (the folder above the model's org/name, where the catalogue's model paths resolve)"
-    put("models_dir", host, where)
-    put("models_target", inside, where)
+    model = found.doc["model"]["path"]
+    if "models_dir" in found.node:
+        where = f"the bind mount of service {name} that holds its model {model}"
+        put("models_dir", found.node["models_dir"], where)
+        put("models_target", found.node["models_target"], where)
+    if "hf_cache" in found.node:
+        put("hf_cache", found.node["hf_cache"], f"service {name}: {found.sources['hf_cache']}, for its hub model "
+            f"{model}")
+    if not ({"models_dir", "hf_cache"} & set(found.node)):
+        notes.append(f"the model of service {name} ({model}) is in no bind mount: models_dir and hf_cache keep "
+                     "their defaults")
 
 
 # What a switch renders for a companion; any other key of the hand-made service is named in a note.

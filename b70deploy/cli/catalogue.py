@@ -29,8 +29,10 @@ def stacks(ctx: Ctx, as_json: bool) -> None:
         emit_json(rows)
     elif rows or not broken:
         table(["stack", "extends", "image", "model", "max len", "kv", "spec", "aliases"],
-              [[r["name"], r["extends"] or "", r["image"], r["model"], f"{r['max_model_len']:,}",
-                r["kv_cache_dtype"], r["speculative"] or "none", ", ".join(r["served_model_names"])] for r in rows])
+              [[r["name"], r["extends"] or "", r["image"], r["model"],
+                f"{r['max_model_len']:,}" if r["max_model_len"] else "the model's",
+                r["kv_cache_dtype"], r["speculative"] or "none", ", ".join(r["served_model_names"] or ["(its path)"])]
+               for r in rows])
     if broken:  # the good stacks are listed; each broken file gets its own line, and the exit says so
         click.echo("\n".join(f"error: {e}" for e in broken), err=True)
         sys.exit(EXIT_BAD_INPUT)

@@ -154,6 +154,9 @@ class HostMount(Strict):
 
     source: str
     target: str
+    # The operator's read-write bind stays read-write (a cache vLLM writes to); a stack's own
+    # mounts are read-only unless it says so.
+    read_only: bool = True
 
     @field_validator("source", "target")
     @classmethod
@@ -271,12 +274,15 @@ class Stack(Strict):
     # production family may serve them (lint warns otherwise), so clients asking for the
     # production model never silently get another one.
     model_family: str | None = None
-    served_model_names: list[str] = Field(min_length=1)
+    # None: no --served-model-name, and vLLM serves under the model argument (its default).
+    served_model_names: list[str] | None = Field(default=None, min_length=1)
     dtype: Literal["auto", "float16", "bfloat16", "float32"] = "auto"
-    max_model_len: int = Field(ge=256, le=MAX_CONTEXT)
+    # None: no --max-model-len, and vLLM derives it from the model's config.json.
+    max_model_len: int | None = Field(default=None, ge=256, le=MAX_CONTEXT)
     kv_cache_dtype: str = "auto"
     gpu_memory_utilization: float | None = Field(default=None, gt=0.0, le=1.0)
-    prefix_caching: bool = True
+    # None: neither flag, vLLM's own default (a command that never said it).
+    prefix_caching: bool | None = True
     enforce_eager: bool = False
     attention_backend: str | None = None
     max_num_seqs: int | None = Field(default=None, ge=1, le=65536)
@@ -284,8 +290,14 @@ class Stack(Strict):
     tool_calling: ToolCalling = ToolCalling()
     speculative: Speculative | None = None
     extra_args: list[str] = Field(default_factory=list)
+    # The port vLLM listens on in its container (--port): the operator's, which their healthcheck
+    # and companions' URLs name; the node's ports publish it.
+    container_port: int = Field(default=8000, ge=1, le=65535)
+    # Further ports the service publishes, as Compose's short syntax ("9400:9400"), kept as written.
+    extra_ports: list[str] = Field(default_factory=list)
     # Shell run before the server, verbatim: the command becomes `bash -c "PRELUDE && exec vllm
-    # serve ..."` (the report's old stack imported its TurboQuant registration this way).
+    # serve ..."` (the report's old stack imported its TurboQuant registration this way). A
+    # prelude that ends in `;` or a line break is followed by the server directly (a script of lines).
     prelude: str | None = None
     # The shell that runs the command as a script, as the compose file wrote it (`bash -lc`: a
     # login shell that reads /etc/profile): none is `bash -c` when there is a prelude.
@@ -355,8 +367,8 @@ class Stack(Strict):
     @field_validator("prelude")
     @classmethod
     def _prelude(cls, v: str | None) -> str | None:
-        if v is not None and (not v.strip() or any(c in v for c in "\n\r\x00")):
-            raise invalid("prelude is empty or has a line break", "one shell line, e.g. python3 -c 'import x'")
+        if v is not None and (not v.strip() or any(c in v for c in "\r\x00")):
+            raise invalid("prelude is empty or has a carriage return or NUL", "shell lines, e.g. python3 -c 'import x'")
         return v
 
     @field_validator("shell")
@@ -371,9 +383,11 @@ class Stack(Strict):
     @classmethod
     def _launcher(cls, v: list[str] | None) -> list[str] | None:
         # The one launcher whose arguments are vllm serve's (render/vllm_args.split_launcher).
-        if v is not None and (len(v) != 3 or not re.match(r"^(/[\w./-]+/)?python[0-9.]*$", v[0])
-                              or v[1:] != ["-m", "vllm.entrypoints.openai.api_server"]):
-            raise invalid(f"launcher {v!r} is not python -m vllm.entrypoints.openai.api_server",
+        if v is not None and (not re.match(r"^(/[\w./-]+/)?python[0-9.]*$", v[0] if v else "")
+                              or v[1:] not in (["-m", "vllm.entrypoints.openai.api_server"],
+                                               ["-m", "vllm.entrypoints.cli.main", "serve"])):
+            raise invalid(f"launcher {v!r} is not python -m vllm.entrypoints.openai.api_server (or "
+                          "vllm.entrypoints.cli.main serve)",
                           "write [python3, -m, vllm.entrypoints.openai.api_server], or drop launcher for vllm serve")
         return v
 
@@ -421,9 +435,6 @@ class Stack(Strict):
 
     @model_validator(mode="after")
     def _whole(self) -> Stack:
-        if self.launcher and self.prelude:
-            raise invalid("launcher and prelude are both set",
-                          "run the launcher from the prelude's script, or drop one")
         if self.max_num_batched_tokens is not None and self.max_num_seqs is not None \
                 and self.max_num_batched_tokens < self.max_num_seqs:
             raise invalid("max_num_batched_tokens is below max_num_seqs",
@@ -432,7 +443,8 @@ class Stack(Strict):
 
     @property
     def aliases(self) -> list[str]:
-        return list(self.served_model_names)
+        """The names the stack states; empty when vLLM serves under the model argument."""
+        return list(self.served_model_names or [])
 
 
 # ---------------------------------------------------------------- node config

@@ -22,6 +22,8 @@ from .proc import last_line, run
 PROJECT = "com.docker.compose.project"
 SERVICE = "com.docker.compose.service"
 CONFIG_FILES = "com.docker.compose.project.config_files"
+# The modules `python -m` starts vLLM's OpenAI server from (render/vllm_args.split_launcher).
+SERVER_MODULES = frozenset({"vllm.entrypoints.openai.api_server", "vllm.entrypoints.cli.main"})
 ENV_FILE = "com.docker.compose.project.environment_file"
 
 
@@ -49,9 +51,12 @@ class LiveProject:
 
 
 def _runs_vllm(command: str) -> bool:
-    """`vllm serve` in the container's command line (the list API joins entrypoint and command)."""
-    words = [a.rsplit("/", 1)[-1] for a in command.split()]
-    return any(a == "vllm" and b == "serve" for a, b in itertools.pairwise(words))
+    """vLLM's server in the container's command line (the list API joins entrypoint and command, so
+    an image's ENTRYPOINT counts): `vllm serve`, `python -m vllm.entrypoints.openai.api_server`,
+    `python -m vllm.entrypoints.cli.main serve`, also inside a bash -c script."""
+    words = [a.rsplit("/", 1)[-1].strip("\"';&") for a in command.split()]
+    return any((a == "vllm" and b == "serve") or (a == "-m" and b in SERVER_MODULES)
+               for a, b in itertools.pairwise(words))
 
 
 def _paths(label: str | None) -> list[Path]:

@@ -78,6 +78,18 @@ print(json.dumps(out))
 _VERSION_IN_SOURCE = re.compile(rb"__version__\s*=\s*['\"]([^'\"]+)")
 
 
+def entrypoint_facts(ref: str) -> ImageFacts | None:
+    """The image's ENTRYPOINT and CMD only (one image inspect, no probe container): what starts vLLM
+    when a service writes flags alone. None when the engine does not have the image."""
+    try:
+        img = client().images.get(ref)
+    except docker.errors.DockerException:
+        return None
+    cfg = img.attrs.get("Config") or {}
+    ep = cfg.get("Entrypoint")
+    return ImageFacts(ref=ref, id=str(img.id), entrypoint=ep, cmd=cfg.get("Cmd"), entrypoint_style=entrypoint_style(ep))
+
+
 @dataclass
 class ImageFacts:
     ref: str

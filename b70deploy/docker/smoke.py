@@ -55,18 +55,20 @@ def thinking_switchable(stack: Stack) -> bool:
 def thinking_budget(stack: Stack) -> int:
     """TOOL_TOKENS plus the allowance, within half the context (the rest holds the prompt and
     the tools: vLLM refuses a request whose prompt plus max_tokens exceeds max_model_len)."""
+    if stack.max_model_len is None:  # vLLM's length from the model's config: no smaller cap known here
+        return TOOL_TOKENS + THINKING_ALLOWANCE
     return min(TOOL_TOKENS + THINKING_ALLOWANCE, max(TOOL_TOKENS, stack.max_model_len // 2))
 
 
-def tool_call_body(stack: Stack) -> dict[str, Any]:
+def tool_call_body(stack: Stack, model: str | None = None) -> dict[str, Any]:
     budget = TOOL_TOKENS if thinking_switchable(stack) else thinking_budget(stack)
-    return {"model": stack.served_model_names[0], "temperature": 0, "max_tokens": budget,
+    return {"model": model or stack.aliases[0], "temperature": 0, "max_tokens": budget,
             "tools": [WEATHER_TOOL], "tool_choice": "auto", "chat_template_kwargs": NO_THINKING,
             "messages": [{"role": "user", "content": "What is the weather in Paris right now?"}]}
 
 
-def coherence_body(stack: Stack) -> dict[str, Any]:
-    return {"model": stack.served_model_names[0], "temperature": 0, "max_tokens": COHERENCE_TOKENS,
+def coherence_body(stack: Stack, model: str | None = None) -> dict[str, Any]:
+    return {"model": model or stack.aliases[0], "temperature": 0, "max_tokens": COHERENCE_TOKENS,
             "chat_template_kwargs": NO_THINKING, "messages": [{"role": "user", "content": COHERENCE_PROMPT}]}
 
 
@@ -91,7 +93,7 @@ def _out_of_budget_thinking(choice: dict[str, Any]) -> bool:
 
 
 def _tool_call(base_url: str, stack: Stack, timeout: float) -> tuple[bool, str]:
-    body = tool_call_body(stack)
+    body = tool_call_body(stack, _model(base_url, stack, timeout))
     choice = _post(f"{base_url}/v1/chat/completions", body, timeout)["choices"][0]
     if _out_of_budget_thinking(choice) and body["max_tokens"] == TOOL_TOKENS:
         body["max_tokens"] = thinking_budget(stack)  # it thinks in spite of the switch
@@ -108,7 +110,8 @@ def _tool_call(base_url: str, stack: Stack, timeout: float) -> tuple[bool, str]:
 
 
 def _coherence(base_url: str, stack: Stack, timeout: float) -> tuple[bool, str]:
-    message = _post(f"{base_url}/v1/chat/completions", coherence_body(stack), timeout)["choices"][0]["message"]
+    body = coherence_body(stack, _model(base_url, stack, timeout))
+    message = _post(f"{base_url}/v1/chat/completions", body, timeout)["choices"][0]["message"]
     text = " ".join(t for t in (reasoning_of(message), message.get("content") or "") if t)
     why = garbage_reason(text)
     if why is None:
@@ -143,13 +146,31 @@ def run_smoke(base_url: str, stack: Stack, *, timeout: float = 120.0) -> tuple[l
     return passed, failed
 
 
-def _aliases(base_url: str, stack: Stack, timeout: float) -> tuple[bool, str]:
+def _listed(base_url: str, timeout: float) -> list[str]:
     resp = requests.get(f"{base_url}/v1/models", timeout=timeout)
     try:
-        ids = [card.get("id") for card in resp.json().get("data", [])]
+        return [str(card.get("id")) for card in resp.json().get("data", [])]
     except AttributeError as e:
         raise ValueError(f"not a model list: {e}") from None
-    missing = [a for a in stack.served_model_names if a not in ids]
+
+
+def _model(base_url: str, stack: Stack, timeout: float) -> str:
+    """The name a request asks for: the stack's first alias, else (no --served-model-name: vLLM serves
+    under the model argument) the one /v1/models lists."""
+    if stack.aliases:
+        return stack.aliases[0]
+    ids = _listed(base_url, timeout)
+    if not ids:
+        raise ValueError("/v1/models lists no model")
+    return ids[0]
+
+
+def _aliases(base_url: str, stack: Stack, timeout: float) -> tuple[bool, str]:
+    ids = _listed(base_url, timeout)
+    if not stack.aliases:
+        return bool(ids), (f"/v1/models lists {', '.join(ids)} (no --served-model-name: the model argument)" if ids
+                           else "/v1/models lists no model")
+    missing = [a for a in stack.aliases if a not in ids]
     if missing:
         return False, f"/v1/models lacks aliases {missing} (lists {ids})"
     return True, f"/v1/models lists every alias ({', '.join(ids)})"
@@ -158,7 +179,7 @@ def _aliases(base_url: str, stack: Stack, timeout: float) -> tuple[bool, str]:
 def _completion(base_url: str, stack: Stack, timeout: float) -> tuple[bool, str]:
     c = stack.smoke.completion
     assert c is not None  # only run when declared
-    data = _post(f"{base_url}/v1/completions", {"model": stack.served_model_names[0], "prompt": c.prompt,
+    data = _post(f"{base_url}/v1/completions", {"model": _model(base_url, stack, timeout), "prompt": c.prompt,
                                                 "max_tokens": c.max_tokens, "temperature": 0}, timeout)
     text = data["choices"][0]["text"]
     if c.expect.lower() in text.lower():

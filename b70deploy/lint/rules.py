@@ -122,6 +122,17 @@ def _model_config(ctx: LintContext) -> dict[str, Any] | None:
     return None if ctx.models_dir is None else _read_json(ctx.models_dir / ctx.stack.model.path / "config.json")
 
 
+def _length(ctx: LintContext, cfg: dict[str, Any] | None = None) -> int | None:
+    """The context length vLLM serves: the stack's max_model_len, else the model's own
+    (config.json's max_position_embeddings, the key vLLM's _get_and_verify_max_len reads first
+    for these models); None when neither is known."""
+    if ctx.stack.max_model_len is not None:
+        return ctx.stack.max_model_len
+    conf = cfg if cfg is not None else _model_config(ctx)
+    value = (conf or {}).get("max_position_embeddings")
+    return value if isinstance(value, int) and value > 0 else None
+
+
 # ---------------------------------------------------------------- command and compose
 
 
@@ -227,7 +238,7 @@ def flag_twice(ctx: LintContext) -> Iterator[Finding]:
 @rule("production-aliases")
 def production_aliases(ctx: LintContext) -> Iterator[Finding]:
     prod = ctx.node.config.production
-    taken = [a for a in ctx.stack.served_model_names if a in prod.aliases]
+    taken = [a for a in ctx.stack.aliases if a in prod.aliases]
     family = ctx.stack.model_family
     if not taken or family == prod.model_family:
         return
@@ -393,15 +404,16 @@ def eagle_length(ctx: LintContext) -> Iterator[Finding]:
         cfg = {**cfg, draft_mod.FIELD: spec.draft_max_position_embeddings}
         limit = draft_mod.length_limit(cfg)
         served = f"the draft copy (max_position_embeddings {spec.draft_max_position_embeddings})"
-    if limit is None or limit[1] >= ctx.stack.max_model_len:
+    want = _length(ctx)
+    if limit is None or want is None or limit[1] >= want:
         return
     key, value = limit
-    fix = (f"set speculative.draft_max_position_embeddings: {ctx.stack.max_model_len} (b70deploy serves a copy "
+    fix = (f"set speculative.draft_max_position_embeddings: {want} (b70deploy serves a copy "
            "with that one field raised), or `b70deploy draft fix`")
     if key != draft_mod.FIELD:
-        fix = f"raise {key} in a copy of the draft to {ctx.stack.max_model_len}"
+        fix = f"raise {key} in a copy of the draft to {want}"
     yield _f(ctx, "eagle-draft-length", "error",
-             f"{served} caps {key} at {value:,}, below max_model_len {ctx.stack.max_model_len:,}: past position "
+             f"{served} caps {key} at {value:,}, below max_model_len {want:,}: past position "
              f"{value:,} vLLM skips drafting and acceptance falls to zero", fix)
 
 
@@ -444,7 +456,9 @@ def kv_budget(ctx: LintContext) -> Iterator[Finding]:
     if sizes is None:
         return
     per_token, draft_share = sizes
-    want = ctx.stack.max_model_len
+    want = _length(ctx, cfg)
+    if want is None:
+        return
     bpt = f"{per_token:,} bytes per token" + (f", {draft_share:,} of them the draft's own KV layers"
                                               if draft_share else "")
     m = ctx.measured_kv
@@ -527,12 +541,13 @@ def turboquant_sizing(ctx: LintContext) -> Iterator[Finding]:
         return
     seqs = s.max_num_seqs
     pool = s.expect.min_kv_tokens
-    if seqs is None or pool is None or seqs * s.max_model_len <= pool:
+    length = _length(ctx)
+    if seqs is None or pool is None or length is None or seqs * length <= pool:
         return
-    fit = max(pool // s.max_model_len, 1)
+    fit = max(pool // length, 1)
     yield _f(ctx, "turboquant-max-num-seqs", "error",
              f"the TurboQuant fork ({s.kv_cache_dtype}) reserves max_num_seqs x max_model_len = {seqs} x "
-             f"{s.max_model_len:,} = {seqs * s.max_model_len:,} tokens, more than its {pool:,}-token pool: the "
+             f"{length:,} = {seqs * length:,} tokens, more than its {pool:,}-token pool: the "
              "first prefill runs out of memory (the report's fix 6: 4 x 262,144, the first 8K prefill OOM)",
              f"set max_num_seqs: {fit} (or lower max_model_len so max_num_seqs x max_model_len <= {pool:,})")
 

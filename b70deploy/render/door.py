@@ -52,9 +52,9 @@ CLOSED_FILE = f"{GATE_DIR}/closed_at"   # when the gate was last closed, and ope
 OPENED_FILE = f"{GATE_DIR}/opened_at"
 
 
-def upstream(service: str) -> str:
-    """The relay's one upstream: the vLLM service on the project network."""
-    return f"{service}:{CONTAINER_PORT}"
+def upstream(service: str, port: int = CONTAINER_PORT) -> str:
+    """The relay's one upstream: the vLLM service on the project network, at the stack's container port."""
+    return f"{service}:{port}"
 CONFIG_ENV = "DOOR_CONFIG"   # the JSON config, in the service's environment (no extra file to deploy)
 CHECK_INTERVAL = "200ms"     # how soon a turned gate is seen
 TRY_INTERVAL = "250ms"       # how often a held request tries again
@@ -68,8 +68,9 @@ COMMAND = ("/bin/sh", "-c", f'mkdir -p {GATE_DIR} && printf "%s" "${CONFIG_ENV}"
            "&& exec caddy run --config /tmp/door.json")
 
 
-def caddy_config(*, hold_seconds: float, retry_after: int, service: str = "vllm") -> dict[str, Any]:
-    """The door's whole Caddy config: it does not depend on the revision served."""
+def caddy_config(*, hold_seconds: float, retry_after: int, service: str = "vllm",
+                 port: int = CONTAINER_PORT) -> dict[str, Any]:
+    """The door's whole Caddy config: it depends on the revision served only by vLLM's container port."""
     relay = [{"dial": RELAY}]
     health_checks = {"active": {"uri": "/gate", "port": int(GATE.rsplit(":", 1)[1]), "interval": CHECK_INTERVAL,
                                 "timeout": "1s"}}
@@ -117,7 +118,7 @@ def caddy_config(*, hold_seconds: float, retry_after: int, service: str = "vllm"
                 # hot-standby node the network alias moved to another container is followed at once
                 # (docker/standby.py), with no pooled connection to the container that left.
                 "routes": [{"handle": [{"handler": "reverse_proxy", "flush_interval": -1, "transport": loopback,
-                                        "upstreams": [{"dial": upstream(service)}]}]}],
+                                        "upstreams": [{"dial": upstream(service, port)}]}]}],
                 "errors": {"routes": [{"handle": [busy]}]},
                 "automatic_https": {"disable": True},
             },
@@ -130,8 +131,8 @@ def caddy_config(*, hold_seconds: float, retry_after: int, service: str = "vllm"
     }
 
 
-def config_text(*, hold_seconds: float, retry_after: int, service: str = "vllm") -> str:
-    return json.dumps(caddy_config(hold_seconds=hold_seconds, retry_after=retry_after, service=service),
+def config_text(*, hold_seconds: float, retry_after: int, service: str = "vllm", port: int = CONTAINER_PORT) -> str:
+    return json.dumps(caddy_config(hold_seconds=hold_seconds, retry_after=retry_after, service=service, port=port),
                       sort_keys=True, separators=(",", ":"))
 
 
@@ -142,10 +143,10 @@ def interpolation(door: Door, *, port: int, bind_address: str) -> dict[str, str]
             "VLLM_PORT": str(door.probe_port), "VLLM_BIND_ADDRESS": "127.0.0.1"}
 
 
-def service(door: Door, vllm: str = "vllm") -> dict[str, Any]:
+def service(door: Door, vllm: str = "vllm", port: int = CONTAINER_PORT) -> dict[str, Any]:
     """What the compose template writes for the door service, in front of the service `vllm`."""
     image, config = door.image or DEFAULT_IMAGE, config_text(hold_seconds=door.hold_seconds,
-                                                             retry_after=door.retry_after, service=vllm)
+                                                             retry_after=door.retry_after, service=vllm, port=port)
     digest = hashlib.sha256(json.dumps([image, list(COMMAND), config]).encode()).hexdigest()[:16]
     return {"image": image, "command": list(COMMAND), "container_port": DOOR_PORT, "config": config,
             "digest": digest}

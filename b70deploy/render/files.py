@@ -29,7 +29,6 @@ from .gpu import GpuAccess, from_device_access
 from .masking import mask_env_text
 from .passthrough import merge as merge_passthrough
 from .vllm_args import (
-    CONTAINER_PORT,
     MODEL_REF,
     container_command,
     model_argument,
@@ -46,6 +45,7 @@ class Mount:
 
     source: str  # relative to the deploy dir (patches/marlin_utils.py), or an absolute host path
     target: str  # absolute path inside the container
+    read_only: bool = True  # a stack's mount the operator had read-write stays so
 
 
 @dataclass(frozen=True)
@@ -213,12 +213,13 @@ def render(stack: Stack, node: Node, devices: GpuAccess | DeviceAccess, *, secre
         service=node.service,
         command=command,
         entrypoint=_entrypoint(stack),
-        container_port=CONTAINER_PORT,
+        container_port=stack.container_port,
         runtime_env_name=RUNTIME_ENV_FILE,
         models_target=node.config.models_target,
         # A hub model is in the hub cache (_hub_cache); the models folder only for its draft, if any.
         models_bind=not stack.model.hub or bool(stack.speculative and stack.speculative.model),
-        mounts=(*mounts, *(Mount(m.source, m.target) for m in stack.mounts), *(Mount(b, b) for b in access.binds)),
+        mounts=(*mounts, *(Mount(m.source, m.target, m.read_only) for m in stack.mounts),
+                *(Mount(b, b) for b in access.binds)),
         devices=access.devices,
         group_add=access.group_add,
         cap_add=access.cap_add,
@@ -232,7 +233,7 @@ def render(stack: Stack, node: Node, devices: GpuAccess | DeviceAccess, *, secre
         cache_target=caches.CONTAINER_ROOT if warm else None,
         environment={**(caches.container_env(access.platform) if warm else {}), **access.environment,
                      **(standby.DEV_MODE if sleep else {})},
-        door=door_config.service(node.config.door, node.service) if with_door else None,
+        door=door_config.service(node.config.door, node.service, stack.container_port) if with_door else None,
         profiles=node.config.profiles,
     )
     compose, _ = merge_passthrough(compose, _hub_cache(stack, node), service=node.service,
@@ -254,7 +255,7 @@ def render(stack: Stack, node: Node, devices: GpuAccess | DeviceAccess, *, secre
     notes = list(access.notes) + merged
     if expose_only(stack):
         notes.append(f"expose-only: port {port} is published on {LOOPBACK} for b70deploy's probes; the project "
-                     f"network reaches {node.service}:{CONTAINER_PORT}")
+                     f"network reaches {node.service}:{stack.container_port}")
     if warm:
         notes.append(f"warm boots: compile and kernel caches of this image id in {interp['CACHE_DIR']}")
     if access.group_add:

@@ -66,6 +66,7 @@ class FromCompose:
     node: dict[str, Any] = field(default_factory=dict)   # node config values the service implies
     withheld: list[str] = field(default_factory=list)    # secret env keys left out of the stack
     weights_at: set[str] = field(default_factory=set)    # container targets of the binds holding weights
+    hub_vars: set[str] = field(default_factory=set)      # the cache variables render sets itself (HF_HOME)
     notes: list[str] = field(default_factory=list)
 
 
@@ -116,19 +117,21 @@ def _program(service: Mapping[str, Any], image: ImageEntrypoint | None, where: s
     (or the image's) entrypoint is part of it: a `python -m vllm.entrypoints.openai.api_server`
     launcher, a `bash -lc SCRIPT` entrypoint. An entrypoint or command that is a script of its own
     (flags built from environment variables) cannot be read, so it is refused, never dropped."""
-    command = _argv(service.get("command"))
     own = _argv(service.get("entrypoint"))
+    # No command: the image's CMD, unless the service sets its own entrypoint (which drops it).
+    command = _argv(service.get("command")) or ([] if own else list(getattr(image, "cmd", None) or []))
     fix = ("write the `vllm serve` command the script runs into command: and drop entrypoint:, or keep the file's "
            "bytes as they are: b70deploy import FILE")
     if own and entrypoint_style(own) == "other":
-        if split_launcher(own)[0] is not None and len(own) == 3:
+        launcher = split_launcher(own)[0]
+        if launcher is not None and len(own) == len(launcher):
             return [*own, *command], True
-        if shell_of(own) is not None and len(own) == 3 and not command:
-            return own, True
+        if shell_of(own) is not None and len(own) + len(command) == 3:
+            return [*own, *command], True  # bash -c SCRIPT, the script in entrypoint: or in command:
         raise UserError(f"the entrypoint {shlex.join(own)} starts vLLM its own way (a script b70deploy cannot read)",
                         where=f"{where}.entrypoint", fix=fix)
     facts_ep = list(getattr(image, "entrypoint", None) or [])
-    if not own and split_launcher(facts_ep)[0] is not None and len(facts_ep) == 3 and split_launcher(command)[0] \
+    if not own and len(split_launcher(facts_ep)[0] or []) == len(facts_ep) > 0 and split_launcher(command)[0] \
             is None and shell_of(command) is None:
         return [*facts_ep, *command], True  # an image whose ENTRYPOINT is the launcher: the flags after it
     head = command[0] if command else ""
@@ -214,25 +217,49 @@ def _speculative(text: str, binds: Sequence[Mapping[str, Any]], where: str, out:
     return spec
 
 
+# The hub client's variables for where the cache is (huggingface_hub/constants.py): HF_HUB_CACHE,
+# else the older HUGGING_FACE_HUB_CACHE, name the hub folder itself; HF_HOME names the folder above
+# it (the hub folder is $HF_HOME/hub); none set is root's ~/.cache/huggingface.
+HUB_CACHE_VARS = ("HF_HUB_CACHE", "HUGGING_FACE_HUB_CACHE")
+
+
+def hub_folder(environment: Mapping[str, Any]) -> tuple[str, str]:
+    """(the container path of the hub folder, the variable that put it there)."""
+    for var in HUB_CACHE_VARS:
+        if environment.get(var):
+            return str(environment[var]).rstrip("/"), var
+    home = str(environment.get("HF_HOME") or CONTAINER_HF_HOME).rstrip("/")
+    return f"{home}/hub", "HF_HOME" if environment.get("HF_HOME") else "the hub client's default for root"
+
+
 def _hub_cache(service: Mapping[str, Any], where: str, out: FromCompose) -> None:
-    """The host folder of a hub model's cache: the bind at the container's HF_HOME (its environment's,
-    else the hub client's default for root), or at a folder above it. It becomes the node's hf_cache;
-    a named volume there is refused (lint could not see what it holds)."""
-    home = str((service.get("environment") or {}).get("HF_HOME") or CONTAINER_HF_HOME).rstrip("/")
+    """The host folder of a hub model's cache: the bind that holds the container's hub folder (named
+    by HF_HUB_CACHE or HUGGING_FACE_HUB_CACHE, else $HF_HOME/hub, else the hub client's default for
+    root). Its HF_HOME on the host becomes the node's hf_cache, which render binds as the
+    container's HF_HOME; a named volume there is refused (lint could not see what it holds)."""
+    hub, named_by = hub_folder(service.get("environment") or {})
     for v in service.get("volumes") or []:
         target = str(v.get("target") or "").rstrip("/") if isinstance(v, dict) else ""
-        if not target or not (home == target or home.startswith(f"{target}/")):
+        if not target or not (hub == target or hub.startswith(f"{target}/")):
             continue
         if v.get("type") != "bind":
             raise UserError(f"the Hugging Face cache at {target} is the {v.get('type')} {v.get('source')!r}",
                             where=f"{where}.volumes",
                             fix="bind a host folder there instead (docker volume inspect gives the volume's "
                                 "Mountpoint): b70deploy binds the node's hf_cache and lint checks it holds the model")
-        out.node["hf_cache"] = f"{str(v.get('source')).rstrip('/')}{home[len(target):]}"
+        host_hub = f"{str(v.get('source')).rstrip('/')}{hub[len(target):]}"
+        if posixpath.basename(host_hub) != "hub":
+            raise UserError(f"the hub cache {hub} ({named_by}) is the host folder {host_hub}, not a folder named hub",
+                            where=f"{where}.environment.{named_by}",
+                            fix="bind the folder above it and set HF_HOME to it (the hub folder is $HF_HOME/hub), "
+                                "or import the file as it is: b70deploy import FILE")
+        out.node["hf_cache"] = posixpath.dirname(host_hub)
+        out.sources["hf_cache"] = f"the bind at {target} that holds the hub cache {hub} ({named_by})"
         out.weights_at.add(str(v.get("target")))
+        out.hub_vars = {k for k in ("HF_HOME", *HUB_CACHE_VARS) if k in (service.get("environment") or {})}
         return
-    out.notes.append(f"no volume holds the hub cache ({home}): vLLM downloads the model at every boot; set the node's "
-                     "hf_cache to a host folder that holds it")
+    out.notes.append(f"no volume holds the hub cache ({hub}, {named_by}): vLLM downloads the model at every boot; "
+                     "set the node's hf_cache to a host folder that holds it")
 
 
 def _flag_tokens(key: str, raw: Mapping[str, list[str]]) -> list[str]:
@@ -298,9 +325,6 @@ def _serve_args(service: Mapping[str, Any], image: ImageEntrypoint | None, where
         out.sources["shell"] = f"the command's shell ({' '.join(shell)}), kept"
     launcher, command = split_launcher(command)
     if launcher is not None:
-        if prelude is not None:
-            raise UserError("the bash -c script starts vLLM with python -m after a prelude", where=where,
-                            fix="write `vllm serve MODEL FLAGS` after the prelude (the same server and flags)")
         out.doc["launcher"] = launcher
         out.sources["launcher"] = f"the {'entrypoint' if taken else 'command'}: {' '.join(launcher)}, kept (it takes " \
                                   "the model as --model)"
@@ -316,9 +340,21 @@ def _serve_args(service: Mapping[str, Any], image: ImageEntrypoint | None, where
     return command
 
 
+def serve_arguments(service: Mapping[str, Any], image: ImageEntrypoint | None = None) -> ParsedServe | None:
+    """The service's vLLM arguments however it starts vLLM (the image's entrypoint or CMD, a launcher,
+    a bash -c script, `vllm serve`), as stack_from_compose reads them; None when they cannot be read
+    (an external script, a service without a command)."""
+    try:
+        return parse_serve_args(_serve_args(service, image, "compose file", FromCompose(doc={})))
+    except UserError:
+        return None
+
+
 def _required(service: Mapping[str, Any], parsed: ParsedServe, binds: Sequence[Mapping[str, Any]], where: str,
               out: FromCompose) -> None:
-    """The model, the served names and the length a stack must state; no secret on the command line."""
+    """The model (the one thing vLLM requires); no secret on the command line. Served names and the
+    length stay unsaid when the command leaves them to vLLM (it serves under the model argument,
+    and derives the length from the model's config)."""
     if parsed.model is None:
         raise UserError("the command names no model", where=where,
                         fix="give the model path after `vllm serve` (or as --model)")
@@ -328,13 +364,6 @@ def _required(service: Mapping[str, Any], parsed: ParsedServe, binds: Sequence[M
         _hub_cache(service, where, out)
     else:
         out.doc["model"] = {"path": _in_container(parsed.model, binds, "model", where, out)}
-    for key, why in (("served_model_names", "clients ask for the model by name"),
-                     ("max_model_len", "a stack states its context length")):
-        if key not in parsed.values:
-            flag = next(f.flag for f in FLAGS if f.key == key)
-            given = next((parsed.extra[i:i + 2] for i, t in enumerate(parsed.extra) if t == flag), None)
-            what = f"has {' '.join(given)}, which a stack cannot state" if given else f"has no {flag}"
-            raise UserError(f"the command {what}", where=where, fix=f"give {flag} a value in the command ({why})")
     secret = next((t for t in parsed.extra if t.startswith("--")
                    and is_secret(t[2:].split("=")[0].replace("-", "_"))), None)
     if secret is not None:  # a stack file is 0644 and printed: no secret goes into it
@@ -356,20 +385,26 @@ def _flags(parsed: ParsedServe, binds: Sequence[Mapping[str, Any]], where: str, 
                 continue
         _set(out.doc, key, value)
     if "prefix_caching" not in parsed.values:
-        out.notes.append("the command leaves prefix caching to vLLM's default; the stack states it "
-                         "(--enable-prefix-caching): set prefix_caching: false if the model needs that")
+        out.doc["prefix_caching"] = None  # unsaid: vLLM's default, as the command had it
     # A value the schema refuses (say --dtype half) stays a flag: same command, lint still reads it.
-    for top in sorted({k.split(".")[0] for k in parsed.values} - {"served_model_names", "max_model_len"}):
+    for top in sorted({k.split(".")[0] for k in parsed.values}):
         bad = value_error(Stack, [top], out.doc[top]) if top in out.doc else None
         if bad is not None:
             del out.doc[top]
             extra += _flag_tokens(top, parsed.raw)
             out.notes.append(f"{bad[0]}: {bad[1]}: the flag is kept verbatim in extra_args")
-    for name, value in parsed.fixed.items():
-        fixed = next(f.fixed for f in FLAGS if f.flag == name)
-        if value != fixed:
-            out.notes.append(f"{name} {value} becomes {name} {fixed}: the stack's container listens on "
-                             f"0.0.0.0:{CONTAINER_PORT}; the node's ports.prod publishes it")
+    port = parsed.fixed.get("--port")
+    if port is not None:
+        if port.isdigit() and 0 < int(port) < 65536:
+            if int(port) != CONTAINER_PORT:
+                out.doc["container_port"] = int(port)  # the operator's: their healthcheck and companions name it
+        else:
+            raise UserError(f"the command's --port {port!r} is not a port number", where=where,
+                            fix="give --port a number (vLLM's own default is 8000)")
+    host = parsed.fixed.get("--host")
+    if host is not None and host not in ("0.0.0.0", "::", ""):
+        out.notes.append(f"--host {host} becomes --host 0.0.0.0: the published port reaches the container's "
+                         "interfaces, not its loopback")
     return extra
 
 
@@ -382,8 +417,8 @@ def _environment(service: Mapping[str, Any], out: FromCompose) -> None:
             continue
         if value is None:
             out.notes.append(f"environment {key} has no value here (Compose takes it from the shell): left out")
-        elif key == "HF_HOME" and "hf_cache" in out.node:
-            continue  # render sets it, where it binds the node's hf_cache
+        elif key in out.hub_vars:
+            continue  # render sets HF_HOME, where it binds the node's hf_cache: the hub folder is the same
         elif is_secret(key):
             out.withheld.append(key)
         elif not ENV_KEY_RE.match(key) or any(c in str(value) for c in "\n\r\x00"):
@@ -413,9 +448,7 @@ def _mounts(service: Mapping[str, Any], out: FromCompose) -> None:
         elif not (ABS_PATH_RE.match(source) and ABS_PATH_RE.match(target)) or "/" in (source, target):
             out.notes.append(f"the bind {source}:{target} is not a plain absolute path pair: left out")
         else:
-            mounts.append({"source": source, "target": target})
-            if not v.get("read_only"):
-                out.notes.append(f"{source} is mounted read-write; the stack mounts it read-only")
+            mounts.append({"source": source, "target": target, **({} if v.get("read_only") else {"read_only": False})})
             if "/vllm/" in target and posixpath.splitext(target)[1] == ".py":
                 out.notes.append(f"{source} replaces {target} in the image: `b70deploy patch from-file {source} "
                                  f"--target {target} --image {service.get('image')} --name NAME` makes it a patch "
@@ -426,12 +459,21 @@ def _mounts(service: Mapping[str, Any], out: FromCompose) -> None:
 
 def _node_facts(service: Mapping[str, Any], container_port: str, out: FromCompose) -> None:
     published = False
+    extra: list[str] = []
     for p in service.get("ports") or []:
-        if isinstance(p, dict) and str(p.get("target")) == container_port and p.get("published"):
+        if not isinstance(p, dict):
+            continue
+        if str(p.get("target")) == container_port and p.get("published") and not published:
             published = True
             out.node["ports"] = {"prod": int(str(p["published"]).split("-")[0])}
             if p.get("host_ip"):
                 out.node["bind_address"] = p["host_ip"]
+            continue
+        # Any other port the service publishes (metrics, a second API): kept as Compose's short syntax.
+        short = ":".join(str(x) for x in (p.get("host_ip"), p.get("published"), p.get("target")) if x)
+        extra.append(short + (f"/{p['protocol']}" if p.get("protocol") not in (None, "tcp") else ""))
+    if extra:
+        out.doc["extra_ports"] = extra
     if not published and service.get("expose"):
         # A proxy on the project network reaches the service; b70deploy's own probes (/health, smoke)
         # need a published port, which render keeps on loopback for a stack with expose:.

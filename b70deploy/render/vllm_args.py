@@ -130,13 +130,17 @@ def serve_flags(stack: Stack, *, draft_path: str | None = None, root: str = CONT
     """Every flag after the model argument: FLAGS in order, then extra_args verbatim."""
     args: list[str] = []
     for f in FLAGS:
-        if f.kind == "fixed":
+        if f.flag == "--port":
+            args += [f.flag, str(stack.container_port)]
+        elif f.kind == "fixed":
             args += [f.flag, f.fixed]
         elif f.kind == "speculative":
             spec = speculative_json(stack, draft_path=draft_path, root=root)
             args += [] if spec is None else [f.flag, spec]
         else:
             value = _value(stack, f.key)
+            if value is None:  # unsaid: vLLM's own default, no flag
+                continue
             if f.kind == "names":
                 args += [f.flag, *value]
             elif f.kind == "toggle":
@@ -160,29 +164,44 @@ def container_command(stack: Stack, *, model: str = MODEL_REF, draft_path: str |
     render/files.py makes the launcher the entrypoint.
     """
     flags = serve_flags(stack, draft_path=draft_path, root=root)
-    program, args = (list(stack.launcher), [MODEL_FLAG, model, *flags]) if stack.launcher \
-        else (["vllm", "serve"], [model, *flags])
+    by_flag = stack.launcher is not None and stack.launcher[-1] == API_SERVER
+    program, args = (list(stack.launcher or ["vllm", "serve"]), [MODEL_FLAG, model, *flags] if by_flag
+                     else [model, *flags])
     if stack.prelude or stack.shell:  # one shell script; render/files.py sets the entrypoint a vllm-serve image needs
         # exec: the server is the shell's process, so `docker stop`'s SIGTERM reaches vLLM.
         script = f"exec {shlex.join([*program, *args])}"
-        script = f"{stack.prelude} && {script}" if stack.prelude else script
+        script = join_prelude(stack.prelude, script) if stack.prelude else script
         return [*(stack.shell or ["bash", "-c"]), script] if stack.entrypoint_style == "bash-c" else [script]
     head = program if stack.entrypoint_style == "bash-c" else []
     return [*head, *args]
 
 
 API_SERVER = "vllm.entrypoints.openai.api_server"
+CLI_MAIN = "vllm.entrypoints.cli.main"  # the `vllm` console script's module (pyproject: vllm = ...cli.main:main)
 _PYTHON = re.compile(r"^python[0-9.]*$")
 _SHELL_C = re.compile(r"^-[a-z]*c[a-z]*$")  # -c, -lc, -ec: the script is the next argument
+
+
+def join_prelude(prelude: str, script: str) -> str:
+    """PRELUDE then the server: `PRE && exec ...`, or after a prelude that ends its own line or
+    statement (`;`, a line break) the server directly, as the operator's script had it."""
+    if prelude.endswith("\n"):
+        return f"{prelude}{script}"
+    if prelude.endswith(";"):
+        return f"{prelude} {script}"
+    return f"{prelude} && {script}"
 
 
 def split_launcher(command: Sequence[str]) -> tuple[list[str] | None, list[str]]:
     """`python3 -m vllm.entrypoints.openai.api_server ARGS` as ([python3, -m, MODULE], [vllm, serve,
     ARGS]): the same parser reads ARGS (the module's `__main__` builds it with make_arg_parser, as
-    `vllm serve` does); any other command as (None, command)."""
+    `vllm serve` does); `python3 -m vllm.entrypoints.cli.main serve ARGS` (what the `vllm` script
+    runs) as ([python3, -m, MODULE, serve], [vllm, serve, ARGS]); any other command as (None, command)."""
     words = list(command)
     if len(words) >= 3 and _PYTHON.match(posixpath.basename(words[0])) and words[1:3] == ["-m", API_SERVER]:
         return words[:3], ["vllm", "serve", *words[3:]]
+    if len(words) >= 4 and _PYTHON.match(posixpath.basename(words[0])) and words[1:4] == ["-m", CLI_MAIN, "serve"]:
+        return words[:4], ["vllm", "serve", *words[4:]]
     return None, words
 
 
@@ -193,27 +212,40 @@ def shell_of(command: Sequence[str]) -> list[str] | None:
     return None
 
 
-_SERVE_IN_SCRIPT = re.compile(r"(?:^|&&)\s*(?:exec\s+)?vllm\s+serve(?=\s|$)")
+# The server at a command boundary of a script: `vllm serve`, or python -m one of the two modules.
+_SERVE_IN_SCRIPT = re.compile(r"(?:^|&&|;|\n)[ \t]*(?:exec\s+)?(?P<program>vllm\s+serve|"
+                              r"(?:/[\w./-]+/)?python[0-9.]*\s+-m\s+"
+                              rf"(?:{re.escape(API_SERVER)}|{re.escape(CLI_MAIN)}\s+serve))(?=\s|$)")
 _SHELL_OPERATORS = frozenset("();<>|&`")
 
 
 def split_prelude(command: Sequence[str]) -> tuple[str | None, list[str]]:
-    """A `bash -c "PRE && vllm serve ..."` command (or `bash -lc`, `sh -c`) as (PRE, [vllm, serve,
-    ...]); any other command as (None, command). Raises ValueError saying what in the script was not understood."""
+    """A `bash -c "PRE && vllm serve ..."` command (or `bash -lc`, `sh -c`; PRE may end in `;` or a
+    line break instead, and the server may be `python3 -m vllm.entrypoints.openai.api_server`) as
+    (PRE, [vllm, serve, ...] or [python3, -m, MODULE, ...]); any other command as (None, command).
+    Raises ValueError saying what in the script was not understood."""
     if shell_of(command) is None:
         return None, list(command)
     if len(command) != 3:
         raise ValueError(f"{command[0]} {command[1]} has {len(command) - 2} arguments after the script; one script "
                          "is read")
-    script = command[2]
+    script = command[2].replace("\\\n", " ")  # a line continuation is a space to the shell
     found = list(_SERVE_IN_SCRIPT.finditer(script))
     if not found:
-        raise ValueError("the bash -c script runs no `vllm serve`")
+        raise ValueError("the bash -c script runs no `vllm serve` (nor python -m vllm.entrypoints.openai.api_server)")
     at = found[-1]
-    prelude = script[:at.start()].strip() or None
-    if prelude is None and at.group(0).lstrip().startswith("&&"):
+    boundary = at.group(0)[:len(at.group(0)) - len(at.group(0).lstrip(";\n&"))]
+    before = script[:at.start()]
+    if boundary in (";", "\n"):
+        prelude = (before.strip() + boundary) if before.strip() else None
+    else:
+        prelude = before.strip() or None
+    if prelude is None and boundary == "&&":
         raise ValueError("the bash -c script has `&&` with nothing before it")
     rest = script[at.end():]
+    if "\n" in rest.strip():
+        raise ValueError("the bash -c script goes on after the server starts (a line after it): only a script that "
+                         "ends with the server is read")
     lexer = shlex.shlex(rest, posix=True, punctuation_chars="".join(sorted(_SHELL_OPERATORS)))
     lexer.whitespace_split = True
     try:
@@ -224,7 +256,7 @@ def split_prelude(command: Sequence[str]) -> tuple[str | None, list[str]]:
     if odd is not None:
         raise ValueError(f"the `vllm serve` part of the bash -c script has {odd!r} (a shell operator or "
                          "expansion): only `PRELUDE && vllm serve ARGS` is read")
-    return prelude, ["vllm", "serve", *tokens]
+    return prelude, [*at.group("program").split(), *tokens]
 
 
 def parse_command(command: Sequence[str]) -> ParsedServe:
