@@ -348,7 +348,9 @@ class Stack(Strict):
 
     @field_validator("served_model_names")
     @classmethod
-    def _aliases(cls, v: list[str]) -> list[str]:
+    def _aliases(cls, v: list[str] | None) -> list[str] | None:
+        if v is None:  # no --served-model-name: vLLM serves under the model argument
+            return v
         for alias in v:
             if not ALIAS_RE.match(alias):
                 raise invalid(f"alias {alias!r} has characters vLLM clients choke on",

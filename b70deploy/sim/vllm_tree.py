@@ -158,6 +158,28 @@ class GPTQConfig:
 '''
 
 
+# `python3 -m vllm.entrypoints.openai.api_server FLAGS` (an image's ENTRYPOINT, or a compose command)
+# runs the server as `vllm serve` does: vLLM's module parses the serve arguments under __main__
+# (vllm/entrypoints/openai/api_server.py, `if __name__ == "__main__"`: make_arg_parser, run_server), and
+# vllm/entrypoints/cli/main.py is the `vllm` console script's own main (`... cli.main serve FLAGS`).
+_API_SERVER = '''"""b70sim stand-in: the OpenAI server module run with -m (not vLLM's code)."""
+import runpy
+import sys
+
+if __name__ == "__main__":
+    sys.argv = ["vllm", "serve", *sys.argv[1:]]
+    runpy.run_path("/opt/b70sim/server.py", run_name="__main__")
+'''
+_CLI_MAIN = '''"""b70sim stand-in: the vllm CLI's main module run with -m (not vLLM's code)."""
+import runpy
+import sys
+
+if __name__ == "__main__":
+    sys.argv = ["vllm", *sys.argv[1:]]
+    runpy.run_path("/opt/b70sim/server.py", run_name="__main__")
+'''
+
+
 def vllm_files(variant: Variant) -> dict[str, str]:
     """Files of the stand-in package, relative to the site-packages folder."""
     empty = '"""b70sim stand-in."""\n'
@@ -170,6 +192,11 @@ def vllm_files(variant: Variant) -> dict[str, str]:
         "vllm/model_executor/layers/quantization/utils/__init__.py": empty,
         f"vllm/{MARLIN_REL}": _MARLIN_DRIFT if variant.marlin_drift else _MARLIN,
         f"vllm/{GPTQ_REL}": _GPTQ,
+        "vllm/entrypoints/__init__.py": empty,
+        "vllm/entrypoints/openai/__init__.py": empty,
+        "vllm/entrypoints/openai/api_server.py": _API_SERVER,
+        "vllm/entrypoints/cli/__init__.py": empty,
+        "vllm/entrypoints/cli/main.py": _CLI_MAIN,
     }
     if variant.arctic:
         files["arctic_inference/__init__.py"] = '"""b70sim stand-in for arctic-inference."""\n\n__version__ = "0.1.1"\n'
