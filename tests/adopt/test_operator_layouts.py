@@ -138,7 +138,7 @@ LAYOUTS = {
 
 def _override_text(doc: dict[str, Any]) -> str:
     """YAML with Compose's `!reset` and `!override` tags (a value of "!reset" or "!override A B")."""
-    text = yaml.safe_dump(doc, sort_keys=False)
+    text = yaml.safe_dump(doc, sort_keys=False, width=10000)
     text = text.replace("'!reset'", "!reset {}")
     for line in [ln for ln in text.splitlines() if "'!override " in ln]:
         key, value = line.split(": '!override ", 1)
