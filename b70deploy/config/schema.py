@@ -309,6 +309,11 @@ class Stack(Strict):
     compose: dict[str, Any] = Field(default_factory=dict)
     env: EnvMap = Field(default_factory=dict)
     mounts: list[HostMount] = Field(default_factory=list)
+    # A companion's per-stack file (a LiteLLM router config that names this stack's served model):
+    # its name under the deploy dir's companions/ -> its text. Render writes it with the stack's
+    # files; the companion binds it (node config companions[].volumes) and reads it when restore
+    # starts it again, so a switch between variants keeps the router right.
+    companion_files: dict[str, str] = Field(default_factory=dict)
     patches: list[str] = Field(default_factory=list)
     expect: Expect = Expect()
     # After /health first answers 200, the stack must stay healthy this long before its
@@ -324,6 +329,16 @@ class Stack(Strict):
     lint: LintSettings = LintSettings()
     # Hot standby for this stack (none: the node's `standby:`).
     standby: Standby | None = None
+
+    @field_validator("companion_files")
+    @classmethod
+    def _companion_files(cls, v: dict[str, str]) -> dict[str, str]:
+        for name in v:
+            parts = name.split("/")
+            if not re.match(r"^[A-Za-z0-9][A-Za-z0-9._/-]*$", name) or ".." in parts or name.endswith("/"):
+                raise invalid(f"companion file {name!r} is not a file name under companions/",
+                              "name it relative to the deploy dir's companions/ folder, e.g. litellm/config.yaml")
+        return v
 
     @field_validator("name", "extends")
     @classmethod

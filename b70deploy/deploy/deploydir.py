@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..config.compose_folder import own_files
-from ..render.filenames import COMPOSE_FILE, DOTENV_FILE, RUNTIME_ENV_FILE
+from ..render.filenames import COMPANIONS_DIR, COMPOSE_FILE, DOTENV_FILE, RUNTIME_ENV_FILE
 from ..state.fsio import file_mode, fsync_dir, sweep_temp, write_atomic
 
 if TYPE_CHECKING:
@@ -27,14 +27,14 @@ WORKING_DIR = "com.docker.compose.project.working_dir"  # the label of where com
 
 
 def deployed_names(deploy_dir: Path, compose_files: Sequence[str] = (COMPOSE_FILE,)) -> list[str]:
-    """Files of ours in a deploy dir: compose, env files and patched files, the project's other
+    """Files of ours in a deploy dir: compose, env files, patched files and companion files, the project's other
     compose files (`compose_files`: an override file), and every file a compose file reads from
     the folder (an adopted hand-made deployment's env_file and bind-mounted files)."""
     names = [n for n in OURS if (deploy_dir / n).is_file()]
     names += [n for n in compose_files if n not in names and (deploy_dir / n).is_file()]
-    patches = deploy_dir / "patches"
-    if patches.is_dir():
-        names += sorted(p.relative_to(deploy_dir).as_posix() for p in patches.rglob("*") if p.is_file())
+    for folder in (deploy_dir / "patches", deploy_dir / COMPANIONS_DIR):
+        if folder.is_dir():
+            names += sorted(p.relative_to(deploy_dir).as_posix() for p in folder.rglob("*") if p.is_file())
     for name in [COMPOSE_FILE, *compose_files]:
         compose = deploy_dir / name
         if compose.is_file():

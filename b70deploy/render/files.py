@@ -22,6 +22,7 @@ from ..state.fsio import file_mode
 from . import door as door_config
 from . import standby
 from .devices import DeviceAccess
+from .filenames import COMPANIONS_DIR
 from .filenames import COMPOSE_FILE as COMPOSE_FILE  # re-exported: the deploy-dir names, imported from here
 from .filenames import DOTENV_FILE as DOTENV_FILE
 from .filenames import RUNTIME_ENV_FILE as RUNTIME_ENV_FILE
@@ -270,7 +271,8 @@ def render(stack: Stack, node: Node, devices: GpuAccess | DeviceAccess, *, secre
     return Rendered(
         stack=stack.name,
         files={COMPOSE_FILE: compose.encode(), DOTENV_FILE: dotenv.encode(), RUNTIME_ENV_FILE: runtime.encode(),
-               **(patch_files or {})},
+               **(patch_files or {}),
+               **{f"{COMPANIONS_DIR}/{name}": text.encode() for name, text in stack.companion_files.items()}},
         command=command,
         notes=tuple(notes),
         interpolation=interp,

@@ -18,6 +18,7 @@ from b70deploy.config.catalogue import Catalogue
 from b70deploy.config.node import Node, load_node
 from b70deploy.config.resources import data_dir
 from b70deploy.config.schema import HostMount, Stack
+from b70deploy.errors import UserError
 from b70deploy.render import devices
 from b70deploy.render.files import COMPOSE_FILE, DOTENV_FILE, RUNTIME_ENV_FILE, Rendered, render
 
@@ -399,3 +400,24 @@ def test_node_wide_settings_and_profiles_are_every_stacks(scratch: Scratch) -> N
         assert doc["networks"] == {"appnet": {"name": "fixed-net"}}
         assert vllm["profiles"] == router["profiles"] == ["nvidia", "chat"]
         assert router["environment"] == {"DATABASE_URL": "${DATABASE_URL}"}   # as written, nothing added
+
+
+def test_a_stack_carries_its_companions_file(scratch: Scratch, tmp_path: Path) -> None:
+    """Issue 33: a router config that names the stack's served model is the stack's file, under
+    the deploy dir's companions/, which the deploy dir counts as its own (a rendered stack without
+    it removes it; a revision keeps it)."""
+    from b70deploy.deploy.deploydir import deployed_names, write_deployed
+
+    scratch.copy_shipped()
+    router = "model_list:\n  - model_name: chat\n    litellm_params: {model: openai/qwen3-30b-a3b-w4a16}\n"
+    scratch.write_stack("routed", {"extends": "ngram", "companion_files": {"litellm/config.yaml": router}})
+    node = load_node(str(scratch.write_config({})))
+    r = _render(node, "routed")
+    assert r.files["companions/litellm/config.yaml"] == router.encode()
+    write_deployed(tmp_path, r.files)
+    assert "companions/litellm/config.yaml" in deployed_names(tmp_path)
+    write_deployed(tmp_path, _render(node, "ngram").files)
+    assert not (tmp_path / "companions" / "litellm" / "config.yaml").exists()
+    scratch.write_stack("bad", {"extends": "ngram", "companion_files": {"../escape": "x"}})
+    with pytest.raises(UserError, match="not a file name under companions/"):
+        node.catalogue().load("bad")
