@@ -293,6 +293,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--chat-template", default=None)
     p.add_argument("--disable-log-requests", action="store_true")
     p.add_argument("--disable-log-stats", action="store_true")
+    # The multimodal limits (vllm/engine/arg_utils.py, MultiModalConfig's limit_per_prompt and
+    # mm_processor_kwargs): JSON, as vLLM parses them; the text-only sim serves no images.
+    p.add_argument("--limit-mm-per-prompt", type=_json_object, default=None)
+    p.add_argument("--mm-processor-kwargs", type=_json_object, default=None)
     return p
 
 

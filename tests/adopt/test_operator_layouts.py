@@ -78,6 +78,9 @@ def standins(sim_images: dict[str, str]) -> Iterator[dict[str, str]]:
         # rocm/vllm: no ENTRYPOINT, a shell as CMD; the compose command starts the server.
         "rocm-vllm": _standin(sim_images["serve"], f"{repo}/rocm-vllm:latest", ['CMD ["/bin/bash"]', *FAST]),
         # open-webui keeps webui.db in /app/backend/data and listens on 8080.
+        # A vLLM image whose ENTRYPOINT is `vllm serve` (the compose file of that layout sets it too).
+        "vllm-serve": _standin(sim_images["serve"], f"{repo}/vllm-xpu:latest", ['ENTRYPOINT ["vllm", "serve"]',
+                                                                               *FAST]),
         "open-webui": _standin(sim_images["serve"], f"{repo}/open-webui:main", [
             'CMD ["sim-webui", "--port", "8080", "--data", "/app/backend/data"]']),
         # caddy:2: CMD caddy run --config /etc/caddy/Caddyfile --adapter caddyfile.
@@ -100,6 +103,8 @@ class Layout:
     hub: Callable[[Path], Path]                # where the hub cache is on the host
     router: str | None = None                  # the companion in front of vllm that answers /v1
     webui: str | None = None                   # the companion whose data must survive
+    up: tuple[str, ...] = ()                   # how the operator starts it: `docker compose [up] ... up -d ...`
+    variant_env: Callable[[Layout, str], str] | None = None   # the saved variant's .env (default: the model swapped)
     ports: dict[str, int] = field(default_factory=dict)
     extra: dict[str, str] = field(default_factory=dict)
 
@@ -122,6 +127,21 @@ def _shelldandy_override(lay: Layout, folder: Path) -> dict[str, Any]:
         "networks": {"backend": {"name": s["network"]}}}
 
 
+def _b70_override(lay: Layout, folder: Path) -> dict[str, Any]:
+    s, uniq = lay.extra, folder.name
+    return {"services": {
+        "vllm": {"image": s["vllm-xpu"], "container_name": f"{uniq}-vllm",
+                 "ports": f"!override 127.0.0.1:{lay.ports['vllm']}:8000",
+                 "devices": f"!override {s['dri']}:/dev/dri",
+                 "volumes": f"!override ${{MODELS_DIR}}:/llm/models:ro {s['dri']}/by-path:/dev/dri/by-path:ro "
+                            "vllm-cache-runtime:/root/.cache"},
+        "open-webui": {"image": s["open-webui"], "container_name": f"{uniq}-webui",
+                       "ports": f"!override 127.0.0.1:{lay.ports['router']}:8080"}},
+        "networks": {"llm-net": {"name": s["network"]}},
+        "volumes": {v: {"name": f"{uniq}_{v}"} for v in ("vllm-cache-runtime", "vllm-cache-runtime-2", "open-webui-data",
+                                                          "prometheus-data", "grafana-data")}}
+
+
 LAYOUTS = {
     "evdcush-vllm-openwebui": Layout(
         "evdcush-vllm-openwebui", served="google/gemma-3-4b-it", variant="google/gemma-3-1b-it",
@@ -133,6 +153,15 @@ LAYOUTS = {
         env=lambda lay, folder: (FIXTURES / lay.name / "env-example").read_text().replace(
             "CONFIG_PATH=/opt/vllm", f"CONFIG_PATH={folder.parent / 'opt-vllm'}"),
         hub=lambda folder: folder.parent / "opt-vllm" / "huggingface" / "hub"),
+    "bklinkradt-arc-b70-qwen-vllm": Layout(
+        "bklinkradt-arc-b70-qwen-vllm", served="Qwen3.8-27B", variant="Qwen3.8-27B",
+        override=_b70_override,
+        # The operator's .env is not published: the models folder and the device gids of this host.
+        env=lambda lay, folder: f"MODELS_DIR={lay.extra['models']}\nVIDEO_GID=4444\nRENDER_GID=4343\n",
+        hub=lambda folder: folder.parent / "hf-none", webui="open-webui",
+        up=("--profile", "managed", "up", "-d", "vllm", "open-webui"),
+        # The saved variant: the same file with another models folder (another build of the weights).
+        variant_env=lambda lay, env: env.replace(lay.extra["models"], lay.extra["models"] + "-v2")),
 }
 
 
@@ -211,6 +240,19 @@ def test_an_operators_layout_goes_through_every_step_and_comes_back_equal(
     lay.ports = {"vllm": free_port(), "router": free_port()}
     lay.extra = dict(standins)
     network = None
+    if name.startswith("bklinkradt"):
+        try:
+            dri, _kfd = make_gpu_nodes(tmp_path / "dev", 4343, 4444)
+        except PermissionError as e:
+            unavailable(str(e))
+        network = f"{project}-llm-net"
+        docker("network", "create", network)
+        models = tmp_path / "models"
+        for folder_name in ("models", "models-v2"):
+            (tmp_path / folder_name / "Qwen3.8-27B-INT4").mkdir(parents=True)
+            (tmp_path / folder_name / "Qwen3.8-27B-INT4" / "config.json").write_text(json.dumps(HUB_CONFIG))
+        lay.extra |= {"dri": str(dri), "network": network, "models": str(models), "vllm-xpu": standins["vllm-serve"]}
+        (folder / "monitoring" / "grafana" / "dashboards").mkdir()  # its dashboard JSON is not in the fixture
     if name.startswith("shelldandy"):
         try:
             dri, kfd = make_gpu_nodes(tmp_path / "dev", 4343, 4444)
@@ -222,7 +264,8 @@ def test_an_operators_layout_goes_through_every_step_and_comes_back_equal(
     (folder / "docker-compose.override.yml").write_text(_override_text(lay.override(lay, folder)))
     env = lay.env(lay, folder)
     (folder / ".env").write_text(env)
-    (folder / ".env.small").write_text(env.replace(lay.served, lay.variant))
+    (folder / ".env.small").write_text(lay.variant_env(lay, env) if lay.variant_env else env.replace(lay.served,
+                                                                                                   lay.variant))
     shutil.copy(folder / "docker-compose.yml", folder / "docker-compose.yml.small")  # the saved variant
     for model in (lay.served, lay.variant):
         _hub_model(lay.hub(folder), model)
@@ -234,10 +277,15 @@ def test_an_operators_layout_goes_through_every_step_and_comes_back_equal(
         return r
 
     try:
-        up = subprocess.run(["docker", "compose", "-p", project, "up", "-d"], cwd=folder, capture_output=True,
-                            text=True, timeout=180, check=False)
+        up = subprocess.run(["docker", "compose", "-p", project, *(lay.up or ("up", "-d"))], cwd=folder,
+                            capture_output=True, text=True, timeout=180, check=False)
         assert up.returncode == 0, up.stderr
-        simkit.wait_status(f"http://127.0.0.1:{lay.ports['vllm']}/health", 200, timeout=90)
+        try:
+            simkit.wait_status(f"http://127.0.0.1:{lay.ports['vllm']}/health", 200, timeout=90)
+        except AssertionError as e:  # what the hand-made vLLM said
+            logs = subprocess.run(["docker", "compose", "-p", project, "logs", "--tail", "15", "vllm"], cwd=folder,
+                                  capture_output=True, text=True, timeout=60, check=False)
+            raise AssertionError(f"{e}\n{logs.stdout}{logs.stderr}") from None
         hand = {svc: inspected(b) for svc, b in _boxes(project).items()}
         data = _webui_db(_boxes(project)[lay.webui]["Name"].lstrip("/")) if lay.webui else None
 
@@ -261,6 +309,7 @@ def test_an_operators_layout_goes_through_every_step_and_comes_back_equal(
         cli("import", "-f", str(folder / "docker-compose.yml.small"), "-f", str(folder / "docker-compose.override.yml"),
             "--env", str(folder / ".env.small"), "--as", "small")
         cli("rollback", "small", "--yes")
+        assert inspected(_boxes(project)["vllm"]) != hand["vllm"]   # the variant runs (its model or its folder)
         assert _answers(lay.ports["vllm"], lay.variant)["model"] == lay.variant
         if lay.router:
             assert _answers(lay.ports["router"], lay.variant)["model"] == lay.variant
