@@ -138,8 +138,9 @@ def _b70_override(lay: Layout, folder: Path) -> dict[str, Any]:
         "open-webui": {"image": s["open-webui"], "container_name": f"{uniq}-webui",
                        "ports": f"!override 127.0.0.1:{lay.ports['router']}:8080"}},
         "networks": {"llm-net": {"name": s["network"]}},
-        "volumes": {v: {"name": f"{uniq}_{v}"} for v in ("vllm-cache-runtime", "vllm-cache-runtime-2", "open-webui-data",
-                                                          "prometheus-data", "grafana-data")}}
+        "volumes": {v: {"name": f"{uniq}_{v}"}
+                    for v in ("vllm-cache-runtime", "vllm-cache-runtime-2", "open-webui-data", "prometheus-data",
+                              "grafana-data")}}
 
 
 LAYOUTS = {
