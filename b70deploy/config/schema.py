@@ -660,7 +660,7 @@ class Production(Strict):
     @field_validator("aliases")
     @classmethod
     def _aliases(cls, v: list[str]) -> list[str]:
-        return Stack._aliases(v)
+        return Stack._aliases(v) or []
 
 
 class NodeConfig(Strict):
