@@ -262,7 +262,8 @@ def test_an_operators_layout_goes_through_every_step_and_comes_back_equal(
         network = f"{project}-backend"
         docker("network", "create", network)
         lay.extra |= {"dri": str(dri), "kfd": str(kfd), "network": network}
-    (folder / "docker-compose.override.yml").write_text(_override_text(lay.override(lay, folder)))
+    override = _override_text(lay.override(lay, folder)).encode()
+    (folder / "docker-compose.override.yml").write_bytes(override)
     env = lay.env(lay, folder)
     (folder / ".env").write_text(env)
     (folder / ".env.small").write_text(lay.variant_env(lay, env) if lay.variant_env else env.replace(lay.served,
@@ -302,6 +303,8 @@ def test_an_operators_layout_goes_through_every_step_and_comes_back_equal(
                                      "timeouts": {"health": 90, "rollback": 90, "poll_interval": 0.2}}))
         assert json.loads(cli("adopt", "--as", "hand", "--json").stdout)["revision"] == 1
         assert {svc: inspected(b) for svc, b in _boxes(project).items()} == hand
+        status = json.loads(cli("status", "--json").stdout)   # the deploy dir read as the project's files
+        assert status["current"]["number"] == 1 and status["differs"] == [], status
 
         cli("stack", "from-compose", str(folder / "docker-compose.yml"), "-f",
             str(folder / "docker-compose.override.yml"), "--env", str(folder / ".env"), "--name", "made")
@@ -334,6 +337,10 @@ def test_an_operators_layout_goes_through_every_step_and_comes_back_equal(
         # ---- rollback 1: the hand-made project again, every field as it was
         cli("rollback", "1", "--yes")
         assert {svc: inspected(b) for svc, b in _boxes(project).items()} == hand
+        assert json.loads(cli("status", "--json").stdout)["differs"] == []
+        assert {n: (folder / n).read_bytes() for n in ("docker-compose.yml", "docker-compose.override.yml")} == \
+            {n: (FIXTURES / name / n).read_bytes() if n == "docker-compose.yml" else override for n in
+             ("docker-compose.yml", "docker-compose.override.yml")}
         assert _answers(lay.ports["vllm"], lay.served)["model"] == lay.served
         if lay.router:
             assert _answers(lay.ports["router"], lay.served)["model"] == lay.served
