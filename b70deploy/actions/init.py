@@ -380,6 +380,8 @@ def _models(vllm: dict[str, Any], image: ImageEntrypoint | None, name: str,
     if "hf_cache" in found.node:
         put("hf_cache", found.node["hf_cache"], f"service {name}: {found.sources['hf_cache']}, for its hub model "
             f"{model}")
+        if "hf_cache_target" in found.node:
+            put("hf_cache_target", found.node["hf_cache_target"], f"where service {name} has it in its container")
     if not ({"models_dir", "hf_cache"} & set(found.node)):
         notes.append(f"the model of service {name} ({model}) is in no bind mount: models_dir and hf_cache keep "
                      "their defaults")

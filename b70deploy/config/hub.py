@@ -12,8 +12,13 @@ import re
 from pathlib import Path
 
 HUB_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$")
-# Where the container's HF_HOME is: render binds the node's hf_cache here and sets HF_HOME to it.
+# The hub client's default HF_HOME for root: where render binds the node's hf_cache unless the
+# node's hf_cache_target says otherwise.
 CONTAINER_HF_HOME = "/root/.cache/huggingface"
+# The variables the hub client reads for where its cache is (huggingface/huggingface_hub,
+# src/huggingface_hub/constants.py at 03333b68: HF_HUB_CACHE = getenv("HF_HUB_CACHE",
+# HUGGINGFACE_HUB_CACHE), the legacy HUGGINGFACE_HUB_CACHE defaulting to $HF_HOME/hub).
+HUB_CACHE_VARIABLES = ("HF_HOME", "HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE")
 
 
 def repo_folder(hf_home: Path, repo_id: str) -> Path:

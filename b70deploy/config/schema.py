@@ -15,7 +15,7 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 from .compose_keys import COMPANION_OWNED, check_keys
-from .hub import HUB_ID_RE
+from .hub import CONTAINER_HF_HOME, HUB_ID_RE
 from .names import NAME_RE
 
 MAX_CONTEXT = 10_485_760  # 10M tokens: far above any model; catches a stray digit
@@ -281,8 +281,9 @@ class Stack(Strict):
     max_model_len: int | None = Field(default=None, ge=256, le=MAX_CONTEXT)
     kv_cache_dtype: str = "auto"
     gpu_memory_utilization: float | None = Field(default=None, gt=0.0, le=1.0)
-    # None: neither flag, vLLM's own default (a command that never said it).
-    prefix_caching: bool | None = True
+    # "default": neither flag, vLLM's own default (on in V1), as a command that never said it had it.
+    # (A catalogue file's null means "inherit", so the unsaid case needs a word of its own.)
+    prefix_caching: bool | Literal["default"] = True
     enforce_eager: bool = False
     attention_backend: str | None = None
     max_num_seqs: int | None = Field(default=None, ge=1, le=65536)
@@ -364,13 +365,11 @@ class Stack(Strict):
     @field_validator("served_model_names")
     @classmethod
     def _aliases(cls, v: list[str] | None) -> list[str] | None:
-        if v is None:  # no --served-model-name: vLLM serves under the model argument
-            return v
-        for alias in v:
+        for alias in v or []:
             if not ALIAS_RE.match(alias):
                 raise invalid(f"alias {alias!r} has characters vLLM clients choke on",
                             "use letters, digits and . _ : / -")
-        if len(set(v)) != len(v):
+        if v is not None and len(set(v)) != len(v):
             raise invalid("an alias is listed twice", "list each served model name once")
         return v
 
@@ -660,7 +659,8 @@ class Production(Strict):
     @field_validator("aliases")
     @classmethod
     def _aliases(cls, v: list[str]) -> list[str]:
-        return Stack._aliases(v) or []
+        Stack._aliases(v)
+        return v
 
 
 class NodeConfig(Strict):
@@ -679,6 +679,9 @@ class NodeConfig(Strict):
     # HF_HOME on the host (it holds hub/models--ORG--NAME): the container's for a stack whose
     # model is a hub id (model.hub), bound read-write so vLLM finds the weights there.
     hf_cache: str | None = None
+    # Its path in the container, which render sets HF_HOME to: the operator's (HF_HOME=/hf with
+    # ./hf:/hf), the hub client's default for root otherwise.
+    hf_cache_target: str = CONTAINER_HF_HOME
     gids: dict[str, int] | None = None
     # Which GPUs the node has (render/gpu.py, docs/platforms.md): xpu is the report's B70 node.
     platform: Literal["cuda", "rocm", "xpu", "cpu"] = "xpu"
@@ -765,6 +768,14 @@ class NodeConfig(Strict):
             raise invalid(f"hf_cache {v!r} is not an absolute host path",
                           "give the host folder that is HF_HOME, e.g. /srv/hf (it holds hub/models--ORG--NAME)")
         return v
+
+    @field_validator("hf_cache_target")
+    @classmethod
+    def _hf_cache_target(cls, v: str) -> str:
+        if not ABS_PATH_RE.match(v) or v.rstrip("/") == "":
+            raise invalid(f"hf_cache_target {v!r} is not an absolute path in the container",
+                          "e.g. /root/.cache/huggingface (the container's HF_HOME)")
+        return v.rstrip("/")
 
     @field_validator("models_target")
     @classmethod

@@ -70,6 +70,17 @@ class Slot:
         return f"http://127.0.0.1:{self.port}"
 
 
+_PORT_FLAG = re.compile(r"--port[= ](\d+)\b")
+
+
+def listens_on(attrs: dict[str, Any]) -> int:
+    """The container port vLLM listens on: the --port its argv (or its script) renders, the stack's
+    container_port; 8000 when it names none."""
+    config = attrs.get("Config") or {}
+    found = _PORT_FLAG.search(" ".join(str(a) for a in [*(config.get("Entrypoint") or []), *(config.get("Cmd") or [])]))
+    return int(found.group(1)) if found else CONTAINER_PORT
+
+
 def slots(project: str, service: str) -> dict[int, Slot]:
     found = engine.client().containers.list(all=True, ignore_removed=True, filters={
         "label": [f"{ROLE}=vllm", f"com.docker.compose.service={service}"]})
@@ -80,8 +91,9 @@ def slots(project: str, service: str) -> dict[int, Slot]:
             continue
         attrs = box.attrs
         nets = (attrs.get("NetworkSettings") or {}).get("Networks") or {}
-        bound = ((attrs.get("NetworkSettings") or {}).get("Ports") or {}).get(f"{CONTAINER_PORT}/tcp") or []
-        wanted = (attrs.get("HostConfig") or {}).get("PortBindings", {}).get(f"{CONTAINER_PORT}/tcp") or []
+        key = f"{listens_on(attrs)}/tcp"
+        bound = ((attrs.get("NetworkSettings") or {}).get("Ports") or {}).get(key) or []
+        wanted = (attrs.get("HostConfig") or {}).get("PortBindings", {}).get(key) or []
         port = next((int(b["HostPort"]) for b in [*bound, *wanted] if str(b.get("HostPort", "")).isdigit()), None)
         out[number] = Slot(number, box, str(box.status), network(project) in nets, port)
     return out

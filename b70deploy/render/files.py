@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from ..config.hub import CONTAINER_HF_HOME
+from ..config.hub import HUB_CACHE_VARIABLES
 from ..config.node import Node
 from ..config.resources import data_dir
 from ..config.schema import Stack
@@ -166,13 +166,17 @@ def runtime_values(stack: Stack, secrets: Mapping[str, str]) -> dict[str, str]:
 
 
 def _hub_cache(stack: Stack, node: Node) -> dict[str, object]:
-    """A hub model's cache: the node's hf_cache bound as the container's HF_HOME (read-write: the
-    hub client writes its locks and refs there). Without hf_cache vLLM downloads at every boot."""
+    """A hub model's cache: the node's hf_cache bound at hf_cache_target (read-write: the hub client
+    writes its locks and refs there), which HF_HOME names unless the stack's env already names the
+    cache its own way (HF_HOME, HF_HUB_CACHE: the operator's variable, kept as written). Without
+    hf_cache vLLM downloads at every boot."""
     if not stack.model.hub or not node.config.hf_cache:
         return {}
-    return {"volumes": [{"type": "bind", "source": node.config.hf_cache, "target": CONTAINER_HF_HOME,
+    target = node.config.hf_cache_target
+    named = any(k in stack.env for k in HUB_CACHE_VARIABLES)
+    return {"volumes": [{"type": "bind", "source": node.config.hf_cache, "target": target,
                          "bind": {"create_host_path": False}}],
-            "environment": {"HF_HOME": CONTAINER_HF_HOME}}
+            **({} if named else {"environment": {"HF_HOME": target}})}
 
 
 def _entrypoint(stack: Stack) -> list[str] | None:

@@ -33,6 +33,7 @@ from .vllm_args import (
     CONTAINER_PORT,
     FLAGS,
     SPEC_FLAG,
+    UNSAID,
     ParsedServe,
     entrypoint_style,
     model_rel_path,
@@ -66,7 +67,6 @@ class FromCompose:
     node: dict[str, Any] = field(default_factory=dict)   # node config values the service implies
     withheld: list[str] = field(default_factory=list)    # secret env keys left out of the stack
     weights_at: set[str] = field(default_factory=set)    # container targets of the binds holding weights
-    hub_vars: set[str] = field(default_factory=set)      # the cache variables render sets itself (HF_HOME)
     notes: list[str] = field(default_factory=list)
 
 
@@ -100,7 +100,7 @@ def _style(service: Mapping[str, Any], image: ImageEntrypoint | None, command: l
                              "the image's own bash -c entrypoint")
         return image.entrypoint_style
     if taken:
-        out.sources["entrypoint_style"] = "the compose file's entrypoint (rendered as the entrypoint)"
+        out.sources["entrypoint_style"] = "the launcher or shell that starts vLLM (rendered as the entrypoint)"
         return "vllm-serve"
     if own_style in ("bash-c", "vllm-serve"):
         absent = "image not on this engine" if image is None else f"image {image.ref} has no known entrypoint"
@@ -217,10 +217,11 @@ def _speculative(text: str, binds: Sequence[Mapping[str, Any]], where: str, out:
     return spec
 
 
-# The hub client's variables for where the cache is (huggingface_hub/constants.py): HF_HUB_CACHE,
-# else the older HUGGING_FACE_HUB_CACHE, name the hub folder itself; HF_HOME names the folder above
-# it (the hub folder is $HF_HOME/hub); none set is root's ~/.cache/huggingface.
-HUB_CACHE_VARS = ("HF_HUB_CACHE", "HUGGING_FACE_HUB_CACHE")
+# Of config/hub.py's HUB_CACHE_VARIABLES, these two name the hub folder itself (HF_HOME the folder
+# above it); none set is root's ~/.cache/huggingface.
+HUB_CACHE_VARS = ("HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE")
+# A name operators write (after HUGGING_FACE_HUB_TOKEN, which the hub client does read) that it never reads.
+UNREAD_CACHE_VAR = "HUGGING_FACE_HUB_CACHE"
 
 
 def hub_folder(environment: Mapping[str, Any]) -> tuple[str, str]:
@@ -238,6 +239,9 @@ def _hub_cache(service: Mapping[str, Any], where: str, out: FromCompose) -> None
     root). Its HF_HOME on the host becomes the node's hf_cache, which render binds as the
     container's HF_HOME; a named volume there is refused (lint could not see what it holds)."""
     hub, named_by = hub_folder(service.get("environment") or {})
+    if (service.get("environment") or {}).get(UNREAD_CACHE_VAR):
+        out.notes.append(f"{UNREAD_CACHE_VAR} is not a variable the hub client reads (its legacy one is "
+                         f"HUGGINGFACE_HUB_CACHE): vLLM finds the cache at {hub} ({named_by})")
     for v in service.get("volumes") or []:
         target = str(v.get("target") or "").rstrip("/") if isinstance(v, dict) else ""
         if not target or not (hub == target or hub.startswith(f"{target}/")):
@@ -254,9 +258,13 @@ def _hub_cache(service: Mapping[str, Any], where: str, out: FromCompose) -> None
                             fix="bind the folder above it and set HF_HOME to it (the hub folder is $HF_HOME/hub), "
                                 "or import the file as it is: b70deploy import FILE")
         out.node["hf_cache"] = posixpath.dirname(host_hub)
+        if posixpath.dirname(hub) != CONTAINER_HF_HOME:
+            out.node["hf_cache_target"] = posixpath.dirname(hub)  # bound where the operator had it
         out.sources["hf_cache"] = f"the bind at {target} that holds the hub cache {hub} ({named_by})"
         out.weights_at.add(str(v.get("target")))
-        out.hub_vars = {k for k in ("HF_HOME", *HUB_CACHE_VARS) if k in (service.get("environment") or {})}
+        if str(v.get("target")).rstrip("/") != posixpath.dirname(hub):
+            out.notes.append(f"the bind at {target} holds more than the hub cache: a stack binds only its HF_HOME "
+                             f"({posixpath.dirname(hub)}, from {out.node['hf_cache']})")
         return
     out.notes.append(f"no volume holds the hub cache ({hub}, {named_by}): vLLM downloads the model at every boot; "
                      "set the node's hf_cache to a host folder that holds it")
@@ -385,7 +393,7 @@ def _flags(parsed: ParsedServe, binds: Sequence[Mapping[str, Any]], where: str, 
                 continue
         _set(out.doc, key, value)
     if "prefix_caching" not in parsed.values:
-        out.doc["prefix_caching"] = None  # unsaid: vLLM's default, as the command had it
+        out.doc["prefix_caching"] = UNSAID  # vLLM's default, as the command had it: no flag rendered
     # A value the schema refuses (say --dtype half) stays a flag: same command, lint still reads it.
     for top in sorted({k.split(".")[0] for k in parsed.values}):
         bad = value_error(Stack, [top], out.doc[top]) if top in out.doc else None
@@ -412,13 +420,14 @@ def _environment(service: Mapping[str, Any], out: FromCompose) -> None:
     env: dict[str, str] = {}
     # the cache variables of a file b70deploy rendered, on any platform: every render sets its own
     ours = {k: v for p in gpu.PLATFORMS for k, v in caches.container_env(p).items()}
+    if "b70deploy.stack" in (service.get("labels") or {}) and "hf_cache" in out.node:
+        # a file b70deploy rendered names the hub cache it binds: the node's hf_cache says so again
+        ours["HF_HOME"] = out.node.get("hf_cache_target", CONTAINER_HF_HOME)
     for key, value in sorted((service.get("environment") or {}).items()):
         if value is not None and ours.get(key) == value:
             continue
         if value is None:
             out.notes.append(f"environment {key} has no value here (Compose takes it from the shell): left out")
-        elif key in out.hub_vars:
-            continue  # render sets HF_HOME, where it binds the node's hf_cache: the hub folder is the same
         elif is_secret(key):
             out.withheld.append(key)
         elif not ENV_KEY_RE.match(key) or any(c in str(value) for c in "\n\r\x00"):

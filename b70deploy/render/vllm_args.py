@@ -20,6 +20,7 @@ CONTAINER_PORT = 8000
 CONTAINER_MODELS = "/models"
 MODEL_REF = "${VLLM_MODEL}"  # interpolated by Compose from .env (the post's pitfall 2)
 SPEC_FLAG = "--speculative-config"
+UNSAID = "default"  # a toggle the command never set (prefix_caching: default): vLLM's default, no flag
 MODEL_FLAG = "--model"
 _NUMBER = re.compile(r"^-\d")
 _HUMAN_INT = re.compile(r"^(\d+(?:\.\d+)?)([kmgtKMGT]?)$")
@@ -139,7 +140,7 @@ def serve_flags(stack: Stack, *, draft_path: str | None = None, root: str = CONT
             args += [] if spec is None else [f.flag, spec]
         else:
             value = _value(stack, f.key)
-            if value is None:  # unsaid: vLLM's own default, no flag
+            if value is None or value == UNSAID:  # left to vLLM's own default: no flag
                 continue
             if f.kind == "names":
                 args += [f.flag, *value]

@@ -297,6 +297,9 @@ def build_parser() -> argparse.ArgumentParser:
     # mm_processor_kwargs): JSON, as vLLM parses them; the text-only sim serves no images.
     p.add_argument("--limit-mm-per-prompt", type=_json_object, default=None)
     p.add_argument("--mm-processor-kwargs", type=_json_object, default=None)
+    # ModelConfig.max_seq_len_to_capture (vllm/config.py of the 0.6 to 0.10 releases): the CUDA-graph
+    # length, which OPEA's Gaudi compose files still pass.
+    p.add_argument("--max-seq-len-to-capture", type=int, default=8192)
     return p
 
 
@@ -327,6 +330,13 @@ class ServeConfig:
 TOOL_PARSER_ERROR = "TypeError: Error: --enable-auto-tool-choice requires --tool-call-parser"
 
 
+def _dashed(arg: str) -> str:
+    if not arg.startswith("--"):
+        return arg
+    name, eq, value = arg.partition("=")
+    return "--" + name[2:].replace("_", "-") + eq + value
+
+
 class InvalidServeArgs(Exception):
     """Flags argparse took but vLLM's own validation refuses; the message is the exception line."""
 
@@ -335,7 +345,9 @@ def parse_serve_args(argv: Sequence[str]) -> ServeConfig:
     """Parse `vllm serve` flags; bad flags exit 2 with usage on stderr, as argparse does; flags
     vLLM's validation refuses raise InvalidServeArgs."""
     parser = build_parser()
-    ns = parser.parse_args(list(argv))
+    # vLLM's FlexibleArgumentParser reads --max_model_len as --max-model-len (underscores in a long
+    # option's name become dashes: vllm/utils.py, parse_known_args).
+    ns = parser.parse_args([_dashed(a) for a in argv])
     model = ns.model or ns.model_tag or DEFAULT_MODEL
     if ns.model and ns.model_tag and ns.model != ns.model_tag:
         parser.error(f"model given twice: {ns.model_tag!r} and --model {ns.model!r}")
@@ -606,10 +618,12 @@ _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[A-Za-z0-9][\w.-]*$")
 
 
 def hub_cache_dir(env: Mapping[str, str]) -> str:
-    """Where huggingface_hub keeps downloads: $HF_HUB_CACHE, else $HF_HOME/hub, else
+    """Where huggingface_hub keeps downloads: $HF_HUB_CACHE, else $HUGGINGFACE_HUB_CACHE, else $HF_HOME/hub, else
     ~/.cache/huggingface/hub (https://huggingface.co/docs/hub/local-cache, "Cache location")."""
     if env.get("HF_HUB_CACHE"):
         return env["HF_HUB_CACHE"]
+    if env.get("HUGGINGFACE_HUB_CACHE"):  # the legacy name, read when HF_HUB_CACHE is unset
+        return env["HUGGINGFACE_HUB_CACHE"]
     cache = env.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     return os.path.join(env.get("HF_HOME") or os.path.join(cache, "huggingface"), "hub")
 

@@ -158,25 +158,24 @@ class GPTQConfig:
 '''
 
 
-# `python3 -m vllm.entrypoints.openai.api_server FLAGS` (an image's ENTRYPOINT, or a compose command)
-# runs the server as `vllm serve` does: vLLM's module parses the serve arguments under __main__
-# (vllm/entrypoints/openai/api_server.py, `if __name__ == "__main__"`: make_arg_parser, run_server), and
-# vllm/entrypoints/cli/main.py is the `vllm` console script's own main (`... cli.main serve FLAGS`).
-_API_SERVER = '''"""b70sim stand-in: the OpenAI server module run with -m (not vLLM's code)."""
-import runpy
+# The two modules `python -m` starts vLLM's server from: vllm/entrypoints/openai/api_server.py (its
+# `__main__` parses the serve flags, the model as --model) and vllm/entrypoints/cli/main.py (what the
+# `vllm` console script runs: `serve ...`). Each hands its argv to the sim server, as `vllm serve` does.
+_API_SERVER = '''"""b70sim stand-in: python -m vllm.entrypoints.openai.api_server runs the simulated server."""
+
+import os
 import sys
 
 if __name__ == "__main__":
-    sys.argv = ["vllm", "serve", *sys.argv[1:]]
-    runpy.run_path("/opt/b70sim/server.py", run_name="__main__")
+    os.execv(sys.executable, [sys.executable, "/opt/b70sim/server.py", "serve", *sys.argv[1:]])
 '''
-_CLI_MAIN = '''"""b70sim stand-in: the vllm CLI's main module run with -m (not vLLM's code)."""
-import runpy
+_CLI_MAIN = '''"""b70sim stand-in: python -m vllm.entrypoints.cli.main runs the simulated `vllm` command."""
+
+import os
 import sys
 
 if __name__ == "__main__":
-    sys.argv = ["vllm", *sys.argv[1:]]
-    runpy.run_path("/opt/b70sim/server.py", run_name="__main__")
+    os.execv(sys.executable, [sys.executable, "/opt/b70sim/server.py", *sys.argv[1:]])
 '''
 
 

@@ -22,6 +22,7 @@ from b70deploy.config.node import load_node
 from b70deploy.config.schema import NodeConfig
 from b70deploy.deploy.deploydir import deployed_names
 from b70deploy.docker.discover import LiveProject, LiveService
+from b70deploy.docker.image_inspect import ImageFacts
 from b70deploy.errors import UserError
 from b70deploy.render.devices import DeviceAccess
 from b70deploy.render.patches import sha256
@@ -152,6 +153,26 @@ def test_init_takes_the_weights_bind_whatever_its_target() -> None:
     assert comp["container_name"] == "open-webui"
     assert comp["volumes"] == [{"source": "b70-vllm_open-webui", "target": "/app/backend/data", "read_only": False}]
     assert comp["compose"] == {"security_opt": ["seccomp=unconfined"]}  # carried, through its passthrough
+
+
+def test_init_reads_vllm_however_it_is_started() -> None:
+    """Issue 33: flags only under the image's python -m ENTRYPOINT (vllm-project/vllm docker/Dockerfile at
+    0000977e), a hub id whose cache HF_HOME names, the container port 4997: init writes hf_cache, its
+    target and the port published for 4997. An external start script hides the server: the service
+    named vllm is taken, with a note."""
+    image = ImageFacts(ref="vllm/vllm-openai:v0.9.0", id="sha256:1",
+                       entrypoint=["python3", "-m", "vllm.entrypoints.openai.api_server"], cmd=None,
+                       entrypoint_style="other")
+    vllm = {"image": image.ref, "command": ["--model", "Qwen/Qwen3-0.6B", "--port", "4997"],
+            "environment": {"HF_HOME": "/hf"}, "volumes": [{"type": "bind", "source": "/srv/hf", "target": "/hf"}],
+            "ports": [{"target": 9400, "published": "9400"}, {"target": 4997, "published": "18000"}]}
+    got = plan(dataclasses.replace(discovery({"vllm": vllm}), image=image))
+    assert got.config["hf_cache"] == "/srv/hf" and got.config["hf_cache_target"] == "/hf"
+    assert got.config["ports"]["prod"] == 18000 and "models_dir" not in got.config
+    script = {"image": "vllm/vllm-openai:v0.10.1", "entrypoint": ["/bin/bash", "/scripts/start.sh"]}
+    hidden = plan(discovery({"vllm": script, "db": {"image": "postgres:16"}}, vllm_service="none"))
+    assert hidden.config.get("service", "vllm") == "vllm" and [c["name"] for c in hidden.config["companions"]] == ["db"]
+    assert any("start script" in n for n in hidden.notes)
 
 
 def test_init_says_what_it_could_not_find() -> None:

@@ -113,7 +113,7 @@ def test_report_layout_becomes_a_stack_that_renders_its_command(scratch: Scratch
     # what the hand-made one left to defaults (prefix caching, host, port).
     ours, theirs = parse_serve_args(got[2:]), parse_serve_args(want[2:])
     assert ours.model == theirs.model == "/models/Qwen/Qwen3-30B-A3B-W4A16"
-    assert ours.values == {**theirs.values, "prefix_caching": True}
+    assert ours.values == theirs.values  # nothing added
     assert ours.extra == theirs.extra == ["--block-size", "64"]
 
 

@@ -72,7 +72,7 @@ def same_command(ours: list[str], theirs: list[str]) -> None:
     assert split_launcher(serve_ours)[0] == split_launcher(serve_theirs)[0]
     a, b = parse_command(ours), parse_command(theirs)
     assert a.model == b.model
-    assert a.values == {"prefix_caching": True, **b.values}
+    assert a.values == b.values  # nothing added: prefix caching stays vLLM's default
     assert a.extra == b.extra
 
 
@@ -202,7 +202,7 @@ def test_render_to_compose_file_has_the_stack_keys_again(scratch: Scratch) -> No
     rendered = render(node.catalogue().load("one"), node, DeviceAccess(device_dir=None))
     write_tree(scratch.root / "r", rendered.files)
     second = from_compose(scratch, scratch.root / "r", "two")
-    assert second["stack_doc"] == {**first["stack_doc"], "prefix_caching": True}  # the render states it
+    assert second["stack_doc"] == first["stack_doc"]
     assert {k: second["node"][k] for k in ("hf_cache", "networks")} == \
         {k: first["node"][k] for k in ("hf_cache", "networks")}
     assert (scratch.root / "r" / COMPOSE_FILE).read_text().count("b70deploy.stack: \"one\"") == 1
