@@ -78,6 +78,8 @@ def standins(sim_images: dict[str, str]) -> Iterator[dict[str, str]]:
         # rocm/vllm: no ENTRYPOINT, a shell as CMD; the compose command starts the server.
         "rocm-vllm": _standin(sim_images["serve"], f"{repo}/rocm-vllm:latest", ['CMD ["/bin/bash"]', *FAST]),
         # open-webui keeps webui.db in /app/backend/data and listens on 8080.
+        # OPEA's llm-vllm-hpu (GenAIComps Dockerfile.hpu): no ENTRYPOINT, CMD ["/bin/bash"].
+        "no-entrypoint": _standin(sim_images["serve"], f"{repo}/llm-vllm-hpu:latest", ['CMD ["/bin/bash"]', *FAST]),
         # A vLLM image whose ENTRYPOINT is `vllm serve` (the compose file of that layout sets it too).
         "vllm-serve": _standin(sim_images["serve"], f"{repo}/vllm-xpu:latest", ['ENTRYPOINT ["vllm", "serve"]',
                                                                                *FAST]),
@@ -104,6 +106,8 @@ class Layout:
     router: str | None = None                  # the companion in front of vllm that answers /v1
     webui: str | None = None                   # the companion whose data must survive
     up: tuple[str, ...] = ()                   # how the operator starts it: `docker compose [up] ... up -d ...`
+    service: str = "vllm"                      # the vLLM service's name in the file
+    source: Path | None = None                 # the fixture folder when not under FIXTURES (another issue's)
     variant_env: Callable[[Layout, str], str] | None = None   # the saved variant's .env (default: the model swapped)
     ports: dict[str, int] = field(default_factory=dict)
     extra: dict[str, str] = field(default_factory=dict)
@@ -143,6 +147,12 @@ def _b70_override(lay: Layout, folder: Path) -> dict[str, Any]:
                               "grafana-data")}}
 
 
+def _opea_override(lay: Layout, folder: Path) -> dict[str, Any]:
+    return {"services": {"vllm-service": {
+        "image": lay.extra["no-entrypoint"], "container_name": f"{folder.name}-vllm-gaudi-server",
+        "runtime": "!reset", "ports": f"!override 127.0.0.1:{lay.ports['vllm']}:80"}}}
+
+
 LAYOUTS = {
     "evdcush-vllm-openwebui": Layout(
         "evdcush-vllm-openwebui", served="google/gemma-3-4b-it", variant="google/gemma-3-1b-it",
@@ -163,6 +173,11 @@ LAYOUTS = {
         up=("--profile", "managed", "up", "-d", "vllm", "open-webui"),
         # The saved variant: the same file with another models folder (another build of the weights).
         variant_env=lambda lay, env: env.replace(lay.extra["models"], lay.extra["models"] + "-v2")),
+    "opea-gaudi": Layout(
+        "opea-gaudi", served="/data/Qwen/Qwen3-0.6B", variant="/data/Qwen/Qwen3-0.6B-v2",
+        source=FIXTURES.parent / "compose" / "opea-gaudi", service="vllm-service", override=_opea_override,
+        env=lambda lay, folder: "LLM_MODEL_ID=/data/Qwen/Qwen3-0.6B\nHUGGINGFACEHUB_API_TOKEN=hf_ops_canary\n",
+        hub=lambda folder: folder / "data" / "hub-none"),
 }
 
 
@@ -237,7 +252,7 @@ def test_an_operators_layout_goes_through_every_step_and_comes_back_equal(
     lay = LAYOUTS[name]
     project = simkit.unique("ops")
     folder = tmp_path / project
-    shutil.copytree(FIXTURES / name, folder, ignore=shutil.ignore_patterns("SOURCE.md", "env-example"))
+    shutil.copytree(lay.source or FIXTURES / name, folder, ignore=shutil.ignore_patterns("SOURCE.md", "env-example"))
     lay.ports = {"vllm": free_port(), "router": free_port()}
     lay.extra = dict(standins)
     network = None
@@ -254,6 +269,10 @@ def test_an_operators_layout_goes_through_every_step_and_comes_back_equal(
             (tmp_path / folder_name / "Qwen3.8-27B-INT4" / "config.json").write_text(json.dumps(HUB_CONFIG))
         lay.extra |= {"dri": str(dri), "network": network, "models": str(models), "vllm-xpu": standins["vllm-serve"]}
         (folder / "monitoring" / "grafana" / "dashboards").mkdir()  # its dashboard JSON is not in the fixture
+    if name == "opea-gaudi":  # the weights in ./data, as its LLM_MODEL_ID names them
+        for model in (lay.served, lay.variant):
+            (folder / model.removeprefix("/")).mkdir(parents=True)
+            (folder / model.removeprefix("/") / "config.json").write_text(json.dumps(HUB_CONFIG))
     if name.startswith("shelldandy"):
         try:
             dri, kfd = make_gpu_nodes(tmp_path / "dev", 4343, 4444)
@@ -285,7 +304,7 @@ def test_an_operators_layout_goes_through_every_step_and_comes_back_equal(
         try:
             simkit.wait_status(f"http://127.0.0.1:{lay.ports['vllm']}/health", 200, timeout=90)
         except AssertionError as e:  # what the hand-made vLLM said
-            logs = subprocess.run(["docker", "compose", "-p", project, "logs", "--tail", "15", "vllm"], cwd=folder,
+            logs = subprocess.run(["docker", "compose", "-p", project, "logs", "--tail", "15", lay.service], cwd=folder,
                                   capture_output=True, text=True, timeout=60, check=False)
             raise AssertionError(f"{e}\n{logs.stdout}{logs.stderr}") from None
         hand = {svc: inspected(b) for svc, b in _boxes(project).items()}
@@ -313,7 +332,7 @@ def test_an_operators_layout_goes_through_every_step_and_comes_back_equal(
         cli("import", "-f", str(folder / "docker-compose.yml.small"), "-f", str(folder / "docker-compose.override.yml"),
             "--env", str(folder / ".env.small"), "--as", "small")
         cli("rollback", "small", "--yes")
-        assert inspected(_boxes(project)["vllm"]) != hand["vllm"]   # the variant runs (its model or its folder)
+        assert inspected(_boxes(project)[lay.service]) != hand[lay.service]   # the variant runs (model or folder)
         assert _answers(lay.ports["vllm"], lay.variant)["model"] == lay.variant
         if lay.router:
             assert _answers(lay.ports["router"], lay.variant)["model"] == lay.variant
@@ -322,14 +341,14 @@ def test_an_operators_layout_goes_through_every_step_and_comes_back_equal(
         # rollback above put the variant's .env into the folder)
         cli("switch", "made", "--yes")
         boxes = _boxes(project)
-        assert boxes["vllm"]["Config"]["Labels"]["b70deploy.stack"] == "made"
+        assert boxes[lay.service]["Config"]["Labels"]["b70deploy.stack"] == "made"
         assert _answers(lay.ports["vllm"], lay.served)["model"] == lay.served
         if lay.router:
             assert _answers(lay.ports["router"], lay.served)["model"] == lay.served
         for svc, was in hand.items():
             now = inspected(boxes[svc])
             assert now["networks"] == was["networks"], svc
-            if svc != "vllm":
+            if svc != lay.service:
                 assert now["env"] == was["env"] and now["image"] == was["image"], svc
         if lay.webui:
             assert _webui_db(boxes[lay.webui]["Name"].lstrip("/")) == data
@@ -339,7 +358,7 @@ def test_an_operators_layout_goes_through_every_step_and_comes_back_equal(
         assert {svc: inspected(b) for svc, b in _boxes(project).items()} == hand
         assert json.loads(cli("status", "--json").stdout)["differs"] == []
         assert {n: (folder / n).read_bytes() for n in ("docker-compose.yml", "docker-compose.override.yml")} == \
-            {n: (FIXTURES / name / n).read_bytes() if n == "docker-compose.yml" else override for n in
+            {n: ((lay.source or FIXTURES / name) / n).read_bytes() if n == "docker-compose.yml" else override for n in
              ("docker-compose.yml", "docker-compose.override.yml")}
         assert _answers(lay.ports["vllm"], lay.served)["model"] == lay.served
         if lay.router:
