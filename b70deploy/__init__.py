@@ -26,7 +26,9 @@ the rooms above it in this list.
                  merged into the vllm service (passthrough), edits of files inside
                  images (patches), the EAGLE draft copy (draft), the front door's Caddy config
                  (door), whether a stack may sleep as a hot standby (standby); and back: a compose service ->
-                 a stack (from_compose), a corrected file -> a patch's edits (patch_derive)
+                 a stack (from_compose), a corrected file -> a patch's edits (patch_derive); and
+                 out: a deploy dir's bytes -> Kubernetes manifests (k8s), and those as values
+                 for vLLM production-stack's Helm chart (production_stack)
     vllmlog/     what vLLM's log says: boot facts and expectations (bootlog), fatal signatures
                  and stalls (diagnosis)
     ui/          what people are told: live progress (progress), tables and JSON (output), what
@@ -66,7 +68,7 @@ the rooms above it in this list.
     actions/     one verb, one object: its fields are the options, plan() says what it will do,
                  run() does it (switch, rollback, resume, node_ops, dark, bench_cycle, gc, rollout,
                  inspect, diff, stacks, prepare, stack_from_compose, patch_from_file, init, adopt,
-                 imports, watch; handmade: the files and preflight of a deployment the tool did not
+                 imports, watch, export; handmade: the files and preflight of a deployment the tool did not
                  render); the state dir's small changes: pin, unpin, prune, unlock (bookkeeping);
                  the revision store checked and mended (fsck);
                  the one block every mutating command runs in: lock, audit line, notifications
@@ -76,7 +78,7 @@ the rooms above it in this list.
                  (base), the options several commands share (options), shell completion of
                  stacks, revisions and nodes (complete), one module per group of
                  commands (catalogue, lint, deploy, records, revisions, bench, patch, watch, sim,
-                 stack, adopt, door)
+                 stack, adopt, door, export)
 """
 
 __version__ = "0.1.0"

@@ -22,7 +22,7 @@ from ..docker.image_inspect import ImageInspector
 from ..docker.node import DockerNode, compose_config
 from ..errors import UserError
 from ..render.files import COMPOSE_FILE
-from .handmade import check_env_names, env_summary, image_patches, outside_mounts, weights_targets
+from .handmade import check_env_names, clear_secrets, env_summary, image_patches, outside_mounts, weights_targets
 from .mutating import mutating
 
 
@@ -116,7 +116,7 @@ class Adopt:
                 records, notes = image_patches(live, image_id, inspector, self.node.service)
                 mounts, said = self._outside(live, image_id, inspector)
             patches = [r.to_dict() for r in records] + mounts
-            notes += said
+            notes += said + clear_secrets(live)
             rev = record_live(store, DockerNode.production(self.node), live, stack=self.stack, image_ref=image_ref,
                               image_id=image_id, patches=patches,
                               message=self.message or f"adopted: the hand-made deployment of project "

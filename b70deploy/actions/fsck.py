@@ -24,6 +24,7 @@ from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 from ..deploy.deploydir import read_deployed
+from ..render.masking import private_mode
 from ..state.revisions import DamagedRecord, RevisionStore, Status, Verdict
 from ..state.stamps import now_iso
 from ..state.statedir import StateDir
@@ -119,7 +120,7 @@ def _mend(node: Node, store: RevisionStore, f: Finding) -> str | None:
     if f.mend == "put-back":
         live = read_deployed(node.deploy_dir, node.compose_files)
         for name in store.get(n).meta.files:
-            store.mend_file(n, name, live[name])
+            store.mend_file(n, name, live[name], mode=private_mode(name, live[name]))
         return "stored copy put back from the deploy dir"
     if f.mend == "rewrite-status":
         row = next((r for r in store.summaries().rows() if r["number"] == n and not r.get("damage")), None)

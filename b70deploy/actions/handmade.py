@@ -43,7 +43,7 @@ from ..errors import UserError
 from ..lint import LintContext, lint_stack
 from ..render.files import COMPOSE_FILE, DOTENV_FILE, Rendered
 from ..render.from_compose import ImageEntrypoint, serve_arguments, stack_from_compose, weights_bind
-from ..render.masking import is_secret, mask
+from ..render.masking import NONE, is_secret, mask, private_mode
 from ..render.patches import EditError, ImageFiles, apply_unified_diff, sha256
 from ..state import caches
 from ..state.revisions import Revision
@@ -95,6 +95,19 @@ def check_env_names(compose_text: bytes, *, where: str) -> None:
             raise UserError(f"env_file {ref.name} of service {ref.service} does not end in .env: b70deploy keeps "
                             "env files 0600 by that name", where=where,
                             fix=f"rename it to {ref.name}.env and change env_file: to match")
+
+
+def clear_secrets(files: Mapping[str, bytes]) -> list[str]:
+    """One note per compose file that holds a secret in clear: it is the operator's and kept as
+    written (the revision's copy 0600), with the way to take the secret out of it."""
+    notes = []
+    for name, data in sorted(files.items()):
+        if private_mode(name, data) == 0o600 and not name.endswith(".env"):
+            keys = NONE.keys_in(data.decode(errors="replace"))
+            notes.append(f"{name} holds a secret in clear ({', '.join(keys)}): kept as you wrote it, stored 0600; "
+                         f"move it into an env file (mode 0600) the service reads with env_file:, and write "
+                         f"${{NAME}} or nothing in {name}")
+    return notes
 
 
 def env_summary(files: Mapping[str, bytes]) -> dict[str, str]:

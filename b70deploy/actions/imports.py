@@ -21,8 +21,9 @@ from ..docker.image_inspect import ImageInspector
 from ..docker.node import DockerNode
 from ..errors import UserError
 from ..render.files import COMPOSE_FILE, DOTENV_FILE
+from ..render.masking import modes
 from ..state.stamps import now_iso, operator
-from .handmade import check_files, env_summary, folder_files, image_patches
+from .handmade import check_files, clear_secrets, env_summary, folder_files, image_patches
 from .mutating import mutating
 
 _STACK_LABEL = re.compile(rb'b70deploy\.stack: "([a-z0-9][a-z0-9._-]*)"')
@@ -103,9 +104,10 @@ class Import:
             rev = store.create(stack=name, kind="import", files=files, image_ref=checked.image.ref,
                                image_id=checked.image.id, repo_digest=checked.image.repo_digest, operator=operator(),
                                message=self.message or f"imported from {self.compose}", created=now_iso(),
-                               patches=patches, outcome="unproven")
+                               patches=patches, outcome="unproven", modes=modes(files))
             keep(DockerNode.production(self.node), rev)  # `docker image prune` must not take it
             m.ended("ok", revision=rev.number, summary=f"imported as revision {rev.number} ({name})")
         return Imported(revision=rev.number, stack=name, created=True, image_ref=checked.image.ref,
                         image_id=checked.image.id, env_file=str(env) if env else None, files=sorted(files),
-                        patches=patches, warnings=checked.warnings + notes, env=env_summary(files))
+                        patches=patches, warnings=checked.warnings + notes + clear_secrets(files),
+                        env=env_summary(files))

@@ -32,10 +32,11 @@ from ..render import devices
 from ..render.files import COMPOSE_FILE, DOTENV_FILE
 from ..render.from_compose import ImageEntrypoint, serve_arguments, stack_from_compose
 from ..render.gpu import read_back
-from ..render.masking import is_secret, mask
+from ..render.masking import NONE, Secrets, is_secret, mask, secret_variables
 from ..render.vllm_args import CONTAINER_MODELS, CONTAINER_PORT
 from ..state.fsio import write_atomic
 from ..state.stamps import now_iso
+from ..ui import notice
 
 SYSTEM_STATE = Path("/var/lib/b70deploy")
 
@@ -54,6 +55,7 @@ class Fact:
 
 
 def _companion(c: dict[str, Any]) -> str:
+    hidden = secret_variables(c.get("environment", {}), c.get("secrets", []))
     parts = [f"image {c['image']}"]
     if c.get("command"):
         parts.append(f"command {' '.join(c['command'])}")
@@ -64,7 +66,7 @@ def _companion(c: dict[str, Any]) -> str:
     if c.get("volumes"):
         parts.append("volumes " + ", ".join(f"{v['source']}:{v['target']}" for v in c["volumes"]))
     if c.get("environment"):
-        parts.append("env " + ", ".join(f"{k}={mask(v)}" if is_secret(k) else k for k, v in c["environment"].items()))
+        parts.append("env " + ", ".join(f"{k}={mask(hidden[k])}" if k in hidden else k for k in c["environment"]))
     return f"{c['name']} ({', '.join(parts)})"
 
 
@@ -82,6 +84,8 @@ class Discovery:
     written: dict[str, Any] | None = None
     service: str | None = None             # --service: the vLLM service, where the project has several
     image: ImageEntrypoint | None = None   # the vllm service's image's ENTRYPOINT and CMD (what runs bare flags)
+    # Values the operator's env files mark secret: all of a private (0600) one's, a secret name's in any.
+    secret_values: frozenset[str] = frozenset()
 
 
 @dataclass
@@ -90,29 +94,35 @@ class InitPlan:
     facts: list[Fact] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
 
-    def text(self) -> str:
-        """The config file: a header saying where each value came from, then the YAML."""
+    def text(self, *, masked: bool = False) -> str:
+        """The config file: a header saying where each value came from, then the YAML; `masked`:
+        fit to print, each secret as render/masking.mask shows it."""
         head = [f"# b70deploy node config, written by `b70deploy init` on {now_iso()}.",
                 "# Where each value came from:"]
         head += [f"#   {f.key}: {f.source}" for f in self.facts]
-        return "\n".join(head) + "\n" + yaml.safe_dump(self.config, sort_keys=False)
+        config = self.secrets.tree(self.config) if masked else self.config
+        if masked and self.secret:
+            head.append("# Secret values are masked here: `b70deploy init` (without --print) writes them, mode 0600.")
+        return "\n".join(head) + "\n" + yaml.safe_dump(config, sort_keys=False)
+
+    @property
+    def secrets(self) -> Secrets:
+        """The companions' secrets: their names, the keys init marked, and the values of both."""
+        found = NONE
+        for c in self.config.get("companions", []):
+            marked = c.get("secrets", [])
+            found |= Secrets(keys=frozenset(marked),
+                             values=frozenset(secret_variables(c.get("environment", {}), marked).values()))
+        return found
 
     @property
     def secret(self) -> bool:
-        return any(is_secret(k) for c in self.config.get("companions", []) for k in c.get("environment", {}))
+        return bool(self.secrets.values)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"config": _masked(self.config), "sources": {f.key: f.source for f in self.facts},
-                "notes": self.notes}
-
-
-def _masked(doc: dict[str, Any]) -> dict[str, Any]:
-    out = dict(doc)
-    if "companions" in out:
-        out["companions"] = [{**c, "environment": {k: mask(str(v)) if is_secret(k) else v
-                                                   for k, v in c.get("environment", {}).items()}}
-                             for c in out["companions"]]
-    return out
+        shown: dict[str, Any] = self.secrets.tree({"config": self.config, "notes": self.notes,
+                                                   "sources": {f.key: f.source for f in self.facts}})
+        return shown
 
 
 def default_target(given: str | None) -> Path:
@@ -155,7 +165,8 @@ def gather(project: str | None, device_dir: Path | None = None, service: str | N
     live = chosen.services.get(name) if chosen is not None and name is not None else None
     return Discovery(compose=doc, compose_text=text, chosen=chosen, access=devices.scan(device_dir),
                      device_dir=device_dir, signs=signs, written=written, service=service,
-                     image=entrypoint_facts(live.image_id or live.image_ref) if live is not None else None)
+                     image=entrypoint_facts(live.image_id or live.image_ref) if live is not None else None,
+                     secret_values=marked_values(chosen, text) if chosen else frozenset())
 
 
 def _vllm_name(p: discover.LiveProject, service: str | None) -> str:
@@ -179,6 +190,13 @@ def _vllm_name(p: discover.LiveProject, service: str | None) -> str:
                         fix="say which one the tool switches: b70deploy init --service NAME (the others are kept "
                             "as they are)")
     return runs[0]
+
+
+def marked_values(p: discover.LiveProject, compose_text: bytes) -> frozenset[str]:
+    """The values the project's env files (its .env, every service's env_file) mark secret."""
+    dotenv = p.env_files or [p.working_dir / DOTENV_FILE]  # Compose reads the folder's .env unless told another
+    return notice.marked_values({*dotenv, *(p.working_dir / r.name for r in references(compose_text)
+                                             if r.kind == "env_file")})
 
 
 def _port(spec: dict[str, Any], want: int | None = None) -> tuple[int, int, str | None] | None:
@@ -271,11 +289,16 @@ def plan(d: Discovery, state_dir: Path | None = None) -> InitPlan:
     _node_wide(name, vllm, doc, p.name, put)
     written = (d.written or {}).get("services") or {}
     # Only the services Compose ran (a variant behind a profile nobody started is not the node's).
-    companions = [_companion_of(other, services[other], doc, notes, (written.get(other) or {}).get("environment"))
+    companions = [_companion_of(other, services[other], doc, notes, (written.get(other) or {}).get("environment"),
+                                d.secret_values)
                   for other in sorted(services) if other != name and other in p.services]
     if companions:
         put("companions", companions, f"the other services of project {p.name} "
             f"({', '.join(c['name'] for c in companions)}): stopped with vllm by a drain, started after it")
+    if out.secret:
+        notes.append("the companions hold secrets (" + ", ".join(sorted(out.secrets.keys | {
+            k for c in companions for k in c.get("environment", {}) if is_secret(k)})) + "): the node config is "
+            "written 0600, and a switch gives each companion its secrets from a 0600 env file, never inlined")
     return out
 
 
@@ -393,7 +416,8 @@ _COMPANION_KEYS = frozenset({"image", "command", "ports", "environment", "volume
 
 
 def _companion_of(name: str, spec: dict[str, Any], doc: dict[str, Any], notes: list[str],
-                  written: dict[str, Any] | None = None) -> dict[str, Any]:
+                  written: dict[str, Any] | None = None,
+                  secret_values: frozenset[str] = frozenset()) -> dict[str, Any]:
     """A companion as the node config keeps it: image, command, port, environment as written
     (`written`: ${VAR} references kept; else as resolved, a literal `$` as Compose's `$$`), its
     data volumes (a named volume by the engine's own name, so the switch mounts the same data)
@@ -411,6 +435,11 @@ def _companion_of(name: str, spec: dict[str, Any], doc: dict[str, Any], notes: l
                for k, v in (spec.get("environment") or {}).items()}
     if env:
         comp["environment"] = env
+    resolved = {str(k): "" if v is None else str(v) for k, v in (spec.get("environment") or {}).items()}
+    marked = sorted(k for k, v in resolved.items()
+                    if k in env and not is_secret(k) and any(s in v for s in secret_values))
+    if marked:  # from an env file or .env the operator marked secret, under a name that does not say so
+        comp["secrets"] = marked
     volumes = []
     for v in spec.get("volumes") or []:
         if not isinstance(v, dict) or not v.get("target"):

@@ -301,6 +301,8 @@ def fact_rows(a: dict[str, Any], b: dict[str, Any]) -> list[list[str]]:
 
 def diff_revisions(node: Node, a: int, b: int) -> tuple[str, list[list[str]]]:
     from ..render.files import DOTENV_FILE
+    from ..render.masking import Secrets
+    from ..ui.notice import node_secrets
     from .diff import unified
 
     store = RevisionStore(node.state_dir)
@@ -308,10 +310,11 @@ def diff_revisions(node: Node, a: int, b: int) -> tuple[str, list[list[str]]]:
     files_a, files_b = ra.read_files(), rb.read_files()
     # Which runtime keys came from the secrets file is not recorded: mask every runtime value,
     # that is every env file's but the .env Compose interpolates from (vllm.env, or an adopted
-    # deployment's env_file such as vllm023.env).
+    # deployment's env_file such as vllm023.env), and every secret the node config knows.
     keys = {k for files in (files_a, files_b) for name, data in files.items()
             if name.endswith(".env") and name != DOTENV_FILE for k in _env_keys(data)}
-    text = unified(files_a, files_b, old_label=f"rev{a}", new_label=f"rev{b}", secret_keys=keys)
+    secrets = node_secrets(node) | Secrets(keys=frozenset(keys))
+    text = unified(files_a, files_b, old_label=f"rev{a}", new_label=f"rev{b}", secrets=secrets)
     facts_a = {**ra.status.facts, "vllm_version": ra.status.vllm_version}
     facts_b = {**rb.status.facts, "vllm_version": rb.status.vllm_version}
     return text, fact_rows(facts_a, facts_b)

@@ -22,7 +22,7 @@ from ..lint.gather import build_context
 from ..render.draft import served_draft_path, stack_copy
 from ..render.files import Rendered, render
 from ..render.gpu import access_for
-from ..render.masking import mask_env_text
+from ..render.masking import Secrets
 from .stacks import check_patches
 
 if TYPE_CHECKING:
@@ -51,7 +51,7 @@ def prepare(node: Node, name: str, *, port: int | None = None, project: str | No
 class Deployable:
     stack: Stack
     files: dict[str, bytes]
-    secret_keys: frozenset[str]
+    secrets: Secrets
     image: ImageInfo
     findings: list[Finding]
     patches_upstream: tuple[str, ...] = ()  # a note per listed patch this image's vLLM fixed itself
@@ -66,7 +66,7 @@ def prepare_deploy(node: Node, name: str, *, port: int | None = None, project: s
     # The files as a switch writes them (patches applied, .env pinned), then lint reads them
     produced = produce(node, stack, pin_image=info.id, check_port=port is None, port=port, project=project)
     ctx = build_context(produced)
-    return Deployable(stack=stack, files=dict(produced.rendered.files), secret_keys=produced.rendered.secret_keys,
+    return Deployable(stack=stack, files=dict(produced.rendered.files), secrets=produced.rendered.secrets,
                       image=info, findings=lint_stack(ctx), patches_upstream=tuple(produced.patches_upstream))
 
 
@@ -76,7 +76,7 @@ class SwitchView:
 
     stack: Stack
     files: dict[str, bytes]
-    secret_keys: frozenset[str]
+    secrets: Secrets
     command: list[str]
     resolved: list[str] = field(default_factory=list)    # what is exactly as a switch writes it
     unresolved: list[str] = field(default_factory=list)  # what the plain render could not know
@@ -90,8 +90,7 @@ class SwitchView:
 
     def masked(self, name: str) -> str:
         """A file's text fit to print: secret values replaced."""
-        text = self.files[name].decode(errors="replace")
-        return mask_env_text(text, self.secret_keys) if name.endswith(".env") else text
+        return self.secrets.text(self.files[name].decode(errors="replace"))
 
 
 def _draft_lines(node: Node, stack: Stack) -> list[str]:
@@ -123,13 +122,13 @@ def switch_view(node: Node, name: str, *, docker: bool = True) -> SwitchView:
             resolved += _draft_lines(node, stack)
             plain = prepare(node, name)
             errors = sum(1 for f in d.findings if f.severity == "error")
-            return SwitchView(stack=stack, files=d.files, secret_keys=d.secret_keys,
+            return SwitchView(stack=stack, files=d.files, secrets=d.secrets,
                               command=list(plain.rendered.command), resolved=resolved, warnings=plain.warnings,
                               notes=plain.rendered.notes, lint_errors=errors)
     plain = prepare(node, name)
     unresolved = [f"image: .env names the tag {stack.image}, not the image id a switch pins ({why})"]
     unresolved += [f"patch {p}: no edited file and no mount (the file is read from the image)"
                    for p in stack.patches]
-    return SwitchView(stack=stack, files=dict(plain.rendered.files), secret_keys=plain.rendered.secret_keys,
+    return SwitchView(stack=stack, files=dict(plain.rendered.files), secrets=plain.rendered.secrets,
                       command=list(plain.rendered.command), resolved=_draft_lines(node, stack),
                       unresolved=unresolved, warnings=plain.warnings, notes=plain.rendered.notes)

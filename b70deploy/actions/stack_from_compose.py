@@ -9,15 +9,19 @@ from typing import Any
 
 import yaml
 
+from ..config.compose_folder import references
 from ..config.names import check_name
 from ..config.node import Node
 from ..docker.compose import config_of
 from ..docker.image_inspect import ImageFacts, ImageInspector
 from ..docker.proc import last_line, run
 from ..errors import B70Error, UserError
+from ..render.filenames import DOTENV_FILE
 from ..render.from_compose import SERVE, FromCompose, stack_from_compose
+from ..render.masking import Secrets
 from ..render.vllm_args import API_SERVER
 from ..state.fsio import write_atomic
+from ..ui.notice import marked_values, node_secrets
 
 
 @dataclass
@@ -77,13 +81,21 @@ class StackFromCompose:
         name, service = self._service(config)
         where = f"{self.compose_file}: services.{name}"
         result = stack_from_compose(service, image=self._image(str(service.get("image") or "")), where=where,
-                                    networks=config.get("networks") or {})
+                                    networks=config.get("networks") or {}, secrets=self._secrets())
         text = self._text(result, name)
         write_atomic(path, text.encode())
         project = config.get("name")
         if name != self.node.service:  # the node names the service the stack renders as
             result.node["service"] = name
         return Converted(path, text, name, str(project) if project else None, result)
+
+    def _secrets(self) -> Secrets:
+        """The node's secrets and the values the file's env files mark secret (its .env or --env,
+        every env_file:): a stack file is 0644 and printed, so none of them goes into it."""
+        folder = self.compose_file.parent
+        env_files = [folder / r.name for r in references(self.compose_file.read_bytes()) if r.kind == "env_file"]
+        return node_secrets(self.node) | Secrets(values=marked_values([self.env_file or folder / DOTENV_FILE,
+                                                                       *env_files]))
 
     def _config(self, argv: list[str]) -> dict[str, Any]:
         result = run(argv, timeout=60, check=False)

@@ -91,7 +91,7 @@ class Switch:
                           waits=self.opts.waits(self.node), auto_rollback=self.opts.auto_rollback,
                           lint_errors=errors, warnings=tuple(f.one_line() for f in ready.findings
                                                              if f.severity != "error"),
-                          secret_keys=ready.secret_keys, platform=self.node.config.platform,
+                          secrets=ready.secrets, platform=self.node.config.platform,
                           standby=standby_plan(self.node, ready.stack, ready.files))
 
     def preview(self) -> Preview:
@@ -108,7 +108,7 @@ class Switch:
         cur = StateDir(self.node.state_dir).revisions.current()
         live = read_tree(self.node.deploy_dir, sorted(set(plan.files) | set(cur.meta.files if cur else [])))
         text = unified(live, plan.files, old_label="deployed", new_label=f"switch-{self.stack}",
-                       secret_keys=plan.secret_keys)
+                       secrets=plan.secrets)
         pinned = f"= {plan.image.id}" if refusal is None else \
             "is not on this engine: the files below name the tag, not the image id a switch pins"
         lines = [f"switch {self.stack}: plan (dry run, nothing changed)",
@@ -123,7 +123,7 @@ class Switch:
                           image=ImageInfo(ref=plain.stack.image, id="", repo_digest=None, tags=()),
                           message=self.opts.message, companions=self.node.companions,
                           waits=self.opts.waits(self.node), auto_rollback=self.opts.auto_rollback,
-                          secret_keys=plain.rendered.secret_keys)
+                          secrets=plain.rendered.secrets)
 
     def run(self, reporter: Reporter, *, confirm: Confirm | None = None) -> Outcome:
         """Lock first (a second run fails at once), then plan, then the steps."""

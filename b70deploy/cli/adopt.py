@@ -38,7 +38,7 @@ def init(ctx: Ctx, to_stdout: bool, target: str | None, project: str | None, ser
                   service=service, to_stdout=to_stdout)
     result = action.plan()
     if to_stdout:
-        click.echo(result.text(), nl=False)
+        click.echo(result.text(masked=True), nl=False)
         for f in result.facts:
             click.echo(f"# {f.key} = {f.shown()}  <- {f.source}", err=True)
     else:

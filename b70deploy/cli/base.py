@@ -46,6 +46,10 @@ class Ctx:
 
             self._node = load_node(self.config_path, stacks_dir=self.stacks_dir, name=self.node_name)
             activate(self._node.docker_env)  # this process now talks to that node's engine
+            from ..ui.notice import node_secrets
+            from ..ui.output import guard
+
+            guard(node_secrets(self._node))  # no output of this command shows one of the node's secrets
             command = click.get_current_context(silent=True)
             if command is not None:  # the first command on a node makes its state dir: cache its settings then
                 command.call_on_close(self._node.remember)
@@ -134,6 +138,7 @@ COMMANDS: dict[str, Command] = {
     "watch": Command("watch", 'Supervise the node after each switch: bake window, automatic rollback, alerts, drift.'),
     "sim": Command("sim", 'The simulated vLLM node (no GPU, no registry).'),
     "stack": Command("stack", 'Make stack files from what already runs.'),
+    "export": Command("export", "Write STACK (or a revision) as manifests for another orchestrator: Kubernetes."),
     "init": Command("adopt", "Discover the node and write its config: GPU platform, gids, compose project, port, "
                              "models dir, companions."),
     "adopt": Command("adopt", "Record the live hand-made deployment as a revision (kind adopt); nothing is restarted."),

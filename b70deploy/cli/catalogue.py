@@ -116,10 +116,10 @@ def diff(ctx: Ctx, what: tuple[str, ...], as_json: bool) -> None:
                         fix="b70deploy diff eagle3, or b70deploy diff 3 7")
 
     stack = what[0]
-    files, secret_keys, remark = switch_files(ctx.node, stack)
+    files, secrets, remark = switch_files(ctx.node, stack)
     if remark:
         note(remark)
-    text = diff_against_dir(ctx.node.deploy_dir, files, secret_keys=secret_keys)
+    text = diff_against_dir(ctx.node.deploy_dir, files, secrets=secrets)
     if as_json:
         current = read_tree(ctx.node.deploy_dir, sorted(files))
         emit_json({"stack": stack, "deploy_dir": str(ctx.node.deploy_dir),

@@ -568,6 +568,9 @@ class Companion(Strict):
     port: int | None = Field(default=None, ge=1, le=65535)
     container_port: int | None = Field(default=None, ge=1, le=65535)
     environment: EnvMap = Field(default_factory=dict)  # keys become unquoted YAML keys in the compose file
+    # Keys of environment that hold a secret whatever their name (a value init found in an env
+    # file or .env the operator marked secret): rendered into the companion's 0600 env file.
+    secrets: list[str] = Field(default_factory=list)
     volumes: list[CompanionVolume] = Field(default_factory=list)
     # The hand-made service's own (clients and scripts may reach it by that name): a switch keeps it.
     container_name: str | None = None
@@ -595,6 +598,14 @@ class Companion(Strict):
         if problem is not None:
             raise invalid(*problem)
         return v
+
+    @model_validator(mode="after")
+    def _secrets(self) -> Companion:
+        unknown = [k for k in self.secrets if k not in self.environment]
+        if unknown:
+            raise invalid(f"companion {self.name}: secrets names {', '.join(unknown)}, not in its environment",
+                          "list only keys of the companion's environment")
+        return self
 
     @field_validator("container_name")
     @classmethod

@@ -16,7 +16,8 @@ from typing import TYPE_CHECKING, Any
 
 from ..config.compose_folder import own_files
 from ..render.filenames import COMPANIONS_DIR, COMPOSE_FILE, DOTENV_FILE, RUNTIME_ENV_FILE
-from ..state.fsio import file_mode, fsync_dir, sweep_temp, write_atomic
+from ..render.masking import private_mode
+from ..state.fsio import fsync_dir, sweep_temp, write_atomic
 
 if TYPE_CHECKING:
     from ..config.node import Node
@@ -60,10 +61,11 @@ def write_deployed(deploy_dir: Path, files: Mapping[str, bytes],
     override file of `compose_files` a rendered deployment does not have, too: Compose would
     merge it)."""
     deploy_dir.mkdir(parents=True, exist_ok=True)
+    before = deployed_names(deploy_dir, compose_files)  # what the old compose file read (a companion's secrets file)
     for name, data in files.items():
-        write_atomic(deploy_dir / name, data, mode=file_mode(name))
-    for name in deployed_names(deploy_dir, compose_files):
-        if name not in files:
+        write_atomic(deploy_dir / name, data, mode=private_mode(name, data))
+    for name in dict.fromkeys([*before, *deployed_names(deploy_dir, compose_files)]):
+        if name not in files and (deploy_dir / name).is_file():
             (deploy_dir / name).unlink()
     for folder in {(deploy_dir / name).parent for name in files} | {deploy_dir}:
         sweep_temp(folder, time.time())  # a killed write's temp files (we hold the deploy lock)

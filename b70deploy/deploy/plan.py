@@ -8,9 +8,11 @@ The steps never re-read the node config or the catalogue: everything they decide
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Literal
+
+from ..render.masking import NONE, Secrets
 
 if TYPE_CHECKING:
     from ..config.node import Node
@@ -77,7 +79,7 @@ class DeployPlan:
     restored_from: int | None = None    # a rollback: the revision whose bytes these are
     lint_errors: tuple[str, ...] = ()   # a switch: "[rule-id] message"; preflight refuses to drain when any
     warnings: tuple[str, ...] = ()
-    secret_keys: frozenset[str] = field(default_factory=frozenset)
+    secrets: Secrets = NONE             # masked in the dry run's diff
     platform: str | None = None         # the node's GPU platform: which crash signatures its log can carry
     standby: StandbyPlan | None = None  # hot standby (deploy/steps.py, "Hot standby"); None: stop-first
 

@@ -44,6 +44,7 @@ from dotenv import dotenv_values
 from ..errors import OperationError, UserError
 from ..render.door import image_in
 from ..render.files import COMPOSE_FILE
+from ..render.masking import modes
 from ..render.vllm_args import parse_command
 from ..state import space
 from ..state.revisions import DamagedRecord, Revision, RevisionStore, Verdict
@@ -172,7 +173,7 @@ def _record(r: Run) -> None:
         r.got.revision = r.store.create(
             stack=p.stack.name, kind=p.kind, files=p.files, image_ref=p.image.ref, image_id=p.image.id,
             repo_digest=p.image.repo_digest, operator=operator(), message=p.message, created=now_iso(),
-            restored_from=p.restored_from, stack_doc=p.stack.model_dump(mode="json"))
+            restored_from=p.restored_from, stack_doc=p.stack.model_dump(mode="json"), modes=modes(p.files))
         r.runner.note(revision=r.got.revision.number, previous=r.got.previous.number if r.got.previous else None)
         r.info(f"revision {r.got.revision.number} ({p.stack.name}); previous: "
                + (f"{r.got.previous.number} ({r.got.previous.meta.stack})" if r.got.previous else "none"))
@@ -247,7 +248,7 @@ def record_live(store: RevisionStore, io: NodeIO, live: Mapping[str, bytes], *, 
     verdict: Verdict = outcome or ("deployed" if io.probe_health() == 200 else "superseded")
     rev = store.create(stack=stack, kind="adopt", files=live, image_ref=image_ref, image_id=image_id,
                        repo_digest=None, operator=operator(), message=message, created=now_iso(),
-                       patches=patches, outcome=verdict)
+                       patches=patches, outcome=verdict, modes=modes(live))
     keep(io, rev)
     return rev
 

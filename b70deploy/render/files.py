@@ -27,7 +27,7 @@ from .filenames import COMPOSE_FILE as COMPOSE_FILE  # re-exported: the deploy-d
 from .filenames import DOTENV_FILE as DOTENV_FILE
 from .filenames import RUNTIME_ENV_FILE as RUNTIME_ENV_FILE
 from .gpu import GpuAccess, from_device_access
-from .masking import mask_env_text
+from .masking import NONE, Secrets, secret_variables
 from .passthrough import merge as merge_passthrough
 from .vllm_args import (
     MODEL_REF,
@@ -57,14 +57,21 @@ class Rendered:
     notes: tuple[str, ...] = ()
     interpolation: dict[str, str] = field(default_factory=dict)
     secret_keys: frozenset[str] = frozenset()  # keys from the node's secrets file: never printed
+    secrets: Secrets = NONE                    # every secret key and value the files hold
 
     def mode(self, name: str) -> int:
         return file_mode(name)
 
     def masked(self, name: str) -> str:
         """A file's text fit to print: secret values replaced."""
-        text = self.files[name].decode()
-        return mask_env_text(text, self.secret_keys) if name.endswith(".env") else text
+        return self.secrets.text(self.files[name].decode())
+
+
+def companion_env_file(name: str) -> str:
+    """The 0600 env file (state.fsio.file_mode: `*.env`) a companion reads its secrets from."""
+    return f"{name}.secrets.env"
+
+
 
 
 # JSON leaves these raw, but YAML refuses them (U+FFFE/U+FFFF, DEL, C1 controls: Compose will
@@ -212,6 +219,9 @@ def render(stack: Stack, node: Node, devices: GpuAccess | DeviceAccess, *, secre
     with_door = node.config.door.enabled and project in (None, node.project)  # never a dark stack's
     interp = interpolation_values(stack, node, port=port, image=image, door=with_door)
     warm = "CACHE_DIR" in interp
+    # A companion's secrets (render/masking.secret_variables, with the node's secrets file's values).
+    hidden = {c.name: secret_variables(c.environment, c.secrets, (secrets or {}).values())
+              for c in node.config.companions}
     compose = env.get_template("docker-compose.yml.j2").render(
         stack=stack,
         project=project or node.project,
@@ -233,6 +243,9 @@ def render(stack: Stack, node: Node, devices: GpuAccess | DeviceAccess, *, secre
         platform=access.platform,
         shm_size=node.config.shm_size,
         companions=node.config.companions,
+        companion_secrets={c.name: companion_env_file(c.name) if hidden[c.name] else None
+                           for c in node.config.companions},
+        companion_secret_keys={c.name: frozenset(hidden[c.name]) for c in node.config.companions},
         volumes=sorted({v.source for c in node.config.companions for v in c.volumes if not v.is_bind}),
         bind_address=node.config.bind_address,
         cache_target=caches.CONTAINER_ROOT if warm else None,
@@ -272,13 +285,23 @@ def render(stack: Stack, node: Node, devices: GpuAccess | DeviceAccess, *, secre
     if secret_keys:
         notes.append(f"secrets from the node's env file go only into {RUNTIME_ENV_FILE} (0600): "
                      + ", ".join(secret_keys))
+    companion_files = {}
+    for name, values in hidden.items():
+        if values:
+            companion_files[companion_env_file(name)] = env.get_template("companion.env.j2").render(
+                name=name, values=sorted(values.items())).encode()
+            notes.append(f"secrets of companion {name} go only into {companion_env_file(name)} (0600): "
+                         + ", ".join(sorted(values)))
+    hidden_values = {v for values in hidden.values() for v in values.values()}
     return Rendered(
         stack=stack.name,
         files={COMPOSE_FILE: compose.encode(), DOTENV_FILE: dotenv.encode(), RUNTIME_ENV_FILE: runtime.encode(),
-               **(patch_files or {}),
+               **companion_files, **(patch_files or {}),
                **{f"{COMPANIONS_DIR}/{name}": text.encode() for name, text in stack.companion_files.items()}},
         command=command,
         notes=tuple(notes),
         interpolation=interp,
         secret_keys=frozenset(secret_keys),
+        secrets=Secrets(keys=frozenset(secret_keys) | {k for c in node.config.companions for k in c.secrets},
+                        values=frozenset((secrets or {}).values()) | hidden_values),
     )

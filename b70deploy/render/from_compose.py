@@ -28,7 +28,7 @@ from ..errors import UserError
 from ..state import caches
 from . import gpu
 from .draft import copy_origin
-from .masking import is_secret
+from .masking import NONE, Secrets, is_secret
 from .vllm_args import (
     CONTAINER_PORT,
     FLAGS,
@@ -276,7 +276,8 @@ def _flag_tokens(key: str, raw: Mapping[str, list[str]]) -> list[str]:
 
 
 def stack_from_compose(service: Mapping[str, Any], *, image: ImageEntrypoint | None = None,
-                       where: str = "compose file", networks: Mapping[str, Any] | None = None) -> FromCompose:
+                       where: str = "compose file", networks: Mapping[str, Any] | None = None,
+                       secrets: Secrets = NONE) -> FromCompose:
     """The stack document for one resolved compose service (see the module docstring).
 
     `image`: the entrypoint facts of the service's image, None when the engine does not have it
@@ -284,7 +285,8 @@ def stack_from_compose(service: Mapping[str, Any], *, image: ImageEntrypoint | N
     service in errors (e.g. "docker-compose.yml: services.vllm"). Raises UserError when the
     service cannot be a stack (no image, no model, a model outside any bind mount, a secret
     on the command line, values that make no valid stack). `networks`: the file's top-level networks
-    (the definitions of those the service joins become the node's networks:).
+    (the definitions of those the service joins become the node's networks:). `secrets`: what else
+    is secret (the node's, and the values env files mark): such variables are left out as well.
     """
     ref = str(service.get("image") or "")
     if not IMAGE_RE.match(ref):
@@ -298,7 +300,7 @@ def stack_from_compose(service: Mapping[str, Any], *, image: ImageEntrypoint | N
     extra = _flags(parsed, binds, where, out)
     if extra:
         out.doc["extra_args"] = extra
-    _environment(service, out)
+    _environment(service, out, secrets)
     _mounts(service, out)
     _node_facts(service, parsed.fixed.get("--port", str(CONTAINER_PORT)), out)
     _passthrough(service, networks or {}, out)
@@ -416,7 +418,7 @@ def _flags(parsed: ParsedServe, binds: Sequence[Mapping[str, Any]], where: str, 
     return extra
 
 
-def _environment(service: Mapping[str, Any], out: FromCompose) -> None:
+def _environment(service: Mapping[str, Any], out: FromCompose, secrets: Secrets) -> None:
     env: dict[str, str] = {}
     # the cache variables of a file b70deploy rendered, on any platform: every render sets its own
     ours = {k: v for p in gpu.PLATFORMS for k, v in caches.container_env(p).items()}
@@ -428,7 +430,9 @@ def _environment(service: Mapping[str, Any], out: FromCompose) -> None:
             continue
         if value is None:
             out.notes.append(f"environment {key} has no value here (Compose takes it from the shell): left out")
-        elif is_secret(key):
+        elif key == "HF_HOME" and "hf_cache" in out.node:
+            continue  # render sets it, where it binds the node's hf_cache
+        elif secrets.is_secret(key) or str(value) in secrets.values:
             out.withheld.append(key)
         elif not ENV_KEY_RE.match(key) or any(c in str(value) for c in "\n\r\x00"):
             out.notes.append(f"environment {key!r} is not a single-line variable a stack can hold: left out")

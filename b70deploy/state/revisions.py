@@ -497,8 +497,10 @@ class RevisionStore:
     def create(self, *, stack: str, kind: Kind, files: Mapping[str, bytes], image_ref: str, image_id: str | None,
                repo_digest: str | None, operator: str, message: str, created: str,
                restored_from: int | None = None, stack_doc: dict[str, Any] | None = None,
-               patches: list[dict[str, Any]] | None = None, outcome: Verdict = "pending") -> Revision:
-        """Store a new revision atomically; its number is one past the highest so far. The
+               patches: list[dict[str, Any]] | None = None, outcome: Verdict = "pending",
+               modes: Mapping[str, int] | None = None) -> Revision:
+        """Store a new revision atomically; its number is one past the highest so far; a file
+        has the mode `modes` gives it, else fsio.file_mode's. The
         caller holds the deploy lock, so a half-written `.new-*` folder here is a killed
         run's: it is removed."""
         import tempfile  # here: `history` only reads (as in fsio.write_atomic)
@@ -517,7 +519,7 @@ class RevisionStore:
             tmp = Path(tempfile.mkdtemp(dir=self.root, prefix=f".new-{number:06d}-"))
             try:
                 for name, data in files.items():
-                    write_atomic(tmp / "files" / name, data, mode=file_mode(name))
+                    write_atomic(tmp / "files" / name, data, mode=(modes or {}).get(name, file_mode(name)))
                 write_atomic(tmp / "meta.json", _dumps(asdict(meta)), mode=0o644)
                 write_atomic(tmp / "status.json", _dumps(asdict(Status(outcome=outcome, updated=created))),
                              mode=0o644)
@@ -541,13 +543,14 @@ class RevisionStore:
             self._upsert_index(new)
         return new
 
-    def mend_file(self, number: int, name: str, data: bytes) -> None:
+    def mend_file(self, number: int, name: str, data: bytes, mode: int | None = None) -> None:
         """Put back stored file `name` of revision `number` from a copy whose sha256 is the one
-        the revision recorded (the deploy dir's): the revision is then as it was made."""
+        the revision recorded (the deploy dir's): the revision is then as it was made. `mode`:
+        as create's `modes` gives it, else fsio.file_mode's."""
         rev = self.get(number)
         if sha256(data) != rev.meta.files.get(name):
             raise ValueError(f"not revision {number}'s {name}")
-        write_atomic(rev.files_dir / name, data, mode=file_mode(name))
+        write_atomic(rev.files_dir / name, data, mode=file_mode(name) if mode is None else mode)
 
     def reset_status(self, number: int, status: Status) -> None:
         """Write status.json anew (fsck --repair, for one that cannot be read)."""

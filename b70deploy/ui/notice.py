@@ -9,18 +9,16 @@
 
 from __future__ import annotations
 
-import re
-from collections.abc import Collection
+import contextlib
+import stat
+from collections.abc import Iterable
+from pathlib import Path
 from typing import Any
 
 from ..config.node import Node
-from ..config.secrets_file import load_secrets
 from ..errors import UserError
-from ..render.masking import mask, mask_env_text
+from ..render.masking import MIN_VALUE, Secrets, is_secret, secret_variables
 from ..state.stamps import now_iso
-
-# KEY=value inside free text (a log line, an error): the value of a secret-looking key is masked.
-_INLINE_ENV_RE = re.compile(r"\b([A-Za-z_][A-Za-z0-9_]*)=(\S+)")
 
 
 def make_event(node: Node, event: str, *, stack: str | None, revision: int | None, outcome: str,
@@ -32,21 +30,38 @@ def make_event(node: Node, event: str, *, stack: str | None, revision: int | Non
     return masked(body, node_secrets(node))
 
 
-def node_secrets(node: Node) -> list[str]:
-    """The values of the node's secrets env file: masked wherever they appear in an event."""
-    try:
-        values, _ = load_secrets(node.secrets_env_file)
-    except UserError:
-        return []  # a missing secrets file is the switch's error to report, not the notifier's
-    return [v for v in values.values() if len(v) >= 4]
+def node_secrets(node: Node) -> Secrets:
+    """Every secret the node config knows of: its secrets env file's keys and values, and each
+    companion's secret variables (by name or marked in its `secrets:`). Masked in every output."""
+    values: dict[str, str] = {}
+    if node.secrets_env_file is not None:
+        from ..config.secrets_file import load_secrets  # here: python-dotenv, only for a node with the file
+
+        with contextlib.suppress(UserError):  # a missing secrets file is the switch's error to report
+            values, _ = load_secrets(node.secrets_env_file)
+    found = Secrets(keys=frozenset(values), values=frozenset(values.values()))
+    for c in node.config.companions if node.settings.companion_env else ():
+        found |= Secrets(keys=frozenset(c.secrets),
+                         values=frozenset(secret_variables(c.environment, c.secrets).values()))
+    return found
 
 
-def masked(body: dict[str, Any], secrets: Collection[str]) -> dict[str, Any]:
-    return {k: _mask_text(v, secrets) if isinstance(v, str) else v for k, v in body.items()}
+def marked_values(paths: Iterable[Path]) -> frozenset[str]:
+    """The values env files mark secret: each value of a file only its owner can read (mode
+    0600: the operator's mark), and a secret name's value in any. Short values (a port, `true`)
+    mark nothing; a file that cannot be read marks nothing."""
+    from dotenv import dotenv_values
+
+    found: set[str] = set()
+    for path in paths:
+        try:
+            private = not stat.S_IMODE(path.stat().st_mode) & 0o077
+            values = dotenv_values(path)
+        except OSError:
+            continue  # another host's path (docker_host), or another user's file
+        found |= {v for k, v in values.items() if v and len(v) >= MIN_VALUE and (private or is_secret(k))}
+    return frozenset(found)
 
 
-def _mask_text(text: str, secrets: Collection[str]) -> str:
-    for value in sorted(secrets, key=len, reverse=True):
-        text = text.replace(value, mask(value))
-    text = _INLINE_ENV_RE.sub(lambda m: mask_env_text(m.group(0)), text)
-    return text
+def masked(body: dict[str, Any], secrets: Secrets) -> dict[str, Any]:
+    return {k: secrets.text(v) if isinstance(v, str) else v for k, v in body.items()}

@@ -8,7 +8,10 @@ import shutil
 import sys
 import textwrap
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ..render.masking import Secrets
 
 
 def emit_json(data: Any) -> None:
@@ -87,3 +90,42 @@ def note(message: str) -> None:
 
 def warn(message: str) -> None:
     sys.stderr.write(f"warning: {message}\n")
+
+
+class _Masked:
+    """A text stream that masks the node's secret values in whatever passes through it: the last
+    guard behind every command's own masking (an error quoting a value, a container's log line).
+    No `buffer`: click would write around the guard to it."""
+
+    def __init__(self, inner: Any, secrets: Secrets) -> None:
+        self.inner, self.secrets = inner, secrets
+        self.encoding = str(inner.encoding)  # click asks these to decide whether to wrap the stream
+        self.errors = getattr(inner, "errors", None)
+
+    def write(self, s: str) -> int:
+        if not isinstance(s, str):
+            raise TypeError("a text stream")  # click probes for a binary writer with write(b"")
+        self.inner.write(self.secrets.values_in(s))
+        return len(s)
+
+    def flush(self) -> None:
+        self.inner.flush()
+
+    def isatty(self) -> bool:
+        return bool(self.inner.isatty())
+
+    def fileno(self) -> int:
+        return int(self.inner.fileno())
+
+    def writable(self) -> bool:
+        return True
+
+
+def guard(secrets: Secrets) -> None:
+    """From now on this process's stdout and stderr mask `secrets`' values (render/masking.mask)."""
+    if not secrets.values:
+        return
+    for name in ("stdout", "stderr"):
+        stream = getattr(sys, name)
+        inner = stream.inner if isinstance(stream, _Masked) else stream
+        setattr(sys, name, _Masked(inner, secrets))

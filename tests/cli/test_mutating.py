@@ -31,8 +31,8 @@ OTHERS = {
     **{c: "reads only" for c in ("stacks", "show", "render", "diff", "lint", "diagnose", "verify", "status", "history",
                                  "logs", "audit")},
     **{c: "writes only files the operator names, or results" for c in (
-        "init", "draft fix", "patch from-file", "stack from-compose", "sim build", "sim models", "bench", "door",
-        "bench sweep", "bench compare", "capture", "replay")},
+        "init", "draft fix", "patch from-file", "stack from-compose", "export k8s", "sim build", "sim models", "bench",
+        "door", "bench sweep", "bench compare", "capture", "replay")},
 }
 
 

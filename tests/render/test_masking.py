@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from b70deploy.render.masking import is_secret, mask_env_text
+from b70deploy.render.masking import Secrets, is_secret, mask, mask_env_text, private_mode
 
 SECRETS = ["HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "TOKEN", "GITHUB_TOKEN", "hf_token", "VLLM_API_KEY", "OPENAI_API_KEY",
            "api-key", "APIKEY", "AWS_SECRET_ACCESS_KEY", "CLIENT_SECRET", "SECRETKEY", "DB_PASSWORD", "PASSWD",
@@ -29,3 +29,44 @@ def test_names_that_only_mention_tokens_are_not_secrets(name: str) -> None:
 def test_env_text_masks_the_token_and_shows_the_token_count() -> None:
     text = mask_env_text("HF_TOKEN=hf_canary\nMAX_NUM_BATCHED_TOKENS=8192\n")
     assert "hf_canary" not in text and "MAX_NUM_BATCHED_TOKENS=8192\n" in text
+
+
+def test_one_value_has_one_fingerprint_however_it_is_quoted() -> None:
+    """The diff of an adopted `.env` (bare) and a rendered vllm.env (quoted) showed two
+    fingerprints for one HF_TOKEN: mask() takes the value as the program reads it."""
+    lines = ["HF_TOKEN=hf_same$value", "HF_TOKEN='hf_same$value'", 'HF_TOKEN="hf_same\\$value"',
+             "export HF_TOKEN = hf_same$value"]
+    shown = {mask_env_text(line).split("=", 1)[1].strip() for line in lines}
+    assert shown == {mask("hf_same$value")}
+
+
+def test_compose_text_masks_secret_keys_and_known_values_and_keeps_references() -> None:
+    secrets = Secrets(keys=frozenset({"DATABASE_URL"}), values=frozenset({"s3cr3t-known"}))
+    text = ("services:\n  db:\n    environment:\n      POSTGRES_PASSWORD: \"pw'1\"\n"
+            "      DATABASE_URL: postgres://app:pw@db/app\n      REF_PASSWORD: ${DB_PASSWORD}\n"
+            "      URL_PASSWORD: postgres://app:${DB_PASSWORD}@db\n    command: [\"--api-key=k3y\"]\n"
+            "      - API_KEY=item\n    labels:\n      note: \"it says s3cr3t-known\"\n")
+    shown = secrets.text(text)
+    assert f"POSTGRES_PASSWORD: {mask(chr(112) + 'w' + chr(39) + '1')}" in shown
+    assert f"DATABASE_URL: {mask('postgres://app:pw@db/app')}" in shown
+    assert "REF_PASSWORD: ${DB_PASSWORD}\n" in shown and "URL_PASSWORD: postgres://app:${DB_PASSWORD}@db" in shown
+    assert f"- API_KEY={mask('item')}" in shown and "k3y" not in shown
+    assert f"it says {mask('s3cr3t-known')}" in shown
+    assert secrets.keys_in(text) == ["POSTGRES_PASSWORD", "DATABASE_URL", "api-key", "API_KEY"]
+    assert secrets.text(shown) == shown  # masking twice changes nothing
+
+
+def test_json_documents_mask_secret_variables_not_settings_about_secrets() -> None:
+    doc = {"secrets_env_file": "/etc/b70/secrets.env", "environment": {"HF_TOKEN": "hf_x", "A": "note hf_known1"},
+           "secrets": ["A"], "n": 3}
+    shown = Secrets(values=frozenset({"hf_known1"})).tree(doc)
+    assert shown == {"secrets_env_file": "/etc/b70/secrets.env", "n": 3, "secrets": ["A"],
+                     "environment": {"HF_TOKEN": mask("hf_x"), "A": f"note {mask('hf_known1')}"}}
+
+
+def test_a_compose_file_with_a_secret_inline_is_private() -> None:
+    assert private_mode("docker-compose.yml", b"services:\n  db:\n    environment:\n      DB_PASSWORD: pw\n") == 0o600
+    assert private_mode("docker-compose.yml", b"services:\n  db:\n    environment:\n      DB_PASSWORD: ${P}\n") == 0o644
+    assert private_mode("vllm.env", b"X=1\n") == 0o600
+    # A bind-mounted file keeps its mode (the container's user reads it), whatever it says.
+    assert private_mode("patches/p/marlin_utils.py", b"api_key = os.environ['K']\n") == 0o644

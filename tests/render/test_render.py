@@ -421,3 +421,28 @@ def test_a_stack_carries_its_companions_file(scratch: Scratch, tmp_path: Path) -
     scratch.write_stack("bad", {"extends": "ngram", "companion_files": {"../escape": "x"}})
     with pytest.raises(UserError, match="not a file name under companions/"):
         node.catalogue().load("bad")
+
+
+def test_a_companions_secrets_go_to_its_0600_env_file_never_inline(scratch: Scratch) -> None:
+    """By name (WEBUI_SECRET_KEY), marked (`secrets:`), or holding a value of the node's secrets
+    file: each goes to the companion's env file; a `${VAR}` reference stays in the compose file."""
+    scratch.copy_shipped()
+    env = scratch.root / "secrets.env"
+    env.write_text(f"HF_TOKEN={SECRET}\n")
+    env.chmod(0o600)
+    cfg = scratch.write_config({"secrets_env_file": str(env), "companions": [{
+        "name": "webui", "image": "ghcr.io/open-webui/open-webui:main", "secrets": ["SIGNING"],
+        "environment": {"WEBUI_SECRET_KEY": "k'1", "SIGNING": "s1gning-value", "HF_MIRROR": f"x{SECRET}",
+                        "DB_PASSWORD": "${DB_PASSWORD}", "WEBUI_NAME": "chat"}}]})
+    node = load_node(str(cfg))
+    r = render(node.catalogue().load("eagle3"), node, NO_DEVICES, secrets={"HF_TOKEN": SECRET})
+    webui = _compose(r)["services"]["webui"]
+    assert webui["env_file"] == ["webui.secrets.env"]
+    assert {k for k in webui["environment"] if k != "OPENAI_API_BASE_URL"} == {"DB_PASSWORD", "WEBUI_NAME"}
+    assert "{DB_PASSWORD}" in webui["environment"]["DB_PASSWORD"]  # the reference, as written
+    assert _dotenv(r, "webui.secrets.env") == {"HF_MIRROR": f"x{SECRET}", "SIGNING": "s1gning-value",
+                                               "WEBUI_SECRET_KEY": "k'1"}
+    assert r.mode("webui.secrets.env") == 0o600
+    for name in r.files:
+        shown = r.masked(name)
+        assert SECRET not in shown and "s1gning-value" not in shown and "k'1" not in shown

@@ -106,3 +106,19 @@ def test_writing_the_deploy_dir_removes_a_killed_writes_temp_files(tmp_path: Pat
     write_deployed(tmp_path, files)
     got = sorted(p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*") if p.is_file())
     assert got == sorted(files)
+
+
+def test_the_deploy_dir_drops_a_companions_secrets_file_the_new_compose_file_no_longer_reads(tmp_path: Path) -> None:
+    """The rendered compose file reads webui.secrets.env; the hand-made one put back by a rollback
+    does not, and has a password inline: the old env file goes, the new compose file is 0600."""
+    from b70deploy.deploy.deploydir import write_deployed
+
+    rendered = {"docker-compose.yml": b"services:\n  webui:\n    env_file:\n      - \"webui.secrets.env\"\n",
+                "webui.secrets.env": b"WEBUI_SECRET_KEY='k'\n"}
+    write_deployed(tmp_path, rendered)
+    assert stat.S_IMODE((tmp_path / "webui.secrets.env").stat().st_mode) == 0o600
+    assert stat.S_IMODE((tmp_path / "docker-compose.yml").stat().st_mode) == 0o644
+    hand = {"docker-compose.yml": b"services:\n  webui:\n    environment:\n      WEBUI_SECRET_KEY: k\n"}
+    write_deployed(tmp_path, hand)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["docker-compose.yml"]
+    assert stat.S_IMODE((tmp_path / "docker-compose.yml").stat().st_mode) == 0o600

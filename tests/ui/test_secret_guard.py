@@ -1,0 +1,83 @@
+"""What the node knows is secret, and the guard on the CLI's streams: the node's secrets file and
+its companions' secrets (by name or marked), the values env files mark (mode 0600, or a secret
+name), and stdout/stderr that show each value only as render/masking.mask of it."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+import pytest
+import yaml
+from rich.console import Console
+
+from b70deploy.actions.init import Discovery, plan
+from b70deploy.config.node import load_node
+from b70deploy.docker.discover import LiveProject, LiveService
+from b70deploy.render import devices
+from b70deploy.render.masking import Secrets, mask
+from b70deploy.ui.notice import marked_values, node_secrets
+from b70deploy.ui.output import guard
+
+SECRET = "hf_GuardedValue123"
+
+
+def test_every_stream_of_the_cli_masks_the_nodes_secret_values(capsys: pytest.CaptureFixture[str]) -> None:
+    guard(Secrets(values=frozenset({SECRET})))
+    guard(Secrets(values=frozenset({SECRET, "second-secret"})))  # a second node load wraps once, not twice
+    click.echo(f"out {SECRET}")
+    click.echo(f"err {SECRET} second-secret", err=True)
+    print(f"print {SECRET}")
+    Console(stderr=True).print(f"rich {SECRET}")
+    out, err = capsys.readouterr()
+    assert SECRET not in out + err and "second-secret" not in err
+    assert out.count(mask(SECRET)) == 2 and err.count(mask(SECRET)) == 2 and mask("second-secret") in err
+    assert not hasattr(sys.stdout, "buffer")  # click would write around the guard to a buffer
+
+
+def test_the_node_knows_its_secrets_file_and_its_companions_secrets(tmp_path: Path) -> None:
+    secrets = tmp_path / "secrets.env"
+    secrets.write_text(f"SERVICE_URL=https://u:{SECRET}@h\n")
+    secrets.chmod(0o600)
+    (tmp_path / "node.yaml").write_text(yaml.safe_dump({
+        "state_dir": str(tmp_path / "state"), "secrets_env_file": str(secrets),
+        "companions": [{"name": "webui", "image": "ghcr.io/open-webui/open-webui:main", "secrets": ["SIGNING"],
+                        "environment": {"WEBUI_SECRET_KEY": "k3y-value", "SIGNING": "s1gning", "NAME": "chat",
+                                        "DB_PASSWORD": "${DB_PASSWORD}"}}]}))
+    found = node_secrets(load_node(str(tmp_path / "node.yaml")))
+    assert found.values == {f"https://u:{SECRET}@h", "k3y-value", "s1gning"}  # a ${VAR} reference is none
+    assert found.keys == {"SERVICE_URL", "SIGNING"}
+
+
+def test_env_files_mark_all_their_values_when_private_and_secret_names_always(tmp_path: Path) -> None:
+    private, shared = tmp_path / "webui.env", tmp_path / ".env"
+    private.write_text("SIGNING=s1gning-key\nPORT=8080\n")
+    private.chmod(0o600)
+    shared.write_text("DB_PASSWORD=dbpass-123\nVLLM_IMAGE=vllm/vllm-openai:v0.11.0\n")
+    shared.chmod(0o644)
+    assert marked_values([private, shared, tmp_path / "missing.env"]) == {"s1gning-key", "dbpass-123"}
+
+
+def test_init_marks_a_companions_variables_that_hold_a_marked_value(tmp_path: Path) -> None:
+    """Compose's config inlines .env and env_file: init finds each companion variable holding a
+    value they marked, lists it in `secrets:`, masks it in all it prints and writes the file 0600."""
+    box = LiveService(name="vllm", container="p-vllm-1", status="running", image_ref="vllm/vllm-openai",
+                      image_id="sha256:0", runs_vllm=True)
+    webui = LiveService(name="webui", container="p-webui-1", status="running", image_ref="open-webui",
+                        image_id="sha256:1", runs_vllm=False)  # a companion is a service Compose runs
+    project = LiveProject(name="p", working_dir=tmp_path, services={"vllm": box, "webui": webui},
+                          config_files=[tmp_path / "docker-compose.yml"], env_files=[])
+    doc = {"services": {"vllm": {"image": "vllm/vllm-openai", "command": ["vllm", "serve", "/models/m"]},
+                        "webui": {"image": "ghcr.io/open-webui/open-webui:main", "environment": {
+                            "DATABASE_URL": "postgres://app:dbpass-123@db/app", "WEBUI_NAME": "chat",
+                            "ADMIN_PASSWORD": "inline-pw"}}}}
+    d = Discovery(compose=doc, compose_text=b"", chosen=project, access=devices.DeviceAccess(device_dir=None),
+                  device_dir=tmp_path / "dri", secret_values=frozenset({"dbpass-123"}))
+    result = plan(d, tmp_path / "state")
+    [webui] = result.config["companions"]
+    assert webui["secrets"] == ["DATABASE_URL"] and result.secret
+    shown = result.text(masked=True) + str(result.to_dict()) + " ".join(f.shown() for f in result.facts)
+    assert "dbpass-123" not in shown and "inline-pw" not in shown and mask("inline-pw") in shown
+    assert "dbpass-123" in result.text()  # the file init writes (0600) holds the value
+    assert any("the companions hold secrets (ADMIN_PASSWORD, DATABASE_URL)" in n for n in result.notes)
