@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..config.compose_folder import own_files
-from ..render.filenames import COMPANIONS_DIR, COMPOSE_FILE, DOTENV_FILE, RUNTIME_ENV_FILE
+from ..render.filenames import COMPANION_SECRETS_SUFFIX, COMPANIONS_DIR, COMPOSE_FILE, DOTENV_FILE, RUNTIME_ENV_FILE
 from ..render.masking import private_mode
 from ..state.fsio import fsync_dir, sweep_temp, write_atomic
 
@@ -61,7 +61,11 @@ def write_deployed(deploy_dir: Path, files: Mapping[str, bytes],
     override file of `compose_files` a rendered deployment does not have, too: Compose would
     merge it)."""
     deploy_dir.mkdir(parents=True, exist_ok=True)
-    before = deployed_names(deploy_dir, compose_files)  # what the old compose file read (a companion's secrets file)
+    # The tool's own files the old deployment had (a companion's secrets file the new one no longer
+    # reads); never the operator's files an adopted compose file read, which companions may still bind.
+    before = [n for n in deployed_names(deploy_dir, compose_files)
+              if n in OURS or n in compose_files or n.endswith(COMPANION_SECRETS_SUFFIX)
+              or n.startswith(("patches/", f"{COMPANIONS_DIR}/"))]
     for name, data in files.items():
         write_atomic(deploy_dir / name, data, mode=private_mode(name, data))
     for name in dict.fromkeys([*before, *deployed_names(deploy_dir, compose_files)]):

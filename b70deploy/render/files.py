@@ -22,7 +22,7 @@ from ..state.fsio import file_mode
 from . import door as door_config
 from . import standby
 from .devices import DeviceAccess
-from .filenames import COMPANIONS_DIR
+from .filenames import COMPANION_SECRETS_SUFFIX, COMPANIONS_DIR
 from .filenames import COMPOSE_FILE as COMPOSE_FILE  # re-exported: the deploy-dir names, imported from here
 from .filenames import DOTENV_FILE as DOTENV_FILE
 from .filenames import RUNTIME_ENV_FILE as RUNTIME_ENV_FILE
@@ -69,7 +69,7 @@ class Rendered:
 
 def companion_env_file(name: str) -> str:
     """The 0600 env file (state.fsio.file_mode: `*.env`) a companion reads its secrets from."""
-    return f"{name}.secrets.env"
+    return f"{name}{COMPANION_SECRETS_SUFFIX}"
 
 
 

@@ -227,8 +227,17 @@ def _boxes(project: str) -> dict[str, dict[str, Any]]:
 
 
 def _answers(port: int, model: str) -> dict[str, Any]:
-    r = requests.post(f"http://127.0.0.1:{port}/v1/completions", timeout=60,
-                      json={"model": model, "prompt": "The capital of France is", "max_tokens": 4})
+    """A completion asked at `port`; a companion the switch has just started again (the router) is
+    given a few seconds to listen: restore starts it and returns."""
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            r = requests.post(f"http://127.0.0.1:{port}/v1/completions", timeout=60,
+                              json={"model": model, "prompt": "The capital of France is", "max_tokens": 4})
+            break
+        except requests.ConnectionError:
+            assert time.monotonic() < deadline, f"nothing answers on port {port}"
+            time.sleep(0.2)
     served = requests.get(f"http://127.0.0.1:{port}/v1/models", timeout=10).text if r.status_code != 200 else ""
     assert r.status_code == 200, (r.text, served)
     got: dict[str, Any] = r.json()
