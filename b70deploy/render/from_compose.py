@@ -430,8 +430,6 @@ def _environment(service: Mapping[str, Any], out: FromCompose, secrets: Secrets)
             continue
         if value is None:
             out.notes.append(f"environment {key} has no value here (Compose takes it from the shell): left out")
-        elif key == "HF_HOME" and "hf_cache" in out.node:
-            continue  # render sets it, where it binds the node's hf_cache
         elif secrets.is_secret(key) or str(value) in secrets.values:
             out.withheld.append(key)
         elif not ENV_KEY_RE.match(key) or any(c in str(value) for c in "\n\r\x00"):
