@@ -8,6 +8,7 @@ runs, with a patch record for each mounted file that replaces one of the image's
 
 from __future__ import annotations
 
+import os
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -63,20 +64,27 @@ class Adopt:
             raise UserError(f"project {node.project} runs from {folder}, not from deploy_dir {node.deploy_dir}",
                             where=str(node.source or "node config"), fix=f"set deploy_dir: {folder}")
         files = labels.get(discover.CONFIG_FILES, "")
-        if files and files != str(node.deploy_dir / COMPOSE_FILE):
-            raise UserError(f"project {node.project} runs from {files}, b70deploy reads {COMPOSE_FILE} only",
-                            fix=f"rename it to {node.deploy_dir / COMPOSE_FILE} (one file), then adopt")
+        want = ",".join(str(node.deploy_dir / n) for n in node.config.compose_files)
+        if files and files != want:
+            names = ", ".join(os.path.relpath(f, node.deploy_dir) for f in files.split(","))
+            raise UserError(f"project {node.project} runs from {files}, the node config names {want}",
+                            where=str(node.source or "node config"),
+                            fix=f"set compose_files: [{names}] (b70deploy init writes it)")
         live = DockerNode.production(node).read_deployed()
         if COMPOSE_FILE not in live:
             raise UserError(f"no {COMPOSE_FILE} in deploy_dir {node.deploy_dir}", fix="check deploy_dir")
-        check_env_names(live[COMPOSE_FILE], where=str(node.deploy_dir / COMPOSE_FILE))
+        for name in node.config.compose_files:
+            if name in live:
+                check_env_names(live[name], where=str(node.deploy_dir / name))
         return container, live
 
     def _outside(self, live: dict[str, bytes], image_id: str,
                  inspector: ImageInspector) -> tuple[list[dict[str, Any]], list[str]]:
         """The vllm service's binds from outside the deploy dir's own files, each recorded with its hash."""
         with tempfile.TemporaryDirectory(prefix="b70deploy-adopt-") as tmp:
-            doc, error = compose_config(live, self.node.project, Path(tmp))
+            cfg = self.node.config
+            doc, error = compose_config(live, self.node.project, Path(tmp), compose_files=cfg.compose_files,
+                                        profiles=cfg.profiles)
             if doc is None:
                 return [], [f"docker compose config refused the live files ({error}): mounts from outside the "
                             "folder are not recorded"]

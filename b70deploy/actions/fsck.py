@@ -68,7 +68,7 @@ def check(node: Node, store: RevisionStore) -> list[Finding]:
     out: list[Finding] = []
     present = image_ids()
     cur_no = store.current_number()
-    live = read_deployed(node.deploy_dir) if node.deploy_dir.is_dir() else {}
+    live = read_deployed(node.deploy_dir, node.compose_files) if node.deploy_dir.is_dir() else {}
     for n in store.numbers():
         try:
             rev = store.get(n)
@@ -118,7 +118,7 @@ def _mend(node: Node, store: RevisionStore, f: Finding) -> str | None:
     if not store.exists(n):
         return "set aside with its revision"  # by an earlier finding of the same revision
     if f.mend == "put-back":
-        live = read_deployed(node.deploy_dir)
+        live = read_deployed(node.deploy_dir, node.compose_files)
         for name in store.get(n).meta.files:
             store.mend_file(n, name, live[name], mode=private_mode(name, live[name]))
         return "stored copy put back from the deploy dir"
@@ -140,7 +140,7 @@ def _keep_serving(node: Node, store: RevisionStore) -> str:
     from ..deploy.steps import keep_live
     from ..docker.node import DockerNode
 
-    live = read_deployed(node.deploy_dir) if node.deploy_dir.is_dir() else {}
+    live = read_deployed(node.deploy_dir, node.compose_files) if node.deploy_dir.is_dir() else {}
     if not live:
         store.clear_current()
         return "the deploy dir is empty: nothing is current"

@@ -23,7 +23,7 @@ import difflib
 import io
 import posixpath
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -49,20 +49,34 @@ from ..state import caches
 from ..state.revisions import Revision
 
 
-def folder_files(compose: Path, env: Path | None) -> dict[str, bytes]:
-    """The deployment a compose file describes: itself (as docker-compose.yml), the .env
-    Compose interpolates from, and every env_file and bind-mounted file it reads from its folder."""
-    try:
-        text = compose.read_bytes()
-    except OSError as e:
-        raise UserError(f"cannot read {compose}: {e.strerror}", fix="give the path of a saved compose file") from None
-    files = {COMPOSE_FILE: text}
+def folder_files(compose: Path, env: Path | None, more: Sequence[tuple[Path, str]] = ()) -> dict[str, bytes]:
+    """The deployment a compose file describes: itself (as docker-compose.yml), the files Compose
+    reads after it (`more`: each path and the name it has in the project, an override file), the
+    .env Compose interpolates from, and every env_file and bind-mounted file they read from their
+    folder."""
+    files = {COMPOSE_FILE: _read_compose(compose)}
+    for path, name in more:
+        files[name] = _read_compose(path)
+        files.update(_folder_refs(path, files[name]))
     if env is not None:
         try:
             files[DOTENV_FILE] = env.read_bytes()
         except OSError as e:
             raise UserError(f"cannot read {env}: {e.strerror}", fix="give the .env saved with it (--env FILE)") \
                 from None
+    files.update(_folder_refs(compose, files[COMPOSE_FILE]))
+    return files
+
+
+def _read_compose(path: Path) -> bytes:
+    try:
+        return path.read_bytes()
+    except OSError as e:
+        raise UserError(f"cannot read {path}: {e.strerror}", fix="give the path of a saved compose file") from None
+
+
+def _folder_refs(compose: Path, text: bytes) -> dict[str, bytes]:
+    """Every env_file and bind-mounted file a compose file reads from its folder."""
     check_env_names(text, where=str(compose))
     folder = compose.parent
     for ref in references(text):
@@ -70,9 +84,7 @@ def folder_files(compose: Path, env: Path | None) -> dict[str, bytes]:
         if not path.exists():
             raise UserError(f"{ref.kind} {ref.name} of service {ref.service} is not in {folder}", where=str(compose),
                             fix=f"put the file back at {path} (the deployment needs it), then run again")
-    for name in own_files(text, lambda n: (folder / n).is_file()):
-        files[name] = (folder / name).read_bytes()
-    return files
+    return {name: (folder / name).read_bytes() for name in own_files(text, lambda n: (folder / n).is_file())}
 
 
 def check_env_names(compose_text: bytes, *, where: str) -> None:
@@ -262,7 +274,8 @@ def check_files(node: Node, files: Mapping[str, bytes], *, name: str, where: str
 
 def _check_in(folder: Path, node: Node, files: Mapping[str, bytes], *, name: str, where: str,
               inspector: ImageInspector) -> Checked:
-    doc, error = compose_config(files, node.project, folder)
+    doc, error = compose_config(files, node.project, folder, compose_files=node.config.compose_files,
+                                profiles=node.config.profiles)
     if doc is None:
         # Compose names our scratch copy; the operator knows the file by `where`.
         said = str(error).replace(f"{folder}/", "")

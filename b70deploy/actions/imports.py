@@ -74,10 +74,16 @@ class Import:
     env: Path | None = None
     stack: str | None = None
     message: str = ""
+    more: tuple[Path, ...] = ()   # the files Compose reads after it (-f a -f b), as the node's compose_files
 
     def run(self) -> Imported:
         env = self.env or saved_env(self.compose)
-        files = folder_files(self.compose, env)
+        names = self.node.config.compose_files
+        if len(self.more) > len(names) - 1:
+            raise UserError(f"{1 + len(self.more)} compose files given, the node config names {len(names)} "
+                            f"({', '.join(names)})", where=str(self.node.source or "node config"),
+                            fix="set compose_files: to the project's files in -f order (b70deploy init writes it)")
+        files = folder_files(self.compose, env, list(zip(self.more, names[1:], strict=False)))
         name = check_name(self.stack or stack_name(self.compose, files[COMPOSE_FILE]), what="stack name (--as)")
         with mutating(self.node, f"import {self.compose.name}") as m:
             store = m.state.revisions

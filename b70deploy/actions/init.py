@@ -39,7 +39,6 @@ from ..state.stamps import now_iso
 from ..ui import notice
 
 SYSTEM_STATE = Path("/var/lib/b70deploy")
-OPENAI_BASE = "OPENAI_API_BASE_URL"
 
 
 @dataclass(frozen=True)
@@ -75,12 +74,15 @@ def _companion(c: dict[str, Any]) -> str:
 class Discovery:
     """What the engine and the host said (the impure half of init)."""
 
-    compose: dict[str, Any] | None         # `docker compose config` of the chosen project
+    compose: dict[str, Any] | None         # `docker compose config` of the chosen project, every profile on
     compose_text: bytes                    # its compose file as written (env_file names survive there)
     chosen: discover.LiveProject | None
     access: devices.DeviceAccess
     device_dir: Path
     signs: list[platform.Found] = field(default_factory=list)  # the GPU platform's traces, strongest first
+    # The same config without interpolation: the companions' environment as written (${VAR} kept).
+    written: dict[str, Any] | None = None
+    service: str | None = None             # --service: the vLLM service, where the project has several
     image: ImageEntrypoint | None = None   # the vllm service's image's ENTRYPOINT and CMD (what runs bare flags)
     # Values the operator's env files mark secret: all of a private (0600) one's, a secret name's in any.
     secret_values: frozenset[str] = frozenset()
@@ -131,7 +133,7 @@ def default_target(given: str | None) -> Path:
     return SYSTEM_PATH if os.geteuid() == 0 else Path.cwd() / CWD_NAME
 
 
-def gather(project: str | None, device_dir: Path = Path("/dev/dri")) -> Discovery:
+def gather(project: str | None, device_dir: Path | None = None, service: str | None = None) -> Discovery:
     projects = discover.live_projects()
     found = [p for p in projects if p.vllm_services]
     chosen = None
@@ -147,27 +149,47 @@ def gather(project: str | None, device_dir: Path = Path("/dev/dri")) -> Discover
     elif found:
         chosen = found[0]
     text = b""
-    if chosen is not None and len(chosen.config_files) == 1:
+    if chosen is not None and chosen.config_files:
         with contextlib.suppress(OSError):  # on another host (docker_host): the labels' paths are not here
             text = chosen.config_files[0].read_bytes()
     from ..docker.engine import client
 
     signs = platform.discover(platform.engine_info(client()))
-    name = vllm_service(chosen) if chosen is not None else None
+    doc = discover.project_config(chosen) if chosen else None
+    written = discover.project_config(chosen, interpolate=False) if chosen else None
+    name = _vllm_name(chosen, service) if chosen is not None else None
+    if device_dir is None:  # the running service's own device map names the folder, else /dev/dri
+        svc = ((doc or {}).get("services") or {}).get(name) if name else None
+        mapped = read_back(svc or {}).device_dir
+        device_dir = Path(mapped) if mapped else Path("/dev/dri")
     live = chosen.services.get(name) if chosen is not None and name is not None else None
-    return Discovery(compose=discover.project_config(chosen) if chosen else None, compose_text=text, chosen=chosen,
-                     access=devices.scan(device_dir), device_dir=device_dir, signs=signs,
+    return Discovery(compose=doc, compose_text=text, chosen=chosen, access=devices.scan(device_dir),
+                     device_dir=device_dir, signs=signs, written=written, service=service,
                      image=entrypoint_facts(live.image_id or live.image_ref) if live is not None else None,
                      secret_values=marked_values(chosen, text) if chosen else frozenset())
 
 
-def vllm_service(p: discover.LiveProject) -> str | None:
-    """The service of the project that runs vLLM: `vllm` when it does (or when none visibly does: an
-    external start script hides the server from the command line), else the first that does."""
+def _vllm_name(p: discover.LiveProject, service: str | None) -> str:
+    """The vLLM service of project `p`: the one named (--service), else `vllm` when it runs vLLM (or
+    when none visibly does: an external start script hides the server from the command line), else
+    the only one that does. Several and none named: a UserError listing them."""
     runs = p.vllm_services
+    if service is not None:
+        if service not in p.services:
+            raise UserError(f"project {p.name} has no service {service!r} with a container",
+                            fix=f"name one of {', '.join(sorted(p.services))} (--service)")
+        return service
     if VLLM in runs or (not runs and VLLM in p.services):
         return VLLM
-    return runs[0] if runs else None
+    if not runs:
+        raise UserError(f"no container of project {p.name} runs vLLM (vllm serve, or python -m "
+                        "vllm.entrypoints.openai.api_server)", where=str(p.working_dir),
+                        fix="start its vLLM service, or name the production project with --project")
+    if len(runs) > 1:
+        raise UserError(f"project {p.name} runs vLLM in {len(runs)} services: {', '.join(sorted(runs))}",
+                        fix="say which one the tool switches: b70deploy init --service NAME (the others are kept "
+                            "as they are)")
+    return runs[0]
 
 
 def marked_values(p: discover.LiveProject, compose_text: bytes) -> frozenset[str]:
@@ -207,7 +229,8 @@ def plan(d: Discovery, state_dir: Path | None = None) -> InitPlan:
         facts.append(Fact(key, value, source))
 
     if d.access.gids:
-        put("device_dir", str(d.device_dir), "present on this host")
+        put("device_dir", str(d.device_dir), "present on this host" if str(d.device_dir) == "/dev/dri" else
+            "the device map of the running vLLM service")
         put("gids", dict(d.access.gids), f"owners of the device nodes in {d.device_dir} (numeric: the image's "
             "/etc/group may lack render)")
     else:
@@ -231,19 +254,14 @@ def plan(d: Discovery, state_dir: Path | None = None) -> InitPlan:
     put("deploy_dir", str(p.working_dir), f"label {discover.WORKING_DIR}: the folder the hand-made "
         "compose file lives in, which b70deploy now writes")
     services = doc.get("services") or {}
-    name = vllm_service(p)
-    if name is None:
-        raise UserError(f"no container of project {p.name} runs vLLM (vllm serve, or python -m "
-                        "vllm.entrypoints.openai.api_server)", where=str(p.working_dir),
-                        fix="start its vLLM service, or name the production project with --project")
+    name = _vllm_name(p, d.service)
     if name != VLLM:  # the operator's own name (vllm-server): the node config names it, every command uses it
-        put("service", name, f"the service of project {p.name} that runs vLLM")
+        put("service", name, f"--service {name}" if d.service else
+            f"the service of project {p.name} that runs vLLM")
     if not p.vllm_services:
         notes.append(f"no container of project {p.name} shows vLLM on its command line: service {VLLM} is taken "
                      "as it is (a start script's argv is not read; adopt and import keep the script as bytes)")
-    if p.config_files != [p.working_dir / COMPOSE_FILE]:
-        notes.append(f"compose files {', '.join(map(str, p.config_files))}: adopt takes one file named "
-                     f"{COMPOSE_FILE} in {p.working_dir}; rename (or merge) it first")
+    _project_files(p, services, put, notes)
     if p.env_files and p.env_files != [p.working_dir / DOTENV_FILE]:
         notes.append(f"env file {', '.join(map(str, p.env_files))}: b70deploy reads {DOTENV_FILE} beside the "
                      "compose file")
@@ -276,8 +294,12 @@ def plan(d: Discovery, state_dir: Path | None = None) -> InitPlan:
             mode = stat.S_IMODE(Path(env_files[0]).stat().st_mode)
             if mode & 0o077:
                 notes.append(f"{env_files[0]} is mode {mode:o}: chmod 600 it (it holds secrets)")
-    companions = [_companion_of(other, services[other], doc, notes, d.secret_values)
-                  for other in sorted(services) if other != name]
+    _node_wide(name, vllm, doc, p.name, put)
+    written = (d.written or {}).get("services") or {}
+    # Only the services Compose ran (a variant behind a profile nobody started is not the node's).
+    companions = [_companion_of(other, services[other], doc, notes, (written.get(other) or {}).get("environment"),
+                                d.secret_values)
+                  for other in sorted(services) if other != name and other in p.services]
     if companions:
         put("companions", companions, f"the other services of project {p.name} "
             f"({', '.join(c['name'] for c in companions)}): stopped with vllm by a drain, started after it")
@@ -288,19 +310,77 @@ def plan(d: Discovery, state_dir: Path | None = None) -> InitPlan:
     return out
 
 
+def _project_files(p: discover.LiveProject, services: dict[str, Any], put: Callable[[str, Any, str], None],
+                   notes: list[str]) -> None:
+    """compose_files and profiles: the files Compose read (its config_files label, in -f order) and
+    the profiles of the services it runs (Compose records no profile label: each running
+    service's own `profiles:` says which were on)."""
+    names = []
+    for f in p.config_files:
+        if not f.is_relative_to(p.working_dir):
+            notes.append(f"compose file {f} is outside {p.working_dir}: adopt keeps the files of the project's folder; "
+                         "move it there")
+            continue
+        names.append(f.relative_to(p.working_dir).as_posix())
+    if names and names != [COMPOSE_FILE]:
+        put("compose_files", names, f"label {discover.CONFIG_FILES}: the files Compose ran the project from, in order")
+    profiles = sorted({str(x) for s in p.services for x in (services.get(s) or {}).get("profiles") or []})
+    if profiles != ["gpu"]:
+        put("profiles", profiles, "the profiles of the project's running services (" +
+            (", ".join(f"{s}: {', '.join((services.get(s) or {}).get('profiles') or [])}" for s in sorted(p.services)
+                       if (services.get(s) or {}).get("profiles")) or "none has a profile") + ")")
+
+
+# The vllm service's keys a switch must keep whatever the stack (init writes them into the node's compose:).
+NODE_WIDE = ("networks", "security_opt", "cap_add", "cap_drop", "ipc", "shm_size", "ulimits", "runtime", "devices",
+             "group_add", "privileged", "sysctls")
+
+
+def _device(d: Any) -> Any:
+    """A resolved `devices:` entry in the short form the rendered file writes (`host:container`), so
+    the same device the platform renders is one entry, not two."""
+    if not isinstance(d, dict):
+        return d
+    short = f"{d.get('source')}:{d.get('target') or d.get('source')}"
+    return short if d.get("permissions") in (None, "rwm") else f"{short}:{d['permissions']}"
+
+
+def _node_wide(name: str, vllm: dict[str, Any], doc: dict[str, Any], project: str,
+               put: Callable[[str, Any, str], None]) -> None:
+    """The running service's node-wide keys (NODE_WIDE) and the project's networks, as Compose
+    resolved them: every switch and rollback renders them again."""
+    kept: dict[str, Any] = {}
+    for key in NODE_WIDE:
+        value = vllm.get(key)
+        if value in (None, [], {}, False) or (key == "networks" and value == {"default": None}):
+            continue
+        kept[key] = [_device(v) for v in value] if key == "devices" else value
+    if kept:
+        put("compose", kept, f"the node-wide keys of the running service {name} ({', '.join(kept)}): every switch and "
+            "rollback keeps them")
+    # Compose names every network (`<project>_<key>` unless given a name:); only the default one is its own.
+    nets = {k: {kk: vv for kk, vv in v.items() if not (kk == "ipam" and not vv)} if isinstance(v, dict) else v
+            for k, v in (doc.get("networks") or {}).items()
+            if not (k == "default" and isinstance(v, dict) and v.get("name") == f"{project}_default" and len(v) <= 2
+                    and not v.get("ipam"))}
+    if nets:
+        put("networks", nets, f"the top-level networks of project {project}, each by its name on the engine")
+
+
 def _platform(d: Discovery, put: Callable[[str, Any, str], None], notes: list[str]) -> None:
     """The node's GPU platform: the running vllm service's own GPU access first (what it was
     given works), else the strongest trace on the host and engine, else cpu."""
-    svc = ((d.compose or {}).get("services") or {}).get(VLLM) or {}
+    name = _vllm_name(d.chosen, d.service) if d.chosen is not None else VLLM
+    svc = ((d.compose or {}).get("services") or {}).get(name) or {}
     given = read_back(svc)
     if given.platform is not None:
-        put("platform", given.platform, f"the GPU access of the running service {VLLM}")
+        put("platform", given.platform, f"the GPU access of the running service {name}")
         if given.cdi:
-            put("nvidia_cdi", True, f"CDI names in the devices of service {VLLM}")
+            put("nvidia_cdi", True, f"CDI names in the devices of service {name}")
         if given.kfd_device and given.kfd_device != "/dev/kfd":
-            put("kfd_device", given.kfd_device, f"devices of service {VLLM}")
+            put("kfd_device", given.kfd_device, f"devices of service {name}")
         if given.gpus is not None and given.gpus != "all":
-            put("gpus", given.gpus, f"the GPU selection of service {VLLM}")
+            put("gpus", given.gpus, f"the GPU selection of service {name}")
     else:
         chosen = platform.choose(d.signs)
         put("platform", chosen.platform, chosen.source)
@@ -344,22 +424,28 @@ _COMPANION_KEYS = frozenset({"image", "command", "ports", "environment", "volume
 
 
 def _companion_of(name: str, spec: dict[str, Any], doc: dict[str, Any], notes: list[str],
+                  written: dict[str, Any] | None = None,
                   secret_values: frozenset[str] = frozenset()) -> dict[str, Any]:
-    """A companion as the node config keeps it: image, command, port, environment, its data
-    volumes (a named volume by the engine's own name, so the switch mounts the same data) and
-    container_name."""
+    """A companion as the node config keeps it: image, command, port, environment as written
+    (`written`: ${VAR} references kept; else as resolved, a literal `$` as Compose's `$$`), its
+    data volumes (a named volume by the engine's own name, so the switch mounts the same data)
+    and container_name."""
     comp: dict[str, Any] = {"name": name, "image": spec.get("image")}
     if spec.get("command"):
         comp["command"] = [str(a) for a in spec["command"]]
     got = _port(spec)
     if got is not None:
         comp["port"], comp["container_port"] = got[0], got[1]
-    # The rendered compose file sets OPENAI_API_BASE_URL itself (to the vllm service).
-    env = {str(k): "" if v is None else str(v) for k, v in (spec.get("environment") or {}).items()
-           if k != OPENAI_BASE}
+    if written is not None:
+        env = {str(k): "" if v is None else str(v) for k, v in written.items()}
+    else:
+        env = {str(k): "" if v is None else str(v).replace("$", "$$")
+               for k, v in (spec.get("environment") or {}).items()}
     if env:
         comp["environment"] = env
-    marked = sorted(k for k, v in env.items() if not is_secret(k) and any(s in v for s in secret_values))
+    resolved = {str(k): "" if v is None else str(v) for k, v in (spec.get("environment") or {}).items()}
+    marked = sorted(k for k, v in resolved.items()
+                    if k in env and not is_secret(k) and any(s in v for s in secret_values))
     if marked:  # from an env file or .env the operator marked secret, under a name that does not say so
         comp["secrets"] = marked
     volumes = []
@@ -393,13 +479,14 @@ class Init:
     target: Path
     project: str | None = None
     state_dir: Path | None = None
-    device_dir: Path = Path("/dev/dri")
+    device_dir: Path | None = None   # None: the running service's device map, else /dev/dri
+    service: str | None = None       # the vLLM service, where the project runs several
 
     to_stdout: bool = False   # --print: nothing is written, so an existing file is no obstacle
 
     def plan(self) -> InitPlan:
         self._refuse_existing()  # before asking the engine anything
-        result = plan(gather(self.project, self.device_dir), self.state_dir)
+        result = plan(gather(self.project, self.device_dir, self.service), self.state_dir)
         validate(NodeConfig, result.config, where=f"{self.target} (as init would write it)")
         return result
 

@@ -218,7 +218,7 @@ def door_view(node: Node, *, last_switch: bool = False) -> dict[str, Any] | None
     from ..deploy.deploydir import read_deployed
     from ..render.filenames import DOTENV_FILE
 
-    if b"DOOR_PORT=" not in read_deployed(node.deploy_dir).get(DOTENV_FILE, b""):
+    if b"DOOR_PORT=" not in read_deployed(node.deploy_dir, node.compose_files).get(DOTENV_FILE, b""):
         return None
     from ..docker.door import last_hold, state  # the engine's SDK: only for a node with a door
 
@@ -236,7 +236,7 @@ def holds_revision(node: Node, cur: Revision, newest: int = 50) -> int | None:
     whose recorded file hashes the deploy dir's bytes have, None when none has."""
     from ..deploy.deploydir import read_deployed
 
-    live = {name: sha256(data) for name, data in read_deployed(node.deploy_dir).items()}
+    live = {name: sha256(data) for name, data in read_deployed(node.deploy_dir, node.compose_files).items()}
     store = RevisionStore(node.state_dir)
     for number in sorted(store.numbers(), reverse=True)[:newest]:
         try:

@@ -59,6 +59,8 @@ class StackFromCompose:
     env_file: Path | None = None
     service: str | None = None
     out: Path | None = None
+    more: tuple[Path, ...] = ()       # the files Compose reads after it (-f a -f b: an override file)
+    profiles: tuple[str, ...] = ()    # the profiles it runs with (none: every profile)
 
     def plan(self) -> Conversion:
         """Where the stack goes and how the file is read; the name is checked before it becomes a
@@ -81,7 +83,8 @@ class StackFromCompose:
         if path.name != f"{self.name}.yaml":
             raise UserError(f"--out {path} is not named {self.name}.yaml", where="--out",
                             fix=f"a catalogue names a stack by its file: write to DIR/{self.name}.yaml")
-        return Conversion(path, config_of(self.compose_file, env_file=self.env_file), elsewhere)
+        return Conversion(path, config_of(self.compose_file, env_file=self.env_file, more=self.more,
+                                          profiles=self.profiles), elsewhere)
 
     def run(self) -> Converted:
         plan = self.plan()
@@ -89,7 +92,8 @@ class StackFromCompose:
         if path.exists():
             raise UserError(f"{path} already exists", where="--name",
                             fix="choose another --name (or --out), or remove that file first")
-        for given, what in ((self.compose_file, "COMPOSE"), (self.env_file, "--env")):
+        for given, what in ((self.compose_file, "COMPOSE"), (self.env_file, "--env"),
+                            *((m, "-f") for m in self.more)):
             if given is not None and not given.is_file():
                 raise UserError(f"{what} {given} is not a file", where=str(given), fix="check the path")
         config = self._config(plan.argv)

@@ -26,16 +26,21 @@ def stack() -> None:
                                           "(./stacks/NAME.yaml while the node uses the shipped catalogue).")
 @click.option("--service", metavar="NAME", help="The service that runs vLLM (default: vllm, or the one that "
                                                 "runs `vllm serve`).")
+@click.option("-f", "--file", "more", multiple=True, metavar="FILE",
+              help="A compose file Compose reads after COMPOSE (an override file), in -f order.")
+@click.option("--profile", "profiles", multiple=True, metavar="NAME",
+              help="A profile the project runs with (default: every profile).")
 @click.option("-o", "--out", metavar="FILE", help="Write to FILE (named NAME.yaml) instead of the stacks dir.")
 @options.as_json("the stack, node facts and notes")
 @pass_ctx
 def from_compose(ctx: Ctx, compose_file: str, env_file: str | None, name: str, service: str | None,
-                 out: str | None, as_json: bool) -> None:
+                 more: tuple[str, ...], profiles: tuple[str, ...], out: str | None, as_json: bool) -> None:
     """Write a stack file from a hand-made compose file: image, entrypoint style (from the
     image, else the file), the command's flags as stack keys, unknown flags verbatim in
     extra_args, env (secrets left out), host mounts. Refuses to overwrite a file."""
     action = StackFromCompose(ctx.node, Path(compose_file), name, env_file=Path(env_file) if env_file else None,
-                              service=service, out=Path(out) if out else None)
+                              service=service, out=Path(out) if out else None, more=tuple(map(Path, more)),
+                              profiles=profiles)
     done = action.run()
     if as_json:
         emit_json(done.to_json())

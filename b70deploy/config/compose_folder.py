@@ -62,11 +62,28 @@ def _mount(entry: Any) -> tuple[str, str] | None:
     return (source, target) if source.startswith((".", "/", "~")) else None
 
 
+class _ComposeLoader(yaml.SafeLoader):
+    """YAML as Compose reads it: an override file's `!reset` and `!override` tags (Compose's merge
+    rules for a value a later file replaces) hold the value itself."""
+
+
+def _tagged(loader: yaml.SafeLoader, node: yaml.Node) -> Any:
+    if isinstance(node, yaml.MappingNode):
+        return loader.construct_mapping(node, deep=True)
+    if isinstance(node, yaml.SequenceNode):
+        return loader.construct_sequence(node, deep=True)
+    return loader.construct_scalar(node)  # type: ignore[arg-type]
+
+
+for _tag in ("!reset", "!override"):
+    _ComposeLoader.add_constructor(_tag, _tagged)
+
+
 def references(compose_text: bytes | str) -> list[Reference]:
     """Every env_file and bind-mount source of every service that is a path inside the folder,
     in file order; an unreadable compose file has none (Compose itself reports it)."""
     try:
-        doc = yaml.safe_load(compose_text)
+        doc = yaml.load(compose_text, Loader=_ComposeLoader)  # a SafeLoader: no object construction
     except yaml.YAMLError:
         return []
     services = doc.get("services") if isinstance(doc, dict) else None

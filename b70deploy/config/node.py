@@ -121,6 +121,11 @@ class Node:
         return self.settings.service
 
     @property
+    def compose_files(self) -> tuple[str, ...]:
+        """The project's compose files in the deploy dir, in -f order (node config `compose_files`)."""
+        return self.settings.compose_files
+
+    @property
     def dark_project(self) -> str:
         return f"{self.settings.project}-dark"
 

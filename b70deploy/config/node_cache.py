@@ -60,6 +60,7 @@ class Settings:
     device_dir: str | None
     secrets_env_file: str | None
     cache_dir: str | None
+    compose_files: tuple[str, ...]   # the project's compose files: `status` reads the deploy dir by them
     # Whether a companion has environment values: the CLI's masking (ui/notice.node_secrets)
     # then reads the whole config; without, status and history start without the schema.
     companion_env: bool = False
@@ -68,7 +69,8 @@ class Settings:
     def of(cls, cfg: NodeConfig) -> Settings:
         optional: dict[str, str | None] = {k: getattr(cfg, k) for k in _OPTIONAL}
         return cls(project=cfg.project, address=cfg.address, prod_port=cfg.ports.prod, models_dir=cfg.models_dir,
-                   service=cfg.service, **optional, companion_env=any(c.environment for c in cfg.companions))
+                   service=cfg.service, compose_files=tuple(cfg.compose_files), **optional,
+                   companion_env=any(c.environment for c in cfg.companions))
 
     @classmethod
     def from_json(cls, d: object) -> Settings | None:
@@ -77,9 +79,10 @@ class Settings:
             return None
         if not all(isinstance(d[k], str) for k in _TEXT) or type(d["prod_port"]) is not int \
                 or not all(d[k] is None or isinstance(d[k], str) for k in _OPTIONAL) \
+                or not isinstance(d["compose_files"], list) or not all(isinstance(n, str) for n in d["compose_files"]) \
                 or type(d["companion_env"]) is not bool:
             return None
-        return cls(**d)
+        return cls(**{**d, "compose_files": tuple(d["compose_files"])})
 
 
 class NodeCache:

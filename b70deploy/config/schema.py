@@ -318,6 +318,11 @@ class Stack(Strict):
     compose: dict[str, Any] = Field(default_factory=dict)
     env: EnvMap = Field(default_factory=dict)
     mounts: list[HostMount] = Field(default_factory=list)
+    # A companion's per-stack file (a LiteLLM router config that names this stack's served model):
+    # its name under the deploy dir's companions/ -> its text. Render writes it with the stack's
+    # files; the companion binds it (node config companions[].volumes) and reads it when restore
+    # starts it again, so a switch between variants keeps the router right.
+    companion_files: dict[str, str] = Field(default_factory=dict)
     patches: list[str] = Field(default_factory=list)
     expect: Expect = Expect()
     # After /health first answers 200, the stack must stay healthy this long before its
@@ -333,6 +338,16 @@ class Stack(Strict):
     lint: LintSettings = LintSettings()
     # Hot standby for this stack (none: the node's `standby:`).
     standby: Standby | None = None
+
+    @field_validator("companion_files")
+    @classmethod
+    def _companion_files(cls, v: dict[str, str]) -> dict[str, str]:
+        for name in v:
+            parts = name.split("/")
+            if not re.match(r"^[A-Za-z0-9][A-Za-z0-9._/-]*$", name) or ".." in parts or name.endswith("/"):
+                raise invalid(f"companion file {name!r} is not a file name under companions/",
+                              "name it relative to the deploy dir's companions/ folder, e.g. litellm/config.yaml")
+        return v
 
     @field_validator("name", "extends")
     @classmethod
@@ -724,6 +739,14 @@ class NodeConfig(Strict):
     # The project's top-level networks, as Compose writes them (an address pool for a static
     # ipv4_address a stack's compose: gives the vllm service; an external proxy network).
     networks: dict[str, Any] = Field(default_factory=dict)
+    # The vllm service's node-wide Compose keys (security_opt, cap_add, ipc, shm_size, ulimits,
+    # runtime, devices, group_add, networks) as the hand-made deployment had them (init writes them):
+    # every rendered stack has them, under its own compose: keys.
+    compose: dict[str, Any] = Field(default_factory=dict)
+    # The project as Compose ran it: its compose files in the deploy dir, in -f order, and the
+    # profiles its running services are in (init reads both from the running containers).
+    compose_files: list[str] = Field(default_factory=lambda: ["docker-compose.yml"], min_length=1)
+    profiles: list[str] = Field(default_factory=lambda: ["gpu"])
     feeders: list[str] = Field(default_factory=list)
     load_threshold: float | None = Field(default=None, gt=0, le=1024)  # None: the core count (verify.load_bound)
     timeouts: Timeouts = Timeouts()
@@ -749,6 +772,33 @@ class NodeConfig(Strict):
     address: str = "127.0.0.1"          # host at which /health and smoke reach the node's ports
     # The inventory: one entry per node, each a set of overrides of the keys above.
     nodes: dict[str, dict[str, Any]] | None = None
+
+    @field_validator("compose")
+    @classmethod
+    def _compose(cls, v: dict[str, Any]) -> dict[str, Any]:
+        problem = check_keys(v)
+        if problem is not None:
+            raise invalid(*problem)
+        return v
+
+    @field_validator("compose_files")
+    @classmethod
+    def _compose_files(cls, v: list[str]) -> list[str]:
+        for name in v:
+            if name.startswith("/") or ".." in name.split("/") or not re.match(r"^[A-Za-z0-9][A-Za-z0-9._/-]*$", name):
+                raise invalid(f"compose file {name!r} is not a file name in the deploy dir",
+                              "name it relative to deploy_dir, e.g. docker-compose.override.yml")
+        if len(set(v)) != len(v):
+            raise invalid("compose_files names a file twice", "list each compose file once, in -f order")
+        return v
+
+    @field_validator("profiles")
+    @classmethod
+    def _profiles(cls, v: list[str]) -> list[str]:
+        for name in v:
+            if not re.match(r"^[a-zA-Z0-9][a-zA-Z0-9_.-]*$", name):
+                raise invalid(f"profile {name!r} is not a Compose profile name", "letters, digits, '_', '.', '-'")
+        return v
 
     @field_validator("hf_cache")
     @classmethod

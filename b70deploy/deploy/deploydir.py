@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..config.compose_folder import own_files
-from ..render.filenames import COMPOSE_FILE, DOTENV_FILE, RUNTIME_ENV_FILE
+from ..render.filenames import COMPANION_SECRETS_SUFFIX, COMPANIONS_DIR, COMPOSE_FILE, DOTENV_FILE, RUNTIME_ENV_FILE
 from ..render.masking import private_mode
 from ..state.fsio import fsync_dir, sweep_temp, write_atomic
 
@@ -27,31 +27,48 @@ OURS = (COMPOSE_FILE, DOTENV_FILE, RUNTIME_ENV_FILE)
 WORKING_DIR = "com.docker.compose.project.working_dir"  # the label of where compose ran: ours is the deploy dir
 
 
-def deployed_names(deploy_dir: Path) -> list[str]:
-    """Files of ours in a deploy dir: compose, env files and patched files, and every file the
-    compose file reads from the folder (an adopted hand-made deployment's env_file and
-    bind-mounted files)."""
+def deployed_names(deploy_dir: Path, compose_files: Sequence[str] = (COMPOSE_FILE,)) -> list[str]:
+    """Files of ours in a deploy dir: compose, env files, patched files and companion files, the project's other
+    compose files (`compose_files`: an override file), and every file a compose file reads from
+    the folder (an adopted hand-made deployment's env_file and bind-mounted files)."""
     names = [n for n in OURS if (deploy_dir / n).is_file()]
-    patches = deploy_dir / "patches"
-    if patches.is_dir():
-        names += sorted(p.relative_to(deploy_dir).as_posix() for p in patches.rglob("*") if p.is_file())
-    compose = deploy_dir / COMPOSE_FILE
-    if compose.is_file():
-        names += [n for n in own_files(compose.read_bytes(), lambda n: (deploy_dir / n).is_file()) if n not in names]
+    names += [n for n in compose_files if n not in names and (deploy_dir / n).is_file()]
+    for folder in (deploy_dir / "patches", deploy_dir / COMPANIONS_DIR):
+        if folder.is_dir():
+            names += sorted(p.relative_to(deploy_dir).as_posix() for p in folder.rglob("*") if p.is_file())
+    for name in [COMPOSE_FILE, *compose_files]:
+        compose = deploy_dir / name
+        if compose.is_file():
+            names += [n for n in own_files(compose.read_bytes(), lambda n: (deploy_dir / n).is_file())
+                      if n not in names]
     return names
 
 
-def read_deployed(deploy_dir: Path) -> dict[str, bytes]:
-    return {n: (deploy_dir / n).read_bytes() for n in deployed_names(deploy_dir)}
+def compose_names(files: Iterable[str], compose_files: Sequence[str]) -> tuple[str, ...]:
+    """The project's compose files (in -f order) that a deployment's file set holds: an adopted
+    base + override pair is both, a rendered deployment its one docker-compose.yml."""
+    held = set(files)
+    return tuple(n for n in compose_files if n in held) or (COMPOSE_FILE,)
 
 
-def write_deployed(deploy_dir: Path, files: Mapping[str, bytes]) -> None:
-    """Make `deploy_dir` hold exactly `files`: each written atomically, strays removed."""
+def read_deployed(deploy_dir: Path, compose_files: Sequence[str] = (COMPOSE_FILE,)) -> dict[str, bytes]:
+    return {n: (deploy_dir / n).read_bytes() for n in deployed_names(deploy_dir, compose_files)}
+
+
+def write_deployed(deploy_dir: Path, files: Mapping[str, bytes],
+                   compose_files: Sequence[str] = (COMPOSE_FILE,)) -> None:
+    """Make `deploy_dir` hold exactly `files`: each written atomically, strays removed (an
+    override file of `compose_files` a rendered deployment does not have, too: Compose would
+    merge it)."""
     deploy_dir.mkdir(parents=True, exist_ok=True)
-    before = deployed_names(deploy_dir)  # what the old compose file read (a companion's secrets file)
+    # The tool's own files the old deployment had (a companion's secrets file the new one no longer
+    # reads); never the operator's files an adopted compose file read, which companions may still bind.
+    before = [n for n in deployed_names(deploy_dir, compose_files)
+              if n in OURS or n in compose_files or n.endswith(COMPANION_SECRETS_SUFFIX)
+              or n.startswith(("patches/", f"{COMPANIONS_DIR}/"))]
     for name, data in files.items():
         write_atomic(deploy_dir / name, data, mode=private_mode(name, data))
-    for name in dict.fromkeys([*before, *deployed_names(deploy_dir)]):
+    for name in dict.fromkeys([*before, *deployed_names(deploy_dir, compose_files)]):
         if name not in files and (deploy_dir / name).is_file():
             (deploy_dir / name).unlink()
     for folder in {(deploy_dir / name).parent for name in files} | {deploy_dir}:
@@ -66,11 +83,15 @@ class DeployDir:
 
     deploy_dir: Path
 
+    def compose_files(self) -> tuple[str, ...]:
+        """The project's compose files, in -f order (a node's config names its own)."""
+        return (COMPOSE_FILE,)
+
     def read_deployed(self) -> dict[str, bytes]:
-        return read_deployed(self.deploy_dir)
+        return read_deployed(self.deploy_dir, self.compose_files())
 
     def write_deployed(self, files: Mapping[str, bytes]) -> None:
-        write_deployed(self.deploy_dir, files)
+        write_deployed(self.deploy_dir, files, self.compose_files())
 
     def has_compose_file(self) -> bool:
         return (self.deploy_dir / COMPOSE_FILE).is_file()
@@ -82,7 +103,7 @@ def drift(node: Node, cur: Revision, box: dict[str, Any]) -> list[str]:
     from ..state.revisions import sha256
 
     found: list[str] = []
-    live = {name: sha256(data) for name, data in read_deployed(node.deploy_dir).items()}
+    live = {name: sha256(data) for name, data in read_deployed(node.deploy_dir, node.compose_files).items()}
     want = cur.meta.files  # the hashes it recorded: its stored copy may be what is damaged
     changed = sorted(n for n in set(live) | set(want) if live.get(n) != want.get(n))
     if changed:

@@ -15,10 +15,19 @@ PROFILE = "gpu"
 class Compose:
     project_dir: Path
     project: str
+    # The project's compose files in the folder, in -f order, and its profiles, as Compose ran it
+    # (node config compose_files and profiles); a rendered deployment is one file and `gpu`.
+    files: tuple[str, ...] = (COMPOSE_FILE,)
+    profiles: tuple[str, ...] = (PROFILE,)
 
     def base(self) -> list[str]:
-        return ["docker", "compose", "--project-directory", str(self.project_dir),
-                "-f", str(self.project_dir / COMPOSE_FILE), "-p", self.project, "--profile", PROFILE]
+        argv = ["docker", "compose", "--project-directory", str(self.project_dir)]
+        for name in self.files:
+            argv += ["-f", str(self.project_dir / name)]
+        argv += ["-p", self.project]
+        for profile in self.profiles:
+            argv += ["--profile", profile]
+        return argv
 
     def config(self, *, fmt: str = "yaml") -> list[str]:
         return [*self.base(), "config", "--format", fmt]
@@ -46,12 +55,17 @@ class Compose:
         return [*argv, service]
 
 
-def config_of(compose_file: Path, *, env_file: Path | None = None) -> list[str]:
-    """`docker compose config` of an operator's own compose file, as Compose reads it: every
+def config_of(compose_file: Path, *, env_file: Path | None = None, more: Sequence[Path] = (),
+              profiles: Sequence[str] = ()) -> list[str]:
+    """`docker compose config` of an operator's own compose file (and the files `more` Compose
+    reads after it: an override file), as Compose reads them: the `profiles` given, else every
     profile on (a vllm service often sits behind one), ${VAR} from `env_file` or else the .env
     beside the file (and the shell), env_file: contents merged into each service's environment."""
-    argv = ["docker", "compose", "--project-directory", str(compose_file.parent), "-f", str(compose_file),
-            "--profile", "*"]
+    argv = ["docker", "compose", "--project-directory", str(compose_file.parent), "-f", str(compose_file)]
+    for path in more:
+        argv += ["-f", str(path)]
+    for profile in profiles or ["*"]:
+        argv += ["--profile", profile]
     if env_file is not None:
         argv += ["--env-file", str(env_file)]
     return [*argv, "config", "--format", "json"]

@@ -17,7 +17,6 @@ from typing import Any
 from ..deploy.deploydir import WORKING_DIR as WORKING_DIR  # the label init and adopt read here
 from ..errors import UserError
 from . import engine
-from .compose import PROFILE
 from .proc import last_line, run
 
 PROJECT = "com.docker.compose.project"
@@ -87,14 +86,18 @@ def live_projects() -> list[LiveProject]:
     return sorted(projects.values(), key=lambda p: p.name)
 
 
-def project_config(project: LiveProject) -> dict[str, Any]:
-    """`docker compose config` of the project's own files, as Compose resolves them."""
+def project_config(project: LiveProject, *, interpolate: bool = True) -> dict[str, Any]:
+    """`docker compose config` of the project's own files with every profile on (which of them
+    run, its containers say), as Compose resolves them; `interpolate=False`: ${VAR} as written."""
     argv = ["docker", "compose", "--project-directory", str(project.working_dir), "-p", project.name]
     for f in project.config_files:
         argv += ["-f", str(f)]
     for f in project.env_files:
         argv += ["--env-file", str(f)]
-    result = run([*argv, "--profile", PROFILE, "config", "--format", "json"], timeout=60, check=False)
+    argv += ["--profile", "*", "config", "--format", "json"]
+    if not interpolate:
+        argv.append("--no-interpolate")
+    result = run(argv, timeout=60, check=False)
     if result.returncode != 0:
         where = ", ".join(map(str, project.config_files)) or str(project.working_dir)
         raise UserError(f"docker compose config rejects project {project.name}'s files: {last_line(result.stderr)}",

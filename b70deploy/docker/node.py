@@ -21,7 +21,7 @@ from docker import errors as docker_errors
 from dotenv import dotenv_values
 
 from ..config import hub
-from ..deploy.deploydir import DeployDir
+from ..deploy.deploydir import DeployDir, compose_names
 from ..errors import B70Error, OperationError
 from ..render.door import DOOR_SERVICE, config_text, digest_in, vllm_port_in
 from ..render.draft import ensure_draft_copy, stack_copy
@@ -30,7 +30,7 @@ from ..state import caches
 from ..state.fsio import write_tree
 from ..vllmlog.diagnosis import diagnose
 from . import door, engine, pagecache, standby
-from .compose import Compose
+from .compose import PROFILE, Compose
 from .health import wait_healthy
 from .keep import REPO, is_keep_tag, keep_tag
 from .probe import probe_health
@@ -47,17 +47,19 @@ if TYPE_CHECKING:
 STOP_TIMEOUT = 30  # seconds from the stop signal to SIGKILL, as `docker compose stop --timeout 30`
 
 
-def compose_config(files: Mapping[str, bytes], project: str,
-                   folder: Path | None = None) -> tuple[dict[str, Any] | None, str | None]:
+def compose_config(files: Mapping[str, bytes], project: str, folder: Path | None = None, *,
+                   compose_files: Sequence[str] = (COMPOSE_FILE,),
+                   profiles: Sequence[str] = (PROFILE,)) -> tuple[dict[str, Any] | None, str | None]:
     """`docker compose config` of `files` written into `folder` (default: a scratch folder gone
-    on return; a caller that reads the bind sources afterwards passes its own): (the resolved
-    config, None) or (None, why Compose refused them). OperationError when Compose itself cannot
-    run (no plugin, no engine)."""
+    on return; a caller that reads the bind sources afterwards passes its own), read as the
+    project's `compose_files` (those `files` hold) with its `profiles`: (the resolved config,
+    None) or (None, why Compose refused them). OperationError when Compose itself cannot run (no
+    plugin, no engine)."""
     if folder is None:
         with tempfile.TemporaryDirectory(prefix="b70deploy-config-") as tmp:
-            return compose_config(files, project, Path(tmp))
+            return compose_config(files, project, Path(tmp), compose_files=compose_files, profiles=profiles)
     write_tree(folder, files)
-    argv = Compose(folder, project).config(fmt="json")
+    argv = Compose(folder, project, compose_names(files, compose_files), tuple(profiles)).config(fmt="json")
     try:
         result = run(argv, timeout=60, check=False)
     except B70Error as e:
@@ -144,13 +146,21 @@ class DockerNode(DeployDir):
         env = self._deployed_env()
         return int(env["VLLM_PORT"]) if "DOOR_PORT" in env and env.get("VLLM_PORT", "").isdigit() else self.port
 
+    def compose_files(self) -> tuple[str, ...]:
+        return tuple(self.node.config.compose_files)
+
     @property
     def compose(self) -> Compose:
-        return Compose(self.deploy_dir, self.project)
+        """Compose on the deploy dir as it is now: the project's compose files it holds (an adopted
+        base + override pair, or a rendered deployment's one file) and the project's profiles."""
+        held = [n for n in self.compose_files() if (self.deploy_dir / n).is_file()]
+        return Compose(self.deploy_dir, self.project, compose_names(held, self.compose_files()),
+                       tuple(self.node.config.profiles))
 
     # ---- compose
     def compose_config(self, files: Mapping[str, bytes]) -> tuple[dict[str, Any] | None, str | None]:
-        return compose_config(files, self.project)
+        return compose_config(files, self.project, compose_files=self.compose_files(),
+                              profiles=self.node.config.profiles)
 
     def up(self, services: Sequence[str], *, recreate: bool = True) -> None:
         self._moved()
@@ -330,7 +340,8 @@ class DockerNode(DeployDir):
         # Its own loopback port: Compose takes VLLM_PORT from the environment before the .env file.
         port = standby.free_port(self.node.config.ports.standby, taken=standby.ports_taken(self.project, self.service))
         env = {**os.environ, "VLLM_PORT": str(port)}
-        run(Compose(self.deploy_dir, name).create([self.service], stop_timeout=STOP_TIMEOUT), timeout=300, env=env)
+        compose = Compose(self.deploy_dir, name, self.compose.files, self.compose.profiles)
+        run(compose.create([self.service], stop_timeout=STOP_TIMEOUT), timeout=300, env=env)
 
     def start_beside(self, slot: int) -> None:
         self._moved()

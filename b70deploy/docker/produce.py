@@ -144,4 +144,7 @@ def _gpu_missing(node: Node, stack: Stack, client: Any) -> list[str]:
 def _compose_config(out: Produced) -> None:
     from .node import compose_config
 
-    out.compose_config, out.compose_error = compose_config(out.rendered.files, out.node.project)
+    # The rendered services are in the node's profiles: Compose lists them only with those on.
+    cfg = out.node.config
+    out.compose_config, out.compose_error = compose_config(out.rendered.files, out.node.project,
+                                                           compose_files=cfg.compose_files, profiles=cfg.profiles)

@@ -168,12 +168,6 @@ def service(door: Door, vllm: str = "vllm") -> dict[str, Any]:
     return {"image": image, "command": list(COMMAND), "container_port": DOOR_PORT, "digest": digest}
 
 
-def api_base(with_door: bool, vllm: str = "vllm", port: int = CONTAINER_PORT) -> str:
-    """Where the companions (open-webui) send their API calls: the door when there is one, else
-    the vLLM service `vllm`."""
-    return f"http://{DOOR_SERVICE}:{DOOR_PORT}/v1" if with_door else f"http://{upstream(vllm, port)}/v1"
-
-
 _DIGEST_LINE = re.compile(rb'\n      b70deploy.door: "([0-9a-f]+)"\n')
 _IMAGE_LINE = re.compile(rb'\n  door:\n    image: "([^"\n]+)"\n')
 

@@ -4,3 +4,5 @@ the readers of a deploy dir (deploy/deploydir.py, for `status`) do not import th
 COMPOSE_FILE = "docker-compose.yml"
 DOTENV_FILE = ".env"
 RUNTIME_ENV_FILE = "vllm.env"  # like DOTENV_FILE, an env file: written 0600 (state/fsio.file_mode)
+COMPANIONS_DIR = "companions"  # a stack's companion files (stack companion_files), bound by the companions
+COMPANION_SECRETS_SUFFIX = ".secrets.env"  # a companion's secrets env file: NAME.secrets.env, 0600

@@ -22,6 +22,7 @@ from ..state.fsio import file_mode
 from . import door as door_config
 from . import standby
 from .devices import DeviceAccess
+from .filenames import COMPANION_SECRETS_SUFFIX, COMPANIONS_DIR
 from .filenames import COMPOSE_FILE as COMPOSE_FILE  # re-exported: the deploy-dir names, imported from here
 from .filenames import DOTENV_FILE as DOTENV_FILE
 from .filenames import RUNTIME_ENV_FILE as RUNTIME_ENV_FILE
@@ -68,7 +69,7 @@ class Rendered:
 
 def companion_env_file(name: str) -> str:
     """The 0600 env file (state.fsio.file_mode: `*.env`) a companion reads its secrets from."""
-    return f"{name}.secrets.env"
+    return f"{name}{COMPANION_SECRETS_SUFFIX}"
 
 
 
@@ -251,13 +252,17 @@ def render(stack: Stack, node: Node, devices: GpuAccess | DeviceAccess, *, secre
         environment={**(caches.container_env(access.platform) if warm else {}), **access.environment,
                      **(standby.DEV_MODE if sleep else {})},
         door=door_config.service(node.config.door, node.service) if with_door else None,
-        api_base=door_config.api_base(with_door, node.service, stack.container_port),
     )
     compose, _ = merge_passthrough(compose, _hub_cache(stack, node), service=node.service,
                                    where=f"node config {node.source}: hf_cache")
     dark = project is not None and project != node.project
-    compose, merged = merge_passthrough(compose, stack.compose, service=node.service, networks=node.config.networks,
-                                        dark=dark, where=f"stack {stack.name}: compose")
+    # The node's own settings of the service (the hand-made deployment's security_opt, devices,
+    # group_add...) first: every stack has them; a stack's compose: keys go on top.
+    compose, merged = merge_passthrough(compose, node.config.compose, service=node.service, dark=dark,
+                                        where=f"node config {node.source}: compose")
+    compose, said = merge_passthrough(compose, stack.compose, service=node.service, networks=node.config.networks,
+                                      dark=dark, where=f"stack {stack.name}: compose")
+    merged += [note for note in said if note not in merged]
     for c in node.config.companions:
         compose, said = merge_passthrough(compose, c.compose, service=c.name, dark=dark,
                                           where=f"node config {node.source}: companions.{c.name}.compose")
@@ -290,7 +295,8 @@ def render(stack: Stack, node: Node, devices: GpuAccess | DeviceAccess, *, secre
     return Rendered(
         stack=stack.name,
         files={COMPOSE_FILE: compose.encode(), DOTENV_FILE: dotenv.encode(), RUNTIME_ENV_FILE: runtime.encode(),
-               **companion_files, **(patch_files or {})},
+               **companion_files, **(patch_files or {}),
+               **{f"{COMPANIONS_DIR}/{name}": text.encode() for name, text in stack.companion_files.items()}},
         command=command,
         notes=tuple(notes),
         interpolation=interp,

@@ -301,6 +301,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--chat-template", default=None)
     p.add_argument("--disable-log-requests", action="store_true")
     p.add_argument("--disable-log-stats", action="store_true")
+    # The multimodal limits (vllm/engine/arg_utils.py, MultiModalConfig's limit_per_prompt and
+    # mm_processor_kwargs): JSON, as vLLM parses them; the text-only sim serves no images.
+    p.add_argument("--limit-mm-per-prompt", type=_json_object, default=None)
+    p.add_argument("--mm-processor-kwargs", type=_json_object, default=None)
     # ModelConfig.max_seq_len_to_capture (vllm/config.py of the 0.6 to 0.10 releases): the CUDA-graph
     # length, which OPEA's Gaudi compose files still pass.
     p.add_argument("--max-seq-len-to-capture", type=int, default=8192)

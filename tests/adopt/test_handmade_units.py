@@ -19,6 +19,7 @@ from b70deploy.actions.inspect import diff_revisions, differences
 from b70deploy.actions.rollback import handmade_origin
 from b70deploy.config.compose_folder import Reference, references
 from b70deploy.config.node import load_node
+from b70deploy.config.schema import NodeConfig
 from b70deploy.deploy.deploydir import deployed_names
 from b70deploy.docker.discover import LiveProject, LiveService
 from b70deploy.docker.image_inspect import ImageFacts
@@ -127,9 +128,9 @@ def test_init_writes_the_report_node_from_what_it_found() -> None:
     assert cfg["gids"] == {"render": 992, "video": 44} and cfg["device_dir"] == "/dev/dri"
     assert cfg["ports"] == {"prod": 8000, "dark": 8001} and cfg["bind_address"] == "192.168.0.61"
     assert cfg["models_dir"] == "/srv/models" and cfg["secrets_env_file"] == "/apps/b70-vllm/vllm023.env"
-    # The rendered compose file sets OPENAI_API_BASE_URL itself; the secret is masked when shown.
+    # The companion's own OPENAI_API_BASE_URL is kept (nothing renders one); the secret is masked when shown.
     assert cfg["companions"] == [{"name": "open-webui", "image": WEBUI_SPEC["image"], "port": 3000,
-                                  "container_port": 8080, "environment": {"WEBUI_SECRET_KEY": "hunter2"}}]
+                                  "container_port": 8080, "environment": WEBUI_SPEC["environment"]}]
     assert got.secret and "hunter2" not in str(got.to_dict()) and "hunter2" not in str([f.shown() for f in got.facts])
     sources = {f.key: f.source for f in got.facts}
     assert "label com.docker.compose.project" in sources["project"] and "/dev/dri" in sources["gids"]
@@ -179,7 +180,7 @@ def test_init_says_what_it_could_not_find() -> None:
     assert got.config["device_dir"] is None
     notes = " | ".join(got.notes)
     assert "no GPU device nodes" in notes and "publishes no port" in notes and "has no command" in notes
-    assert "adopt takes one file named docker-compose.yml" in notes
+    assert got.config["compose_files"] == ["compose.yaml", "gpu.override.yml"]  # the label's files, in -f order
     # A vLLM service of another name is the node's `service:` (every command then uses that name).
     named = plan(discovery({"llm": {"image": "x"}, "proxy": {"image": "caddy:2"}}, vllm_service="llm")).config
     assert named["service"] == "llm" and [c["name"] for c in named["companions"]] == ["proxy"]
@@ -303,3 +304,43 @@ def test_init_picks_a_dark_port_no_service_of_the_project_publishes() -> None:
     proxy = {"image": "caddy:2", "ports": [{"target": 80, "published": "8002"}]}
     got = plan(discovery({"vllm": VLLM_SPEC, "open-webui": webui, "proxy": proxy}))
     assert got.config["ports"] == {"prod": 8000, "dark": 8003}
+
+
+def test_init_takes_the_project_as_compose_ran_it() -> None:
+    """Issue 33: the files and profiles of the running project, the service named among several
+    vLLM services (the variant not started is no companion), the node-wide keys of the running
+    service and the project's networks, the device folder from its device map, companions'
+    environment as written."""
+    vllm = {**VLLM_SPEC, "profiles": ["nvidia"], "security_opt": ["label=disable"], "group_add": ["44", "992"],
+            "devices": [{"source": "/srv/dri", "target": "/dev/dri", "permissions": "rwm"}], "ipc": "host",
+            "shm_size": "17179869184", "ulimits": {"memlock": -1}, "runtime": "nvidia",
+            "networks": {"appnet": None}}
+    embed = {**VLLM_SPEC, "profiles": ["nvidia"], "ports": []}
+    variant = {**VLLM_SPEC, "profiles": ["amd"]}
+    router = {"image": "litellm", "environment": {"DATABASE_URL": "postgresql://u:secret@db/x", "A": "x$$y"}}
+    services = {"vllm": vllm, "embed": embed, "vllm-amd": variant, "router": router}
+    d = discovery(services, files=["docker-compose.yml", "docker-compose.override.yml"])
+    d.chosen.services.pop("vllm-amd")       # behind a profile nobody started: no container
+    d.chosen.services["embed"] = dataclasses.replace(d.chosen.services["embed"], runs_vllm=True)
+    doc = {"services": services, "networks": {"appnet": {"name": "fixed-net", "ipam": {}},
+                                              "default": {"name": "b70-vllm_default", "ipam": {}}}}
+    written = {"services": {"router": {"environment": {"DATABASE_URL": "${DATABASE_URL}", "A": "x$$y"}}}}
+    got = plan(dataclasses.replace(d, compose=doc, written=written, device_dir=Path("/srv/dri"))).config
+    assert got["compose_files"] == ["docker-compose.yml", "docker-compose.override.yml"]
+    assert got["profiles"] == ["nvidia"]
+    assert "service" not in got                       # `vllm` among several: the one the tool switches
+    assert got["compose"] == {"networks": {"appnet": None}, "security_opt": ["label=disable"], "ipc": "host",
+                              "shm_size": "17179869184", "ulimits": {"memlock": -1}, "runtime": "nvidia",
+                              "devices": ["/srv/dri:/dev/dri"], "group_add": ["44", "992"]}
+    assert got["networks"] == {"appnet": {"name": "fixed-net"}}
+    comps = {c["name"]: c for c in got["companions"]}
+    assert sorted(comps) == ["embed", "router"]       # the other vLLM service is kept as a companion, as it is
+    assert comps["router"]["environment"] == {"DATABASE_URL": "${DATABASE_URL}", "A": "x$$y"}
+    NodeConfig.model_validate({k: v for k, v in got.items() if k != "state_dir"})
+    # Two vLLM services, neither named vllm: which one is asked for.
+    two = discovery({"chat": VLLM_SPEC, "embed": VLLM_SPEC}, vllm_service="chat")
+    two.chosen.services["embed"] = dataclasses.replace(two.chosen.services["embed"], runs_vllm=True)
+    with pytest.raises(UserError, match="runs vLLM in 2 services") as e:
+        plan(two)
+    assert "--service NAME" in (e.value.fix or "")
+    assert plan(dataclasses.replace(two, service="embed")).config["service"] == "embed"

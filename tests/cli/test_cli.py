@@ -276,7 +276,7 @@ def test_switch_dry_run_with_the_image_missing_prints_the_plan_then_the_refusal(
     r = run_cli(scratch.config, "switch", "gone", "--dry-run")
     assert r.returncode == 2, r.stderr
     assert "image b70t-absent/vllm:never is not on this engine: the files below name the tag" in r.stdout
-    assert " 5. drain " in r.stdout and "+++ switch-gone/docker-compose.yml" in r.stdout
+    assert " 3. idle " in r.stdout and " 6. drain " in r.stdout and "+++ switch-gone/docker-compose.yml" in r.stdout
     assert "VLLM_IMAGE='b70t-absent/vllm:never'" in r.stdout
     [line] = r.stderr.splitlines()
     assert "is not on this engine" in line and "fix: pull or build it first" in line

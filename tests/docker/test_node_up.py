@@ -4,10 +4,12 @@ the compose run and the stray sweep are stand-ins that record what they were ask
 from __future__ import annotations
 
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
+from b70deploy.config.schema import NodeConfig
 from b70deploy.docker import node as node_mod
 from b70deploy.docker.node import DockerNode
 from b70deploy.errors import OperationError
@@ -32,7 +34,8 @@ def make(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, failures: list[str]) -
     monkeypatch.setattr(node_mod, "run", run)
     monkeypatch.setattr(node_mod.engine, "remove_strays", remove_strays)
     monkeypatch.setattr(node_mod.time, "sleep", lambda s: calls.append("wait"))
-    return DockerNode(deploy_dir=tmp_path, node=None, project="p", port=8000), calls  # type: ignore[arg-type]
+    node = SimpleNamespace(config=NodeConfig())  # the compose argv reads the project's files and profiles
+    return DockerNode(deploy_dir=tmp_path, node=node, project="p", port=8000), calls  # type: ignore[arg-type]
 
 
 def test_a_name_conflict_from_a_killed_up_is_swept_and_retried(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

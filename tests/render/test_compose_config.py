@@ -69,7 +69,7 @@ def test_shipped_stack_passes_compose_config(name: str, scratch: Scratch, device
     assert vllm["volumes"][0]["source"] == str(node.models_dir)
     assert vllm["volumes"][0]["read_only"] is True
     assert set(doc["services"]) == {"vllm", "open-webui"}
-    assert doc["services"]["open-webui"]["environment"]["OPENAI_API_BASE_URL"] == "http://vllm:8000/v1"
+    assert "environment" not in doc["services"]["open-webui"]  # nothing the companion did not have (issue 33)
 
 
 def test_dark_port_resolves(scratch: Scratch, compose: Config) -> None:

@@ -39,7 +39,7 @@ def test_the_door_has_the_nodes_port_and_vllm_a_loopback_one(scratch: Scratch,
     assert door["labels"]["b70deploy.door"] == digest_in(r.files["docker-compose.yml"])
     assert (door["ports"][0]["host_ip"], door["ports"][0]["published"]) == ("0.0.0.0", "8000")
     assert (vllm["ports"][0]["host_ip"], vllm["ports"][0]["published"]) == ("127.0.0.1", "8012")
-    assert doc["services"]["open-webui"]["environment"]["OPENAI_API_BASE_URL"] == "http://door:8080/v1"
+    assert "environment" not in doc["services"]["open-webui"]  # the operator points it, not the door
     # The config is the node's, loaded through the admin API: not in the revision's files.
     assert door["entrypoint"] == ["caddy", "run", "--resume"] and "environment" not in door
     assert b"hold_seconds" not in r.files["docker-compose.yml"] and b"90s" not in r.files["docker-compose.yml"]

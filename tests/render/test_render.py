@@ -18,6 +18,7 @@ from b70deploy.config.catalogue import Catalogue
 from b70deploy.config.node import Node, load_node
 from b70deploy.config.resources import data_dir
 from b70deploy.config.schema import HostMount, Stack
+from b70deploy.errors import UserError
 from b70deploy.render import devices
 from b70deploy.render.files import COMPOSE_FILE, DOTENV_FILE, RUNTIME_ENV_FILE, Rendered, render
 
@@ -136,7 +137,8 @@ def test_hostile_values_cannot_inject_keys(scratch: Scratch) -> None:
     assert cmd[-7:] == ["--x", "a: b", "- c", "{d: e}", "#f", "$$HOME", "$${VLLM_MODEL}x"]
     webui = doc["services"]["webui"]
     assert webui["command"] == ["sh", "-c", evil.replace("$", "$$")]
-    assert webui["environment"]["WEBUI_NAME"] == "a: b $${X} $$$$"
+    # A companion's environment is Compose text as the operator wrote it: ${X} is Compose's, $$ a literal $.
+    assert webui["environment"]["WEBUI_NAME"] == "a: b ${X} $$"
     # One line, double-quoted with `\$` (Compose's escape; the docker test checks the round trip).
     assert r.files[RUNTIME_ENV_FILE].decode().splitlines()[1:] == ['NOTE="k: v # c \' \\" \\$x"']
 
@@ -376,6 +378,51 @@ def test_a_single_device_node_is_a_device_not_a_folder(tmp_path: Path) -> None:
         unavailable("mknod of a character device needs root")
     access = devices.scan(card)
     assert access.device_dir == card and list(access.gids.values()) == [44] and access.notes == ()
+
+
+def test_node_wide_settings_are_every_stacks(scratch: Scratch) -> None:
+    """Issue 33: the hand-made service's node-wide keys (init writes them into the node's compose:)
+    are in every rendered stack, under the stack's own keys; a companion gets no variable it did not
+    have. The node's profiles are what the compose calls enable: the rendered services sit under no
+    profile (issue 39: `docker compose config` by hand in the deploy dir lists them)."""
+    scratch.copy_shipped()
+    cfg = scratch.write_config({
+        "profiles": ["nvidia", "chat"], "networks": {"appnet": {"name": "fixed-net"}},
+        "compose": {"security_opt": ["label=disable"], "group_add": ["44"], "devices": ["/srv/dri:/dev/dri"],
+                    "shm_size": "17179869184", "ulimits": {"memlock": -1}, "runtime": "runc",
+                    "networks": {"appnet": None}},
+        "companions": [{"name": "router", "image": "litellm:1", "environment": {"DATABASE_URL": "${DATABASE_URL}"}}]})
+    node = load_node(str(cfg))
+    for name in ("ngram", "eagle3"):
+        doc = _compose(_render(node, name))
+        vllm, router = doc["services"]["vllm"], doc["services"]["router"]
+        assert vllm["security_opt"] == ["label=disable"] and "44" in vllm["group_add"]
+        assert "/srv/dri:/dev/dri" in vllm["devices"] and vllm["shm_size"] == "17179869184"
+        assert vllm["ulimits"] == {"memlock": -1} and vllm["runtime"] == "runc" and vllm["networks"] == {"appnet": None}
+        assert doc["networks"] == {"appnet": {"name": "fixed-net"}}
+        assert "profiles" not in vllm and "profiles" not in router
+        assert router["environment"] == {"DATABASE_URL": "${DATABASE_URL}"}   # as written, nothing added
+
+
+def test_a_stack_carries_its_companions_file(scratch: Scratch, tmp_path: Path) -> None:
+    """Issue 33: a router config that names the stack's served model is the stack's file, under
+    the deploy dir's companions/, which the deploy dir counts as its own (a rendered stack without
+    it removes it; a revision keeps it)."""
+    from b70deploy.deploy.deploydir import deployed_names, write_deployed
+
+    scratch.copy_shipped()
+    router = "model_list:\n  - model_name: chat\n    litellm_params: {model: openai/qwen3-30b-a3b-w4a16}\n"
+    scratch.write_stack("routed", {"extends": "ngram", "companion_files": {"litellm/config.yaml": router}})
+    node = load_node(str(scratch.write_config({})))
+    r = _render(node, "routed")
+    assert r.files["companions/litellm/config.yaml"] == router.encode()
+    write_deployed(tmp_path, r.files)
+    assert "companions/litellm/config.yaml" in deployed_names(tmp_path)
+    write_deployed(tmp_path, _render(node, "ngram").files)
+    assert not (tmp_path / "companions" / "litellm" / "config.yaml").exists()
+    scratch.write_stack("bad", {"extends": "ngram", "companion_files": {"../escape": "x"}})
+    with pytest.raises(UserError, match="not a file name under companions/"):
+        node.catalogue().load("bad")
 
 
 def test_a_companions_secrets_go_to_its_0600_env_file_never_inline(scratch: Scratch) -> None:

@@ -64,7 +64,9 @@ def test_init_marks_a_companions_variables_that_hold_a_marked_value(tmp_path: Pa
     value they marked, lists it in `secrets:`, masks it in all it prints and writes the file 0600."""
     box = LiveService(name="vllm", container="p-vllm-1", status="running", image_ref="vllm/vllm-openai",
                       image_id="sha256:0", runs_vllm=True)
-    project = LiveProject(name="p", working_dir=tmp_path, services={"vllm": box},
+    webui = LiveService(name="webui", container="p-webui-1", status="running", image_ref="open-webui",
+                        image_id="sha256:1", runs_vllm=False)  # a companion is a service Compose runs
+    project = LiveProject(name="p", working_dir=tmp_path, services={"vllm": box, "webui": webui},
                           config_files=[tmp_path / "docker-compose.yml"], env_files=[])
     doc = {"services": {"vllm": {"image": "vllm/vllm-openai", "command": ["vllm", "serve", "/models/m"]},
                         "webui": {"image": "ghcr.io/open-webui/open-webui:main", "environment": {
