@@ -126,6 +126,8 @@ class WatchNode:
         event = "watch.rolled-back" if outcome.ok else "watch.alert"
         emit(_line(event, act.revision, outcome.summary, act.diagnosis))
         self._tell(notifier, event, act, outcome.summary, to=act.to, now_on=outcome.revision)
+        if outcome.signals:  # a SIGTERM or Ctrl-C after the rollback's commit: said, now watching stops
+            raise KeyboardInterrupt
         return after
 
     def _keep_log(self, state: StateDir, act: Act) -> None:

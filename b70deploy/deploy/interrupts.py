@@ -54,8 +54,14 @@ def hold() -> None:
 
 
 def held() -> list[str]:
-    """The signals that came after the commit, by name."""
-    return [signal.Signals(s).name for s in _after_commit]
+    """The signals that came after the commit, by name; the hold ends with the run that asked for it
+    (a long-running command, `watch`, runs several and must stop on the next SIGTERM)."""
+    names = [signal.Signals(s).name for s in _after_commit]
+    _after_commit.clear()
+    if _active and threading.current_thread() is threading.main_thread():
+        for s in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(s, _raise)
+    return names
 
 
 @contextlib.contextmanager
