@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import stat
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -32,7 +33,7 @@ from ..render import devices
 from ..render.files import COMPOSE_FILE, DOTENV_FILE
 from ..render.from_compose import ImageEntrypoint, serve_arguments, stack_from_compose
 from ..render.gpu import read_back
-from ..render.masking import NONE, Secrets, is_secret, mask, secret_variables
+from ..render.masking import NONE, Secrets, is_reference, is_secret, mask, secret_variables
 from ..render.vllm_args import CONTAINER_MODELS, CONTAINER_PORT
 from ..state.fsio import write_atomic
 from ..state.stamps import now_iso
@@ -86,6 +87,8 @@ class Discovery:
     image: ImageEntrypoint | None = None   # the vllm service's image's ENTRYPOINT and CMD (what runs bare flags)
     # Values the operator's env files mark secret: all of a private (0600) one's, a secret name's in any.
     secret_values: frozenset[str] = frozenset()
+    # What Compose interpolates the project's files with: the values of its .env (or --env-file).
+    variables: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass
@@ -166,7 +169,8 @@ def gather(project: str | None, device_dir: Path | None = None, service: str | N
     return Discovery(compose=doc, compose_text=text, chosen=chosen, access=devices.scan(device_dir),
                      device_dir=device_dir, signs=signs, written=written, service=service,
                      image=entrypoint_facts(live.image_id or live.image_ref) if live is not None else None,
-                     secret_values=marked_values(chosen, text) if chosen else frozenset())
+                     secret_values=marked_values(chosen, text) if chosen else frozenset(),
+                     variables=project_variables(chosen) if chosen else {})
 
 
 def _vllm_name(p: discover.LiveProject, service: str | None) -> str:
@@ -197,6 +201,20 @@ def marked_values(p: discover.LiveProject, compose_text: bytes) -> frozenset[str
     dotenv = p.env_files or [p.working_dir / DOTENV_FILE]  # Compose reads the folder's .env unless told another
     return notice.marked_values({*dotenv, *(p.working_dir / r.name for r in references(compose_text)
                                              if r.kind == "env_file")})
+
+
+def project_variables(p: discover.LiveProject) -> dict[str, str]:
+    """The variables Compose interpolated the project with: its .env, or the env files it was told."""
+    from dotenv import dotenv_values
+
+    found: dict[str, str] = {}
+    for path in p.env_files or [p.working_dir / DOTENV_FILE]:
+        with contextlib.suppress(OSError):
+            found.update({k: v for k, v in dotenv_values(path).items() if v is not None})
+    return found
+
+
+_VARIABLE = re.compile(r"(?<!\$)\$\{?([A-Za-z_][A-Za-z0-9_]*)")
 
 
 def _port(spec: dict[str, Any], want: int | None = None) -> tuple[int, int, str | None] | None:
@@ -298,7 +316,7 @@ def plan(d: Discovery, state_dir: Path | None = None) -> InitPlan:
     written = (d.written or {}).get("services") or {}
     # Only the services Compose ran (a variant behind a profile nobody started is not the node's).
     companions = [_companion_of(other, services[other], doc, notes, (written.get(other) or {}).get("environment"),
-                                d.secret_values)
+                                d.secret_values, d.variables)
                   for other in sorted(services) if other != name and other in p.services]
     if companions:
         put("companions", companions, f"the other services of project {p.name} "
@@ -425,28 +443,35 @@ _COMPANION_KEYS = frozenset({"image", "command", "ports", "environment", "volume
 
 def _companion_of(name: str, spec: dict[str, Any], doc: dict[str, Any], notes: list[str],
                   written: dict[str, Any] | None = None,
-                  secret_values: frozenset[str] = frozenset()) -> dict[str, Any]:
+                  secret_values: frozenset[str] = frozenset(),
+                  variables: dict[str, str] | None = None) -> dict[str, Any]:
     """A companion as the node config keeps it: image, command, port, environment as written
-    (`written`: ${VAR} references kept; else as resolved, a literal `$` as Compose's `$$`), its
-    data volumes (a named volume by the engine's own name, so the switch mounts the same data)
-    and container_name."""
+    (`written`: ${VAR} references kept, with the values those variables had; else as resolved, a
+    literal `$` as Compose's `$$`), its data volumes (a named volume by the engine's own name, so
+    the switch mounts the same data) and container_name."""
     comp: dict[str, Any] = {"name": name, "image": spec.get("image")}
     if spec.get("command"):
         comp["command"] = [str(a) for a in spec["command"]]
     got = _port(spec)
     if got is not None:
         comp["port"], comp["container_port"] = got[0], got[1]
+    resolved = {str(k): "" if v is None else str(v) for k, v in (spec.get("environment") or {}).items()}
+    env = {k: v.replace("$", "$$") for k, v in resolved.items()}
     if written is not None:
-        env = {str(k): "" if v is None else str(v) for k, v in written.items()}
-    else:
-        env = {str(k): "" if v is None else str(v).replace("$", "$$")
-               for k, v in (spec.get("environment") or {}).items()}
+        # As written; what Compose read from an env_file is only in the resolved config: as it read it.
+        env = {**env, **{str(k): "" if v is None else str(v) for k, v in written.items()}}
     if env:
         comp["environment"] = env
-    resolved = {str(k): "" if v is None else str(v) for k, v in (spec.get("environment") or {}).items()}
-    marked = sorted(k for k, v in resolved.items()
-                    if k in env and not is_secret(k) and any(s in v for s in secret_values))
-    if marked:  # from an env file or .env the operator marked secret, under a name that does not say so
+    named = sorted({m for v in env.values() for m in _VARIABLE.findall(v)})
+    given = {k: (variables or {})[k] for k in named if k in (variables or {})}
+    if given:
+        comp["variables"] = given
+    # A value holding a secret in clear (a reference says where one is, and stays as written), or a
+    # variable's: from an env file or .env the operator marked secret, under a name that does not say so.
+    marked = sorted({k for k, v in env.items() if k not in named and not is_secret(k) and not is_reference(v)
+                     and any(s in resolved.get(k, "") for s in secret_values)}
+                    | {k for k, v in given.items() if not is_secret(k) and v in secret_values})
+    if marked:
         comp["secrets"] = marked
     volumes = []
     for v in spec.get("volumes") or []:

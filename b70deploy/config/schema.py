@@ -599,6 +599,10 @@ class Companion(Strict):
     # Keys of environment that hold a secret whatever their name (a value init found in an env
     # file or .env the operator marked secret): rendered into the companion's 0600 env file.
     secrets: list[str] = Field(default_factory=list)
+    # The values of the ${VAR}s its environment names, as the project's .env gave them to Compose
+    # when init read the node: the rendered .env carries them, so the references resolve after a
+    # switch as they did by hand. Listed in `secrets` where they hold one: masked in every output.
+    variables: EnvMap = Field(default_factory=dict)
     volumes: list[CompanionVolume] = Field(default_factory=list)
     # The hand-made service's own (clients and scripts may reach it by that name): a switch keeps it.
     container_name: str | None = None
@@ -629,10 +633,10 @@ class Companion(Strict):
 
     @model_validator(mode="after")
     def _secrets(self) -> Companion:
-        unknown = [k for k in self.secrets if k not in self.environment]
+        unknown = [k for k in self.secrets if k not in self.environment and k not in self.variables]
         if unknown:
-            raise invalid(f"companion {self.name}: secrets names {', '.join(unknown)}, not in its environment",
-                          "list only keys of the companion's environment")
+            raise invalid(f"companion {self.name}: secrets names {', '.join(unknown)}, not in its environment "
+                          "or variables", "list only keys of the companion's environment or variables")
         return self
 
     @field_validator("container_name")

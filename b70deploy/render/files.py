@@ -219,6 +219,10 @@ def render(stack: Stack, node: Node, devices: GpuAccess | DeviceAccess, *, secre
     with_door = node.config.door.enabled and project in (None, node.project)  # never a dark stack's
     interp = interpolation_values(stack, node, port=port, image=image, door=with_door)
     warm = "CACHE_DIR" in interp
+    # The operator's variables a companion's environment names (`${DB_PASSWORD}`), in the .env (0600)
+    # so those references resolve after a switch as they did by hand; the tool's own keys win.
+    for c in node.config.companions:
+        interp.update({k: v for k, v in c.variables.items() if k not in interp})
     # A companion's secrets (render/masking.secret_variables, with the node's secrets file's values).
     hidden = {c.name: secret_variables(c.environment, c.secrets, (secrets or {}).values())
               for c in node.config.companions}
@@ -291,7 +295,8 @@ def render(stack: Stack, node: Node, devices: GpuAccess | DeviceAccess, *, secre
                 name=name, values=sorted(values.items())).encode()
             notes.append(f"secrets of companion {name} go only into {companion_env_file(name)} (0600): "
                          + ", ".join(sorted(values)))
-    hidden_values = {v for values in hidden.values() for v in values.values()}
+    hidden_values = {v for values in hidden.values() for v in values.values()} | {
+        v for c in node.config.companions for v in secret_variables(c.variables, c.secrets).values()}
     return Rendered(
         stack=stack.name,
         files={COMPOSE_FILE: compose.encode(), DOTENV_FILE: dotenv.encode(), RUNTIME_ENV_FILE: runtime.encode(),

@@ -42,7 +42,8 @@ def node_secrets(node: Node) -> Secrets:
     found = Secrets(keys=frozenset(values), values=frozenset(values.values()))
     for c in node.config.companions if node.settings.companion_env else ():
         found |= Secrets(keys=frozenset(c.secrets),
-                         values=frozenset(secret_variables(c.environment, c.secrets).values()))
+                         values=frozenset(secret_variables(c.environment, c.secrets).values())
+                         | frozenset(secret_variables(c.variables, c.secrets).values()))
     return found
 
 

@@ -177,7 +177,9 @@ def test_no_secret_in_clear_through_every_command(node: Node) -> None:
     got = json.loads(n.cli("init", "--config", str(n.config), "--project", n.project, "--state-dir",
                            str(n.state), "--json", config=False))
     [companion] = yaml.safe_load(n.config.read_text())["companions"]
-    assert sorted(companion["secrets"]) == ["DATABASE_URL", "WEBUI_SIGNING"]  # their names do not say so
+    assert companion["secrets"] == ["WEBUI_SIGNING"]  # its name does not say so (DB_PASSWORD's does)
+    assert companion["environment"]["DATABASE_URL"] == "postgres://app:${DB_PASSWORD}@db/app"
+    assert companion["variables"] == {"DB_PASSWORD": f"{CANARY}-dotenv"}
     assert stat.S_IMODE(n.config.stat().st_mode) == 0o600
     assert any("the companions hold secrets" in note for note in got["notes"]), got["notes"]
     with n.config.open("a") as fh:  # test environment only: short waits, the receiver of notifications
@@ -214,7 +216,8 @@ def test_no_secret_in_clear_through_every_command(node: Node) -> None:
     n.cli("switch", "eagle3", "--yes")
     compose = (n.folder / "docker-compose.yml").read_text()
     assert "env_file:\n      - \"open-webui.secrets.env\"" in compose and CANARY not in compose
-    assert "postgres" not in compose  # the DATABASE_URL a secret of .env made secret is in the env file
+    assert 'DATABASE_URL: "postgres://app:${DB_PASSWORD}@db/app"' in compose  # the reference, as written
+    assert stat.S_IMODE((n.folder / ".env").stat().st_mode) == 0o600  # its value: in the .env, for Compose
     secret_file = n.folder / "open-webui.secrets.env"
     assert stat.S_IMODE(secret_file.stat().st_mode) == 0o600
     assert_containers_get_the_values(n)
