@@ -53,6 +53,15 @@ def _env_value(value: str) -> str:
 
 # Checked per entry, so an error's key path names the variable (env.BAD-KEY): with an
 # `extends:` chain and an overlay, that is what says which file set it.
+def _vllm_compose(v: dict[str, Any]) -> dict[str, Any]:
+    problem = check_keys(v)
+    if problem is not None:
+        raise invalid(*problem)
+    return v
+
+
+# Compose keys merged into the vllm service (a stack's own, or the node's node-wide ones).
+VllmCompose = Annotated[dict[str, Any], AfterValidator(_vllm_compose)]
 EnvMap = dict[Annotated[str, AfterValidator(_env_key)], Annotated[str, AfterValidator(_env_value)]]
 
 
@@ -315,7 +324,7 @@ class Stack(Strict):
     launcher: list[str] | None = None
     # Compose keys of the vllm service no stack key covers (ulimits, healthcheck, cap_add, ...),
     # merged in by render/passthrough.py; the keys b70deploy renders itself are refused there.
-    compose: dict[str, Any] = Field(default_factory=dict)
+    compose: VllmCompose = Field(default_factory=dict)
     env: EnvMap = Field(default_factory=dict)
     mounts: list[HostMount] = Field(default_factory=list)
     # A companion's per-stack file (a LiteLLM router config that names this stack's served model):
@@ -413,14 +422,6 @@ class Stack(Strict):
             raise invalid(f"launcher {v!r} is not python -m vllm.entrypoints.openai.api_server (or "
                           "vllm.entrypoints.cli.main serve)",
                           "write [python3, -m, vllm.entrypoints.openai.api_server], or drop launcher for vllm serve")
-        return v
-
-    @field_validator("compose")
-    @classmethod
-    def _compose(cls, v: dict[str, Any]) -> dict[str, Any]:
-        problem = check_keys(v)
-        if problem is not None:
-            raise invalid(*problem)
         return v
 
     @field_validator("extra_args")
@@ -746,7 +747,7 @@ class NodeConfig(Strict):
     # The vllm service's node-wide Compose keys (security_opt, cap_add, ipc, shm_size, ulimits,
     # runtime, devices, group_add, networks) as the hand-made deployment had them (init writes them):
     # every rendered stack has them, under its own compose: keys.
-    compose: dict[str, Any] = Field(default_factory=dict)
+    compose: VllmCompose = Field(default_factory=dict)
     # The project as Compose ran it: its compose files in the deploy dir, in -f order, and the
     # profiles its running services are in (init reads both from the running containers).
     compose_files: list[str] = Field(default_factory=lambda: ["docker-compose.yml"], min_length=1)
@@ -776,14 +777,6 @@ class NodeConfig(Strict):
     address: str = "127.0.0.1"          # host at which /health and smoke reach the node's ports
     # The inventory: one entry per node, each a set of overrides of the keys above.
     nodes: dict[str, dict[str, Any]] | None = None
-
-    @field_validator("compose")
-    @classmethod
-    def _compose(cls, v: dict[str, Any]) -> dict[str, Any]:
-        problem = check_keys(v)
-        if problem is not None:
-            raise invalid(*problem)
-        return v
 
     @field_validator("compose_files")
     @classmethod
