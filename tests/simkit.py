@@ -326,3 +326,12 @@ def leftovers(own_dirs: Sequence[Path] = ()) -> list[tuple[str, str]]:
     left += [("image", ref) for ref in docker("images", "--format", "{{.Repository}}:{{.Tag}}").stdout.split()
              if SESSION in ref]
     return left
+
+
+def up_by_hand(folder: Path, health_url: str) -> None:
+    """Bring a hand-made project up as its operator does (`docker compose --profile gpu up -d` in its
+    folder) and wait for vLLM's /health: the layout the tool then finds, adopts and switches."""
+    up = subprocess.run(["docker", "compose", "--profile", "gpu", "up", "-d"], cwd=folder, capture_output=True,
+                        text=True, timeout=180, check=False)
+    assert up.returncode == 0, up.stderr
+    wait_status(health_url, 200, timeout=60)

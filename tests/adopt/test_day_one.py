@@ -135,10 +135,7 @@ def hand_node(tmp_path: Path, sim_images: dict[str, str], free_port: Callable[[]
     node = HandNode(root=tmp_path, folder=folder, project=project, port=port, tags=tags,
                     config=tmp_path / "node.yaml", originals={n: t.encode() for n, t in files.items()})
     try:
-        up = subprocess.run(["docker", "compose", "--profile", "gpu", "up", "-d"], cwd=folder, capture_output=True,
-                            text=True, timeout=180, check=False)
-        assert up.returncode == 0, up.stderr
-        simkit.wait_status(node.url("/health"), 200, timeout=60)
+        simkit.up_by_hand(folder, node.url("/health"))
         yield node
     finally:
         simkit.remove_by_project(project)
@@ -272,12 +269,15 @@ def test_a_rollback_to_the_adopted_revision_keeps_the_door_in_front(hand_node: H
     door_tag = f"{node.project}/door:caddy"
     docker("tag", build_door().tag, door_tag)
     node.tags["door"] = door_tag  # removed with the fixture's tags
+    # init's dark port is the first above prod no service publishes: never handed out as the probe port.
+    taken = set(yaml.safe_load(node.config.read_text())["ports"].values())
+    probe = next(p for p in iter(free_port, None) if p not in taken)
     with node.config.open("a") as fh:
         fh.write(yaml.safe_dump({
             "image_map": {"intel/vllm:latest": node.tags["bash-c"], "vllm-xpu:0.19.0-tr5": node.tags["serve"]},
             "stack_overlay": {"settle_seconds": 0.5}, "load_threshold": 1000,
             "timeouts": {"health": 60, "rollback": 60, "poll_interval": 0.2},
-            "door": {"image": door_tag, "probe_port": free_port()}}))  # a door key: the door is on
+            "door": {"image": door_tag, "probe_port": probe}}))  # a door key: the door is on
     assert node.json("adopt", "--as", "ngram")["revision"] == 1
     node.cli("switch", "eagle3", "--yes")
     assert service_box(node.project)["Config"]["Labels"]["b70deploy.stack"] == "eagle3"

@@ -99,10 +99,7 @@ def wide_node(tmp_path: Path, sim_images: dict[str, str], free_port: Callable[[]
     node = WideNode(root=tmp_path, folder=folder, project=project, network=network, dri=dri, port=port,
                     config=tmp_path / "node.yaml")
     try:
-        up = subprocess.run(["docker", "compose", "--profile", "gpu", "up", "-d"], cwd=folder, capture_output=True,
-                            text=True, timeout=180, check=False)
-        assert up.returncode == 0, up.stderr
-        simkit.wait_status(f"http://127.0.0.1:{port}/health", 200, timeout=60)
+        simkit.up_by_hand(folder, f"http://127.0.0.1:{port}/health")
         yield node
     finally:
         simkit.remove_by_project(project)

@@ -183,10 +183,7 @@ def real_node(tmp_path: Path, sim_images: dict[str, str], free_port: Callable[[]
             if name.endswith(".env") or ".env." in name:
                 os.chmod(folder / name, 0o600)
         node.originals = {n: t.encode() for n, t in files.items()}
-        up = subprocess.run(["docker", "compose", "--profile", "gpu", "up", "-d"], cwd=folder, capture_output=True,
-                            text=True, timeout=180, check=False)
-        assert up.returncode == 0, up.stderr
-        simkit.wait_status(f"http://127.0.0.1:{port}/health", 200, timeout=60)
+        simkit.up_by_hand(folder, f"http://127.0.0.1:{port}/health")
         yield node
     finally:
         simkit.remove_by_project(project)

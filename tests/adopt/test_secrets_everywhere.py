@@ -129,10 +129,7 @@ def node(tmp_path_factory: pytest.TempPathFactory, sim_images: dict[str, str]) -
                  project=project, port=port, webui_port=webui, hooks=hooks)
         n.config.parent.mkdir()
         try:
-            up = subprocess.run(["docker", "compose", "--profile", "gpu", "up", "-d"], cwd=folder,
-                                capture_output=True, text=True, timeout=180, check=False)
-            assert up.returncode == 0, up.stderr
-            simkit.wait_status(f"http://127.0.0.1:{port}/health", 200, timeout=60)
+            simkit.up_by_hand(folder, f"http://127.0.0.1:{port}/health")
             yield n
         finally:
             simkit.remove_by_project(project)
