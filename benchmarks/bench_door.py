@@ -18,12 +18,17 @@ with a full answer, from the operation's start to its end plus one second).
 
 Then the SSE first-chunk latency of each node: the time from sending a streaming completion to
 its first content chunk, through the door (the node's port) and direct (vllm's loopback probe
-port), the four paths interleaved in each of `--sse` rounds per run; a door's overhead in a run
+port), each on a new connection (`Connection: close`) and on one kept across requests, the eight
+paths interleaved in each of `--sse` rounds per run; a door's overhead in a run
 is the median of its rounds' differences (through less direct), reported over the runs as their
 median with min and max. The load average is recorded at each run's start and end (the machine
 is shared).
 
-Every client sends `Connection: close` (the server closes first).
+Every client sends `Connection: close` (the server closes first), but the kept-connection paths.
+Both ways of the first chunk go through docker-proxy (Docker's userland proxy answers a published
+port on loopback). On a new connection the door dials vllm on a connection it keeps (its
+keep-alive), while the direct path makes vllm accept one per request: the door saves that. On a
+kept connection neither path sets one up, so that overhead is the door's relay alone.
 
     python benchmarks/bench_door.py --base /work/wt-door-base --json benchmarks/results/door.json
 """
@@ -199,23 +204,27 @@ def make_node(root: Path, *, door: bool, boot: float, hold: float, repo: Path = 
     return Node(b, door, repo, label)
 
 
-def first_chunk(port: int) -> float:
-    """Seconds from sending a streaming completion (a new connection, as the clients make) to its
-    first content chunk; http.client, so that the client's own time is small and the same on both
-    paths. The stream is read to its end, as a client does: one left early makes the door drop its
-    connection to vllm, which a client's whole stream never does."""
+def first_chunk(port: int, kept: http.client.HTTPConnection | None = None) -> float:
+    """Seconds from sending a streaming completion to its first content chunk; http.client, so that
+    the client's own time is small and the same on both paths. On a new connection closed after the
+    answer (`Connection: close`, as the clients make), or on `kept`, one connection kept open across
+    requests (as the openai client's pool does): then no connection is set up on either path, and
+    the door's overhead is its relay alone. The stream is read to its end, as a client does: one
+    left early makes the door drop its connection to vllm, which a client's whole stream never does."""
     body = json.dumps({"model": MODEL, "prompt": "The capital of France is", "max_tokens": 1, "stream": True})
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+    conn = kept or http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+    headers = {"Content-Type": "application/json"} | ({} if kept else {"Connection": "close"})
     took = None
     try:
         t0 = time.perf_counter()
-        conn.request("POST", "/v1/completions", body, {"Content-Type": "application/json", "Connection": "close"})
+        conn.request("POST", "/v1/completions", body, headers)
         r = conn.getresponse()
         while line := r.readline():
             if took is None and line.startswith(b"data: {") and json.loads(line[6:])["choices"][0]["text"]:
                 took = time.perf_counter() - t0
     finally:
-        conn.close()
+        if kept is None:
+            conn.close()
     if took is None:
         raise RuntimeError(f"no content chunk from port {port}: {r.status}")
     return took
@@ -226,20 +235,29 @@ def load() -> list[float]:
 
 
 def overhead(nodes: list[Node], samples: int) -> dict[str, Any]:
-    """First-chunk latency through each node's door and direct to its vllm, the four interleaved in
-    every round (the order turning each round), so the shared machine's load falls on all alike; a
-    node's overhead is the median of its rounds' differences (through less direct)."""
-    paths = [(n.label, way, n.bench.prod_port if way == "through" else n.probe) for n in nodes
-             for way in ("through", "direct")]
-    got: dict[tuple[str, str], list[float]] = {(label, way): [] for label, way, _ in paths}
-    for i in range(samples):
-        for label, way, port in paths[i % len(paths):] + paths[:i % len(paths)]:
-            got[(label, way)].append(first_chunk(port) * 1000)
-    out = {}
+    """First-chunk latency through each node's door and direct to its vllm, on a new connection and
+    on a kept one, the eight paths interleaved in every round (the order turning each round), so the
+    shared machine's load falls on all alike; a node's overhead is the median of its rounds'
+    differences (through less direct)."""
+    paths = [(n.label, way, conn, n.bench.prod_port if way == "through" else n.probe) for n in nodes
+             for way in ("through", "direct") for conn in ("new", "kept")]
+    kept = {port: http.client.HTTPConnection("127.0.0.1", port, timeout=60) for *_, conn, port in paths
+            if conn == "kept"}
+    got: dict[tuple[str, str, str], list[float]] = {(label, way, conn): [] for label, way, conn, _ in paths}
+    try:
+        for i in range(samples):
+            for label, way, conn, port in paths[i % len(paths):] + paths[:i % len(paths)]:
+                got[(label, way, conn)].append(first_chunk(port, kept.get(port) if conn == "kept" else None) * 1000)
+    finally:
+        for c in kept.values():
+            c.close()
+    out: dict[str, Any] = {}
     for n in nodes:
-        through, direct = got[(n.label, "through")], got[(n.label, "direct")]
-        out[n.label] = {"through_ms": stats(through), "direct_ms": stats(direct),
-                        "overhead_ms": round(statistics.median(t - d for t, d in zip(through, direct, strict=True)), 3)}
+        for conn, key in (("new", n.label), ("kept", f"{n.label} kept")):
+            through, direct = got[(n.label, "through", conn)], got[(n.label, "direct", conn)]
+            out[key] = {"through_ms": stats(through), "direct_ms": stats(direct),
+                        "overhead_ms": round(statistics.median(t - d for t, d in zip(through, direct, strict=True)),
+                                             3)}
     return out
 
 
@@ -273,6 +291,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             got["load_end"] = load()
             runs.append(got)
         summary = {n.label: {"overhead_ms": stats([r["sse"][n.label]["overhead_ms"] for r in runs]),
+                             "kept_overhead_ms": stats([r["sse"][f"{n.label} kept"]["overhead_ms"] for r in runs]),
                              "failed": sum(o["failed"] for r in runs for o in r["operations"] if o["node"] == n.label),
                              "cut": sum(o["cut"] for r in runs for o in r["operations"] if o["node"] == n.label),
                              "streams": sum(o["streams"] for r in runs for o in r["operations"]
@@ -302,9 +321,10 @@ def table(result: dict[str, Any]) -> str:
                  for k, v in r["sse"].items()]
         lines.append(f"  run {r['run']}: {'; '.join(parts)}; load {r['load_start']} -> {r['load_end']}")
     for label, s in result["summary"].items():
-        o = s["overhead_ms"]
+        o, k = s["overhead_ms"], s["kept_overhead_ms"]
         lines.append(f"{label}: first-chunk overhead median {o['median']:.2f} ms (min {o['min']:.2f}, "
-                     f"max {o['max']:.2f}, {o['n']} runs); {s['failed']} failed requests, "
+                     f"max {o['max']:.2f}, {o['n']} runs; on a kept connection {k['median']:.2f}, "
+                     f"{k['min']:.2f} to {k['max']:.2f}); {s['failed']} failed requests, "
                      f"{s['cut']} cut of {s['streams']} streams (sim: {result['sim_chunks'][label]} chunks)")
     return "\n".join(lines)
 

@@ -55,6 +55,30 @@ behind the closed gate got 503 at the instant of a `caddy reload`, while an 8-ch
 through the same reload arrived whole. So the hold is turned by the gate, never by a config
 change, and a config change waits while the door holds (docker/door.py `configure`).
 
+Where a request's time goes (issue 37: first chunk through the door less direct, paired and
+interleaved, 2 shared cores at load 3 to 12). A new client connection to 127.0.0.1 reaches the
+door and vllm alike through docker-proxy, Docker's userland proxy for a published port (the
+default `userland-proxy: true`; a remote client is NATed by the kernel instead). Through the door
+it crosses one more process, Caddy, three times (request, headers, first chunk), while the door
+dials vllm on a kept connection and spares vllm the accept of a new one:
+- GOMAXPROCS=1 in the door's image (sim/door_image.py): bench_door 0.63 ms (0.33 to 1.03) against
+  1.03 (0.53 to 1.27) without it, lower in 4 of 5 paired runs. Caddy's time is scheduling, not
+  work: `perf` of the door put a quarter of its samples in the kernel's task switch and a tenth
+  in nanosleep from the Go runtime (idle threads spinning for work), no address of Caddy's own
+  code above 1.5 %; with one scheduler thread a request wakes no second one. One thread bounds the door's
+  throughput (automaxprocs' README: a Go proxy at 29,000 requests/s on one); vLLM's are far below.
+- Upstream keep-alive: off (a standby node) costs 1.2 ms more.
+- Its access log, metrics and health checks (the hold's counters and the gate) cost 0.1 to 0.2 ms
+  of CPU each per request, within the spread of the latency.
+- h2c to vllm: uvicorn serves HTTP/2 only with its opt-in zttp protocol (Kludex/uvicorn#3101),
+  and a kept HTTP/1.1 connection already sets nothing up per request.
+- The hop itself: the door on the host's network, listening on the node's port and dialing
+  vllm's loopback port, takes docker-proxy out of the door's path and measured -0.03 to +0.30 ms
+  with GOMAXPROCS=1 (dialing vllm's container address: -0.14 to -0.06). It is not done: the
+  admin API would leave the door's own loopback (today reached by `docker exec`; a socket the
+  tool reaches instead is issue 35's), and a standby's slot is followed by a network alias,
+  which the host's network does not resolve.
+
 Only the client API goes through: /v1/*, /health, /metrics, /version (vLLM's entrypoints).
 Everything else gets 403, vLLM's development endpoints first among them (attached only with
 VLLM_SERVER_DEV_MODE=1: /sleep, /wake_up, /is_sleeping, /collective_rpc, /reset_prefix_cache,

@@ -38,8 +38,9 @@ from .image import (
 
 RECIPE = "b70door-rootfs-2"
 APPLETS = ("sh", "mkdir", "printf", "rm", "cat", "wget", "echo", "mv", "test")
+# GOMAXPROCS=1: one Go scheduler thread runs the proxy; render/door.py says why (measured).
 CONFIG = ["ENV PATH=/usr/bin:/bin", "ENV HOME=/tmp", "ENV XDG_DATA_HOME=/tmp/caddy-data",
-          "ENV XDG_CONFIG_HOME=/tmp/caddy-config", "WORKDIR /", 'ENTRYPOINT ["caddy"]']
+          "ENV XDG_CONFIG_HOME=/tmp/caddy-config", "ENV GOMAXPROCS=1", "WORKDIR /", 'ENTRYPOINT ["caddy"]']
 
 
 def caddy_binary() -> Path:
