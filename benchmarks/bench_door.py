@@ -1,9 +1,8 @@
 """The front door against the current one (issue 37): the same sim, both doors, in one run.
 
 One run makes two sim nodes on the real Docker engine, both with `door: {enabled: true}`: one
-deployed by this tree (Caddy 2.11.7, one hop), one by `--base`, a checkout of the current door
-(main: Debian's Caddy 2.6, three hops), its CLI and its door image from that checkout, the sim
-image and stacks from this one. Then, `--runs` times, on each node in turn:
+deployed by this tree, one by `--base`, a checkout of the current door (e.g. main), its CLI and
+its door image from that checkout, the sim image and stacks from this one. Then, `--runs` times, on each node in turn:
 
   switch      alpha -> beta
   failed      beta -> crash (the report's Marlin crash at boot): rolled back to beta
