@@ -63,21 +63,28 @@ it crosses one more process, Caddy, three times (request, headers, first chunk),
 dials vllm on a kept connection and spares vllm the accept of a new one:
 - GOMAXPROCS=1 in the door's image (sim/door_image.py): bench_door 0.63 ms (0.33 to 1.03) against
   1.03 (0.53 to 1.27) without it, lower in 4 of 5 paired runs. Caddy's time is scheduling, not
-  work: `perf` of the door put a quarter of its samples in the kernel's task switch and a tenth
-  in nanosleep from the Go runtime (idle threads spinning for work), no address of Caddy's own
-  code above 1.5 %; with one scheduler thread a request wakes no second one. One thread bounds the door's
-  throughput (automaxprocs' README: a Go proxy at 29,000 requests/s on one); vLLM's are far below.
-- Upstream keep-alive: off (a standby node) costs 1.2 ms more.
-- Its access log, metrics and health checks (the hold's counters and the gate) cost 0.1 to 0.2 ms
-  of CPU each per request, within the spread of the latency.
-- h2c to vllm: uvicorn serves HTTP/2 only with its opt-in zttp protocol (Kludex/uvicorn#3101),
-  and a kept HTTP/1.1 connection already sets nothing up per request.
-- The hop itself: the door on the host's network, listening on the node's port and dialing
-  vllm's loopback port, takes docker-proxy out of the door's path and measured -0.03 to +0.30 ms
-  with GOMAXPROCS=1 (dialing vllm's container address: -0.14 to -0.06). It is not done: the
-  admin API would leave the door's own loopback (today reached by `docker exec`; a socket the
-  tool reaches instead is issue 35's), and a standby's slot is followed by a network alias,
-  which the host's network does not resolve.
+  work: `perf` of the door put a quarter of its samples in the kernel's task switch and a tenth in
+  nanosleep from the Go runtime (idle threads spinning for work), no address of Caddy's own code
+  above 1.5 %; with one scheduler thread a request wakes no second one. One thread bounds the
+  door's throughput (automaxprocs' README: a Go proxy at 29,000 requests/s on one); vLLM's rates
+  are far below that.
+- Upstream keep-alive: off (a standby node) costs 1.1 to 1.3 ms more. Dialing the live slot by
+  address would keep it on there, but the address changes during the hold, and a config change
+  ends held requests (above). Safe instead: a short idle timeout and a gate that opens no sooner
+  than that after the drain, so no kept connection to the slot that left outlives the move; that
+  is the hold's timing (issue 35), not done here.
+- Its access log, metrics and health checks (the hold's counters and the gate) cost up to 0.2 ms
+  of CPU each per request, within the spread of the latency. A larger cgroup CPU weight
+  (`cpu_shares`) did not help either.
+- h2c to vllm: uvicorn serves HTTP/2 only with its opt-in zttp protocol (Kludex/uvicorn#3101), and
+  a kept HTTP/1.1 connection already sets nothing up per request.
+- The hop itself: the door on the host's network, listening on the node's port and dialing vllm's
+  loopback port, takes docker-proxy out of the door's path: -0.03 and -0.01 ms with GOMAXPROCS=1
+  (two runs; +0.21 to +0.43 without it; dialing vllm's container address instead, -0.14 and
+  -0.06). Not done: the admin API would leave the door's own loopback (127.0.0.1:2019 on the
+  host's is one per host and open to every local user; a socket the tool reaches is issue 35's
+  change), the gate check dials the door's own loopback, and a standby's slot is followed by a
+  network alias, which the host's network does not resolve.
 
 Only the client API goes through: /v1/*, /health, /metrics, /version (vLLM's entrypoints).
 Everything else gets 403, vLLM's development endpoints first among them (attached only with
