@@ -61,13 +61,14 @@ door and vllm alike through docker-proxy, Docker's userland proxy for a publishe
 default `userland-proxy: true`; a remote client is NATed by the kernel instead). Through the door
 it crosses one more process, Caddy, three times (request, headers, first chunk), while the door
 dials vllm on a kept connection and spares vllm the accept of a new one:
-- GOMAXPROCS=1 in the door's image (sim/door_image.py): bench_door 0.63 ms (0.33 to 1.03) against
-  1.03 (0.53 to 1.27) without it, lower in 4 of 5 paired runs. Caddy's time is scheduling, not
-  work: `perf` of the door put a quarter of its samples in the kernel's task switch and a tenth in
-  nanosleep from the Go runtime (idle threads spinning for work), no address of Caddy's own code
-  above 1.5 %; with one scheduler thread a request wakes no second one. One thread bounds the
-  door's throughput (automaxprocs' README: a Go proxy at 29,000 requests/s on one); vLLM's rates
-  are far below that.
+- GOMAXPROCS=1 in the door's image (sim/door_image.py): two bench_door runs of five (load 6 to
+  16), 0.63 and 0.72 ms against 1.03 and 0.99 without it; lower in 6 of the 10 paired runs (7 of
+  10 on a kept connection), by 0.24 ms at the median of the differences: small, inside one run's
+  spread. Caddy's time is scheduling, not work: `perf` of the door put a quarter of its samples
+  in the kernel's task switch and a tenth in nanosleep from the Go runtime (idle threads spinning
+  for work), no address of Caddy's own code above 1.5 %; with one scheduler thread a request wakes
+  no second one. One thread bounds the door's throughput (automaxprocs' README: a Go proxy at
+  29,000 requests/s on one); vLLM's rates are far below that.
 - Upstream keep-alive: off (a standby node) costs 1.1 to 1.3 ms more. Dialing the live slot by
   address would keep it on there, but the address changes during the hold, and a config change
   ends held requests (above). Safe instead: a short idle timeout and a gate that opens no sooner
