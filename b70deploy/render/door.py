@@ -56,12 +56,15 @@ through the same reload arrived whole. So the hold is turned by the gate, never 
 change, and a config change waits while the door holds (docker/door.py `configure`).
 
 Where a request's time goes (issue 37: first chunk through the door less direct, paired and
-interleaved, 2 shared cores at load 3 to 12). A new client connection to 127.0.0.1 reaches the
+interleaved, 2 shared cores at load 3 to 16). A new client connection to 127.0.0.1 reaches the
 door and vllm alike through docker-proxy, Docker's userland proxy for a published port (the
-default `userland-proxy: true`; a remote client is NATed by the kernel instead). Through the door
-it crosses one more process, Caddy, three times (request, headers, first chunk), while the door
-dials vllm on a kept connection and spares vllm the accept of a new one:
-- GOMAXPROCS=1 in the door's image (sim/door_image.py): two bench_door runs of five (load 6 to
+default `userland-proxy: true`; a remote client is NATed by the kernel instead, and so is loopback
+with `userland-proxy: false`, a setting of the node's daemon: route_localnet, moby/moby#45578; on
+both paths alike). Through the door it crosses one more process, Caddy, three times (request,
+headers, first chunk), while the door dials vllm on a kept connection and spares vllm the accept
+of a new one:
+- GOMAXPROCS=1 in the door's image (sim/door_image.py; Caddy's automaxprocs logs "Honoring
+  GOMAXPROCS="1" as set in environment"): two bench_door runs of five (load 6 to
   16), 0.63 and 0.72 ms against 1.03 and 0.99 without it; lower in 6 of the 10 paired runs (7 of
   10 on a kept connection), by 0.24 ms at the median of the differences: small, inside one run's
   spread. Caddy's time is scheduling, not work: `perf` of the door put a quarter of its samples
