@@ -26,6 +26,7 @@ from ..errors import B70Error, OperationError
 from ..render.door import DOOR_SERVICE, config_text, digest_in, vllm_port_in
 from ..render.draft import ensure_draft_copy, stack_copy
 from ..render.files import COMPOSE_FILE, DOTENV_FILE
+from ..render.vllm_args import api_keys
 from ..state import caches
 from ..state.fsio import write_tree
 from ..vllmlog.diagnosis import diagnose
@@ -255,7 +256,17 @@ class DockerNode(DeployDir):
 
     def smoke(self, stack: Stack, *, one: bool = False) -> tuple[list[str], list[str]]:
         check = one_completion if one else run_smoke
-        return check(self.base_url, stack, timeout=self.node.config.timeouts.smoke)
+        return check(self.base_url, stack, timeout=self.node.config.timeouts.smoke, key=self.api_key())
+
+    def api_key(self) -> str | None:
+        """The key the serving vllm asks /v1 requests for, read from its container as vLLM reads it
+        (its --api-key, else VLLM_API_KEY): the operator's .env, an adopted file or a rendered stack alike."""
+        container = engine.find_container(self._vllm_project(), self.service)
+        if container is None:
+            return None
+        attrs = container.attrs
+        keys = api_keys([attrs.get("Path") or "", *(attrs.get("Args") or [])], attrs["Config"].get("Env") or [])
+        return keys[0] if keys else None
 
     def served_version(self) -> str | None:
         return served_version(self.base_url)
