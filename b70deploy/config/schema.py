@@ -308,6 +308,9 @@ class Stack(Strict):
     tool_calling: ToolCalling = ToolCalling()
     speculative: Speculative | None = None
     extra_args: list[str] = Field(default_factory=list)
+    # vLLM asks every /v1 request for a key (the operator's --api-key): it reads VLLM_API_KEY from the
+    # node's secrets_env_file (never the stack file, which is printed); lint refuses the stack without it.
+    api_key: bool = False
     # The port vLLM listens on in its container (--port): the operator's, which their healthcheck
     # and companions' URLs name; the node's ports publish it.
     container_port: int = Field(default=8000, ge=1, le=65535)
@@ -726,6 +729,9 @@ class NodeConfig(Strict):
     # Its path in the container, which render sets HF_HOME to: the operator's (HF_HOME=/hf with
     # ./hf:/hf), the hub client's default for root otherwise.
     hf_cache_target: str = CONTAINER_HF_HOME
+    # Or a named volume that is HF_HOME (louislepage's huggingface-cache:/root/.cache/huggingface):
+    # the engine's name of it, mounted at hf_cache_target as the operator had it.
+    hf_cache_volume: str | None = None
     gids: dict[str, int] | None = None
     # Which GPUs the node has (render/gpu.py, docs/platforms.md): xpu is the report's B70 node.
     platform: Literal["cuda", "rocm", "xpu", "cpu"] = "xpu"
@@ -803,6 +809,15 @@ class NodeConfig(Strict):
         if v is not None and (not ABS_PATH_RE.match(v) or v.rstrip("/") == ""):
             raise invalid(f"hf_cache {v!r} is not an absolute host path",
                           "give the host folder that is HF_HOME, e.g. /srv/hf (it holds hub/models--ORG--NAME)")
+        return v
+
+    @field_validator("hf_cache_volume")
+    @classmethod
+    def _hf_cache_volume(cls, v: str | None, info: ValidationInfo) -> str | None:
+        if v is not None and not VOLUME_NAME_RE.match(v):
+            raise invalid(f"hf_cache_volume {v!r} is not a volume name", "the name `docker volume ls` shows")
+        if v is not None and info.data.get("hf_cache"):
+            raise invalid("hf_cache and hf_cache_volume both say where HF_HOME is", "keep one of them")
         return v
 
     @field_validator("hf_cache_target")

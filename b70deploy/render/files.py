@@ -174,15 +174,17 @@ def runtime_values(stack: Stack, secrets: Mapping[str, str]) -> dict[str, str]:
 
 def _hub_cache(stack: Stack, node: Node) -> dict[str, object]:
     """A hub model's cache: the node's hf_cache bound at hf_cache_target (read-write: the hub client
-    writes its locks and refs there), which HF_HOME names unless the stack's env already names the
-    cache its own way (HF_HOME, HF_HUB_CACHE: the operator's variable, kept as written). Without
-    hf_cache vLLM downloads at every boot."""
-    if not stack.model.hub or not node.config.hf_cache:
+    writes its locks and refs there), or its named volume hf_cache_volume mounted there, which HF_HOME
+    names unless the stack's env already names the cache its own way (HF_HOME, HF_HUB_CACHE: the
+    operator's variable, kept as written). Without either vLLM downloads at every boot."""
+    cfg = node.config
+    if not stack.model.hub or not (cfg.hf_cache or cfg.hf_cache_volume):
         return {}
-    target = node.config.hf_cache_target
+    target = cfg.hf_cache_target
     named = any(k in stack.env for k in HUB_CACHE_VARIABLES)
-    return {"volumes": [{"type": "bind", "source": node.config.hf_cache, "target": target,
-                         "bind": {"create_host_path": False}}],
+    mount = {"type": "volume", "source": cfg.hf_cache_volume} if cfg.hf_cache_volume else \
+        {"type": "bind", "source": cfg.hf_cache, "bind": {"create_host_path": False}}
+    return {"volumes": [{**mount, "target": target}],
             **({} if named else {"environment": {"HF_HOME": target}})}
 
 
@@ -250,7 +252,8 @@ def render(stack: Stack, node: Node, devices: GpuAccess | DeviceAccess, *, secre
         companion_secrets={c.name: companion_env_file(c.name) if hidden[c.name] else None
                            for c in node.config.companions},
         companion_secret_keys={c.name: frozenset(hidden[c.name]) for c in node.config.companions},
-        volumes=sorted({v.source for c in node.config.companions for v in c.volumes if not v.is_bind}),
+        volumes=sorted({v.source for c in node.config.companions for v in c.volumes if not v.is_bind}
+                       | ({node.config.hf_cache_volume} if node.config.hf_cache_volume and stack.model.hub else set())),
         bind_address=node.config.bind_address,
         cache_target=caches.CONTAINER_ROOT if warm else None,
         environment={**(caches.container_env(access.platform) if warm else {}), **access.environment,

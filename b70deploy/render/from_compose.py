@@ -30,12 +30,15 @@ from . import gpu
 from .draft import copy_origin
 from .masking import NONE, Secrets, is_secret
 from .vllm_args import (
+    API_KEY_ENV,
+    API_KEY_FLAG,
     CONTAINER_PORT,
     FLAGS,
     SPEC_FLAG,
     UNSAID,
     ParsedServe,
     entrypoint_style,
+    flag_name,
     model_rel_path,
     parse_serve_args,
     shell_of,
@@ -246,11 +249,19 @@ def _hub_cache(service: Mapping[str, Any], where: str, out: FromCompose) -> None
         target = str(v.get("target") or "").rstrip("/") if isinstance(v, dict) else ""
         if not target or not (hub == target or hub.startswith(f"{target}/")):
             continue
+        if v.get("type") == "volume" and v.get("source") and target == posixpath.dirname(hub):
+            # A named volume that is HF_HOME: mounted as it was (the node's hf_cache_volume, its engine name).
+            out.node["hf_cache_volume"] = str(v["source"])
+            if target != CONTAINER_HF_HOME:
+                out.node["hf_cache_target"] = target
+            out.sources["hf_cache_volume"] = f"the named volume at {target} that holds the hub cache {hub} ({named_by})"
+            out.weights_at.add(str(v.get("target")))
+            return
         if v.get("type") != "bind":
             raise UserError(f"the Hugging Face cache at {target} is the {v.get('type')} {v.get('source')!r}",
                             where=f"{where}.volumes",
-                            fix="bind a host folder there instead (docker volume inspect gives the volume's "
-                                "Mountpoint): b70deploy binds the node's hf_cache and lint checks it holds the model")
+                            fix="bind a host folder there, or mount a named volume at its HF_HOME "
+                                f"({posixpath.dirname(hub)}): b70deploy mounts the node's hf_cache or hf_cache_volume")
         host_hub = f"{str(v.get('source')).rstrip('/')}{hub[len(target):]}"
         if posixpath.basename(host_hub) != "hub":
             raise UserError(f"the hub cache {hub} ({named_by}) is the host folder {host_hub}, not a folder named hub",
@@ -374,11 +385,35 @@ def _required(service: Mapping[str, Any], parsed: ParsedServe, binds: Sequence[M
         _hub_cache(service, where, out)
     else:
         out.doc["model"] = {"path": _in_container(parsed.model, binds, "model", where, out)}
+    _api_key(parsed, out)
     secret = next((t for t in parsed.extra if t.startswith("--")
                    and is_secret(t[2:].split("=")[0].replace("-", "_"))), None)
     if secret is not None:  # a stack file is 0644 and printed: no secret goes into it
         raise UserError(f"the command passes {secret.split('=')[0]} in clear", where=where,
                         fix="move it into the node's secrets_env_file (e.g. VLLM_API_KEY=...) and drop the flag")
+
+
+def _api_key(parsed: ParsedServe, out: FromCompose) -> None:
+    """`--api-key KEY` out of the stack's flags (a stack file is printed): vLLM reads VLLM_API_KEY when no
+    --api-key is given (build_app, vllm/entrypoints/openai/api_server.py at 0001948b: `args.api_key or
+    [envs.VLLM_API_KEY]`), which the node's secrets_env_file gives; `api_key: true` keeps it required."""
+    kept: list[str] = []
+    skip = False
+    for token in parsed.extra:
+        name, inline = flag_name(token)
+        if name == API_KEY_FLAG:
+            skip = inline is None
+            out.doc["api_key"] = True
+        elif skip and not token.startswith("-"):
+            continue
+        else:
+            skip = False
+            kept.append(token)
+    if out.doc.get("api_key"):
+        parsed.extra[:] = kept
+        out.withheld.append(API_KEY_ENV)
+        out.sources["api_key"] = (f"the command's {API_KEY_FLAG}, left out of the stack: vLLM reads {API_KEY_ENV} "
+                                  "from the node's secrets_env_file instead")
 
 
 def _flags(parsed: ParsedServe, binds: Sequence[Mapping[str, Any]], where: str, out: FromCompose) -> list[str]:
@@ -449,11 +484,11 @@ def _mounts(service: Mapping[str, Any], out: FromCompose) -> None:
         if not isinstance(v, dict):
             continue
         source, target = str(v.get("source") or ""), str(v.get("target") or "")
+        if target in out.weights_at:
+            continue
         if v.get("type") != "bind":
             kind = "named volume" if v.get("type") == "volume" else f"{v.get('type')} mount"
             out.notes.append(f"the {kind} at {target} is not carried over (a stack mounts host paths only)")
-        elif target in out.weights_at:
-            continue
         elif target == caches.CONTAINER_ROOT:
             continue  # the warm-boot cache bind of a file b70deploy rendered: every render adds its own
         elif not (ABS_PATH_RE.match(source) and ABS_PATH_RE.match(target)) or "/" in (source, target):

@@ -298,6 +298,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--block-size", type=int, default=BLOCK_SIZE)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--quantization", "-q", default=None)
+    # EngineArgs.load_format and tokenizer_revision (vllm/engine/arg_utils.py): louislepage's compose passes
+    # both (bitsandbytes weights, a pinned tokenizer); the sim reads no weights or tokenizer.
+    p.add_argument("--load-format", default="auto")
+    p.add_argument("--tokenizer-revision", default=None)
     p.add_argument("--async-scheduling", action=argparse.BooleanOptionalAction, default=None)
     p.add_argument("--reasoning-parser", default=None)
     p.add_argument("--chat-template", default=None)
