@@ -327,6 +327,8 @@ class Stack(Strict):
     compose: VllmCompose = Field(default_factory=dict)
     env: EnvMap = Field(default_factory=dict)
     mounts: list[HostMount] = Field(default_factory=list)
+    # The weights bind's mode for this stack (none: the node's models_read_only).
+    models_read_only: bool | None = None
     # A companion's per-stack file (a LiteLLM router config that names this stack's served model):
     # its name under the deploy dir's companions/ -> its text. Render writes it with the stack's
     # files; the companion binds it (node config companions[].volumes) and reads it when restore
@@ -719,6 +721,9 @@ class NodeConfig(Strict):
     models_dir: str = "/models"   # the host folder of the weights bind (stacks' model paths are below it)
     # Its path inside the container: the report's node binds /llms:/llms, not /models.
     models_target: str = "/models"
+    # The weights bind's mode: the hand-made deployment's (init writes false for OPEA's ./data:/data,
+    # read-write); a node that never said binds it read-only.
+    models_read_only: bool = True
     device_dir: str | None = "/dev/dri"
     # HF_HOME on the host (it holds hub/models--ORG--NAME): the container's for a stack whose
     # model is a hub id (model.hub), bound read-write so vLLM finds the weights there.

@@ -192,7 +192,10 @@ def _in_container(path: str, binds: Sequence[Mapping[str, Any]], what: str, wher
         raise UserError(f"the {what} is in {host}, the model in {out.node['models_dir']}",
                         where=where, fix="put the model and its draft under one host folder (the models_dir)")
     out.node["models_target"] = inside
-    out.weights_at.add(str((_holder(path, binds) or {}).get("target")))
+    holder = _holder(path, binds) or {}
+    if not holder.get("read_only"):  # the operator's read-write weights bind (OPEA's ./data:/data) stays so
+        out.node["models_read_only"] = False
+    out.weights_at.add(str(holder.get("target")))
     return rel
 
 
