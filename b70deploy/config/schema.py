@@ -311,6 +311,11 @@ class Stack(Strict):
     # The port vLLM listens on in its container (--port): the operator's, which their healthcheck
     # and companions' URLs name; the node's ports publish it.
     container_port: int = Field(default=8000, ge=1, le=65535)
+    # The address vLLM listens on in its container (--host), as the operator wrote it. None renders
+    # no flag: vLLM then binds every IPv4 interface, as --host 0.0.0.0 does (vLLM 0.24.0
+    # entrypoints/openai/cli_args.py:228 `host: str | None = None`; api_server.py:540
+    # `sock_addr = (args.host or "", args.port)`), which the published port reaches.
+    host: str | None = None
     # Further ports the service publishes, as Compose's short syntax ("9400:9400"), kept as written.
     extra_ports: list[str] = Field(default_factory=list)
     # Shell run before the server, verbatim: the command becomes `bash -c "PRELUDE && exec vllm
@@ -349,6 +354,13 @@ class Stack(Strict):
     lint: LintSettings = LintSettings()
     # Hot standby for this stack (none: the node's `standby:`).
     standby: Standby | None = None
+
+    @field_validator("host")
+    @classmethod
+    def _host(cls, v: str | None) -> str | None:
+        if v is not None and not re.match(r"^[A-Za-z0-9.:_\[\]-]*$", v):
+            raise invalid(f"host {v!r} is not an address vLLM can listen on", "write e.g. 0.0.0.0, or leave host out")
+        return v
 
     @field_validator("companion_files")
     @classmethod
