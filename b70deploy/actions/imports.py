@@ -83,8 +83,11 @@ class Import:
             raise UserError(f"{1 + len(self.more)} compose files given, the node config names {len(names)} "
                             f"({', '.join(names)})", where=str(self.node.source or "node config"),
                             fix="set compose_files: to the project's files in -f order (b70deploy init writes it)")
-        files = folder_files(self.compose, env, list(zip(self.more, names[1:], strict=False)))
-        name = check_name(self.stack or stack_name(self.compose, files[COMPOSE_FILE]), what="stack name (--as)")
+        # With the files Compose reads after it, the first is the project's own first file (compose.yaml):
+        # Compose then reads them in the node's -f order. Alone, it is the deploy dir's docker-compose.yml.
+        base = names[0] if self.more else COMPOSE_FILE
+        files = folder_files(self.compose, env, list(zip(self.more, names[1:], strict=False)), base)
+        name = check_name(self.stack or stack_name(self.compose, files[base]), what="stack name (--as)")
         with mutating(self.node, f"import {self.compose.name}") as m:
             store = m.state.revisions
             for entry in reversed(store.index()):
@@ -99,7 +102,7 @@ class Import:
                                         env=env_summary(files))
             with ImageInspector(self.node.state_dir) as inspector:
                 checked = check_files(self.node, files, name=name, where=str(self.compose), inspector=inspector)
-                records, notes = image_patches(files, checked.image.id, inspector, self.node.service)
+                records, notes = image_patches(files, checked.image.id, inspector, self.node.service, names)
             patches = [r.to_dict() for r in records] + checked.mounts
             rev = store.create(stack=name, kind="import", files=files, image_ref=checked.image.ref,
                                image_id=checked.image.id, repo_digest=checked.image.repo_digest, operator=operator(),
