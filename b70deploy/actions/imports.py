@@ -75,10 +75,20 @@ class Import:
     stack: str | None = None
     message: str = ""
     more: tuple[Path, ...] = ()   # the files Compose reads after it (-f a -f b), as the node's compose_files
+    profiles: tuple[str, ...] = ()  # the profiles the copy runs with (--profile): each one the node runs
 
     def run(self) -> Imported:
         env = self.env or saved_env(self.compose)
         names = self.node.config.compose_files
+        # A rollback runs every revision with the node's profiles (it is read with them below, as it will
+        # run): a copy that runs with another would be checked as one thing and started as another.
+        others = [p for p in self.profiles if p not in self.node.config.profiles]
+        if others:
+            raise UserError(f"--profile {', '.join(others)}: the node runs profiles "
+                            f"[{', '.join(self.node.config.profiles)}], which a rollback runs the copy with",
+                            where=str(self.node.source or "node config"),
+                            fix=f"add {', '.join(others)} to profiles: in the node config (the profiles the project "
+                                "runs with), or drop --profile")
         if len(self.more) > len(names) - 1:
             raise UserError(f"{1 + len(self.more)} compose files given, the node config names {len(names)} "
                             f"({', '.join(names)})", where=str(self.node.source or "node config"),
