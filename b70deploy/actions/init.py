@@ -459,6 +459,8 @@ def _models(vllm: dict[str, Any], image: ImageEntrypoint | None, name: str,
         where = f"the bind mount of service {name} that holds its model {model}"
         put("models_dir", found.node["models_dir"], where)
         put("models_target", found.node["models_target"], where)
+        if "models_read_only" in found.node:  # read-only, as a node that never said it binds it, is not written
+            put("models_read_only", False, f"the bind mount of service {name} that holds its model is read-write")
     if "hf_cache" in found.node:
         put("hf_cache", found.node["hf_cache"], f"service {name}: {found.sources['hf_cache']}, for its hub model "
             f"{model}")

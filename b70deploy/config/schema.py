@@ -314,6 +314,11 @@ class Stack(Strict):
     # The port vLLM listens on in its container (--port): the operator's, which their healthcheck
     # and companions' URLs name; the node's ports publish it.
     container_port: int = Field(default=8000, ge=1, le=65535)
+    # The address vLLM listens on in its container (--host), as the operator wrote it. None renders
+    # no flag: vLLM then binds every IPv4 interface, as --host 0.0.0.0 does (vLLM 0.24.0
+    # entrypoints/openai/cli_args.py:228 `host: str | None = None`; api_server.py:540
+    # `sock_addr = (args.host or "", args.port)`), which the published port reaches.
+    host: str | None = None
     # Further ports the service publishes, as Compose's short syntax ("9400:9400"), kept as written.
     extra_ports: list[str] = Field(default_factory=list)
     # Shell run before the server, verbatim: the command becomes `bash -c "PRELUDE && exec vllm
@@ -330,6 +335,8 @@ class Stack(Strict):
     compose: VllmCompose = Field(default_factory=dict)
     env: EnvMap = Field(default_factory=dict)
     mounts: list[HostMount] = Field(default_factory=list)
+    # The weights bind's mode for this stack (none: the node's models_read_only).
+    models_read_only: bool | None = None
     # A companion's per-stack file (a LiteLLM router config that names this stack's served model):
     # its name under the deploy dir's companions/ -> its text. Render writes it with the stack's
     # files; the companion binds it (node config companions[].volumes) and reads it when restore
@@ -350,6 +357,13 @@ class Stack(Strict):
     lint: LintSettings = LintSettings()
     # Hot standby for this stack (none: the node's `standby:`).
     standby: Standby | None = None
+
+    @field_validator("host")
+    @classmethod
+    def _host(cls, v: str | None) -> str | None:
+        if v is not None and not re.match(r"^[A-Za-z0-9.:_\[\]-]*$", v):
+            raise invalid(f"host {v!r} is not an address vLLM can listen on", "write e.g. 0.0.0.0, or leave host out")
+        return v
 
     @field_validator("companion_files")
     @classmethod
@@ -722,6 +736,9 @@ class NodeConfig(Strict):
     models_dir: str = "/models"   # the host folder of the weights bind (stacks' model paths are below it)
     # Its path inside the container: the report's node binds /llms:/llms, not /models.
     models_target: str = "/models"
+    # The weights bind's mode: the hand-made deployment's (init writes false for OPEA's ./data:/data,
+    # read-write); a node that never said binds it read-only.
+    models_read_only: bool = True
     device_dir: str | None = "/dev/dri"
     # HF_HOME on the host (it holds hub/models--ORG--NAME): the container's for a stack whose
     # model is a hub id (model.hub), bound read-write so vLLM finds the weights there.

@@ -242,7 +242,7 @@ class DockerNode(DeployDir):
         return wait_healthy(project=self._vllm_project(), service=self.service, health_url=f"{self.base_url}/health",
                             timeout=timeout, max_interval=t.poll_interval, reporter=reporter,
                             diagnose=functools.partial(diagnose, platform=self.node.config.platform),
-                            stall_after=t.stall, restarts_from=self.deploy_dir / COMPOSE_FILE)
+                            stall_after=t.stall, restarts_from=self.deploy_dir / self.compose.files[0])
 
     def container_log(self) -> list[str]:
         container = engine.find_container(self._vllm_project(), self.service)

@@ -237,6 +237,7 @@ def render(stack: Stack, node: Node, devices: GpuAccess | DeviceAccess, *, secre
         container_port=stack.container_port,
         runtime_env_name=RUNTIME_ENV_FILE,
         models_target=node.config.models_target,
+        models_read_only=node.config.models_read_only if stack.models_read_only is None else stack.models_read_only,
         # A hub model is in the hub cache (_hub_cache); the models folder only for its draft, if any.
         models_bind=not stack.model.hub or bool(stack.speculative and stack.speculative.model),
         mounts=(*mounts, *(Mount(m.source, m.target, m.read_only) for m in stack.mounts),

@@ -195,7 +195,10 @@ def _in_container(path: str, binds: Sequence[Mapping[str, Any]], what: str, wher
         raise UserError(f"the {what} is in {host}, the model in {out.node['models_dir']}",
                         where=where, fix="put the model and its draft under one host folder (the models_dir)")
     out.node["models_target"] = inside
-    out.weights_at.add(str((_holder(path, binds) or {}).get("target")))
+    holder = _holder(path, binds) or {}
+    if not holder.get("read_only"):  # the operator's read-write weights bind (OPEA's ./data:/data) stays so
+        out.node["models_read_only"] = False
+    out.weights_at.add(str(holder.get("target")))
     return rel
 
 
@@ -447,9 +450,11 @@ def _flags(parsed: ParsedServe, binds: Sequence[Mapping[str, Any]], where: str, 
             raise UserError(f"the command's --port {port!r} is not a port number", where=where,
                             fix="give --port a number (vLLM's own default is 8000)")
     host = parsed.fixed.get("--host")
-    if host is not None and host not in ("0.0.0.0", "::", ""):
-        out.notes.append(f"--host {host} becomes --host 0.0.0.0: the published port reaches the container's "
-                         "interfaces, not its loopback")
+    if host in ("0.0.0.0", "::", ""):
+        out.doc["host"] = host  # the operator's, kept: a command without it renders none
+    elif host is not None:
+        out.notes.append(f"--host {host} is left out: without it vLLM listens on every interface, which the "
+                         "published port reaches (not the container's loopback)")
     return extra
 
 

@@ -47,7 +47,8 @@ def human_int(text: str) -> int:
 class Flag:
     """One `vllm serve` flag and the stack key it renders from (dotted: tool_calling.parser).
 
-    names: the flag then every value (nargs="+"); fixed: always `fixed`, no stack key;
+    names: the flag then every value (nargs="+"); fixed: read into ParsedServe.fixed (host, port),
+    rendered from the stack's own host and container_port;
     value: the flag and str(value), left out when None or `skip`; toggle: the flag when true,
     `off` when false; switch: the flag when true, nothing when false; speculative: the JSON.
     """
@@ -57,14 +58,13 @@ class Flag:
     key: str = ""
     skip: object = None
     off: str = ""
-    fixed: str = ""
     parse: Callable[[str], Any] = str
 
 
 FLAGS: tuple[Flag, ...] = (
     Flag("--served-model-name", "names", "served_model_names"),
-    Flag("--host", "fixed", fixed="0.0.0.0"),
-    Flag("--port", "fixed", fixed=str(CONTAINER_PORT)),
+    Flag("--host", "fixed"),
+    Flag("--port", "fixed"),
     Flag("--dtype", "value", "dtype", skip="auto"),
     Flag("--max-model-len", "value", "max_model_len", parse=human_int),
     Flag("--kv-cache-dtype", "value", "kv_cache_dtype", skip="auto"),
@@ -133,8 +133,8 @@ def serve_flags(stack: Stack, *, draft_path: str | None = None, root: str = CONT
     for f in FLAGS:
         if f.flag == "--port":
             args += [f.flag, str(stack.container_port)]
-        elif f.kind == "fixed":
-            args += [f.flag, f.fixed]
+        elif f.flag == "--host":  # only where the operator or the stack has it: vLLM's default binds the same
+            args += [] if stack.host is None else [f.flag, stack.host]
         elif f.kind == "speculative":
             spec = speculative_json(stack, draft_path=draft_path, root=root)
             args += [] if spec is None else [f.flag, spec]
@@ -276,7 +276,7 @@ class ParsedServe:
     """A `vllm serve` argv (after `vllm serve`) read through FLAGS.
 
     values: stack key -> value (dotted keys; speculative is the JSON text); raw: the same
-    key -> its tokens as written; fixed: the host/port flags the stack always renders itself;
+    key -> its tokens as written; fixed: the host/port flags (the stack's host and container_port);
     extra: every other token, in order.
     """
 

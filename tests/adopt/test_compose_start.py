@@ -199,8 +199,9 @@ def test_every_way_to_start_vllm_is_read_and_served_the_same_way(layout: Layout)
         assert cfg["hf_cache"] == str(layout.root / "hf")
     elif layout.name == "script":
         assert cfg["hf_cache"] == str(layout.root / "cache")
-    else:
+    else:  # its weights bind as written: read-write
         assert cfg["models_dir"] == str(layout.root / "data") and cfg["models_target"] == "/data"
+        assert cfg["models_read_only"] is False
     assert "runs no" not in out.stdout + out.stderr and "hf_canary" not in out.stdout + out.stderr
     cfg.update({"stacks_dir": str(layout.root / "stacks"), "device_dir": None, "load_threshold": 1000,
                 "timeouts": {"health": 60, "rollback": 60, "poll_interval": 0.2},
@@ -223,16 +224,13 @@ def test_every_way_to_start_vllm_is_read_and_served_the_same_way(layout: Layout)
     prelude2, values2, extra2, fixed2 = _serve(_argv(after))
     assert (prelude2, values2, sorted(extra2)) == (prelude, values, sorted(extra)), r.stdout
     assert fixed2.get("--port", "8000") == fixed.get("--port", "8000")   # the operator's container port
-    assert fixed2.get("--host", "0.0.0.0") == "0.0.0.0"                  # what vLLM's default listens on too
+    assert fixed2.get("--host") == fixed.get("--host")                  # the operator's --host, or none as they had
     assert _published(after) == _published(before)                       # every published port, as it was
     assert (after["Config"].get("Healthcheck") or {}).get("Test") == (before["Config"].get("Healthcheck") or {}).get(
         "Test")
     mounts, mounts2 = _mounts(before), _mounts(after)
-    for target, (source, rw) in mounts.items():
-        if layout.name == "opea" and target == "/data":
-            assert mounts2[target] == (source, False)  # the models folder: every render binds it read-only
-        else:
-            assert mounts2[target] == (source, rw), target
+    for target, (source, rw) in mounts.items():  # the weights bind too: OPEA's ./data:/data stays read-write
+        assert mounts2[target] == (source, rw), target
     assert completion(layout.port, layout.model)["model"] == layout.model
 
     # ---- rollback to the adopted bytes: the hand-made container again, argv for argv

@@ -42,7 +42,7 @@ def test_parse_reads_back_every_flag_serve_flags_writes(name: str) -> None:
     stack = Catalogue(data_dir("stacks")).load(name)
     parsed = parse_serve_args(["/models/x", *serve_flags(stack)])
     assert parsed.model == "/models/x" and parsed.extra == list(stack.extra_args)
-    assert parsed.fixed == {"--host": "0.0.0.0", "--port": "8000"}
+    assert parsed.fixed == {"--port": "8000"}  # no --host: the catalogue never says one (vLLM binds all interfaces)
     assert parsed.values["max_model_len"] == stack.max_model_len
     assert parsed.values["served_model_names"] == stack.served_model_names
     assert parsed.values["prefix_caching"] is stack.prefix_caching

@@ -108,6 +108,25 @@ def test_port_and_project_overrides(node: Node) -> None:
     assert _compose(r)["name"] == "b70-dark"
 
 
+def _weights_bind(r: Rendered, node: Node) -> dict[str, Any]:
+    binds = [v for v in _compose(r)["services"]["vllm"]["volumes"] if v["target"] == node.config.models_target]
+    assert len(binds) == 1, binds
+    return dict(binds[0])
+
+
+def test_the_weights_bind_keeps_the_mode_the_node_or_stack_says(scratch: Scratch) -> None:
+    """A node that never said binds the weights read-only; a node whose hand-made bind was read-write
+    (init wrote models_read_only: false) keeps it so for every stack; a stack's own key wins."""
+    scratch.copy_shipped()
+    never = load_node(str(scratch.config))
+    assert _weights_bind(_render(never, "ngram"), never)["read_only"] is True
+    scratch.write_config({"models_read_only": False})
+    rw = load_node(str(scratch.config))
+    assert "read_only" not in _weights_bind(_render(rw, "ngram"), rw)
+    stack = rw.catalogue().load("ngram").model_copy(update={"models_read_only": True})
+    assert _weights_bind(render(stack, rw, NO_DEVICES), rw)["read_only"] is True
+
+
 # ------------------------------------------------------------------ YAML safety
 
 
