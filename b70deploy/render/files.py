@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from ..config.hub import HUB_CACHE_VARIABLES
+from ..config.hub import HUB_CACHE_VARIABLES, HUB_FOLDER
 from ..config.node import Node
 from ..config.resources import data_dir
 from ..config.schema import Stack
@@ -174,16 +174,19 @@ def runtime_values(stack: Stack, secrets: Mapping[str, str]) -> dict[str, str]:
 
 def _hub_cache(stack: Stack, node: Node) -> dict[str, object]:
     """A hub model's cache: the node's hf_cache bound at hf_cache_target (read-write: the hub client
-    writes its locks and refs there), which HF_HOME names unless the stack's env already names the
+    writes its locks and refs there), which HF_HOME names (HF_HUB_CACHE, the hub folder itself,
+    when the node's hf_hub_folder is not HF_HOME's `hub`) unless the stack's env already names the
     cache its own way (HF_HOME, HF_HUB_CACHE: the operator's variable, kept as written). Without
     hf_cache vLLM downloads at every boot."""
     if not stack.model.hub or not node.config.hf_cache:
         return {}
-    target = node.config.hf_cache_target
+    target, folder = node.config.hf_cache_target, node.config.hf_hub_folder
     named = any(k in stack.env for k in HUB_CACHE_VARIABLES)
+    variable = {"HF_HOME": target} if folder == HUB_FOLDER else \
+        {"HF_HUB_CACHE": target if folder == "." else f"{target}/{folder}"}
     return {"volumes": [{"type": "bind", "source": node.config.hf_cache, "target": target,
                          "bind": {"create_host_path": False}}],
-            **({} if named else {"environment": {"HF_HOME": target}})}
+            **({} if named else {"environment": variable})}
 
 
 def _entrypoint(stack: Stack) -> list[str] | None:
