@@ -466,6 +466,9 @@ def _models(vllm: dict[str, Any], image: ImageEntrypoint | None, name: str,
             f"{model}")
         if "hf_cache_target" in found.node:
             put("hf_cache_target", found.node["hf_cache_target"], f"where service {name} has it in its container")
+        if "hf_hub_folder" in found.node:
+            put("hf_hub_folder", found.node["hf_hub_folder"], f"service {name}'s hub folder below it "
+                f"({found.sources['hf_cache']})")
     if "hf_cache_volume" in found.node:
         key = found.node["hf_cache_volume"]
         put("hf_cache_volume", (volumes.get(key) or {}).get("name") or key,

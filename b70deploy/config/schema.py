@@ -15,7 +15,7 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 from .compose_keys import COMPANION_OWNED, check_keys
-from .hub import CONTAINER_HF_HOME, HUB_ID_RE
+from .hub import CONTAINER_HF_HOME, HUB_FOLDER, HUB_ID_RE
 from .names import NAME_RE
 
 MAX_CONTEXT = 10_485_760  # 10M tokens: far above any model; catches a stray digit
@@ -746,6 +746,9 @@ class NodeConfig(Strict):
     # Its path in the container, which render sets HF_HOME to: the operator's (HF_HOME=/hf with
     # ./hf:/hf), the hub client's default for root otherwise.
     hf_cache_target: str = CONTAINER_HF_HOME
+    # The hub folder's path below hf_cache: HF_HOME's `hub`, unless the operator's HF_HUB_CACHE names
+    # another (huggingface_hub reads it whatever its name: config/hub.py), "." when hf_cache is it.
+    hf_hub_folder: str = HUB_FOLDER
     # Or a named volume that is HF_HOME (louislepage's huggingface-cache:/root/.cache/huggingface):
     # the engine's name of it, mounted at hf_cache_target as the operator had it.
     hf_cache_volume: str | None = None
@@ -826,6 +829,15 @@ class NodeConfig(Strict):
         if v is not None and (not ABS_PATH_RE.match(v) or v.rstrip("/") == ""):
             raise invalid(f"hf_cache {v!r} is not an absolute host path",
                           "give the host folder that is HF_HOME, e.g. /srv/hf (it holds hub/models--ORG--NAME)")
+        return v
+
+    @field_validator("hf_hub_folder")
+    @classmethod
+    def _hf_hub_folder(cls, v: str) -> str:
+        if v != "." and (not re.match(r"^[A-Za-z0-9._-]+(/[A-Za-z0-9._-]+)*$", v) or ".." in v.split("/")
+                         or "." in v.split("/")):
+            raise invalid(f"hf_hub_folder {v!r} is not a folder below hf_cache",
+                          "give its path below hf_cache: hub (HF_HOME's), another (models), or . (hf_cache itself)")
         return v
 
     @field_validator("hf_cache_volume")

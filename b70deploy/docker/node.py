@@ -304,7 +304,8 @@ class DockerNode(DeployDir):
         if not self.node.on_this_host:
             return f"page cache: not read ahead: the weights are on {self.node.address}"
         cache = self.node.config.hf_cache
-        snap = hub.snapshot(Path(cache), stack.model.path) if stack.model.hub and cache else None
+        snap = hub.snapshot(Path(cache), stack.model.path, self.node.config.hf_hub_folder) \
+            if stack.model.hub and cache else None
         roots = [snap] if snap is not None else [] if stack.model.hub else [self.node.models_dir / stack.model.path]
         spec = stack.speculative
         if spec is not None and spec.model:

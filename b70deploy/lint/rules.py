@@ -125,7 +125,7 @@ def _read_json(path: Path) -> dict[str, Any] | None:
 def _model_config(ctx: LintContext) -> dict[str, Any] | None:
     if ctx.stack.model.hub:
         cache = ctx.node.config.hf_cache
-        snap = hub.snapshot(Path(cache), ctx.stack.model.path) if cache else None
+        snap = hub.snapshot(Path(cache), ctx.stack.model.path, ctx.node.config.hf_hub_folder) if cache else None
         return None if snap is None else _read_json(snap / "config.json")
     return None if ctx.models_dir is None else _read_json(ctx.models_dir / ctx.stack.model.path / "config.json")
 
@@ -303,10 +303,11 @@ def hub_cache(ctx: LintContext) -> Iterator[Finding]:
         return
     if not ctx.node.on_this_host and not Path(cache).is_dir():
         return  # the node's files are not visible from here
-    if hub.snapshot(Path(cache), repo) is None:
+    folder = ctx.node.config.hf_hub_folder
+    if hub.snapshot(Path(cache), repo, folder) is None:
         yield _f(ctx, "hub-model-missing", "error",
                  f"hf_cache {cache} holds no snapshot of {repo} with a config.json "
-                 f"({hub.repo_folder(Path(cache), repo)}/snapshots): vLLM would try to download it",
+                 f"({hub.repo_folder(Path(cache), repo, folder)}/snapshots): vLLM would try to download it",
                  f"download it there first (HF_HOME={cache} huggingface-cli download {repo}), or correct model.path")
 
 

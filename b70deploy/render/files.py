@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from ..config.hub import HUB_CACHE_VARIABLES
+from ..config.hub import HUB_CACHE_VARIABLES, HUB_FOLDER
 from ..config.node import Node
 from ..config.resources import data_dir
 from ..config.schema import Stack
@@ -175,17 +175,20 @@ def runtime_values(stack: Stack, secrets: Mapping[str, str]) -> dict[str, str]:
 def _hub_cache(stack: Stack, node: Node) -> dict[str, object]:
     """A hub model's cache: the node's hf_cache bound at hf_cache_target (read-write: the hub client
     writes its locks and refs there), or its named volume hf_cache_volume mounted there, which HF_HOME
-    names unless the stack's env already names the cache its own way (HF_HOME, HF_HUB_CACHE: the
-    operator's variable, kept as written). Without either vLLM downloads at every boot."""
+    names (HF_HUB_CACHE, the hub folder itself, when the node's hf_hub_folder is not HF_HOME's `hub`)
+    unless the stack's env already names the cache its own way (HF_HOME, HF_HUB_CACHE: the operator's
+    variable, kept as written). Without either vLLM downloads at every boot."""
     cfg = node.config
     if not stack.model.hub or not (cfg.hf_cache or cfg.hf_cache_volume):
         return {}
-    target = cfg.hf_cache_target
+    target, folder = cfg.hf_cache_target, cfg.hf_hub_folder
     named = any(k in stack.env for k in HUB_CACHE_VARIABLES)
+    variable = {"HF_HOME": target} if folder == HUB_FOLDER else \
+        {"HF_HUB_CACHE": target if folder == "." else f"{target}/{folder}"}
     mount = {"type": "volume", "source": cfg.hf_cache_volume} if cfg.hf_cache_volume else \
         {"type": "bind", "source": cfg.hf_cache, "bind": {"create_host_path": False}}
     return {"volumes": [{**mount, "target": target}],
-            **({} if named else {"environment": {"HF_HOME": target}})}
+            **({} if named else {"environment": variable})}
 
 
 def _entrypoint(stack: Stack) -> list[str] | None:

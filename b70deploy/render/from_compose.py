@@ -21,7 +21,7 @@ from typing import Any, Protocol
 from pydantic import ValidationError
 
 from ..config.compose_keys import OWNED
-from ..config.hub import CONTAINER_HF_HOME, HUB_ID_RE
+from ..config.hub import CONTAINER_HF_HOME, HUB_FOLDER, HUB_ID_RE
 from ..config.schema import ABS_PATH_RE, ENV_KEY_RE, IMAGE_RE, Speculative, Stack
 from ..config.validation import first_error, value_error
 from ..errors import UserError
@@ -241,9 +241,11 @@ def hub_folder(environment: Mapping[str, Any]) -> tuple[str, str]:
 
 def _hub_cache(service: Mapping[str, Any], where: str, out: FromCompose) -> None:
     """The host folder of a hub model's cache: the bind that holds the container's hub folder (named
-    by HF_HUB_CACHE or HUGGING_FACE_HUB_CACHE, else $HF_HOME/hub, else the hub client's default for
+    by HF_HUB_CACHE or HUGGINGFACE_HUB_CACHE, else $HF_HOME/hub, else the hub client's default for
     root). Its HF_HOME on the host becomes the node's hf_cache, which render binds as the
-    container's HF_HOME; a named volume there is refused (lint could not see what it holds)."""
+    container's HF_HOME; a hub folder of another name (HF_HUB_CACHE=/cache/models) keeps the bind
+    that holds it as hf_cache and its path below it as hf_hub_folder. A named volume that is HF_HOME
+    becomes hf_cache_volume (mounted as it was); one elsewhere is refused."""
     hub, named_by = hub_folder(service.get("environment") or {})
     if (service.get("environment") or {}).get(UNREAD_CACHE_VAR):
         out.notes.append(f"{UNREAD_CACHE_VAR} is not a variable the hub client reads (its legacy one is "
@@ -265,18 +267,21 @@ def _hub_cache(service: Mapping[str, Any], where: str, out: FromCompose) -> None
                             where=f"{where}.volumes",
                             fix="bind a host folder there, or mount a named volume at its HF_HOME "
                                 f"({posixpath.dirname(hub)}): b70deploy mounts the node's hf_cache or hf_cache_volume")
-        host_hub = f"{str(v.get('source')).rstrip('/')}{hub[len(target):]}"
-        if posixpath.basename(host_hub) != "hub":
-            raise UserError(f"the hub cache {hub} ({named_by}) is the host folder {host_hub}, not a folder named hub",
-                            where=f"{where}.environment.{named_by}",
-                            fix="bind the folder above it and set HF_HOME to it (the hub folder is $HF_HOME/hub), "
-                                "or import the file as it is: b70deploy import FILE")
+        source = str(v.get("source")).rstrip("/")
+        host_hub = f"{source}{hub[len(target):]}"
+        out.sources["hf_cache"] = f"the bind at {target} that holds the hub cache {hub} ({named_by})"
+        out.weights_at.add(str(v.get("target")))
+        if posixpath.basename(host_hub) != HUB_FOLDER:
+            # HF_HUB_CACHE names the hub folder whatever its name (config/hub.py): the bind as written,
+            # and the hub folder's path below it.
+            out.node["hf_cache"], out.node["hf_hub_folder"] = source, posixpath.relpath(hub, target)
+            if target != CONTAINER_HF_HOME:
+                out.node["hf_cache_target"] = target
+            return
         out.node["hf_cache"] = posixpath.dirname(host_hub)
         if posixpath.dirname(hub) != CONTAINER_HF_HOME:
             out.node["hf_cache_target"] = posixpath.dirname(hub)  # bound where the operator had it
-        out.sources["hf_cache"] = f"the bind at {target} that holds the hub cache {hub} ({named_by})"
-        out.weights_at.add(str(v.get("target")))
-        if str(v.get("target")).rstrip("/") != posixpath.dirname(hub):
+        if target != posixpath.dirname(hub):
             out.notes.append(f"the bind at {target} holds more than the hub cache: a stack binds only its HF_HOME "
                              f"({posixpath.dirname(hub)}, from {out.node['hf_cache']})")
         return

@@ -131,6 +131,22 @@ def test_an_inline_script_in_entrypoint_and_command_keeps_its_lines() -> None:
     assert serve_arguments({**svc, "command": [script]}, NEW_OPENAI) is not None
 
 
+@pytest.mark.parametrize(("volumes", "node"), [
+    ([bind("/srv/cache", "/cache")],
+     {"hf_cache": "/srv/cache", "hf_cache_target": "/cache", "hf_hub_folder": "models"}),
+    ([bind("/srv/models", "/cache/models")],
+     {"hf_cache": "/srv/models", "hf_cache_target": "/cache/models", "hf_hub_folder": "."}),
+])
+def test_a_hub_folder_not_named_hub_is_taken_as_bound(volumes: list[dict[str, Any]], node: dict[str, Any]) -> None:
+    """huggingface_hub reads HF_HUB_CACHE as the hub folder whatever its name (constants.py; config/hub.py):
+    the bind that holds it is hf_cache as written, the hub folder's path below it hf_hub_folder."""
+    svc = {"image": NEW_OPENAI.ref, "command": ["Qwen/Qwen3-0.6B"], "environment": {"HF_HUB_CACHE": "/cache/models"},
+           "volumes": volumes}
+    out = stack_from_compose(svc, image=NEW_OPENAI)
+    assert out.doc["model"] == {"path": "Qwen/Qwen3-0.6B", "hub": True} and out.node == node
+    assert out.doc["env"] == {"HF_HUB_CACHE": "/cache/models"}  # the operator's variable, as written
+
+
 @pytest.mark.parametrize(("script", "says"), [
     ("vllm serve m --max-model-len 8\necho done", "goes on after the server"),
     ("cd /x; vllm serve $MODEL", "expansion"),
@@ -168,12 +184,12 @@ def test_a_name_the_hub_client_never_reads_is_said() -> None:
     assert out.node["hf_cache"] == "/h" and any("HUGGINGFACE_HUB_CACHE" in n for n in out.notes)
 
 
-def test_a_hub_folder_not_named_hub_is_refused_naming_the_variable() -> None:
+def test_a_hub_cache_in_a_named_volume_is_refused_naming_the_key() -> None:
     svc = {"image": "i:1", "command": ["vllm", "serve", "Qwen/Qwen3-0.6B"], "environment": {"HF_HUB_CACHE": "/c"},
-           "volumes": [bind("/h", "/c")]}
+           "volumes": [{"type": "volume", "source": "hf", "target": "/c"}]}
     with pytest.raises(UserError) as e:
         stack_from_compose(svc, where="f.yml: services.vllm")
-    assert str(e.value).startswith("f.yml: services.vllm.environment.HF_HUB_CACHE: ")
+    assert str(e.value).startswith("f.yml: services.vllm.volumes: ") and "bind a host folder" in str(e.value)
 
 
 def test_a_read_write_bind_stays_read_write() -> None:
