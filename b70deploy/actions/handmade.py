@@ -56,9 +56,9 @@ def folder_files(compose: Path, env: Path | None, more: Sequence[tuple[Path, str
     (`more`: each path and the name it has in the project, an override file), the .env Compose
     interpolates from, and every env_file and bind-mounted file they read from their folder."""
     files = {name: _read_compose(compose)}
-    for path, name in more:
-        files[name] = _read_compose(path)
-        files.update(_folder_refs(path, files[name]))
+    for path, called in more:
+        files[called] = _read_compose(path)
+        files.update(_folder_refs(path, files[called]))
     if env is not None:
         try:
             files[DOTENV_FILE] = env.read_bytes()
