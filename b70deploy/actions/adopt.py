@@ -21,7 +21,6 @@ from ..docker import discover, engine
 from ..docker.image_inspect import ImageInspector
 from ..docker.node import DockerNode, compose_config
 from ..errors import UserError
-from ..render.files import COMPOSE_FILE
 from .handmade import check_env_names, clear_secrets, env_summary, image_patches, outside_mounts, weights_targets
 from .mutating import mutating
 
@@ -71,8 +70,10 @@ class Adopt:
                             where=str(node.source or "node config"),
                             fix=f"set compose_files: [{names}] (b70deploy init writes it)")
         live = DockerNode.production(node).read_deployed()
-        if COMPOSE_FILE not in live:
-            raise UserError(f"no {COMPOSE_FILE} in deploy_dir {node.deploy_dir}", fix="check deploy_dir")
+        first = node.config.compose_files[0]  # whatever Compose found or was given: compose.yaml, -f vllm.yml
+        if first not in live:
+            raise UserError(f"no {first} in deploy_dir {node.deploy_dir}", where=str(node.source or "node config"),
+                            fix="set compose_files: to the project's files in -f order (b70deploy init writes it)")
         for name in node.config.compose_files:
             if name in live:
                 check_env_names(live[name], where=str(node.deploy_dir / name))
@@ -113,7 +114,8 @@ class Adopt:
                                    image_id=str(rev.meta.image_id), files=sorted(live),
                                    patches=list(rev.meta.patches or []), env=env_summary(live), notes=notes)
             with ImageInspector(self.node.state_dir) as inspector:
-                records, notes = image_patches(live, image_id, inspector, self.node.service)
+                records, notes = image_patches(live, image_id, inspector, self.node.service,
+                                               self.node.config.compose_files)
                 mounts, said = self._outside(live, image_id, inspector)
             patches = [r.to_dict() for r in records] + mounts
             notes += said + clear_secrets(live)

@@ -34,6 +34,7 @@ from pydantic import ValidationError
 from ..config.compose_folder import own_files, references
 from ..config.node import Node
 from ..config.schema import Smoke, Stack
+from ..deploy.deploydir import compose_names
 from ..deploy.nodeio import VLLM
 from ..deploy.plan import ImageInfo
 from ..docker.engine import image_info
@@ -49,22 +50,22 @@ from ..state import caches
 from ..state.revisions import Revision
 
 
-def folder_files(compose: Path, env: Path | None, more: Sequence[tuple[Path, str]] = ()) -> dict[str, bytes]:
-    """The deployment a compose file describes: itself (as docker-compose.yml), the files Compose
-    reads after it (`more`: each path and the name it has in the project, an override file), the
-    .env Compose interpolates from, and every env_file and bind-mounted file they read from their
-    folder."""
-    files = {COMPOSE_FILE: _read_compose(compose)}
-    for path, name in more:
-        files[name] = _read_compose(path)
-        files.update(_folder_refs(path, files[name]))
+def folder_files(compose: Path, env: Path | None, more: Sequence[tuple[Path, str]] = (),
+                 name: str = COMPOSE_FILE) -> dict[str, bytes]:
+    """The deployment a compose file describes: itself (as `name`), the files Compose reads after it
+    (`more`: each path and the name it has in the project, an override file), the .env Compose
+    interpolates from, and every env_file and bind-mounted file they read from their folder."""
+    files = {name: _read_compose(compose)}
+    for path, called in more:
+        files[called] = _read_compose(path)
+        files.update(_folder_refs(path, files[called]))
     if env is not None:
         try:
             files[DOTENV_FILE] = env.read_bytes()
         except OSError as e:
             raise UserError(f"cannot read {env}: {e.strerror}", fix="give the .env saved with it (--env FILE)") \
                 from None
-    files.update(_folder_refs(compose, files[COMPOSE_FILE]))
+    files.update(_folder_refs(compose, files[name]))
     return files
 
 
@@ -137,15 +138,19 @@ class PatchRecord:
         return {k: getattr(self, k) for k in self.__dataclass_fields__}
 
 
-def image_patches(files: Mapping[str, bytes], image_ref: str, inspector: ImageFiles,
-                  service: str = VLLM) -> tuple[list[PatchRecord], list[str]]:
+def image_patches(files: Mapping[str, bytes], image_ref: str, inspector: ImageFiles, service: str = VLLM,
+                  compose_files: Sequence[str] = (COMPOSE_FILE,)) -> tuple[list[PatchRecord], list[str]]:
     """Patch records for the vllm service's bind-mounted files that replace a file of the
-    image, and a note for each mounted file that does not (new, or identical)."""
+    image, and a note for each mounted file that does not (new, or identical): read in the
+    project's compose files that `files` holds (compose.yaml, an override file)."""
     records: list[PatchRecord] = []
     notes: list[str] = []
-    for ref in references(files.get(COMPOSE_FILE, b"")):
-        if ref.kind != "mount" or ref.service != service or ref.name not in files or ref.target is None:
+    seen: set[tuple[str, str]] = set()  # an override file that repeats a bind: one record
+    for ref in (r for n in compose_names(files, compose_files) for r in references(files.get(n, b""))):
+        if ref.kind != "mount" or ref.service != service or ref.name not in files or ref.target is None \
+                or (ref.name, ref.target) in seen:
             continue
+        seen.add((ref.name, ref.target))
         original = inspector.read_file(image_ref, ref.target)
         if original is None:
             notes.append(f"{ref.name} -> {ref.target}: the image has no such file; kept as a plain file")

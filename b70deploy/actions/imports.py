@@ -75,16 +75,29 @@ class Import:
     stack: str | None = None
     message: str = ""
     more: tuple[Path, ...] = ()   # the files Compose reads after it (-f a -f b), as the node's compose_files
+    profiles: tuple[str, ...] = ()  # the profiles the copy runs with (--profile): each one the node runs
 
     def run(self) -> Imported:
         env = self.env or saved_env(self.compose)
         names = self.node.config.compose_files
+        # A rollback runs every revision with the node's profiles (it is read with them below, as it will
+        # run): a copy that runs with another would be checked as one thing and started as another.
+        others = [p for p in self.profiles if p not in self.node.config.profiles]
+        if others:
+            raise UserError(f"--profile {', '.join(others)}: the node runs profiles "
+                            f"[{', '.join(self.node.config.profiles)}], which a rollback runs the copy with",
+                            where=str(self.node.source or "node config"),
+                            fix=f"add {', '.join(others)} to profiles: in the node config (the profiles the project "
+                                "runs with), or drop --profile")
         if len(self.more) > len(names) - 1:
             raise UserError(f"{1 + len(self.more)} compose files given, the node config names {len(names)} "
                             f"({', '.join(names)})", where=str(self.node.source or "node config"),
                             fix="set compose_files: to the project's files in -f order (b70deploy init writes it)")
-        files = folder_files(self.compose, env, list(zip(self.more, names[1:], strict=False)))
-        name = check_name(self.stack or stack_name(self.compose, files[COMPOSE_FILE]), what="stack name (--as)")
+        # With the files Compose reads after it, the first is the project's own first file (compose.yaml):
+        # Compose then reads them in the node's -f order. Alone, it is the deploy dir's docker-compose.yml.
+        base = names[0] if self.more else COMPOSE_FILE
+        files = folder_files(self.compose, env, list(zip(self.more, names[1:], strict=False)), base)
+        name = check_name(self.stack or stack_name(self.compose, files[base]), what="stack name (--as)")
         with mutating(self.node, f"import {self.compose.name}") as m:
             store = m.state.revisions
             for entry in reversed(store.index()):
@@ -99,7 +112,7 @@ class Import:
                                         env=env_summary(files))
             with ImageInspector(self.node.state_dir) as inspector:
                 checked = check_files(self.node, files, name=name, where=str(self.compose), inspector=inspector)
-                records, notes = image_patches(files, checked.image.id, inspector, self.node.service)
+                records, notes = image_patches(files, checked.image.id, inspector, self.node.service, names)
             patches = [r.to_dict() for r in records] + checked.mounts
             rev = store.create(stack=name, kind="import", files=files, image_ref=checked.image.ref,
                                image_id=checked.image.id, repo_digest=checked.image.repo_digest, operator=operator(),

@@ -34,7 +34,7 @@ from ..render.files import COMPOSE_FILE, DOTENV_FILE
 from ..render.from_compose import ImageEntrypoint, serve_arguments, stack_from_compose
 from ..render.gpu import read_back
 from ..render.masking import NONE, Secrets, is_reference, is_secret, mask, secret_variables
-from ..render.vllm_args import CONTAINER_MODELS, CONTAINER_PORT
+from ..render.vllm_args import API_KEY_ENV, API_KEY_FLAG, CONTAINER_MODELS, CONTAINER_PORT, api_keys
 from ..state.fsio import write_atomic
 from ..state.stamps import now_iso
 from ..ui import notice
@@ -89,6 +89,8 @@ class Discovery:
     secret_values: frozenset[str] = frozenset()
     # What Compose interpolates the project's files with: the values of its .env (or --env-file).
     variables: dict[str, str] = field(default_factory=dict)
+    # The key the running vLLM asks /v1 requests for (its --api-key, else VLLM_API_KEY), as vLLM reads it.
+    api_key: str | None = None
 
 
 @dataclass
@@ -96,6 +98,8 @@ class InitPlan:
     config: dict[str, Any]
     facts: list[Fact] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    # Files init writes beside the config, 0600: the node's secrets_env_file with the running vLLM's key.
+    secret_files: dict[str, str] = field(default_factory=dict)
 
     def text(self, *, masked: bool = False) -> str:
         """The config file: a header saying where each value came from, then the YAML; `masked`:
@@ -116,6 +120,9 @@ class InitPlan:
             marked = c.get("secrets", [])
             found |= Secrets(keys=frozenset(marked),
                              values=frozenset(secret_variables(c.get("environment", {}), marked).values()))
+        for text in self.secret_files.values():
+            found |= Secrets(keys=frozenset({API_KEY_ENV}), values=frozenset(
+                v for k, _, v in (line.partition("=") for line in text.splitlines()) if v))
         return found
 
     @property
@@ -166,11 +173,16 @@ def gather(project: str | None, device_dir: Path | None = None, service: str | N
         mapped = read_back(svc or {}).device_dir
         device_dir = Path(mapped) if mapped else Path("/dev/dri")
     live = chosen.services.get(name) if chosen is not None and name is not None else None
+    keys: list[str] = []
+    if live is not None:
+        with contextlib.suppress(Exception):  # removed meanwhile: no key read
+            attrs = client().containers.get(live.container).attrs
+            keys = api_keys([attrs.get("Path") or "", *(attrs.get("Args") or [])], attrs["Config"].get("Env") or [])
     return Discovery(compose=doc, compose_text=text, chosen=chosen, access=devices.scan(device_dir),
                      device_dir=device_dir, signs=signs, written=written, service=service,
                      image=entrypoint_facts(live.image_id or live.image_ref) if live is not None else None,
                      secret_values=marked_values(chosen, text) if chosen else frozenset(),
-                     variables=project_variables(chosen) if chosen else {})
+                     variables=project_variables(chosen) if chosen else {}, api_key=keys[0] if keys else None)
 
 
 def _vllm_name(p: discover.LiveProject, service: str | None) -> str:
@@ -301,7 +313,7 @@ def plan(d: Discovery, state_dir: Path | None = None) -> InitPlan:
         if target != CONTAINER_PORT:
             notes.append(f"vllm listens on {target} in its container: a stack from this file keeps it "
                          f"(container_port: {target}); catalogue stacks listen on {CONTAINER_PORT}")
-    _models(vllm, d.image, name, put, notes)
+    _models(vllm, d.image, name, put, notes, doc.get("volumes") or {})
     # Compose's resolved config inlines env_file into environment: the file's own text names it.
     env_files = [str(p.working_dir / r.name) for r in references(d.compose_text)
                  if r.kind == "env_file" and r.service == name]
@@ -312,6 +324,8 @@ def plan(d: Discovery, state_dir: Path | None = None) -> InitPlan:
             mode = stat.S_IMODE(Path(env_files[0]).stat().st_mode)
             if mode & 0o077:
                 notes.append(f"{env_files[0]} is mode {mode:o}: chmod 600 it (it holds secrets)")
+    if d.api_key:
+        _api_key(d.api_key, env_files, cfg, out, put)
     _node_wide(name, vllm, doc, p.name, put)
     written = (d.written or {}).get("services") or {}
     # Only the services Compose ran (a variant behind a profile nobody started is not the node's).
@@ -406,8 +420,27 @@ def _platform(d: Discovery, put: Callable[[str, Any, str], None], notes: list[st
         notes.append(f"platform {sign.platform}: {sign.source}")
 
 
+def _api_key(key: str, env_files: list[str], cfg: dict[str, Any], out: InitPlan,
+             put: Callable[[str, Any, str], None]) -> None:
+    """The running vLLM asks for a key (its --api-key, a `${VAR}` of the project's .env): every stack
+    b70deploy renders gets it as VLLM_API_KEY (vLLM reads it when no --api-key is given: build_app,
+    vllm/entrypoints/openai/api_server.py at 0001948b) from the node's secrets_env_file, so a switch
+    never serves /v1 to anyone. Without an env_file of the service, init writes that file (0600)."""
+    if env_files:
+        with contextlib.suppress(OSError):
+            if API_KEY_ENV in Path(env_files[0]).read_text():
+                return
+        out.notes.append(f"vLLM asks for an API key: add {API_KEY_ENV}=<the key> to {env_files[0]}, or every stack "
+                         "b70deploy renders serves /v1 without one (lint: api-key-unset)")
+        return
+    path = str(Path(cfg["state_dir"]) / "vllm-secrets.env")
+    out.secret_files[path] = f"{API_KEY_ENV}={key}\n"
+    put("secrets_env_file", path, f"the key the running vLLM asks /v1 requests for (its {API_KEY_FLAG}), written "
+        f"there as {API_KEY_ENV} (0600): every stack b70deploy renders keeps it")
+
+
 def _models(vllm: dict[str, Any], image: ImageEntrypoint | None, name: str,
-            put: Callable[[str, Any, str], None], notes: list[str]) -> None:
+            put: Callable[[str, Any, str], None], notes: list[str], volumes: dict[str, Any]) -> None:
     """models_dir and models_target from the bind that holds the model the service serves (at whatever
     target: the report's /llms:/llms), or hf_cache from the bind that holds its hub cache: read the one
     way stack from-compose reads the service, however it starts vLLM."""
@@ -426,12 +459,23 @@ def _models(vllm: dict[str, Any], image: ImageEntrypoint | None, name: str,
         where = f"the bind mount of service {name} that holds its model {model}"
         put("models_dir", found.node["models_dir"], where)
         put("models_target", found.node["models_target"], where)
+        if "models_read_only" in found.node:  # read-only, as a node that never said it binds it, is not written
+            put("models_read_only", False, f"the bind mount of service {name} that holds its model is read-write")
     if "hf_cache" in found.node:
         put("hf_cache", found.node["hf_cache"], f"service {name}: {found.sources['hf_cache']}, for its hub model "
             f"{model}")
         if "hf_cache_target" in found.node:
             put("hf_cache_target", found.node["hf_cache_target"], f"where service {name} has it in its container")
-    if not ({"models_dir", "hf_cache"} & set(found.node)):
+        if "hf_hub_folder" in found.node:
+            put("hf_hub_folder", found.node["hf_hub_folder"], f"service {name}'s hub folder below it "
+                f"({found.sources['hf_cache']})")
+    if "hf_cache_volume" in found.node:
+        key = found.node["hf_cache_volume"]
+        put("hf_cache_volume", (volumes.get(key) or {}).get("name") or key,
+            f"service {name}: {found.sources['hf_cache_volume']}, for its hub model {model} (the engine's name)")
+        if "hf_cache_target" in found.node:
+            put("hf_cache_target", found.node["hf_cache_target"], f"where service {name} has it in its container")
+    if not ({"models_dir", "hf_cache", "hf_cache_volume"} & set(found.node)):
         notes.append(f"the model of service {name} ({model}) is in no bind mount: models_dir and hf_cache keep "
                      "their defaults")
 
@@ -441,8 +485,16 @@ _COMPANION_KEYS = frozenset({"image", "command", "ports", "environment", "volume
                              "restart", "labels", "env_file"})
 
 
+def _env_map(environment: dict[str, Any] | list[Any]) -> dict[str, Any]:
+    """A service's environment as a mapping: without interpolation Compose keeps the list form
+    (`- 'KEY=VALUE'`, louislepage's) as written; a bare `KEY` takes the shell's value (None here)."""
+    if isinstance(environment, dict):
+        return environment
+    return {k: (v if eq else None) for k, eq, v in (str(item).partition("=") for item in environment)}
+
+
 def _companion_of(name: str, spec: dict[str, Any], doc: dict[str, Any], notes: list[str],
-                  written: dict[str, Any] | None = None,
+                  written: dict[str, Any] | list[Any] | None = None,
                   secret_values: frozenset[str] = frozenset(),
                   variables: dict[str, str] | None = None) -> dict[str, Any]:
     """A companion as the node config keeps it: image, command, port, environment as written
@@ -459,7 +511,7 @@ def _companion_of(name: str, spec: dict[str, Any], doc: dict[str, Any], notes: l
     env = {k: v.replace("$", "$$") for k, v in resolved.items()}
     if written is not None:
         # As written; what Compose read from an env_file is only in the resolved config: as it read it.
-        env = {**env, **{str(k): "" if v is None else str(v) for k, v in written.items()}}
+        env = {**env, **{str(k): "" if v is None else str(v) for k, v in _env_map(written).items()}}
     if env:
         comp["environment"] = env
     named = sorted({m for v in env.values() for m in _VARIABLE.findall(v)})
@@ -518,6 +570,10 @@ class Init:
     def run(self, result: InitPlan) -> Path:
         """Write the config; an existing file is never replaced."""
         self._refuse_existing()
+        for path, text in result.secret_files.items():
+            if not Path(path).exists():  # an earlier init's: the operator's file now
+                Path(path).parent.mkdir(parents=True, exist_ok=True)
+                write_atomic(Path(path), text.encode(), mode=0o600)
         write_atomic(self.target, result.text().encode(), mode=0o600 if result.secret else 0o644)
         return self.target
 

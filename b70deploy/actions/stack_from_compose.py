@@ -101,6 +101,9 @@ class StackFromCompose:
         where = f"{self.compose_file}: services.{name}"
         result = stack_from_compose(service, image=self._image(str(service.get("image") or "")), where=where,
                                     networks=config.get("networks") or {}, secrets=self._secrets())
+        if "hf_cache_volume" in result.node:  # the engine's name of the volume (Compose's `name:`)
+            key = result.node["hf_cache_volume"]
+            result.node["hf_cache_volume"] = ((config.get("volumes") or {}).get(key) or {}).get("name") or key
         text = self._text(result, name)
         path.parent.mkdir(parents=True, exist_ok=True)
         write_atomic(path, text.encode())

@@ -28,9 +28,11 @@ class Endpoint:
     host: str
     port: int
     base_path: str  # without a trailing slash and without /v1
+    # The key vLLM asks /v1 requests for (--api-key or VLLM_API_KEY): sent, never shown or written.
+    api_key: str | None = field(default=None, repr=False, compare=False)
 
     @classmethod
-    def parse(cls, url: str) -> Endpoint:
+    def parse(cls, url: str, api_key: str | None = None) -> Endpoint:
         parts = urlsplit(url if "://" in url else f"http://{url}")
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise UserError(f"{url!r} is not an http(s) URL", where="--endpoint", fix="e.g. http://127.0.0.1:8001")
@@ -41,7 +43,12 @@ class Endpoint:
         path = parts.path.rstrip("/")
         if path.endswith("/v1"):
             path = path[:-3]
-        return cls(parts.scheme, parts.hostname, port, path)
+        return cls(parts.scheme, parts.hostname, port, path, api_key or None)
+
+    @property
+    def auth(self) -> dict[str, str]:
+        """vLLM answers 401 to a /v1 request without it (vllm/entrypoints/openai/server_utils.py:32-77, 387dcddc)."""
+        return {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
 
     @property
     def url(self) -> str:
@@ -138,7 +145,8 @@ def stream(endpoint: Endpoint, path: str, body: dict[str, Any], *, clock_zero: f
         conn.connect()
         start = time.perf_counter()
         t.t_start = start - clock_zero
-        hdrs = {"Content-Type": "application/json", "Accept": "text/event-stream", "User-Agent": USER_AGENT}
+        hdrs = {"Content-Type": "application/json", "Accept": "text/event-stream", "User-Agent": USER_AGENT,
+                **endpoint.auth}
         hdrs.update(headers or {})
         conn.request("POST", endpoint.base_path + path, body=payload, headers=hdrs)
         resp = conn.getresponse()
@@ -210,7 +218,7 @@ def post_json(endpoint: Endpoint, path: str, body: dict[str, Any], *, timeout: f
     """A plain POST; returns (status, parsed JSON or None, raw body)."""
     conn = endpoint.connect(timeout)
     try:
-        hdrs = {"Content-Type": "application/json", "User-Agent": USER_AGENT}
+        hdrs = {"Content-Type": "application/json", "User-Agent": USER_AGENT, **endpoint.auth}
         hdrs.update(headers or {})
         conn.request("POST", endpoint.base_path + path, body=json.dumps(body).encode(), headers=hdrs)
         resp = conn.getresponse()
@@ -227,7 +235,7 @@ def post_json(endpoint: Endpoint, path: str, body: dict[str, Any], *, timeout: f
 def get(endpoint: Endpoint, path: str, *, timeout: float = 10.0) -> tuple[int, bytes]:
     conn = endpoint.connect(timeout)
     try:
-        conn.request("GET", endpoint.base_path + path, headers={"User-Agent": USER_AGENT})
+        conn.request("GET", endpoint.base_path + path, headers={"User-Agent": USER_AGENT, **endpoint.auth})
         resp = conn.getresponse()
         return resp.status, resp.read()
     finally:

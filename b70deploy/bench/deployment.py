@@ -33,6 +33,13 @@ def current_deployment_info(node: Node) -> dict[str, Any]:
     return info
 
 
+def deployment_key(node: Node) -> str | None:
+    """The key the node's serving vllm asks /v1 requests for (its --api-key or VLLM_API_KEY), from its container."""
+    from ..docker.node import DockerNode  # the engine's SDK: only when the node's deployment is benched
+
+    return DockerNode.production(node).api_key()
+
+
 def server_facts(endpoint: Endpoint) -> dict[str, Any]:
     """What the server says about itself: vLLM version (/version) and served models (/v1/models)."""
     facts: dict[str, Any] = {"vllm_version": None, "models": [], "max_model_len": {}}

@@ -87,12 +87,15 @@ def adopt(ctx: Ctx, stack: str, message: str, as_json: bool) -> None:
                    "kept as the node's compose_files name in that place.")
 @click.option("--env", "env", type=click.Path(path_type=Path), metavar="FILE",
               help="The .env saved with it (default: .env.SUFFIX beside docker-compose.yml.SUFFIX, else .env).")
+@click.option("--profile", "profiles", multiple=True, metavar="NAME",
+              help="A profile the project runs with (default: the node's profiles, which a rollback runs it with; "
+                   "each one given must be among them).")
 @click.option("--as", "stack", metavar="STACK", help="The stack it is a revision of (default: the copy's suffix).")
 @options.MESSAGE
 @options.as_json("the revision, files and patch records")
 @pass_ctx
-def import_(ctx: Ctx, compose: Path | None, files: tuple[Path, ...], env: Path | None, stack: str | None,
-            message: str, as_json: bool) -> None:
+def import_(ctx: Ctx, compose: Path | None, files: tuple[Path, ...], env: Path | None, profiles: tuple[str, ...],
+            stack: str | None, message: str, as_json: bool) -> None:
     """The copy is checked as a rollback checks it (docker compose config, the image present,
     lint) and pinned to the image id its tag names now. It never ran under b70deploy:
     `history` shows it unproven until a rollback to it passes the health gate."""
@@ -116,7 +119,7 @@ def import_(ctx: Ctx, compose: Path | None, files: tuple[Path, ...], env: Path |
                    f"`b70deploy rollback {got.stack}` runs it")
 
     mutate(lambda reporter: Import(ctx.node, given[0], env=env, stack=stack, message=message,
-                                   more=tuple(given[1:])).run(), live=False, end=end)
+                                   more=tuple(given[1:]), profiles=profiles).run(), live=False, end=end)
 
 
 def _files(names: list[str], env: dict[str, str], patches: list[dict[str, object]]) -> None:

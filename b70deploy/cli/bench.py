@@ -4,6 +4,7 @@ capture, replay."""
 from __future__ import annotations
 
 import logging
+import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -18,7 +19,7 @@ from ..bench import replay as rp
 from ..bench import sweep as sweep_mod
 from ..bench.capture import CaptureWriter, is_loopback, make_server, parse_listen
 from ..bench.client import Endpoint
-from ..bench.deployment import current_deployment_info, environment, server_facts
+from ..bench.deployment import current_deployment_info, deployment_key, environment, server_facts
 from ..bench.guards import SUFFIX_DEADLOCK_C, context_fit, suffix_deadlock
 from ..bench.plot import render
 from ..bench.results import default_path, write
@@ -81,9 +82,13 @@ def _common(f: Any) -> Any:
 def _target(ctx: Ctx, endpoint: str | None, stack: str | None, note: str | None,
             model: str | None, concurrency: int = 1) -> tuple[Endpoint, dict[str, Any]]:
     known = None
+    # An explicit endpoint's key from OPENAI_API_KEY, the variable OpenAI clients read; the node's own
+    # deployment's from its container (what vLLM itself reads).
+    key = os.environ.get("OPENAI_API_KEY")
     if endpoint is None:
         known = current_deployment_info(ctx.node)
         endpoint = str(known["endpoint"])
+        key = deployment_key(ctx.node)
         # The node's GPU devices are Intel's (/dev/dri): an XPU node unless its config says none.
         why = suffix_deadlock({"name": known["stack"], "speculative": known.get("speculative")}, concurrency,
                               xpu=ctx.node.config.device_dir is not None)
@@ -91,7 +96,7 @@ def _target(ctx: Ctx, endpoint: str | None, stack: str | None, note: str | None,
             raise UserError(why, where="--concurrency",
                             fix=f"measure at C <= {SUFFIX_DEADLOCK_C - 1}, or switch to a stack without suffix "
                             "decoding first")
-    ep = Endpoint.parse(endpoint)
+    ep = Endpoint.parse(endpoint, key)
     env = environment(ep, known, model=model, note=note, date=now_iso())
     if stack:
         env["stack"] = stack

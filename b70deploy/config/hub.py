@@ -21,14 +21,22 @@ CONTAINER_HF_HOME = "/root/.cache/huggingface"
 HUB_CACHE_VARIABLES = ("HF_HOME", "HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE")
 
 
-def repo_folder(hf_home: Path, repo_id: str) -> Path:
-    return hf_home / "hub" / f"models--{repo_id.replace('/', '--')}"
+# The hub folder below HF_HOME when nothing names another. HF_HUB_CACHE names the hub folder itself,
+# whatever its name (huggingface_hub 2.4.0 src/huggingface_hub/constants.py:169 `default_cache_path =
+# os.path.join(HF_HOME, "hub")`, :177-184 `HF_HUB_CACHE = ... os.getenv("HF_HUB_CACHE",
+# HUGGINGFACE_HUB_CACHE)`; file_download.py joins it with models--ORG--NAME): the node's hf_hub_folder.
+HUB_FOLDER = "hub"
 
 
-def snapshot(hf_home: Path, repo_id: str) -> Path | None:
+def repo_folder(hf_home: Path, repo_id: str, hub_folder: str = HUB_FOLDER) -> Path:
+    return hf_home / hub_folder / f"models--{repo_id.replace('/', '--')}"
+
+
+def snapshot(hf_home: Path, repo_id: str, hub_folder: str = HUB_FOLDER) -> Path | None:
     """The snapshot a load of `repo_id` finds: the one refs/main names, else the only one; it must
-    hold config.json. None when the cache does not hold the model."""
-    repo = repo_folder(hf_home, repo_id)
+    hold config.json. None when the cache does not hold the model. `hub_folder`: the hub folder's
+    path below `hf_home` (the node's hf_hub_folder; "." when hf_home is the hub folder itself)."""
+    repo = repo_folder(hf_home, repo_id, hub_folder)
     try:
         main = (repo / "refs" / "main").read_text().strip()
     except OSError:

@@ -15,7 +15,7 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 from .compose_keys import COMPANION_OWNED, check_keys
-from .hub import CONTAINER_HF_HOME, HUB_ID_RE
+from .hub import CONTAINER_HF_HOME, HUB_FOLDER, HUB_ID_RE
 from .names import NAME_RE
 
 MAX_CONTEXT = 10_485_760  # 10M tokens: far above any model; catches a stray digit
@@ -308,9 +308,17 @@ class Stack(Strict):
     tool_calling: ToolCalling = ToolCalling()
     speculative: Speculative | None = None
     extra_args: list[str] = Field(default_factory=list)
+    # vLLM asks every /v1 request for a key (the operator's --api-key): it reads VLLM_API_KEY from the
+    # node's secrets_env_file (never the stack file, which is printed); lint refuses the stack without it.
+    api_key: bool = False
     # The port vLLM listens on in its container (--port): the operator's, which their healthcheck
     # and companions' URLs name; the node's ports publish it.
     container_port: int = Field(default=8000, ge=1, le=65535)
+    # The address vLLM listens on in its container (--host), as the operator wrote it. None renders
+    # no flag: vLLM then binds every IPv4 interface, as --host 0.0.0.0 does (vLLM 0.24.0
+    # entrypoints/openai/cli_args.py:228 `host: str | None = None`; api_server.py:540
+    # `sock_addr = (args.host or "", args.port)`), which the published port reaches.
+    host: str | None = None
     # Further ports the service publishes, as Compose's short syntax ("9400:9400"), kept as written.
     extra_ports: list[str] = Field(default_factory=list)
     # Shell run before the server, verbatim: the command becomes `bash -c "PRELUDE && exec vllm
@@ -327,6 +335,8 @@ class Stack(Strict):
     compose: VllmCompose = Field(default_factory=dict)
     env: EnvMap = Field(default_factory=dict)
     mounts: list[HostMount] = Field(default_factory=list)
+    # The weights bind's mode for this stack (none: the node's models_read_only).
+    models_read_only: bool | None = None
     # A companion's per-stack file (a LiteLLM router config that names this stack's served model):
     # its name under the deploy dir's companions/ -> its text. Render writes it with the stack's
     # files; the companion binds it (node config companions[].volumes) and reads it when restore
@@ -347,6 +357,13 @@ class Stack(Strict):
     lint: LintSettings = LintSettings()
     # Hot standby for this stack (none: the node's `standby:`).
     standby: Standby | None = None
+
+    @field_validator("host")
+    @classmethod
+    def _host(cls, v: str | None) -> str | None:
+        if v is not None and not re.match(r"^[A-Za-z0-9.:_\[\]-]*$", v):
+            raise invalid(f"host {v!r} is not an address vLLM can listen on", "write e.g. 0.0.0.0, or leave host out")
+        return v
 
     @field_validator("companion_files")
     @classmethod
@@ -719,6 +736,9 @@ class NodeConfig(Strict):
     models_dir: str = "/models"   # the host folder of the weights bind (stacks' model paths are below it)
     # Its path inside the container: the report's node binds /llms:/llms, not /models.
     models_target: str = "/models"
+    # The weights bind's mode: the hand-made deployment's (init writes false for OPEA's ./data:/data,
+    # read-write); a node that never said binds it read-only.
+    models_read_only: bool = True
     device_dir: str | None = "/dev/dri"
     # HF_HOME on the host (it holds hub/models--ORG--NAME): the container's for a stack whose
     # model is a hub id (model.hub), bound read-write so vLLM finds the weights there.
@@ -726,6 +746,12 @@ class NodeConfig(Strict):
     # Its path in the container, which render sets HF_HOME to: the operator's (HF_HOME=/hf with
     # ./hf:/hf), the hub client's default for root otherwise.
     hf_cache_target: str = CONTAINER_HF_HOME
+    # The hub folder's path below hf_cache: HF_HOME's `hub`, unless the operator's HF_HUB_CACHE names
+    # another (huggingface_hub reads it whatever its name: config/hub.py), "." when hf_cache is it.
+    hf_hub_folder: str = HUB_FOLDER
+    # Or a named volume that is HF_HOME (louislepage's huggingface-cache:/root/.cache/huggingface):
+    # the engine's name of it, mounted at hf_cache_target as the operator had it.
+    hf_cache_volume: str | None = None
     gids: dict[str, int] | None = None
     # Which GPUs the node has (render/gpu.py, docs/platforms.md): xpu is the report's B70 node.
     platform: Literal["cuda", "rocm", "xpu", "cpu"] = "xpu"
@@ -803,6 +829,24 @@ class NodeConfig(Strict):
         if v is not None and (not ABS_PATH_RE.match(v) or v.rstrip("/") == ""):
             raise invalid(f"hf_cache {v!r} is not an absolute host path",
                           "give the host folder that is HF_HOME, e.g. /srv/hf (it holds hub/models--ORG--NAME)")
+        return v
+
+    @field_validator("hf_hub_folder")
+    @classmethod
+    def _hf_hub_folder(cls, v: str) -> str:
+        if v != "." and (not re.match(r"^[A-Za-z0-9._-]+(/[A-Za-z0-9._-]+)*$", v) or ".." in v.split("/")
+                         or "." in v.split("/")):
+            raise invalid(f"hf_hub_folder {v!r} is not a folder below hf_cache",
+                          "give its path below hf_cache: hub (HF_HOME's), another (models), or . (hf_cache itself)")
+        return v
+
+    @field_validator("hf_cache_volume")
+    @classmethod
+    def _hf_cache_volume(cls, v: str | None, info: ValidationInfo) -> str | None:
+        if v is not None and not VOLUME_NAME_RE.match(v):
+            raise invalid(f"hf_cache_volume {v!r} is not a volume name", "the name `docker volume ls` shows")
+        if v is not None and info.data.get("hf_cache"):
+            raise invalid("hf_cache and hf_cache_volume both say where HF_HOME is", "keep one of them")
         return v
 
     @field_validator("hf_cache_target")

@@ -94,7 +94,8 @@ class DeployDir:
         write_deployed(self.deploy_dir, files, self.compose_files())
 
     def has_compose_file(self) -> bool:
-        return (self.deploy_dir / COMPOSE_FILE).is_file()
+        """A deployment is here: a rendered docker-compose.yml, or the project's own first file (compose.yaml)."""
+        return any((self.deploy_dir / n).is_file() for n in dict.fromkeys((COMPOSE_FILE, *self.compose_files())))
 
 
 def drift(node: Node, cur: Revision, box: dict[str, Any]) -> list[str]:

@@ -26,6 +26,7 @@ from ..errors import B70Error, OperationError
 from ..render.door import DOOR_SERVICE, config_text, digest_in, vllm_port_in
 from ..render.draft import ensure_draft_copy, stack_copy
 from ..render.files import COMPOSE_FILE, DOTENV_FILE
+from ..render.vllm_args import api_keys
 from ..state import caches
 from ..state.fsio import write_tree
 from ..vllmlog.diagnosis import diagnose
@@ -241,7 +242,7 @@ class DockerNode(DeployDir):
         return wait_healthy(project=self._vllm_project(), service=self.service, health_url=f"{self.base_url}/health",
                             timeout=timeout, max_interval=t.poll_interval, reporter=reporter,
                             diagnose=functools.partial(diagnose, platform=self.node.config.platform),
-                            stall_after=t.stall, restarts_from=self.deploy_dir / COMPOSE_FILE)
+                            stall_after=t.stall, restarts_from=self.deploy_dir / self.compose.files[0])
 
     def container_log(self) -> list[str]:
         container = engine.find_container(self._vllm_project(), self.service)
@@ -255,7 +256,17 @@ class DockerNode(DeployDir):
 
     def smoke(self, stack: Stack, *, one: bool = False) -> tuple[list[str], list[str]]:
         check = one_completion if one else run_smoke
-        return check(self.base_url, stack, timeout=self.node.config.timeouts.smoke)
+        return check(self.base_url, stack, timeout=self.node.config.timeouts.smoke, key=self.api_key())
+
+    def api_key(self) -> str | None:
+        """The key the serving vllm asks /v1 requests for, read from its container as vLLM reads it
+        (its --api-key, else VLLM_API_KEY): the operator's .env, an adopted file or a rendered stack alike."""
+        container = engine.find_container(self._vllm_project(), self.service)
+        if container is None:
+            return None
+        attrs = container.attrs
+        keys = api_keys([attrs.get("Path") or "", *(attrs.get("Args") or [])], attrs["Config"].get("Env") or [])
+        return keys[0] if keys else None
 
     def served_version(self) -> str | None:
         return served_version(self.base_url)
@@ -293,7 +304,8 @@ class DockerNode(DeployDir):
         if not self.node.on_this_host:
             return f"page cache: not read ahead: the weights are on {self.node.address}"
         cache = self.node.config.hf_cache
-        snap = hub.snapshot(Path(cache), stack.model.path) if stack.model.hub and cache else None
+        snap = hub.snapshot(Path(cache), stack.model.path, self.node.config.hf_hub_folder) \
+            if stack.model.hub and cache else None
         roots = [snap] if snap is not None else [] if stack.model.hub else [self.node.models_dir / stack.model.path]
         spec = stack.speculative
         if spec is not None and spec.model:

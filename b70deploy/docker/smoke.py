@@ -27,7 +27,7 @@ import requests
 from ..config.schema import Stack
 from .garbage import degenerate_reason, garbage_reason
 
-Probe = Callable[[str, Stack, float], tuple[bool, str]]
+Probe = Callable[[str, Stack, float, str | None], tuple[bool, str]]
 
 WEATHER_TOOL = {
     "type": "function",
@@ -78,8 +78,15 @@ def reasoning_of(message: dict[str, Any]) -> str:
     return value if isinstance(value, str) else ""
 
 
-def _post(url: str, body: dict[str, Any], timeout: float) -> dict[str, Any]:
-    resp = requests.post(url, json=body, timeout=timeout)
+def bearer(key: str | None) -> dict[str, str]:
+    """The header a vLLM started with --api-key (or VLLM_API_KEY) asks every /v1 request for; without
+    it the answer is 401 (AuthenticationMiddleware, vllm/entrypoints/openai/server_utils.py:32-77,
+    387dcddc). The key goes in this header only: never into a message or a log line."""
+    return {"Authorization": f"Bearer {key}"} if key else {}
+
+
+def _post(url: str, body: dict[str, Any], timeout: float, key: str | None) -> dict[str, Any]:
+    resp = requests.post(url, json=body, timeout=timeout, headers=bearer(key))
     if resp.status_code != 200:
         raise RuntimeError(f"HTTP {resp.status_code}: {resp.text[:200]}")
     data: dict[str, Any] = resp.json()
@@ -92,12 +99,12 @@ def _out_of_budget_thinking(choice: dict[str, Any]) -> bool:
     return choice.get("finish_reason") == "length" and bool(thought) and not message.get("tool_calls")
 
 
-def _tool_call(base_url: str, stack: Stack, timeout: float) -> tuple[bool, str]:
-    body = tool_call_body(stack, _model(base_url, stack, timeout))
-    choice = _post(f"{base_url}/v1/chat/completions", body, timeout)["choices"][0]
+def _tool_call(base_url: str, stack: Stack, timeout: float, key: str | None) -> tuple[bool, str]:
+    body = tool_call_body(stack, _model(base_url, stack, timeout, key))
+    choice = _post(f"{base_url}/v1/chat/completions", body, timeout, key)["choices"][0]
     if _out_of_budget_thinking(choice) and body["max_tokens"] == TOOL_TOKENS:
         body["max_tokens"] = thinking_budget(stack)  # it thinks in spite of the switch
-        choice = _post(f"{base_url}/v1/chat/completions", body, timeout)["choices"][0]
+        choice = _post(f"{base_url}/v1/chat/completions", body, timeout, key)["choices"][0]
     calls = choice["message"].get("tool_calls") or []
     reason = choice.get("finish_reason")
     if reason == "tool_calls" and calls:
@@ -109,9 +116,9 @@ def _tool_call(base_url: str, stack: Stack, timeout: float) -> tuple[bool, str]:
     return False, f"tool call: finish_reason {reason!r}, {len(calls)} tool calls"
 
 
-def _coherence(base_url: str, stack: Stack, timeout: float) -> tuple[bool, str]:
-    body = coherence_body(stack, _model(base_url, stack, timeout))
-    message = _post(f"{base_url}/v1/chat/completions", body, timeout)["choices"][0]["message"]
+def _coherence(base_url: str, stack: Stack, timeout: float, key: str | None) -> tuple[bool, str]:
+    body = coherence_body(stack, _model(base_url, stack, timeout, key))
+    message = _post(f"{base_url}/v1/chat/completions", body, timeout, key)["choices"][0]["message"]
     text = " ".join(t for t in (reasoning_of(message), message.get("content") or "") if t)
     why = garbage_reason(text)
     if why is None:
@@ -120,7 +127,8 @@ def _coherence(base_url: str, stack: Stack, timeout: float) -> tuple[bool, str]:
                    "fault)")
 
 
-def run_smoke(base_url: str, stack: Stack, *, timeout: float = 120.0) -> tuple[list[str], list[str]]:
+def run_smoke(base_url: str, stack: Stack, *, timeout: float = 120.0,
+              key: str | None = None) -> tuple[list[str], list[str]]:
     """(passed, failed) descriptions for the stack's declared smoke tests. The probes run at
     once (vLLM batches them), so the check costs the slowest one, not their sum; results
     keep the declared order."""
@@ -136,7 +144,7 @@ def run_smoke(base_url: str, stack: Stack, *, timeout: float = 120.0) -> tuple[l
     def attempt(named: tuple[str, Probe]) -> tuple[bool, str]:
         name, probe = named
         try:
-            return probe(base_url, stack, timeout)
+            return probe(base_url, stack, timeout, key)
         except (requests.RequestException, RuntimeError, KeyError, IndexError, TypeError, ValueError) as e:
             return False, f"{name}: {e}"
 
@@ -149,18 +157,19 @@ def run_smoke(base_url: str, stack: Stack, *, timeout: float = 120.0) -> tuple[l
 WAKE_TOKENS = 8  # enough for a run of one punctuation mark (garbage.degenerate_reason) to show
 
 
-def one_completion(base_url: str, stack: Stack, *, timeout: float = 120.0) -> tuple[list[str], list[str]]:
+def one_completion(base_url: str, stack: Stack, *, timeout: float = 120.0,
+                   key: str | None = None) -> tuple[list[str], list[str]]:
     """A woken standby's check (deploy/steps.py): its declared completion test, else a few tokens
     judged for what a broken engine emits. It passed every smoke test when it went to sleep; what a
     wake can still get wrong is the answer (a level-2 wake without its weights reloaded answers token
     id 0 over and over: reference/gpu-lane.md)."""
     try:
         if stack.smoke.completion is not None:
-            ok, text = _completion(base_url, stack, timeout)
+            ok, text = _completion(base_url, stack, timeout, key)
         else:
-            model = _model(base_url, stack, timeout)
+            model = _model(base_url, stack, timeout, key)
             data = _post(f"{base_url}/v1/completions", {"model": model, "prompt": "Hello",
-                                                        "max_tokens": WAKE_TOKENS, "temperature": 0}, timeout)
+                                                        "max_tokens": WAKE_TOKENS, "temperature": 0}, timeout, key)
             answer = str(data["choices"][0]["text"])
             why = degenerate_reason(answer)
             ok = why is None
@@ -171,27 +180,29 @@ def one_completion(base_url: str, stack: Stack, *, timeout: float = 120.0) -> tu
     return ([text], []) if ok else ([], [text])
 
 
-def _listed(base_url: str, timeout: float) -> list[str]:
-    resp = requests.get(f"{base_url}/v1/models", timeout=timeout)
+def _listed(base_url: str, timeout: float, key: str | None) -> list[str]:
+    resp = requests.get(f"{base_url}/v1/models", timeout=timeout, headers=bearer(key))
+    if resp.status_code != 200:
+        raise RuntimeError(f"/v1/models: HTTP {resp.status_code}: {resp.text[:200]}")
     try:
         return [str(card.get("id")) for card in resp.json().get("data", [])]
     except AttributeError as e:
         raise ValueError(f"not a model list: {e}") from None
 
 
-def _model(base_url: str, stack: Stack, timeout: float) -> str:
+def _model(base_url: str, stack: Stack, timeout: float, key: str | None) -> str:
     """The name a request asks for: the stack's first alias, else (no --served-model-name: vLLM serves
     under the model argument) the one /v1/models lists."""
     if stack.aliases:
         return stack.aliases[0]
-    ids = _listed(base_url, timeout)
+    ids = _listed(base_url, timeout, key)
     if not ids:
         raise ValueError("/v1/models lists no model")
     return ids[0]
 
 
-def _aliases(base_url: str, stack: Stack, timeout: float) -> tuple[bool, str]:
-    ids = _listed(base_url, timeout)
+def _aliases(base_url: str, stack: Stack, timeout: float, key: str | None) -> tuple[bool, str]:
+    ids = _listed(base_url, timeout, key)
     if not stack.aliases:
         return bool(ids), (f"/v1/models lists {', '.join(ids)} (no --served-model-name: the model argument)" if ids
                            else "/v1/models lists no model")
@@ -201,11 +212,11 @@ def _aliases(base_url: str, stack: Stack, timeout: float) -> tuple[bool, str]:
     return True, f"/v1/models lists every alias ({', '.join(ids)})"
 
 
-def _completion(base_url: str, stack: Stack, timeout: float) -> tuple[bool, str]:
+def _completion(base_url: str, stack: Stack, timeout: float, key: str | None) -> tuple[bool, str]:
     c = stack.smoke.completion
     assert c is not None  # only run when declared
-    data = _post(f"{base_url}/v1/completions", {"model": _model(base_url, stack, timeout), "prompt": c.prompt,
-                                                "max_tokens": c.max_tokens, "temperature": 0}, timeout)
+    data = _post(f"{base_url}/v1/completions", {"model": _model(base_url, stack, timeout, key), "prompt": c.prompt,
+                                                "max_tokens": c.max_tokens, "temperature": 0}, timeout, key)
     text = data["choices"][0]["text"]
     if c.expect.lower() in text.lower():
         return True, f"completion {c.prompt!r} -> {text.strip()[:40]!r}"

@@ -21,7 +21,15 @@ from ..render import standby as standby_rules
 from ..render.files import COMPOSE_FILE, DOTENV_FILE, expose_only
 from ..render.gpu import gpu_count
 from ..render.patches import find_patch, release
-from ..render.vllm_args import FLAG_BY_NAME, Flag, flag_name, parse_serve_args, split_launcher, split_prelude
+from ..render.vllm_args import (
+    API_KEY_ENV,
+    FLAG_BY_NAME,
+    Flag,
+    flag_name,
+    parse_serve_args,
+    split_launcher,
+    split_prelude,
+)
 from ..state import caches
 from . import kv
 from .findings import Finding, LintContext, Severity
@@ -117,7 +125,7 @@ def _read_json(path: Path) -> dict[str, Any] | None:
 def _model_config(ctx: LintContext) -> dict[str, Any] | None:
     if ctx.stack.model.hub:
         cache = ctx.node.config.hf_cache
-        snap = hub.snapshot(Path(cache), ctx.stack.model.path) if cache else None
+        snap = hub.snapshot(Path(cache), ctx.stack.model.path, ctx.node.config.hf_hub_folder) if cache else None
         return None if snap is None else _read_json(snap / "config.json")
     return None if ctx.models_dir is None else _read_json(ctx.models_dir / ctx.stack.model.path / "config.json")
 
@@ -285,6 +293,8 @@ def hub_cache(ctx: LintContext) -> Iterator[Finding]:
         return
     cache = ctx.node.config.hf_cache
     repo = ctx.stack.model.path
+    if cache is None and ctx.node.config.hf_cache_volume:
+        return  # a named volume: what it holds is the engine's (as the hand-made deployment had it)
     if cache is None:
         yield _f(ctx, "hub-cache-unset", "warning",
                  f"the model is the hub id {repo} and the node has no hf_cache: vLLM downloads it into the container "
@@ -293,11 +303,24 @@ def hub_cache(ctx: LintContext) -> Iterator[Finding]:
         return
     if not ctx.node.on_this_host and not Path(cache).is_dir():
         return  # the node's files are not visible from here
-    if hub.snapshot(Path(cache), repo) is None:
+    folder = ctx.node.config.hf_hub_folder
+    if hub.snapshot(Path(cache), repo, folder) is None:
         yield _f(ctx, "hub-model-missing", "error",
                  f"hf_cache {cache} holds no snapshot of {repo} with a config.json "
-                 f"({hub.repo_folder(Path(cache), repo)}/snapshots): vLLM would try to download it",
+                 f"({hub.repo_folder(Path(cache), repo, folder)}/snapshots): vLLM would try to download it",
                  f"download it there first (HF_HOME={cache} huggingface-cli download {repo}), or correct model.path")
+
+
+@rule("api-key-unset")
+def api_key(ctx: LintContext) -> Iterator[Finding]:
+    """A stack whose vLLM asks for a key (api_key: true, the operator's --api-key) gets it as VLLM_API_KEY
+    from the node's secrets_env_file: without it vLLM serves /v1 to anyone (build_app adds the check only
+    for a non-empty key: vllm/entrypoints/openai/api_server.py at 0001948b)."""
+    if ctx.stack.api_key and API_KEY_ENV not in ctx.rendered.secret_keys:
+        yield _f(ctx, "api-key-unset", "error",
+                 f"stack {ctx.stack.name} serves with an API key (api_key: true) and the node's secrets_env_file "
+                 f"has no {API_KEY_ENV}: vLLM would answer /v1 without one",
+                 f"put {API_KEY_ENV}=<the key> in the node's secrets_env_file (0600)")
 
 
 @rule("expose-probe-unreachable")

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from ..config.hub import HUB_CACHE_VARIABLES
+from ..config.hub import HUB_CACHE_VARIABLES, HUB_FOLDER
 from ..config.node import Node
 from ..config.resources import data_dir
 from ..config.schema import Stack
@@ -174,16 +174,21 @@ def runtime_values(stack: Stack, secrets: Mapping[str, str]) -> dict[str, str]:
 
 def _hub_cache(stack: Stack, node: Node) -> dict[str, object]:
     """A hub model's cache: the node's hf_cache bound at hf_cache_target (read-write: the hub client
-    writes its locks and refs there), which HF_HOME names unless the stack's env already names the
-    cache its own way (HF_HOME, HF_HUB_CACHE: the operator's variable, kept as written). Without
-    hf_cache vLLM downloads at every boot."""
-    if not stack.model.hub or not node.config.hf_cache:
+    writes its locks and refs there), or its named volume hf_cache_volume mounted there, which HF_HOME
+    names (HF_HUB_CACHE, the hub folder itself, when the node's hf_hub_folder is not HF_HOME's `hub`)
+    unless the stack's env already names the cache its own way (HF_HOME, HF_HUB_CACHE: the operator's
+    variable, kept as written). Without either vLLM downloads at every boot."""
+    cfg = node.config
+    if not stack.model.hub or not (cfg.hf_cache or cfg.hf_cache_volume):
         return {}
-    target = node.config.hf_cache_target
+    target, folder = cfg.hf_cache_target, cfg.hf_hub_folder
     named = any(k in stack.env for k in HUB_CACHE_VARIABLES)
-    return {"volumes": [{"type": "bind", "source": node.config.hf_cache, "target": target,
-                         "bind": {"create_host_path": False}}],
-            **({} if named else {"environment": {"HF_HOME": target}})}
+    variable = {"HF_HOME": target} if folder == HUB_FOLDER else \
+        {"HF_HUB_CACHE": target if folder == "." else f"{target}/{folder}"}
+    mount = {"type": "volume", "source": cfg.hf_cache_volume} if cfg.hf_cache_volume else \
+        {"type": "bind", "source": cfg.hf_cache, "bind": {"create_host_path": False}}
+    return {"volumes": [{**mount, "target": target}],
+            **({} if named else {"environment": variable})}
 
 
 def _entrypoint(stack: Stack) -> list[str] | None:
@@ -235,6 +240,7 @@ def render(stack: Stack, node: Node, devices: GpuAccess | DeviceAccess, *, secre
         container_port=stack.container_port,
         runtime_env_name=RUNTIME_ENV_FILE,
         models_target=node.config.models_target,
+        models_read_only=node.config.models_read_only if stack.models_read_only is None else stack.models_read_only,
         # A hub model is in the hub cache (_hub_cache); the models folder only for its draft, if any.
         models_bind=not stack.model.hub or bool(stack.speculative and stack.speculative.model),
         mounts=(*mounts, *(Mount(m.source, m.target, m.read_only) for m in stack.mounts),
@@ -250,7 +256,8 @@ def render(stack: Stack, node: Node, devices: GpuAccess | DeviceAccess, *, secre
         companion_secrets={c.name: companion_env_file(c.name) if hidden[c.name] else None
                            for c in node.config.companions},
         companion_secret_keys={c.name: frozenset(hidden[c.name]) for c in node.config.companions},
-        volumes=sorted({v.source for c in node.config.companions for v in c.volumes if not v.is_bind}),
+        volumes=sorted({v.source for c in node.config.companions for v in c.volumes if not v.is_bind}
+                       | ({node.config.hf_cache_volume} if node.config.hf_cache_volume and stack.model.hub else set())),
         bind_address=node.config.bind_address,
         cache_target=caches.CONTAINER_ROOT if warm else None,
         environment={**(caches.container_env(access.platform) if warm else {}), **access.environment,

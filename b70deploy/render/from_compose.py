@@ -21,7 +21,7 @@ from typing import Any, Protocol
 from pydantic import ValidationError
 
 from ..config.compose_keys import OWNED
-from ..config.hub import CONTAINER_HF_HOME, HUB_ID_RE
+from ..config.hub import CONTAINER_HF_HOME, HUB_FOLDER, HUB_ID_RE
 from ..config.schema import ABS_PATH_RE, ENV_KEY_RE, IMAGE_RE, Speculative, Stack
 from ..config.validation import first_error, value_error
 from ..errors import UserError
@@ -30,12 +30,15 @@ from . import gpu
 from .draft import copy_origin
 from .masking import NONE, Secrets, is_secret
 from .vllm_args import (
+    API_KEY_ENV,
+    API_KEY_FLAG,
     CONTAINER_PORT,
     FLAGS,
     SPEC_FLAG,
     UNSAID,
     ParsedServe,
     entrypoint_style,
+    flag_name,
     model_rel_path,
     parse_serve_args,
     shell_of,
@@ -192,7 +195,10 @@ def _in_container(path: str, binds: Sequence[Mapping[str, Any]], what: str, wher
         raise UserError(f"the {what} is in {host}, the model in {out.node['models_dir']}",
                         where=where, fix="put the model and its draft under one host folder (the models_dir)")
     out.node["models_target"] = inside
-    out.weights_at.add(str((_holder(path, binds) or {}).get("target")))
+    holder = _holder(path, binds) or {}
+    if not holder.get("read_only"):  # the operator's read-write weights bind (OPEA's ./data:/data) stays so
+        out.node["models_read_only"] = False
+    out.weights_at.add(str(holder.get("target")))
     return rel
 
 
@@ -235,9 +241,11 @@ def hub_folder(environment: Mapping[str, Any]) -> tuple[str, str]:
 
 def _hub_cache(service: Mapping[str, Any], where: str, out: FromCompose) -> None:
     """The host folder of a hub model's cache: the bind that holds the container's hub folder (named
-    by HF_HUB_CACHE or HUGGING_FACE_HUB_CACHE, else $HF_HOME/hub, else the hub client's default for
+    by HF_HUB_CACHE or HUGGINGFACE_HUB_CACHE, else $HF_HOME/hub, else the hub client's default for
     root). Its HF_HOME on the host becomes the node's hf_cache, which render binds as the
-    container's HF_HOME; a named volume there is refused (lint could not see what it holds)."""
+    container's HF_HOME; a hub folder of another name (HF_HUB_CACHE=/cache/models) keeps the bind
+    that holds it as hf_cache and its path below it as hf_hub_folder. A named volume that is HF_HOME
+    becomes hf_cache_volume (mounted as it was); one elsewhere is refused."""
     hub, named_by = hub_folder(service.get("environment") or {})
     if (service.get("environment") or {}).get(UNREAD_CACHE_VAR):
         out.notes.append(f"{UNREAD_CACHE_VAR} is not a variable the hub client reads (its legacy one is "
@@ -246,23 +254,34 @@ def _hub_cache(service: Mapping[str, Any], where: str, out: FromCompose) -> None
         target = str(v.get("target") or "").rstrip("/") if isinstance(v, dict) else ""
         if not target or not (hub == target or hub.startswith(f"{target}/")):
             continue
+        if v.get("type") == "volume" and v.get("source") and target == posixpath.dirname(hub):
+            # A named volume that is HF_HOME: mounted as it was (the node's hf_cache_volume, its engine name).
+            out.node["hf_cache_volume"] = str(v["source"])
+            if target != CONTAINER_HF_HOME:
+                out.node["hf_cache_target"] = target
+            out.sources["hf_cache_volume"] = f"the named volume at {target} that holds the hub cache {hub} ({named_by})"
+            out.weights_at.add(str(v.get("target")))
+            return
         if v.get("type") != "bind":
             raise UserError(f"the Hugging Face cache at {target} is the {v.get('type')} {v.get('source')!r}",
                             where=f"{where}.volumes",
-                            fix="bind a host folder there instead (docker volume inspect gives the volume's "
-                                "Mountpoint): b70deploy binds the node's hf_cache and lint checks it holds the model")
-        host_hub = f"{str(v.get('source')).rstrip('/')}{hub[len(target):]}"
-        if posixpath.basename(host_hub) != "hub":
-            raise UserError(f"the hub cache {hub} ({named_by}) is the host folder {host_hub}, not a folder named hub",
-                            where=f"{where}.environment.{named_by}",
-                            fix="bind the folder above it and set HF_HOME to it (the hub folder is $HF_HOME/hub), "
-                                "or import the file as it is: b70deploy import FILE")
+                            fix="bind a host folder there, or mount a named volume at its HF_HOME "
+                                f"({posixpath.dirname(hub)}): b70deploy mounts the node's hf_cache or hf_cache_volume")
+        source = str(v.get("source")).rstrip("/")
+        host_hub = f"{source}{hub[len(target):]}"
+        out.sources["hf_cache"] = f"the bind at {target} that holds the hub cache {hub} ({named_by})"
+        out.weights_at.add(str(v.get("target")))
+        if posixpath.basename(host_hub) != HUB_FOLDER:
+            # HF_HUB_CACHE names the hub folder whatever its name (config/hub.py): the bind as written,
+            # and the hub folder's path below it.
+            out.node["hf_cache"], out.node["hf_hub_folder"] = source, posixpath.relpath(hub, target)
+            if target != CONTAINER_HF_HOME:
+                out.node["hf_cache_target"] = target
+            return
         out.node["hf_cache"] = posixpath.dirname(host_hub)
         if posixpath.dirname(hub) != CONTAINER_HF_HOME:
             out.node["hf_cache_target"] = posixpath.dirname(hub)  # bound where the operator had it
-        out.sources["hf_cache"] = f"the bind at {target} that holds the hub cache {hub} ({named_by})"
-        out.weights_at.add(str(v.get("target")))
-        if str(v.get("target")).rstrip("/") != posixpath.dirname(hub):
+        if target != posixpath.dirname(hub):
             out.notes.append(f"the bind at {target} holds more than the hub cache: a stack binds only its HF_HOME "
                              f"({posixpath.dirname(hub)}, from {out.node['hf_cache']})")
         return
@@ -374,11 +393,35 @@ def _required(service: Mapping[str, Any], parsed: ParsedServe, binds: Sequence[M
         _hub_cache(service, where, out)
     else:
         out.doc["model"] = {"path": _in_container(parsed.model, binds, "model", where, out)}
+    _api_key(parsed, out)
     secret = next((t for t in parsed.extra if t.startswith("--")
                    and is_secret(t[2:].split("=")[0].replace("-", "_"))), None)
     if secret is not None:  # a stack file is 0644 and printed: no secret goes into it
         raise UserError(f"the command passes {secret.split('=')[0]} in clear", where=where,
                         fix="move it into the node's secrets_env_file (e.g. VLLM_API_KEY=...) and drop the flag")
+
+
+def _api_key(parsed: ParsedServe, out: FromCompose) -> None:
+    """`--api-key KEY` out of the stack's flags (a stack file is printed): vLLM reads VLLM_API_KEY when no
+    --api-key is given (build_app, vllm/entrypoints/openai/api_server.py at 0001948b: `args.api_key or
+    [envs.VLLM_API_KEY]`), which the node's secrets_env_file gives; `api_key: true` keeps it required."""
+    kept: list[str] = []
+    skip = False
+    for token in parsed.extra:
+        name, inline = flag_name(token)
+        if name == API_KEY_FLAG:
+            skip = inline is None
+            out.doc["api_key"] = True
+        elif skip and not token.startswith("-"):
+            continue
+        else:
+            skip = False
+            kept.append(token)
+    if out.doc.get("api_key"):
+        parsed.extra[:] = kept
+        out.withheld.append(API_KEY_ENV)
+        out.sources["api_key"] = (f"the command's {API_KEY_FLAG}, left out of the stack: vLLM reads {API_KEY_ENV} "
+                                  "from the node's secrets_env_file instead")
 
 
 def _flags(parsed: ParsedServe, binds: Sequence[Mapping[str, Any]], where: str, out: FromCompose) -> list[str]:
@@ -412,9 +455,11 @@ def _flags(parsed: ParsedServe, binds: Sequence[Mapping[str, Any]], where: str, 
             raise UserError(f"the command's --port {port!r} is not a port number", where=where,
                             fix="give --port a number (vLLM's own default is 8000)")
     host = parsed.fixed.get("--host")
-    if host is not None and host not in ("0.0.0.0", "::", ""):
-        out.notes.append(f"--host {host} becomes --host 0.0.0.0: the published port reaches the container's "
-                         "interfaces, not its loopback")
+    if host in ("0.0.0.0", "::", ""):
+        out.doc["host"] = host  # the operator's, kept: a command without it renders none
+    elif host is not None:
+        out.notes.append(f"--host {host} is left out: without it vLLM listens on every interface, which the "
+                         "published port reaches (not the container's loopback)")
     return extra
 
 
@@ -449,11 +494,11 @@ def _mounts(service: Mapping[str, Any], out: FromCompose) -> None:
         if not isinstance(v, dict):
             continue
         source, target = str(v.get("source") or ""), str(v.get("target") or "")
+        if target in out.weights_at:
+            continue
         if v.get("type") != "bind":
             kind = "named volume" if v.get("type") == "volume" else f"{v.get('type')} mount"
             out.notes.append(f"the {kind} at {target} is not carried over (a stack mounts host paths only)")
-        elif target in out.weights_at:
-            continue
         elif target == caches.CONTAINER_ROOT:
             continue  # the warm-boot cache bind of a file b70deploy rendered: every render adds its own
         elif not (ABS_PATH_RE.match(source) and ABS_PATH_RE.match(target)) or "/" in (source, target):

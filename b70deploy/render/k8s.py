@@ -314,9 +314,9 @@ def render(src: Source, opts: Options = Options()) -> Export:
         elif v.target == CONTAINER_HF_HOME and (opts.hf_cache_claim or v.source.startswith("/")):
             volumes.append(_claim_or_host("hf-cache", opts.hf_cache_claim, v.source, read_only=False))
             mounts.append({"name": "hf-cache", "mountPath": v.target})
-        elif v.read_only and v.source == values.get("MODELS_DIR") and (opts.models_claim or v.source.startswith("/")):
-            volumes.append(_claim_or_host("models", opts.models_claim, v.source, read_only=True))
-            mounts.append({"name": "models", "mountPath": v.target, "readOnly": True})
+        elif v.source == values.get("MODELS_DIR") and (opts.models_claim or v.source.startswith("/")):
+            volumes.append(_claim_or_host("models", opts.models_claim, v.source, read_only=v.read_only))
+            mounts.append({"name": "models", "mountPath": v.target, **({"readOnly": True} if v.read_only else {})})
         elif v.source.startswith("/"):
             vol = f"mount-{i}"
             volumes.append({"name": vol, "hostPath": {"path": v.source}})

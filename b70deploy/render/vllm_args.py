@@ -47,7 +47,8 @@ def human_int(text: str) -> int:
 class Flag:
     """One `vllm serve` flag and the stack key it renders from (dotted: tool_calling.parser).
 
-    names: the flag then every value (nargs="+"); fixed: always `fixed`, no stack key;
+    names: the flag then every value (nargs="+"); fixed: read into ParsedServe.fixed (host, port),
+    rendered from the stack's own host and container_port;
     value: the flag and str(value), left out when None or `skip`; toggle: the flag when true,
     `off` when false; switch: the flag when true, nothing when false; speculative: the JSON.
     """
@@ -57,14 +58,13 @@ class Flag:
     key: str = ""
     skip: object = None
     off: str = ""
-    fixed: str = ""
     parse: Callable[[str], Any] = str
 
 
 FLAGS: tuple[Flag, ...] = (
     Flag("--served-model-name", "names", "served_model_names"),
-    Flag("--host", "fixed", fixed="0.0.0.0"),
-    Flag("--port", "fixed", fixed=str(CONTAINER_PORT)),
+    Flag("--host", "fixed"),
+    Flag("--port", "fixed"),
     Flag("--dtype", "value", "dtype", skip="auto"),
     Flag("--max-model-len", "value", "max_model_len", parse=human_int),
     Flag("--kv-cache-dtype", "value", "kv_cache_dtype", skip="auto"),
@@ -133,8 +133,8 @@ def serve_flags(stack: Stack, *, draft_path: str | None = None, root: str = CONT
     for f in FLAGS:
         if f.flag == "--port":
             args += [f.flag, str(stack.container_port)]
-        elif f.kind == "fixed":
-            args += [f.flag, f.fixed]
+        elif f.flag == "--host":  # only where the operator or the stack has it: vLLM's default binds the same
+            args += [] if stack.host is None else [f.flag, stack.host]
         elif f.kind == "speculative":
             spec = speculative_json(stack, draft_path=draft_path, root=root)
             args += [] if spec is None else [f.flag, spec]
@@ -276,7 +276,7 @@ class ParsedServe:
     """A `vllm serve` argv (after `vllm serve`) read through FLAGS.
 
     values: stack key -> value (dotted keys; speculative is the JSON text); raw: the same
-    key -> its tokens as written; fixed: the host/port flags the stack always renders itself;
+    key -> its tokens as written; fixed: the host/port flags (the stack's host and container_port);
     extra: every other token, in order.
     """
 
@@ -381,3 +381,44 @@ def entrypoint_style(entrypoint: list[str] | None) -> str:
     if len(ep) >= 2 and posixpath.basename(ep[0]) == "vllm" and ep[1] == "serve":
         return "vllm-serve"
     return "other"
+
+
+# ---------------------------------------------------------------- the key vLLM asks for
+
+API_KEY_FLAG = "--api-key"
+API_KEY_ENV = "VLLM_API_KEY"
+
+
+def api_keys(argv: Sequence[str], env: Sequence[str]) -> list[str]:
+    """The keys a running vLLM asks every /v1 request for, read from its process as docker inspect
+    shows it (Path and Args, `NAME=value` Env). vLLM's build_app (vllm/entrypoints/openai/api_server.py,
+    0001948b): `tokens = [key for key in (args.api_key or [envs.VLLM_API_KEY]) if key]`, the flag
+    (FrontendArgs.api_key: list[str], so `--api-key A B`; vllm/entrypoints/openai/cli_args.py, 00522333)
+    before the variable. A shell script's words are read too (`bash -c "... vllm serve ... --api-key K"`);
+    a `$VAR` there is the container's variable. Empty: vLLM checks no key."""
+    words: list[str] = []
+    for token in argv:
+        try:  # a script: its words; a plain token splits into itself
+            words += shlex.split(token) if any(c.isspace() for c in token) else [token]
+        except ValueError:
+            words.append(token)
+    variables = dict(e.partition("=")[::2] for e in env)
+    given: list[str] | None = None
+    for i, word in enumerate(words):
+        name, inline = flag_name(word)
+        if name != API_KEY_FLAG:
+            continue
+        if inline is not None:
+            given = [inline]
+            continue
+        j = i + 1
+        while j < len(words) and not _is_flag(words[j]) and not set(words[j]) <= set("();<>|&`"):
+            j += 1
+        given = words[i + 1:j]  # argparse's store: the last --api-key wins
+    keys = given or [variables.get(API_KEY_ENV, "")]
+    return [_expanded(k, variables) for k in keys if _expanded(k, variables)]
+
+
+def _expanded(word: str, variables: dict[str, str]) -> str:
+    """`$NAME` / `${NAME}` in a script's word, as the container's shell expands it."""
+    return re.sub(r"\$\{(\w+)\}|\$(\w+)", lambda m: variables.get(m.group(1) or m.group(2), ""), word)

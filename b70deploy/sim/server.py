@@ -137,6 +137,8 @@ import argparse
 import contextlib
 import dataclasses
 import fcntl
+import hashlib
+import hmac
 import http
 import importlib
 import importlib.util
@@ -296,6 +298,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--block-size", type=int, default=BLOCK_SIZE)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--quantization", "-q", default=None)
+    # EngineArgs.load_format and tokenizer_revision (vllm/engine/arg_utils.py): louislepage's compose passes
+    # both (bitsandbytes weights, a pinned tokenizer); the sim reads no weights or tokenizer.
+    p.add_argument("--load-format", default="auto")
+    p.add_argument("--tokenizer-revision", default=None)
     p.add_argument("--async-scheduling", action=argparse.BooleanOptionalAction, default=None)
     p.add_argument("--reasoning-parser", default=None)
     p.add_argument("--chat-template", default=None)
@@ -308,6 +314,8 @@ def build_parser() -> argparse.ArgumentParser:
     # ModelConfig.max_seq_len_to_capture (vllm/config.py of the 0.6 to 0.10 releases): the CUDA-graph
     # length, which OPEA's Gaudi compose files still pass.
     p.add_argument("--max-seq-len-to-capture", type=int, default=8192)
+    # FrontendArgs.api_key: list[str] | None (vllm/entrypoints/openai/cli_args.py, 00522333): `--api-key A B`.
+    p.add_argument("--api-key", nargs="+", default=None)
     return p
 
 
@@ -331,6 +339,14 @@ class ServeConfig:
     max_num_batched_tokens: int | None
     reasoning_parser: str | None = None
     sleep_mode: bool = False
+    # The keys every /v1 request must bear (--api-key, else VLLM_API_KEY: see with_api_keys); none: no check.
+    api_keys: tuple[str, ...] = ()
+
+    def with_api_keys(self, env: Mapping[str, str]) -> ServeConfig:
+        """vLLM's build_app (vllm/entrypoints/openai/api_server.py, 0001948b): `tokens = [key for key in
+        (args.api_key or [envs.VLLM_API_KEY]) if key]`; AuthenticationMiddleware is added only when any."""
+        keys = self.api_keys or (env.get("VLLM_API_KEY", ""),)
+        return dataclasses.replace(self, api_keys=tuple(k for k in keys if k))
 
 
 # vllm/entrypoints/openai/cli_args.py, validate_parsed_serve_args: raised after argparse, so the
@@ -381,6 +397,7 @@ def parse_serve_args(argv: Sequence[str]) -> ServeConfig:
         max_num_batched_tokens=ns.max_num_batched_tokens,
         reasoning_parser=ns.reasoning_parser,
         sleep_mode=bool(ns.enable_sleep_mode),
+        api_keys=tuple(ns.api_key or ()),
     )
 
 
@@ -1807,10 +1824,28 @@ class Handler(BaseHTTPRequestHandler):
             raise ApiError(400, "The request body must be a JSON object.")
         return data
 
+    def _refused(self, path: str) -> bool:
+        """AuthenticationMiddleware (vllm/entrypoints/openai/server_utils.py:32-77, 387dcddc): a path under
+        /v1 without `Authorization: Bearer <one of the keys>` (scheme case-insensitive) is answered 401
+        `{"error": "Unauthorized"}`; /health, /metrics and the rest are not checked."""
+        keys = self.engine.cfg.api_keys
+        if not keys or not path.startswith("/v1"):
+            return False
+        scheme, _, given = (self.headers.get("Authorization") or "").partition(" ")
+        digest = hashlib.sha256(given.encode()).digest()
+        if scheme.lower() == "bearer" and any(hmac.compare_digest(digest, hashlib.sha256(k.encode()).digest())
+                                               for k in keys):
+            return False
+        self.rfile.read(int(self.headers.get("Content-Length") or 0))  # the connection stays usable
+        self._json(401, {"error": "Unauthorized"})
+        return True
+
     # -- routes
     def do_GET(self) -> None:
         eng = self.engine
         path = self.path.split("?", 1)[0]
+        if self._refused(path):
+            return
         if path == "/health":
             self._send(200 if eng.healthy() else 503, b"")
         elif path in ("/v1/models", "/models"):
@@ -1839,6 +1874,8 @@ class Handler(BaseHTTPRequestHandler):
 
     def do_POST(self) -> None:
         path = self.path.split("?", 1)[0]
+        if self._refused(path):
+            return
         try:
             body = self._body()
             if self.engine.dead:
@@ -2160,6 +2197,7 @@ def serve(argv: Sequence[str], env: Mapping[str, str] | None = None,
             str(e))), err=True)
         return 1
     env = os.environ if env is None else env
+    cfg = cfg.with_api_keys(env)
     try:
         knobs = Knobs.from_env(env)
     except ValueError as e:

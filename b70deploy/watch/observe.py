@@ -21,6 +21,7 @@ from ..config.node import Node
 from ..deploy.deploydir import WORKING_DIR, drift
 from ..docker import engine, standby
 from ..docker.containers import ContainerState
+from ..docker.node import DockerNode
 from ..docker.probe import probe_health
 from ..docker.smoke import run_smoke
 from ..state.lock import holder_info
@@ -213,7 +214,8 @@ class Observer:
         found: list[tuple[str, str]] = []
         if now - self.last_smoke >= cfg.smoke_every:
             self.last_smoke = now
-            _, self.smoke_failed = run_smoke(self.base_url, stack, timeout=min(self.node.config.timeouts.smoke, 30.0))
+            _, self.smoke_failed = run_smoke(self.base_url, stack, timeout=min(self.node.config.timeouts.smoke, 30.0),
+                                             key=DockerNode.production(self.node).api_key())
         if self.smoke_failed:
             found.append(("smoke", "smoke failed: " + "; ".join(self.smoke_failed)))
         rate = self._error_rate()

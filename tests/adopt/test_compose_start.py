@@ -15,6 +15,9 @@ vllm-openai stage): `python3 -m vllm.entrypoints.openai.api_server` at 0000977ea
   with no ENTRYPOINT (its Dockerfile.hpu ends in CMD ["/bin/bash"]).
 - script: an inline script in entrypoint: [/bin/bash, -c] + command:, several lines (set -e, an export,
   a symlink) and then `exec vllm serve`, the hub cache named by HF_HUB_CACHE.
+- hubname: `vllm serve` under ENTRYPOINT [vllm, serve], the hub folder named `models`, not `hub`
+  (HF_HUB_CACHE=/cache/models: huggingface_hub reads it whatever its name); then a stack whose env
+  names no cache, which render points at that folder with HF_HUB_CACHE.
 
 Each step is checked from outside: `docker inspect` of the container's argv, mounts and their modes,
 published ports and healthcheck, and a completion asked for the name vLLM serves."""
@@ -70,9 +73,9 @@ class Layout:
         return service_box(self.project, self.service)
 
 
-def _hub_cache(hf_home: Path) -> None:
+def _hub_cache(hf_home: Path, folder: str = "hub") -> None:
     """A hub cache holding the hub id's snapshot (huggingface_hub's layout: refs/main names it)."""
-    repo = hf_home / "hub" / f"models--{HUB_ID.replace('/', '--')}"
+    repo = hf_home / folder / f"models--{HUB_ID.replace('/', '--')}"
     (repo / "snapshots" / "0123abc").mkdir(parents=True)
     (repo / "snapshots" / "0123abc" / "config.json").write_text(json.dumps(SMALL))
     (repo / "refs").mkdir()
@@ -112,6 +115,12 @@ def _files(name: str, root: Path, tag: str, port: int, extra_port: int) -> tuple
         (root / "data" / "Qwen" / "Qwen3-0.6B" / "config.json").write_text(json.dumps(SMALL))
         svc["volumes"] = [f"{root / 'data'}:/data"]
         return "vllm-service", doc, "/data/Qwen/Qwen3-0.6B"
+    if name == "hubname":
+        _hub_cache(root / "cache", "models")
+        return "vllm", {"services": {"vllm": {
+            "image": tag, "command": [HUB_ID, "--max-model-len", "4096"],
+            "environment": {"HF_HUB_CACHE": "/cache/models", **SIM_ENV},
+            "volumes": [f"{root / 'cache'}:/cache"], "ports": [f"127.0.0.1:{port}:8000"]}}}, HUB_ID
     _hub_cache(root / "cache")
     script = ("set -e\nexport VLLM_LOGGING_LEVEL=INFO\nln -sf /cache/hub /tmp/hub\n"
               f"exec vllm serve {HUB_ID} --max-model-len 4096 --enforce-eager\n")
@@ -121,7 +130,7 @@ def _files(name: str, root: Path, tag: str, port: int, extra_port: int) -> tuple
         "volumes": [f"{root / 'cache'}:/cache"], "ports": [f"127.0.0.1:{port}:8000"]}}}, HUB_ID
 
 
-@pytest.fixture(params=["entrypoint", "opea", "script"])
+@pytest.fixture(params=["entrypoint", "opea", "script", "hubname"])
 def layout(request: pytest.FixtureRequest, tmp_path: Path, sim_images: dict[str, str],
            free_port: Callable[[], int]) -> Iterator[Layout]:
     name = str(request.param)
@@ -130,7 +139,7 @@ def layout(request: pytest.FixtureRequest, tmp_path: Path, sim_images: dict[str,
     folder = root / "app"
     folder.mkdir(parents=True)
     tag = f"{project}/vllm-openai:stand-in"
-    if name == "script":
+    if name in ("script", "hubname"):
         docker("tag", sim_images["serve"], tag)                    # ENTRYPOINT ["vllm", "serve"]
     elif name == "opea":
         # opea-project/GenAIComps comps/llms/text-generation/vllm/docker/Dockerfile.hpu at
@@ -199,8 +208,12 @@ def test_every_way_to_start_vllm_is_read_and_served_the_same_way(layout: Layout)
         assert cfg["hf_cache"] == str(layout.root / "hf")
     elif layout.name == "script":
         assert cfg["hf_cache"] == str(layout.root / "cache")
-    else:
+    elif layout.name == "hubname":  # the bind as written, the hub folder below it by its own name
+        assert (cfg["hf_cache"], cfg["hf_cache_target"], cfg["hf_hub_folder"]) == (
+            str(layout.root / "cache"), "/cache", "models")
+    else:  # its weights bind as written: read-write
         assert cfg["models_dir"] == str(layout.root / "data") and cfg["models_target"] == "/data"
+        assert cfg["models_read_only"] is False
     assert "runs no" not in out.stdout + out.stderr and "hf_canary" not in out.stdout + out.stderr
     cfg.update({"stacks_dir": str(layout.root / "stacks"), "device_dir": None, "load_threshold": 1000,
                 "timeouts": {"health": 60, "rollback": 60, "poll_interval": 0.2},
@@ -211,7 +224,7 @@ def test_every_way_to_start_vllm_is_read_and_served_the_same_way(layout: Layout)
     made = layout.cli("stack", "from-compose", str(layout.folder / "docker-compose.yml"), "--name", "mine",
                       "--service", layout.service, "--json")
     doc = json.loads(made.stdout)["stack_doc"]
-    assert "served_model_names" not in doc and ("max_model_len" in doc) == (layout.name == "script")
+    assert "served_model_names" not in doc and ("max_model_len" in doc) == (layout.name in ("script", "hubname"))
     assert doc["prefix_caching"] == "default"  # no flag: vLLM's own default, as the command had it
 
     # ---- adopt, then switch to the stack: the same program, flags, mounts, ports and healthcheck
@@ -223,16 +236,13 @@ def test_every_way_to_start_vllm_is_read_and_served_the_same_way(layout: Layout)
     prelude2, values2, extra2, fixed2 = _serve(_argv(after))
     assert (prelude2, values2, sorted(extra2)) == (prelude, values, sorted(extra)), r.stdout
     assert fixed2.get("--port", "8000") == fixed.get("--port", "8000")   # the operator's container port
-    assert fixed2.get("--host", "0.0.0.0") == "0.0.0.0"                  # what vLLM's default listens on too
+    assert fixed2.get("--host") == fixed.get("--host")                  # the operator's --host, or none as they had
     assert _published(after) == _published(before)                       # every published port, as it was
     assert (after["Config"].get("Healthcheck") or {}).get("Test") == (before["Config"].get("Healthcheck") or {}).get(
         "Test")
     mounts, mounts2 = _mounts(before), _mounts(after)
-    for target, (source, rw) in mounts.items():
-        if layout.name == "opea" and target == "/data":
-            assert mounts2[target] == (source, False)  # the models folder: every render binds it read-only
-        else:
-            assert mounts2[target] == (source, rw), target
+    for target, (source, rw) in mounts.items():  # the weights bind too: OPEA's ./data:/data stays read-write
+        assert mounts2[target] == (source, rw), target
     assert completion(layout.port, layout.model)["model"] == layout.model
 
     # ---- rollback to the adopted bytes: the hand-made container again, argv for argv
@@ -247,3 +257,15 @@ def test_every_way_to_start_vllm_is_read_and_served_the_same_way(layout: Layout)
     imported = json.loads(layout.cli("import", str(layout.folder / "docker-compose.yml"), "--as", "saved",
                                      "--json").stdout)
     assert imported["created"] and not any("does not map" in w for w in imported["warnings"]), imported["warnings"]
+
+    if layout.name != "hubname":
+        return
+    # ---- a stack whose env names no cache: render points HF_HUB_CACHE at the node's hub folder
+    bare = {k: v for k, v in doc.items() if k != "env"}
+    (layout.root / "stacks" / "bare.yaml").write_text(yaml.safe_dump({**bare, "name": "bare", "env": SIM_ENV}))
+    layout.cli("switch", "bare", "--yes")
+    box = layout.box()
+    env = dict(e.split("=", 1) for e in box["Config"]["Env"])
+    assert env["HF_HUB_CACHE"] == "/cache/models" and "HF_HOME" not in env
+    assert _mounts(box)["/cache"] == (str(layout.root / "cache"), True)
+    assert completion(layout.port, layout.model)["model"] == layout.model

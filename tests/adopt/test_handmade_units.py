@@ -344,3 +344,18 @@ def test_init_takes_the_project_as_compose_ran_it() -> None:
         plan(two)
     assert "--service NAME" in (e.value.fix or "")
     assert plan(dataclasses.replace(two, service="embed")).config["service"] == "embed"
+
+
+def test_the_running_vllms_api_key_goes_to_a_0600_secrets_file_never_into_the_config(tmp_path: Path) -> None:
+    """vLLM asks /v1 for a key (its --api-key): init gives every rendered stack VLLM_API_KEY through a
+    secrets_env_file it writes (0600), unless the service has an env_file (then a note says to add it)."""
+    d = dataclasses.replace(discovery({"vllm": VLLM_SPEC}), api_key="sk-unit-canary",
+                            compose_text=yaml.safe_dump({"services": {"vllm": {"image": "x"}}}).encode())
+    got = plan(d, tmp_path / "state")
+    path = str(tmp_path / "state" / "vllm-secrets.env")
+    assert got.config["secrets_env_file"] == path
+    assert got.secret_files == {path: "VLLM_API_KEY=sk-unit-canary\n"}
+    assert "sk-unit-canary" not in got.text() + repr(got.to_dict())
+    with_env_file = plan(dataclasses.replace(discovery({"vllm": VLLM_SPEC}), api_key="sk-unit-canary"), tmp_path)
+    assert with_env_file.secret_files == {} and with_env_file.config["secrets_env_file"].endswith("vllm023.env")
+    assert any("VLLM_API_KEY=<the key>" in n for n in with_env_file.notes)

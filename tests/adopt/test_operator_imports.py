@@ -81,3 +81,41 @@ def test_import_names_the_service_it_looked_for(tmp_path: Path, sim_images: dict
     assert result.returncode == 2 and result.stderr.count("\n") == 1, result.stderr
     assert "no service 'vllm' with an image in the compose file (it has proxy, vllm-server)" in result.stderr
     assert "service: NAME" in result.stderr and not (tmp_path / "state" / "revisions").exists()
+
+
+def test_import_takes_the_projects_files_and_profile(tmp_path: Path, sim_images: dict[str, str]) -> None:
+    """A saved copy of a project Compose ran as `-f compose.yaml -f compose.override.yaml --profile managed`
+    (its vLLM behind a profile, as bklinkradt/arc-b70-llm-stack's): `import -f -f --profile` stores each file
+    under the node's compose_files name, read with the node's profiles; a profile the node does not run
+    is refused in one line, nothing stored (a rollback runs every revision with the node's profiles)."""
+    folder = tmp_path / "saved"
+    (folder / "models" / "Qwen" / "Qwen3-0.6B").mkdir(parents=True)
+    (folder / "models" / "Qwen" / "Qwen3-0.6B" / "config.json").write_text("{}")
+    (folder / "compose.yaml.small").write_text(yaml.safe_dump({"services": {"vllm": {
+        "image": sim_images["serve"], "profiles": ["managed"], "command": ["/models/Qwen/Qwen3-0.6B"],
+        "volumes": ["./models:/models:ro"], "ports": ["127.0.0.1:18000:8000"]}}}))
+    (folder / "compose.override.yaml").write_text(yaml.safe_dump({"services": {"vllm": {
+        "environment": {"VLLM_LOGGING_LEVEL": "INFO"}}}}))
+    (folder / ".env").write_text("")
+    project = simkit.unique("imp")
+    config = tmp_path / "node.yaml"
+    config.write_text(yaml.safe_dump({
+        "project": project, "deploy_dir": str(tmp_path / "deploy"), "state_dir": str(tmp_path / "state"),
+        "models_dir": str(folder / "models"), "device_dir": None, "profiles": ["managed"],
+        "compose_files": ["compose.yaml", "compose.override.yaml"]}))
+    argv = ["import", "-f", str(folder / "compose.yaml.small"), "-f", str(folder / "compose.override.yaml"),
+            "--as", "small"]
+    try:
+        refused = simkit.run_cli(config, *argv, "--profile", "gpu", in_process=True)
+        assert refused.returncode == 2 and refused.stderr.count("\n") == 1, refused.stderr
+        assert "--profile gpu: the node runs profiles [managed]" in refused.stderr and "profiles:" in refused.stderr
+        assert not (tmp_path / "state" / "revisions").exists()
+        result = simkit.run_cli(config, *argv, "--profile", "managed", "--json", in_process=True)
+        assert result.returncode == 0, result.stderr
+        out = json.loads(result.stdout)
+        files = StateDir(load_node(str(config)).state_dir).revisions.get(out["revision"]).read_files()
+        assert files["compose.yaml"] == (folder / "compose.yaml.small").read_bytes()
+        assert files["compose.override.yaml"] == (folder / "compose.override.yaml").read_bytes()
+        assert "docker-compose.yml" not in files and not any("does not map" in w for w in out["warnings"])
+    finally:
+        simkit.remove_keep_tags(project)

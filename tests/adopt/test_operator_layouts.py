@@ -109,6 +109,9 @@ class Layout:
     service: str = "vllm"                      # the vLLM service's name in the file
     source: Path | None = None                 # the fixture folder when not under FIXTURES (another issue's)
     variant_env: Callable[[Layout, str], str] | None = None   # the saved variant's .env (default: the model swapped)
+    file: str = "docker-compose.yml"           # the operator's (first) compose file
+    variant_file: bool = False                 # the saved variant's compose file has the other model too
+    key: str | None = None                     # the service's --api-key: every /v1 request sends it
     ports: dict[str, int] = field(default_factory=dict)
     extra: dict[str, str] = field(default_factory=dict)
 
@@ -147,6 +150,17 @@ def _b70_override(lay: Layout, folder: Path) -> dict[str, Any]:
                               "grafana-data")}}
 
 
+def _louislepage_override(lay: Layout, folder: Path) -> dict[str, Any]:
+    s, uniq = lay.extra, folder.name
+    return {"services": {
+        "vllm-api": {"image": s["vllm-openai"], "container_name": f"{uniq}-vllm-api", "deploy": "!reset",
+                     "ports": f"!override 127.0.0.1:{lay.ports['vllm']}:8000"},
+        "open-webui": {"image": s["open-webui"], "container_name": f"{uniq}-open-webui",
+                       "ports": f"!override 127.0.0.1:{lay.ports['router']}:8080"}},
+        "volumes": {"huggingface-cache": {"driver": "local", "driver_opts": {
+            "type": "none", "o": "bind", "device": str(folder.parent / "hf-volume")}}}}
+
+
 def _opea_override(lay: Layout, folder: Path) -> dict[str, Any]:
     return {"services": {"vllm-service": {
         "image": lay.extra["no-entrypoint"], "container_name": f"{folder.name}-vllm-gaudi-server",
@@ -173,6 +187,12 @@ LAYOUTS = {
         up=("--profile", "managed", "up", "-d", "vllm", "open-webui"),
         # The saved variant: the same file with another models folder (another build of the weights).
         variant_env=lambda lay, env: env.replace(lay.extra["models"], lay.extra["models"] + "-v2")),
+    "louislepage-vllm-openwebui": Layout(
+        "louislepage-vllm-openwebui", served="unsloth/DeepSeek-R1-Distill-Llama-70B-bnb-4bit",
+        variant="unsloth/DeepSeek-R1-Distill-Llama-8B-bnb-4bit", file="compose.yml", service="vllm-api",
+        override=_louislepage_override, key="sk-louislepage-canary-41d2", variant_file=True,
+        env=lambda lay, folder: f"VLLM_API_KEY={lay.key}\nHUGGING_FACE_HUB_TOKEN=hf_louislepage_canary\n",
+        hub=lambda folder: folder.parent / "hf-volume" / "hub", webui="open-webui"),
     "opea-gaudi": Layout(
         "opea-gaudi", served="/data/Qwen/Qwen3-0.6B", variant="/data/Qwen/Qwen3-0.6B-v2",
         source=FIXTURES.parent / "compose" / "opea-gaudi", service="vllm-service", override=_opea_override,
@@ -226,19 +246,23 @@ def _boxes(project: str) -> dict[str, dict[str, Any]]:
     return {b["Config"]["Labels"]["com.docker.compose.service"]: b for b in boxes}
 
 
-def _answers(port: int, model: str) -> dict[str, Any]:
-    """A completion asked at `port`; a companion the switch has just started again (the router) is
-    given a few seconds to listen: restore starts it and returns."""
+def _answers(port: int, model: str, key: str | None = None) -> dict[str, Any]:
+    """A completion asked at `port` (with the service's key, when it has one); a companion the switch
+    has just started again (the router) is given a few seconds to listen: restore starts it and returns."""
+    auth = {"Authorization": f"Bearer {key}"} if key else {}
+    if key:  # vLLM refuses /v1 without it (vllm/entrypoints/openai/server_utils.py:32-77, 387dcddc)
+        assert requests.get(f"http://127.0.0.1:{port}/v1/models", timeout=10).status_code == 401
     deadline = time.monotonic() + 30
     while True:
         try:
-            r = requests.post(f"http://127.0.0.1:{port}/v1/completions", timeout=60,
+            r = requests.post(f"http://127.0.0.1:{port}/v1/completions", timeout=60, headers=auth,
                               json={"model": model, "prompt": "The capital of France is", "max_tokens": 4})
             break
         except requests.ConnectionError:
             assert time.monotonic() < deadline, f"nothing answers on port {port}"
             time.sleep(0.2)
-    served = requests.get(f"http://127.0.0.1:{port}/v1/models", timeout=10).text if r.status_code != 200 else ""
+    served = requests.get(f"http://127.0.0.1:{port}/v1/models", timeout=10, headers=auth).text \
+        if r.status_code != 200 else ""
     assert r.status_code == 200, (r.text, served)
     got: dict[str, Any] = r.json()
     return got
@@ -296,7 +320,8 @@ def test_an_operators_layout_goes_through_every_step_and_comes_back_equal(
     (folder / ".env").write_text(env)
     (folder / ".env.small").write_text(lay.variant_env(lay, env) if lay.variant_env else env.replace(lay.served,
                                                                                                    lay.variant))
-    shutil.copy(folder / "docker-compose.yml", folder / "docker-compose.yml.small")  # the saved variant
+    small = (folder / lay.file).read_text()   # the saved variant
+    (folder / f"{lay.file}.small").write_text(small.replace(lay.served, lay.variant) if lay.variant_file else small)
     for model in (lay.served, lay.variant):
         _hub_model(lay.hub(folder), model)
     config, state = tmp_path / "node.yaml", tmp_path / "state"
@@ -304,6 +329,7 @@ def test_an_operators_layout_goes_through_every_step_and_comes_back_equal(
     def cli(*args: str, with_config: bool = True) -> subprocess.CompletedProcess[str]:
         r = simkit.run_cli(config if with_config else None, *args, timeout=300)
         assert r.returncode == 0, (args, r.stdout, r.stderr)   # 0 refusals
+        assert not lay.key or lay.key not in r.stdout + r.stderr, args   # a secret: never printed
         return r
 
     try:
@@ -322,7 +348,7 @@ def test_an_operators_layout_goes_through_every_step_and_comes_back_equal(
         # ---- init, adopt: the project as Compose ran it (two files), nothing restarted
         cli("init", "--config", str(config), "--project", project, "--state-dir", str(state), with_config=False)
         cfg = yaml.safe_load(config.read_text())
-        assert cfg["compose_files"] == ["docker-compose.yml", "docker-compose.override.yml"]
+        assert cfg["compose_files"] == [lay.file, "docker-compose.override.yml"]
         # Test environment only: the test's own stacks folder, short waits, a load threshold a shared box meets.
         (tmp_path / "stacks").mkdir()
         with config.open("a") as fh:
@@ -334,15 +360,15 @@ def test_an_operators_layout_goes_through_every_step_and_comes_back_equal(
         status = json.loads(cli("status", "--json").stdout)   # the deploy dir read as the project's files
         assert status["current"]["number"] == 1 and status["differs"] == [], status
 
-        cli("stack", "from-compose", str(folder / "docker-compose.yml"), "-f",
+        cli("stack", "from-compose", str(folder / lay.file), "-f",
             str(folder / "docker-compose.override.yml"), "--env", str(folder / ".env"), "--name", "made")
 
         # ---- import the saved variant (its own .env) and roll back to it by name
-        cli("import", "-f", str(folder / "docker-compose.yml.small"), "-f", str(folder / "docker-compose.override.yml"),
+        cli("import", "-f", str(folder / f"{lay.file}.small"), "-f", str(folder / "docker-compose.override.yml"),
             "--env", str(folder / ".env.small"), "--as", "small")
         cli("rollback", "small", "--yes")
         assert inspected(_boxes(project)[lay.service]) != hand[lay.service]   # the variant runs (model or folder)
-        assert _answers(lay.ports["vllm"], lay.variant)["model"] == lay.variant
+        assert _answers(lay.ports["vllm"], lay.variant, lay.key)["model"] == lay.variant
         if lay.router:
             assert _answers(lay.ports["router"], lay.variant)["model"] == lay.variant
 
@@ -351,7 +377,7 @@ def test_an_operators_layout_goes_through_every_step_and_comes_back_equal(
         cli("switch", "made", "--yes")
         boxes = _boxes(project)
         assert boxes[lay.service]["Config"]["Labels"]["b70deploy.stack"] == "made"
-        assert _answers(lay.ports["vllm"], lay.served)["model"] == lay.served
+        assert _answers(lay.ports["vllm"], lay.served, lay.key)["model"] == lay.served
         if lay.router:
             assert _answers(lay.ports["router"], lay.served)["model"] == lay.served
         for svc, was in hand.items():
@@ -366,10 +392,10 @@ def test_an_operators_layout_goes_through_every_step_and_comes_back_equal(
         cli("rollback", "1", "--yes")
         assert {svc: inspected(b) for svc, b in _boxes(project).items()} == hand
         assert json.loads(cli("status", "--json").stdout)["differs"] == []
-        assert {n: (folder / n).read_bytes() for n in ("docker-compose.yml", "docker-compose.override.yml")} == \
-            {n: ((lay.source or FIXTURES / name) / n).read_bytes() if n == "docker-compose.yml" else override for n in
-             ("docker-compose.yml", "docker-compose.override.yml")}
-        assert _answers(lay.ports["vllm"], lay.served)["model"] == lay.served
+        assert {n: (folder / n).read_bytes() for n in (lay.file, "docker-compose.override.yml")} == \
+            {lay.file: ((lay.source or FIXTURES / name) / lay.file).read_bytes(),
+             "docker-compose.override.yml": override}
+        assert _answers(lay.ports["vllm"], lay.served, lay.key)["model"] == lay.served
         if lay.router:
             assert _answers(lay.ports["router"], lay.served)["model"] == lay.served
         if lay.webui:

@@ -144,6 +144,11 @@ def case_expose_remote(node: Node) -> LintContext:
     return _ctx(remote, "w4a16", compose={"expose": ["8000"]})
 
 
+def case_api_key_unset(node: Node) -> LintContext:
+    """A stack from a command with --api-key on a node whose secrets_env_file lacks VLLM_API_KEY."""
+    return _ctx(node, "w4a16", api_key=True)
+
+
 def case_mount_missing(node: Node) -> LintContext:
     return _ctx(node, "w4a16", mounts=[HostMount(source="/no/such/venv", target="/opt/venv")])
 
@@ -263,6 +268,7 @@ CASES: list[tuple[str, str, Callable[[Node], LintContext], str]] = [
     ("mount-missing", "error", case_mount_missing, "mounts[].source"),
     ("hub-cache-unset", "warning", case_hub_cache_unset, "set hf_cache"),
     ("expose-probe-unreachable", "error", case_expose_remote, "drop expose from compose:"),
+    ("api-key-unset", "error", case_api_key_unset, "VLLM_API_KEY=<the key>"),
     ("hub-model-missing", "error", case_hub_model_missing, "huggingface-cli download Qwen/Qwen3-0.6B"),
     ("patch-unknown", "error", case_patch_unknown, "patches/no-such-patch.yaml"),
     ("patch-does-not-apply", "error", case_patch_drift, "rewrite the edit"),

@@ -56,7 +56,7 @@ def test_flags_under_the_images_python_m_entrypoint_need_no_name_nor_length() ->
     stack = Stack.model_validate({"name": "s", **doc})
     assert stack.aliases == [] and stack.prefix_caching       # vLLM's default is on
     argv = container_command(stack, model="Qwen/Qwen3-0.6B")
-    assert argv == ["--model", "Qwen/Qwen3-0.6B", "--host", "0.0.0.0", "--port", "4997"]  # nothing added but --host
+    assert argv == ["--model", "Qwen/Qwen3-0.6B", "--port", "4997"]  # nothing added: no --host it never had
 
 
 def test_the_images_cmd_is_the_command_when_the_service_writes_none() -> None:
@@ -94,7 +94,24 @@ def test_opea_prelude_then_python_m_on_port_80() -> None:
     assert [shell, flag] == ["/bin/bash", "-c"]
     assert script.startswith("export VLLM_CPU_KVCACHE_SPACE=40 && exec python3 -m vllm.entrypoints.openai.api_server "
                              "--model /data/Qwen/Qwen3-0.6B ")
-    assert "--port 80" in script
+    assert "--port 80" in script and doc["host"] == "0.0.0.0" and "--host 0.0.0.0" in script  # the operator's, kept
+
+
+def test_host_is_rendered_only_where_the_operator_or_stack_has_it() -> None:
+    """vLLM without --host binds every IPv4 interface (vLLM 0.24.0 api_server.py:540, `args.host or ""`),
+    as --host 0.0.0.0 does: a stack that never said renders none; a loopback host, which the published
+    port cannot reach, is left out with a note."""
+    base = {"image": "vllm/vllm-openai:v0.24.0", "entrypoint": ["vllm", "serve"],
+            "volumes": [bind("/srv/models", "/models")]}
+    for host, kept in (("0.0.0.0", "0.0.0.0"), ("::", "::"), (None, None), ("127.0.0.1", None)):
+        flags = [] if host is None else ["--host", host]
+        out = stack_from_compose({**base, "command": ["/models/m", *flags]})
+        assert out.doc.get("host") == kept, host
+        assert any("--host 127.0.0.1 is left out" in n for n in out.notes) == (host == "127.0.0.1")
+        argv = container_command(Stack.model_validate({"name": "s", **out.doc}), model="/models/m")
+        assert (argv[argv.index("--host") + 1] if "--host" in argv else None) == kept
+    with pytest.raises(ValueError, match=r"host .a b. is not an address"):
+        Stack.model_validate({"name": "s", **out.doc, "host": "a b"})
 
 
 SCRIPT = "set -e\nexport A=1\nln -sf /cache/hub /tmp/hub\nexec vllm serve Qwen/Qwen3-0.6B \\\n  --max-model-len 4096\n"
@@ -112,6 +129,22 @@ def test_an_inline_script_in_entrypoint_and_command_keeps_its_lines() -> None:
     [script] = container_command(stack, model="Qwen/Qwen3-0.6B")   # the entrypoint is the shell again
     assert script.startswith("set -e\nexport A=1\nln -sf /cache/hub /tmp/hub\nexec vllm serve Qwen/Qwen3-0.6B ")
     assert serve_arguments({**svc, "command": [script]}, NEW_OPENAI) is not None
+
+
+@pytest.mark.parametrize(("volumes", "node"), [
+    ([bind("/srv/cache", "/cache")],
+     {"hf_cache": "/srv/cache", "hf_cache_target": "/cache", "hf_hub_folder": "models"}),
+    ([bind("/srv/models", "/cache/models")],
+     {"hf_cache": "/srv/models", "hf_cache_target": "/cache/models", "hf_hub_folder": "."}),
+])
+def test_a_hub_folder_not_named_hub_is_taken_as_bound(volumes: list[dict[str, Any]], node: dict[str, Any]) -> None:
+    """huggingface_hub reads HF_HUB_CACHE as the hub folder whatever its name (constants.py; config/hub.py):
+    the bind that holds it is hf_cache as written, the hub folder's path below it hf_hub_folder."""
+    svc = {"image": NEW_OPENAI.ref, "command": ["Qwen/Qwen3-0.6B"], "environment": {"HF_HUB_CACHE": "/cache/models"},
+           "volumes": volumes}
+    out = stack_from_compose(svc, image=NEW_OPENAI)
+    assert out.doc["model"] == {"path": "Qwen/Qwen3-0.6B", "hub": True} and out.node == node
+    assert out.doc["env"] == {"HF_HUB_CACHE": "/cache/models"}  # the operator's variable, as written
 
 
 @pytest.mark.parametrize(("script", "says"), [
@@ -151,12 +184,12 @@ def test_a_name_the_hub_client_never_reads_is_said() -> None:
     assert out.node["hf_cache"] == "/h" and any("HUGGINGFACE_HUB_CACHE" in n for n in out.notes)
 
 
-def test_a_hub_folder_not_named_hub_is_refused_naming_the_variable() -> None:
+def test_a_hub_cache_in_a_named_volume_is_refused_naming_the_key() -> None:
     svc = {"image": "i:1", "command": ["vllm", "serve", "Qwen/Qwen3-0.6B"], "environment": {"HF_HUB_CACHE": "/c"},
-           "volumes": [bind("/h", "/c")]}
+           "volumes": [{"type": "volume", "source": "hf", "target": "/c"}]}
     with pytest.raises(UserError) as e:
         stack_from_compose(svc, where="f.yml: services.vllm")
-    assert str(e.value).startswith("f.yml: services.vllm.environment.HF_HUB_CACHE: ")
+    assert str(e.value).startswith("f.yml: services.vllm.volumes: ") and "bind a host folder" in str(e.value)
 
 
 def test_a_read_write_bind_stays_read_write() -> None:

@@ -42,7 +42,7 @@ def test_parse_reads_back_every_flag_serve_flags_writes(name: str) -> None:
     stack = Catalogue(data_dir("stacks")).load(name)
     parsed = parse_serve_args(["/models/x", *serve_flags(stack)])
     assert parsed.model == "/models/x" and parsed.extra == list(stack.extra_args)
-    assert parsed.fixed == {"--host": "0.0.0.0", "--port": "8000"}
+    assert parsed.fixed == {"--port": "8000"}  # no --host: the catalogue never says one (vLLM binds all interfaces)
     assert parsed.values["max_model_len"] == stack.max_model_len
     assert parsed.values["served_model_names"] == stack.served_model_names
     assert parsed.values["prefix_caching"] is stack.prefix_caching
@@ -120,7 +120,7 @@ def test_weights_in_a_hugging_face_tree_below_the_bind() -> None:
     (service([]), "no command"),
     ({**service(SERVE), "image": "Bad Image"}, "not an image reference"),
     (service(["vllm", "serve", "/srv/Qwen/Qwen3-30B-A3B"]), "not inside a bind-mounted folder"),
-    (service([*SERVE, "--api-key", "sk-canary"]), "--api-key in clear"),
+    (service([*SERVE, "--hf-token", "sk-canary"]), "--hf-token in clear"),
     (service([*SERVE, "--max-num-seqs", "64", "--max-num-batched-tokens", "8"]), "max_num_batched_tokens"),
 ])
 def test_refused_services_name_the_problem(svc: dict[str, Any], says: str) -> None:
@@ -128,6 +128,27 @@ def test_refused_services_name_the_problem(svc: dict[str, Any], says: str) -> No
         stack_from_compose(svc, where="f.yml: services.vllm")
     assert says in str(e.value) and str(e.value).startswith("f.yml: services.vllm: ")
     assert "sk-canary" not in str(e.value)
+
+
+@pytest.mark.parametrize("flag", [["--api-key", "sk-canary", "other-key"], ["--api_key=sk-canary"]])
+def test_an_api_key_leaves_the_stack_and_is_required_from_the_nodes_secrets(flag: list[str]) -> None:
+    """louislepage's `--api-key ${VLLM_API_KEY}`: the stack (printed, 0644) holds no key; vLLM reads
+    VLLM_API_KEY when no --api-key is given (build_app), which the node's secrets_env_file gives."""
+    out = stack_from_compose(service([*SERVE[:3], *flag, *SERVE[3:]]))
+    assert out.doc["api_key"] is True and "VLLM_API_KEY" in out.withheld
+    assert "sk-canary" not in repr(out.doc) and out.doc.get("extra_args", []) == []
+    assert stack_from_compose(service(SERVE)).doc.get("api_key") is None
+
+
+def test_a_named_volume_that_is_hf_home_is_the_nodes_hf_cache_volume() -> None:
+    svc = {"image": "vllm/vllm-openai:latest", "command": ["vllm", "serve", "Org/Model"],
+           "volumes": [{"type": "volume", "source": "huggingface-cache", "target": "/root/.cache/huggingface"}]}
+    out = stack_from_compose(svc)
+    assert out.doc["model"] == {"path": "Org/Model", "hub": True}
+    assert out.node == {"hf_cache_volume": "huggingface-cache"} and not any("named volume" in n for n in out.notes)
+    deeper = {**svc, "volumes": [{"type": "volume", "source": "cache", "target": "/root/.cache"}]}
+    with pytest.raises(UserError, match="mount a named volume at its HF_HOME"):
+        stack_from_compose(deeper)
 
 
 def test_what_the_stack_cannot_hold_is_named() -> None:

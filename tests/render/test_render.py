@@ -14,6 +14,7 @@ from simkit import run_cli, unavailable
 
 from b70deploy.actions.diff import diff_against_dir
 from b70deploy.actions.prepare import prepare
+from b70deploy.config import hub
 from b70deploy.config.catalogue import Catalogue
 from b70deploy.config.node import Node, load_node
 from b70deploy.config.resources import data_dir
@@ -106,6 +107,50 @@ def test_port_and_project_overrides(node: Node) -> None:
     r = _render(node, "ngram", port=8001, project="b70-dark")
     assert _dotenv(r)["VLLM_PORT"] == "8001"
     assert _compose(r)["name"] == "b70-dark"
+
+
+def _weights_bind(r: Rendered, node: Node) -> dict[str, Any]:
+    binds = [v for v in _compose(r)["services"]["vllm"]["volumes"] if v["target"] == node.config.models_target]
+    assert len(binds) == 1, binds
+    return dict(binds[0])
+
+
+def test_the_weights_bind_keeps_the_mode_the_node_or_stack_says(scratch: Scratch) -> None:
+    """A node that never said binds the weights read-only; a node whose hand-made bind was read-write
+    (init wrote models_read_only: false) keeps it so for every stack; a stack's own key wins."""
+    scratch.copy_shipped()
+    never = load_node(str(scratch.config))
+    assert _weights_bind(_render(never, "ngram"), never)["read_only"] is True
+    scratch.write_config({"models_read_only": False})
+    rw = load_node(str(scratch.config))
+    assert "read_only" not in _weights_bind(_render(rw, "ngram"), rw)
+    stack = rw.catalogue().load("ngram").model_copy(update={"models_read_only": True})
+    assert _weights_bind(render(stack, rw, NO_DEVICES), rw)["read_only"] is True
+
+
+@pytest.mark.parametrize("folder", ["hub", "models", "."])
+def test_a_hub_model_finds_the_hub_folder_the_node_names(scratch: Scratch, folder: str) -> None:
+    """A stack whose env does not name the cache gets HF_HOME for HF_HOME's `hub`, else HF_HUB_CACHE at
+    the node's hf_hub_folder (huggingface_hub reads it whatever its name); lint looks in the same folder."""
+    cache = scratch.root / "cache"
+    snap = cache / folder / "models--Qwen--Qwen3-0.6B" / "snapshots" / "0123abc"
+    snap.mkdir(parents=True)
+    (snap / "config.json").write_text("{}")
+    (snap.parent.parent / "refs").mkdir()
+    (snap.parent.parent / "refs" / "main").write_text("0123abc")
+    scratch.write_stack("h", {**MINIMAL_STACK, "name": "h", "model": {"path": "Qwen/Qwen3-0.6B", "hub": True}})
+    scratch.write_config({"hf_cache": str(cache), "hf_cache_target": "/cache", "hf_hub_folder": folder})
+    node = load_node(str(scratch.config))
+    vllm = _compose(_render(node, "h"))["services"]["vllm"]
+    assert {"type": "bind", "source": str(cache), "target": "/cache", "bind": {"create_host_path": False}} \
+        in vllm["volumes"]
+    want = {"hub": ("HF_HOME", "/cache"), "models": ("HF_HUB_CACHE", "/cache/models"), ".": ("HF_HUB_CACHE", "/cache")}
+    key, value = want[folder]
+    assert vllm["environment"][key] == value and not ({"HF_HOME", "HF_HUB_CACHE"} - {key}) & set(vllm["environment"])
+    assert hub.snapshot(cache, "Qwen/Qwen3-0.6B", node.config.hf_hub_folder) == snap
+    with pytest.raises(UserError, match=r"hf_hub_folder '\.\./x' is not a folder below hf_cache"):
+        scratch.write_config({"hf_cache": str(cache), "hf_hub_folder": "../x"})
+        load_node(str(scratch.config))
 
 
 # ------------------------------------------------------------------ YAML safety

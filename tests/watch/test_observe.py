@@ -76,7 +76,7 @@ def test_a_failure_the_probes_see_after_the_log_was_read_is_diagnosed_from_a_sec
     reads = iter([boot, died])
     monkeypatch.setattr(observe.engine, "container_log", lambda container, tail: next(reads))
     monkeypatch.setattr(observe, "probe_health", lambda url: 200)
-    monkeypatch.setattr(observe, "run_smoke", lambda url, stack, timeout: ([], ["capital: HTTP 500"]))
+    monkeypatch.setattr(observe, "run_smoke", lambda url, stack, timeout, key: ([], ["capital: HTTP 500"]))
     (tmp_path / "node.yaml").write_text(yaml.safe_dump({"state_dir": str(tmp_path / "s")}))
     node = load_node(str(tmp_path / "node.yaml"))
     observer = Observer(node, Deaths(node), stack_of=lambda node, rev: None)  # type: ignore[arg-type,return-value]
