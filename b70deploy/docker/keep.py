@@ -6,7 +6,9 @@ no tag at all: dangling. `docker image prune -f` (even without -a) deletes every
 image no container uses, and the revision pinned to that image id can no longer be rolled
 back to. A tag `b70deploy/keep:<project>-<image id, 12 hex>` keeps the image named until `gc`
 finds no revision left that runs it: one tag per image, however many revisions (failed ones
-included) ran it (a tag per revision left a dozen tags on one image: issue 39).
+included) ran it (a tag per revision left a dozen tags on one image: issue 39). The same tag is
+the name a rendered .env runs (VLLM_IMAGE, beside the pinned VLLM_IMAGE_ID), so `docker ps` shows
+it rather than a bare id; DockerNode puts it back on the pinned id before every compose up.
 """
 
 from __future__ import annotations
