@@ -32,10 +32,12 @@ def keep_tag(project: str, image_id: str) -> str:
 
 
 def is_keep_tag(project: str, ref: str) -> bool:
-    """Whether `ref` is a keep tag of `project` (not of another project whose name starts the same)."""
+    """Whether `ref` is a keep tag of `project` (not of another project whose name starts the same):
+    one per image, or one of the former per-revision tags (`<project>-<revision>`, before issue 39),
+    which gc releases the same way once no revision runs their image."""
     head = f"{REPO}:{_prefix(project)}-"
     rest = ref[len(head):] if ref.startswith(head) else ""
-    return len(rest) == SHORT and all(c in "0123456789abcdef" for c in rest)
+    return (len(rest) == SHORT and all(c in "0123456789abcdef" for c in rest)) or (rest.isascii() and rest.isdigit())
 
 
 SHORT = 12  # hex digits of the image id in a keep tag (as `docker images` shows ids)

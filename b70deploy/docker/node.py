@@ -241,10 +241,10 @@ class DockerNode(DeployDir):
         engine.tag_image(image_id, keep_tag(self.project, image_id))
 
     def kept_images(self) -> dict[str, str]:
-        return {image: ref for ref, image in engine.tagged(REPO).items() if is_keep_tag(self.project, ref)}
+        return {ref: image for ref, image in engine.tagged(REPO).items() if is_keep_tag(self.project, ref)}
 
-    def release_image(self, image_id: str) -> tuple[bool, str | None]:
-        return engine.untag(keep_tag(self.project, image_id))
+    def release_tag(self, tag: str) -> tuple[bool, str | None]:
+        return engine.untag(tag)
 
     # ---- the serving container
     def wait_healthy(self, *, timeout: float, reporter: Reporter) -> WaitResult:

@@ -132,3 +132,27 @@ def test_docker_ps_names_the_image_by_its_keep_tag_and_a_moved_tag_never_changes
         node.cli("restore", check=True)
         assert node.answers() == "alpha" and node.running_image() == old
         assert name in tags_of(old) and name not in tags_of(new)
+
+
+def test_gc_releases_the_former_per_revision_keep_tags_of_images_no_revision_runs(node: SimNode) -> None:
+    """Issue 39: keep tags were one per revision (`b70deploy/keep:<project>-<revision>`) before one per image;
+    a node upgraded with such tags gets them released by gc like the new ones, and keeps those still needed."""
+    old = node.own_image("old")
+    docker("tag", old, node.tags["bash-c"])
+    node.cli("switch", "alpha", "--yes", check=True)  # revision 1 runs `old`
+    former = f"b70deploy/keep:{node.project}"
+    docker("tag", old, f"{former}-1")  # as the former tool tagged revision 1
+    stale = node.own_image("stale")  # an image only pruned revisions 3 and 4 ran, tagged the former way
+    docker("tag", stale, f"{former}-3")
+    docker("tag", stale, f"{former}-4")
+    docker("rmi", f"{node.project}/own:stale", f"{node.project}/own:old")
+    plan = node.json("gc", "--dry-run")
+    assert [(i["name"], i["image"], i["frees"]) for i in plan] == [
+        (f"{former}-3", stale, None), (f"{former}-4", stale, stale)]
+    done = node.json("gc")
+    assert [(d["name"], d["ok"], d["detail"]) for d in done] == [
+        (f"{former}-3", True, "tag removed"), (f"{former}-4", True, "tag and image removed")]
+    assert not present(stale)
+    ours = [t for t in tags_of(old) if t.startswith(former)]
+    assert ours == sorted([f"{former}-1", keep_tag(node.project, old)])  # revision 1 still runs it
+    assert node.answers() == "alpha" and node.json("gc", "--dry-run") == []
