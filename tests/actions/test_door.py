@@ -76,6 +76,13 @@ class Clients:
                 else:
                     self.failed.append(why)
 
+    def answered(self, n: int, timeout: float = 30) -> None:
+        """Until `n` requests in all were answered (the clients saw the node, not a fixed wait)."""
+        deadline = time.monotonic() + timeout
+        while self.ok < n:
+            assert time.monotonic() < deadline, (self.ok, self.failed[:5])
+            time.sleep(0.05)
+
     def during(self, work: Callable[[], Any], n: int = 3) -> None:
         threads = [threading.Thread(target=self.loop, daemon=True) for _ in range(n)]
         for t in threads:
@@ -266,9 +273,9 @@ def test_a_rollback_to_a_revision_made_without_the_door_is_refused_and_no_client
     said: dict[str, Any] = {}
 
     def roll_back() -> None:
-        time.sleep(1.0)
+        clients.answered(10)  # the clients run through the door before the rollback
         said["r"] = node.cli("rollback", "1", "--yes")
-        time.sleep(2.0)
+        clients.answered(clients.ok + 10)  # and after it was refused
 
     clients.during(roll_back, n=4)
     r = said["r"]
