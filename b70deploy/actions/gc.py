@@ -3,9 +3,9 @@
 The plan is a list of items of a few kinds; `run` removes them under the deploy lock, so a
 switch never records a revision while its image is being released. Kinds today:
 
-    keep-tag   the keep tag (docker/keep.py, one per image) of an image no revision left runs
-               (theirs were pruned); the engine deletes the image with it when no other tag
-               names it and no container uses it
+    keep-tag   a keep tag (docker/keep.py: one per image, or one of the former per-revision
+               ones) of an image no revision left runs (theirs were pruned); the engine deletes
+               the image with its last tag when no container uses it
     cache      the warm-boot cache folder (state/caches.py) of an image no revision runs
                any more (on this host only: a remote node's folders are compose's)
 
@@ -68,11 +68,15 @@ class Gc:
         # Every revision left (a sleeping standby's included: prune keeps those) keeps its image's tag;
         # read from the index, so a damaged record elsewhere does not stop gc.
         needed = set(StateDir(self.node.state_dir).revisions.summaries().column("image_id"))
+        kept = io.kept_images()
+        ours: dict[str, list[str]] = {}  # image -> its tags of ours, in the order they go
+        for tag, image in sorted(kept.items()):
+            ours.setdefault(image, []).append(tag)
         items = []
-        for image, tag in sorted(io.kept_images().items(), key=lambda kv: kv[1]):
+        for tag, image in sorted(kept.items()):
             if image in needed:
                 continue
-            last = io.image_tags(image) == (tag,)
+            last = tag == ours[image][-1] and set(io.image_tags(image)) == set(ours[image])
             items.append(Item("keep-tag", tag, "no revision left runs its image", image=image,
                               frees=image if last else None))
         return items
@@ -103,8 +107,7 @@ class Gc:
             result = Removed(item, bool(gone), "cache folder removed" if gone else "kept: not a cache folder of ours")
             reporter.info(f"{item.name}: {result.detail}")
             return result
-        assert item.image is not None  # a keep-tag item always names its image
-        deleted, refused = io.release_image(item.image)
+        deleted, refused = io.release_tag(item.name)
         if refused:
             result = Removed(item, False, f"kept: {refused}")
         else:

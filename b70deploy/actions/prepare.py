@@ -116,7 +116,8 @@ def switch_view(node: Node, name: str, *, docker: bool = True) -> SwitchView:
         except B70Error as e:
             why = e.what
         else:
-            resolved = [f"image: {stack.image} pinned to {d.image.id} (.env VLLM_IMAGE), as a switch pins it"]
+            resolved = [f"image: {stack.image} pinned to {d.image.id} (.env VLLM_IMAGE_ID; VLLM_IMAGE "
+                        "names it by its keep tag), as a switch pins it"]
             upstream = {p: n for p in stack.patches for n in d.patches_upstream if n.startswith(f"patch {p} ")}
             resolved += [upstream.get(p, f"patch {p}: edited file in patches/, bind-mounted read-only over the "
                                          "image's file") for p in stack.patches]

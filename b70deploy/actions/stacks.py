@@ -32,8 +32,8 @@ def merged_document(node: Node, name: str) -> dict[str, Any]:
     stack = node.catalogue().load(name)
     check_patches(node, stack)
     doc = stack.model_dump(mode="json", exclude_defaults=False)
-    if "architecture" not in stack.model.model_fields_set:  # a default is no fact about the model (a dense
-        del doc["model"]["architecture"]                     # one was shown as moe: issue 39)
+    if stack.model.architecture is None:  # not stated: no fact about the model (a dense one was shown as moe)
+        del doc["model"]["architecture"]
     return doc
 
 

@@ -178,7 +178,8 @@ class HostMount(Strict):
 class ModelSpec(Strict):
     path: str = Field(description="weights folder, relative to the node's models_dir (hub: the ORG/NAME id)")
     quantization: Literal["gptq", "compressed-tensors", "awq", "fp8", "none"] = "none"
-    architecture: Literal["dense", "moe", "hybrid-moe"] = "moe"
+    # None: not stated; lint's rules that depend on it do not guess (a dense model was linted as moe: issue 39).
+    architecture: Literal["dense", "moe", "hybrid-moe"] | None = None
     # The path is a Hugging Face hub id, loaded from the node's hf_cache (config/hub.py).
     hub: bool = False
 

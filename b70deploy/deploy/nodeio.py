@@ -100,10 +100,10 @@ class NodeIO(Protocol):
         """Tag the image with this project's keep tag (one per image; idempotent)."""
 
     def kept_images(self) -> dict[str, str]:
-        """This project's keep tags: image id -> its keep tag."""
+        """This project's keep tags, the former per-revision ones included: tag -> image id."""
 
-    def release_image(self, image_id: str) -> tuple[bool, str | None]:
-        """Remove the image's keep tag; the engine deletes the image when that was its last tag.
+    def release_tag(self, tag: str) -> tuple[bool, str | None]:
+        """Remove one of kept_images' tags; the engine deletes the image when that was its last tag.
         (image deleted, None), or (False, why the engine refused)."""
 
     # ---- the serving container

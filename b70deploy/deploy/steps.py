@@ -243,9 +243,12 @@ def _snapshot(r: Run) -> None:
 
 def keep_live(store: RevisionStore, io: NodeIO, live: Mapping[str, bytes], *, message: str,
               outcome: Verdict | None = None) -> Revision:
-    """record_live of a deploy dir the tool finds, its stack and image read from the files."""
-    image_ref = _dotenv_value(live.get(".env", b""), "VLLM_IMAGE") or "unknown"
-    image_id = io.image_id(image_ref) if image_ref != "unknown" else None
+    """record_live of a deploy dir the tool finds, its stack and image read from the files: a rendered
+    .env's pinned id (VLLM_IMAGE_ID) and the reference it came from, else what VLLM_IMAGE names now."""
+    env = live.get(".env", b"")
+    pinned = _dotenv_value(env, "VLLM_IMAGE_ID")
+    image_ref = (pinned and _dotenv_value(env, "VLLM_IMAGE_REF")) or _dotenv_value(env, "VLLM_IMAGE") or "unknown"
+    image_id = pinned or (io.image_id(image_ref) if image_ref != "unknown" else None)
     return record_live(store, io, live, stack=_label_stack(live) or "adopted", image_ref=image_ref,
                        image_id=image_id, message=message, outcome=outcome)
 

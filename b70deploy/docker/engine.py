@@ -78,6 +78,14 @@ def image_info(ref: str) -> ImageInfo:
     return ImageInfo(ref=ref, id=img.id, repo_digest=digests[0] if digests else None, tags=tuple(img.tags))
 
 
+def image_id_of(ref: str) -> str | None:
+    """The id of the image `ref` names now; None when it names none."""
+    try:
+        return str(client().images.get(ref).id)
+    except ImageNotFound:
+        return None
+
+
 def image_present(image_id: str) -> bool:
     try:
         client().images.get(image_id)

@@ -186,8 +186,19 @@ class DockerNode(DeployDir):
         if not engine.start_created(self._vllm_project() if service == self.service else self.project, service):
             self.up([service], recreate=False)
 
+    def _pin(self) -> None:
+        """Before Compose reads the deployed .env: the keep tag it runs (VLLM_IMAGE) names the image the
+        revision pins (VLLM_IMAGE_ID). A tag of ours moved or removed by hand is put back, so a name
+        never changes what a revision runs (docker/keep.py)."""
+        env = self._deployed_env()
+        name, pinned = env.get("VLLM_IMAGE", ""), env.get("VLLM_IMAGE_ID")
+        if pinned and name.startswith(f"{REPO}:") and engine.image_id_of(name) != pinned \
+                and engine.image_present(pinned):
+            engine.tag_image(pinned, name)
+
     def _compose(self, argv: list[str], services: Sequence[str], tries: int = 3) -> None:
         """Run a compose call that creates containers, clearing an interrupted call's leftovers."""
+        self._pin()
         for attempt in range(1, tries + 1):
             for service in services:
                 engine.remove_strays(self.project, service)
@@ -231,10 +242,10 @@ class DockerNode(DeployDir):
         engine.tag_image(image_id, keep_tag(self.project, image_id))
 
     def kept_images(self) -> dict[str, str]:
-        return {image: ref for ref, image in engine.tagged(REPO).items() if is_keep_tag(self.project, ref)}
+        return {ref: image for ref, image in engine.tagged(REPO).items() if is_keep_tag(self.project, ref)}
 
-    def release_image(self, image_id: str) -> tuple[bool, str | None]:
-        return engine.untag(keep_tag(self.project, image_id))
+    def release_tag(self, tag: str) -> tuple[bool, str | None]:
+        return engine.untag(tag)
 
     # ---- the serving container
     def wait_healthy(self, *, timeout: float, reporter: Reporter) -> WaitResult:
@@ -353,6 +364,7 @@ class DockerNode(DeployDir):
         port = standby.free_port(self.node.config.ports.standby, taken=standby.ports_taken(self.project, self.service))
         env = {**os.environ, "VLLM_PORT": str(port)}
         compose = Compose(self.deploy_dir, name, self.compose.files, self.compose.profiles)
+        self._pin()
         run(compose.create([self.service], stop_timeout=STOP_TIMEOUT), timeout=300, env=env)
 
     def start_beside(self, slot: int) -> None:

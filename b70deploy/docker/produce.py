@@ -26,6 +26,7 @@ from ..render.draft import served_draft_path
 from ..render.files import Rendered, render
 from ..render.gpu import access_for
 from ..render.patches import PatchedFile, PatchSpec, deploy_files, find_patch, materialize, mounts_for, upstream_split
+from .keep import keep_tag
 
 if TYPE_CHECKING:
     from .image_inspect import ImageFacts, ImageInspector
@@ -76,8 +77,8 @@ def produce(node: Node, stack: Stack, *, docker: bool = True, inspector: ImageIn
             check_port: bool = True, pin_image: str | None = None, port: int | None = None,
             project: str | None = None) -> Produced:
     """Render `stack` for `node` as a deployment writes it: patches applied from the image,
-    .env pinned to `pin_image` (an image id), and the engine's facts. With docker and no
-    `inspector`, one is made and closed here."""
+    .env pinned to `pin_image` (an image id), run under production's keep tag of it, and the
+    engine's facts. With docker and no `inspector`, one is made and closed here."""
     if docker and inspector is None:
         from .image_inspect import ImageInspector
 
@@ -115,7 +116,8 @@ def produce(node: Node, stack: Stack, *, docker: bool = True, inspector: ImageIn
     rendered = render(stack, node, access_for(node, stack), secrets=secrets, mounts=mounts_for(patched),
                       patch_files=deploy_files(patched),
                       draft_path=served_draft_path(stack, node.config.models_target),
-                      image=pin_image, port=port, project=project,
+                      image=pin_image, image_name=keep_tag(node.project, pin_image) if pin_image else None,
+                      port=port, project=project,
                       vllm_version=image.vllm_version if image is not None else None)
     if upstream:
         rendered = dataclasses.replace(rendered, notes=(*rendered.notes, *upstream))

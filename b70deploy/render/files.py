@@ -149,15 +149,19 @@ def expose_only(stack: Stack) -> bool:
 
 
 def interpolation_values(stack: Stack, node: Node, *, port: int, image: str | None = None,
-                         door: bool = False) -> dict[str, str]:
+                         image_name: str | None = None, door: bool = False) -> dict[str, str]:
     values = {
-        "VLLM_IMAGE": image or stack.image,     # a revision pins the image id that ran
+        # What Compose runs and `docker ps` shows: the tool's keep tag of the pinned image (docker/keep.py,
+        # checked against VLLM_IMAGE_ID before every compose up), else the id, else the stack's reference.
+        "VLLM_IMAGE": image_name or image or stack.image,
         "VLLM_IMAGE_REF": stack.image,           # the reference it came from (not used by Compose)
         "VLLM_MODEL": model_argument(stack, node.config.models_target),
         "VLLM_PORT": str(port),
         "VLLM_BIND_ADDRESS": LOOPBACK if expose_only(stack) else node.config.bind_address,
         "MODELS_DIR": str(node.models_dir),
     }
+    if image and image_name:  # the exact image a revision runs, whatever its name names now (not used by Compose)
+        values["VLLM_IMAGE_ID"] = image
     if door:  # the door has the node's port; vllm keeps one on loopback for the tool's probes
         values |= door_config.interpolation(node.config.door, port=port, bind_address=node.config.bind_address)
     cache = caches.folder_for(node.cache_dir, image) if image else None
@@ -204,10 +208,11 @@ def _entrypoint(stack: Stack) -> list[str] | None:
 def render(stack: Stack, node: Node, devices: GpuAccess | DeviceAccess, *, secrets: Mapping[str, str] | None = None,
            mounts: tuple[Mount, ...] = (), patch_files: Mapping[str, bytes] | None = None,
            draft_path: str | None = None, port: int | None = None, project: str | None = None,
-           image: str | None = None, vllm_version: str | None = None) -> Rendered:
+           image: str | None = None, image_name: str | None = None, vllm_version: str | None = None) -> Rendered:
     """Render `stack` for `node`: every file a deployment writes, the patched files (`patch_files`,
     bind-mounted by `mounts`: render/patches.py) beside the compose and env files. The one
-    producer of a deploy dir's bytes. `port`/`project` default to production's. `devices` is the
+    producer of a deploy dir's bytes. `port`/`project` default to production's. `image` pins an image
+    id, `image_name` is the name .env gives it (the keep tag). `devices` is the
     node's GPU access (render/gpu.py); a bare /dev/dri scan renders as XPU. `vllm_version` is the
     image's, when known: whether a stack with standby can sleep on this platform (render/standby.py)."""
     access = devices if isinstance(devices, GpuAccess) else \
@@ -222,7 +227,7 @@ def render(stack: Stack, node: Node, devices: GpuAccess | DeviceAccess, *, secre
     model = model_argument(stack, node.config.models_target) if stack.prelude or stack.shell else MODEL_REF
     command = container_command(stack, model=model, draft_path=draft_path, root=node.config.models_target)
     with_door = node.config.door.enabled and project in (None, node.project)  # never a dark stack's
-    interp = interpolation_values(stack, node, port=port, image=image, door=with_door)
+    interp = interpolation_values(stack, node, port=port, image=image, image_name=image_name, door=with_door)
     warm = "CACHE_DIR" in interp
     # The operator's variables a companion's environment names (`${DB_PASSWORD}`), in the .env (0600)
     # so those references resolve after a switch as they did by hand; the tool's own keys win.

@@ -55,21 +55,24 @@ def _service_block(lines: list[str], service: str) -> tuple[int, int]:
     return start, end
 
 
-def _without_key(lines: list[str], key: str) -> list[str]:
-    """The service's lines without `key` and its nested lines (and a comment line just above it)."""
+def _without_key(lines: list[str], key: str) -> tuple[list[str], list[str]]:
+    """The service's lines without `key` and its nested lines; and the comment lines just above it,
+    all of them (a comment of two lines lost only its last: the rest was left cut mid-sentence above
+    the next key, issue 39), to stand above the merged key."""
     out: list[str] = []
+    comment: list[str] = []
     skipping = False
     for line in lines:
         if line.startswith(f"{INDENT}{key}:"):
             skipping = True
-            if out and out[-1].startswith(f"{INDENT}#"):
-                out.pop()
+            while out and out[-1].startswith(f"{INDENT}#"):
+                comment.insert(0, out.pop())
             continue
         if skipping and line.startswith(INDENT + " "):
             continue
         skipping = False
         out.append(line)
-    return out
+    return out, comment
 
 
 def _dark(service: dict[str, Any], networks: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -115,7 +118,8 @@ def merge(text: str, compose: Mapping[str, Any], *, service: str = "vllm", netwo
             value = env
         if key in rendered:
             value = _merged(key, _env_map(rendered[key]) if key == "environment" else rendered[key], value, where)
-            block = _without_key(block, key)
+            block, comment = _without_key(block, key)
+            block += comment
         block.append(f"{INDENT}{key}: {json.dumps(value, ensure_ascii=True)}\n")
     out = lines[:start] + block + tail + lines[end:]
     if nets:

@@ -441,7 +441,8 @@ def _marlin_for(d: Diagnosis, stack: Stack) -> tuple[str, dict[str, Any]] | None
         return (f"a dense compressed-tensors model reached the Marlin kernel, which XPU lacks; the {MARLIN_PATCH} "
                 "patch covers MoE layers only: use an image whose vLLM has an XPU kernel for this "
                 "quantization, or other weights", data)
-    return (f"the stack says model.quantization: {q} ({arch}), yet only quantized weights reach Marlin: the "
+    return (f"the stack says model.quantization: {q} ({arch or 'architecture not set'}), yet only quantized "
+            "weights reach Marlin: the "
             f"config.json under model.path ({m.path}) states a quantization the stack does not; make "
             "model.quantization and model.architecture match it, then `b70deploy lint "
             f"{stack.name}` says whether a patch is needed", data)
@@ -476,8 +477,10 @@ def _mamba_for(d: Diagnosis, stack: Stack) -> tuple[str, dict[str, Any]] | None:
         return ("the stack already sets prefix_caching: false, so the mamba state copy failed some other way: "
                 "check extra_args for --enable-prefix-caching, else roll back and report the log", {})
     if stack.model.architecture != "hybrid-moe":
-        return (f"the model has mamba (Gated-DeltaNet) layers, but the stack says model.architecture: "
-                f"{stack.model.architecture}: set model.architecture: hybrid-moe and prefix_caching: false", {})
+        said = f"says model.architecture: {stack.model.architecture}" if stack.model.architecture \
+            else "does not set model.architecture"
+        return (f"the model has mamba (Gated-DeltaNet) layers, but the stack {said}: set model.architecture: "
+                "hybrid-moe and prefix_caching: false", {})
     return None
 
 

@@ -76,6 +76,13 @@ class Clients:
                 else:
                     self.failed.append(why)
 
+    def answered(self, n: int, timeout: float = 30) -> None:
+        """Until `n` requests in all were answered (the clients saw the node, not a fixed wait)."""
+        deadline = time.monotonic() + timeout
+        while self.ok < n:
+            assert time.monotonic() < deadline, (self.ok, self.failed[:5])
+            time.sleep(0.05)
+
     def during(self, work: Callable[[], Any], n: int = 3) -> None:
         threads = [threading.Thread(target=self.loop, daemon=True) for _ in range(n)]
         for t in threads:
@@ -138,11 +145,11 @@ def test_dev_endpoints_are_refused_at_the_door_and_reachable_on_the_project_netw
     assert json.loads(inside) == {"is_sleeping": False}
 
 
-def _stream(port: int) -> list[str]:
+def _stream(port: int, prompt: str = "The capital of France is", max_tokens: int = 24) -> list[str]:
     texts = []
     with requests.post(f"http://127.0.0.1:{port}/v1/completions", stream=True, timeout=60,
-                       json={"model": "qwen3-30b-a3b-w4a16", "prompt": "The capital of France is",
-                             "max_tokens": 24, "stream": True}) as r:
+                       json={"model": "qwen3-30b-a3b-w4a16", "prompt": prompt,
+                             "max_tokens": max_tokens, "stream": True}) as r:
         assert r.status_code == 200 and r.headers["Content-Type"].startswith("text/event-stream")
         for line in r.iter_lines():
             if line.startswith(b"data: ") and line != b"data: [DONE]":
@@ -202,14 +209,19 @@ def test_a_door_config_change_cuts_neither_a_stream_nor_a_held_request(door_node
     config loads after, since a reload would end a held request: render/door.py)."""
     node = door_node
     cfg = yaml.safe_load(node.config.read_text())
-    cfg["stack_overlay"]["env"]["B70SIM_DECODE_TPS"] = "1"  # the sim's answer, about 12 chunks, takes ~12 s
+    # A stream of 240 tokens at 20 tokens/s takes ~12 s (the sim cycles its filler text to max_tokens for a
+    # prompt it has no answer for), while the switch's smoke (its 40-token coherence probe) takes 2 s.
+    cfg["stack_overlay"]["env"]["B70SIM_DECODE_TPS"] = "20"
     node.config.write_text(yaml.safe_dump(cfg))
     node.cli("switch", "alpha", "--yes", check=True)
     box = door_container(node)
     assert _running_hold(node) == "60s"
-    sims = _stream(cfg["door"]["probe_port"])
     streamed: dict[str, Any] = {}
-    reader = threading.Thread(target=lambda: streamed.update(chunks=_stream(node.prod)))
+    long = {"prompt": "Tell me about the river", "max_tokens": 240}
+    # The sim's own chunks, asked of it directly at the same time as the door's stream.
+    direct = threading.Thread(target=lambda: streamed.update(sims=_stream(cfg["door"]["probe_port"], **long)))
+    reader = threading.Thread(target=lambda: streamed.update(chunks=_stream(node.prod, **long)))
+    direct.start()
     reader.start()
     time.sleep(0.5)
     _set_hold(node, 45)
@@ -222,8 +234,9 @@ def test_a_door_config_change_cuts_neither_a_stream_nor_a_held_request(door_node
     assert reader.is_alive()  # the reload came while the stream ran
     restore.join(timeout=120)
     reader.join(timeout=60)
+    direct.join(timeout=60)
     assert restored["r"].returncode == 0, restored["r"].stdout + restored["r"].stderr
-    assert len(sims) > 5 and streamed["chunks"] == sims
+    assert len(streamed["sims"]) > 5 and streamed["chunks"] == streamed["sims"]
     assert _running_hold(node) == "45s" and door_container(node) == box  # in place, not recreated
 
     node.cli("drain", check=True)  # the door holds; no stack is live behind it
@@ -260,9 +273,9 @@ def test_a_rollback_to_a_revision_made_without_the_door_is_refused_and_no_client
     said: dict[str, Any] = {}
 
     def roll_back() -> None:
-        time.sleep(1.0)
+        clients.answered(10)  # the clients run through the door before the rollback
         said["r"] = node.cli("rollback", "1", "--yes")
-        time.sleep(2.0)
+        clients.answered(clients.ok + 10)  # and after it was refused
 
     clients.during(roll_back, n=4)
     r = said["r"]

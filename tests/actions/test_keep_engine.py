@@ -109,3 +109,50 @@ def test_a_gone_image_is_named_by_status_and_history_and_rollback_refuses_before
     after = docker("ps", "-q", "--filter", f"label=com.docker.compose.project={node.project}",
                    "--filter", "label=com.docker.compose.service=vllm").stdout.split()
     assert after == before and node.answers() == "beta"
+
+
+def test_docker_ps_names_the_image_by_its_keep_tag_and_a_moved_tag_never_changes_what_a_revision_runs(
+        node: SimNode) -> None:
+    """Issue 39: `docker ps` showed a bare sha256: id. The .env runs the keep tag; the id stays pinned beside it,
+    and every compose up puts a moved or removed tag back first (a drain and restore records no revision,
+    so no keep step tags it)."""
+    old = node.own_image("old")
+    docker("tag", old, node.tags["bash-c"])
+    node.cli("switch", "alpha", "--yes", check=True)
+    name = keep_tag(node.project, old)
+    shown = docker("ps", "--format", "{{.Image}}", "--filter", f"label=com.docker.compose.project={node.project}",
+                   "--filter", "label=com.docker.compose.service=vllm").stdout.split()
+    assert shown == [name]
+    env = (node.deploy / ".env").read_text()
+    assert f"VLLM_IMAGE='{name}'" in env and f"VLLM_IMAGE_ID='{old}'" in env
+    new = node.own_image("new")
+    for moved in (lambda: docker("tag", new, name), lambda: docker("rmi", name)):
+        node.cli("drain", "--yes", check=True)
+        moved()  # someone points the name at another image, or removes it
+        node.cli("restore", check=True)
+        assert node.answers() == "alpha" and node.running_image() == old
+        assert name in tags_of(old) and name not in tags_of(new)
+
+
+def test_gc_releases_the_former_per_revision_keep_tags_of_images_no_revision_runs(node: SimNode) -> None:
+    """Issue 39: keep tags were one per revision (`b70deploy/keep:<project>-<revision>`) before one per image;
+    a node upgraded with such tags gets them released by gc like the new ones, and keeps those still needed."""
+    old = node.own_image("old")
+    docker("tag", old, node.tags["bash-c"])
+    node.cli("switch", "alpha", "--yes", check=True)  # revision 1 runs `old`
+    former = f"b70deploy/keep:{node.project}"
+    docker("tag", old, f"{former}-1")  # as the former tool tagged revision 1
+    stale = node.own_image("stale")  # an image only pruned revisions 3 and 4 ran, tagged the former way
+    docker("tag", stale, f"{former}-3")
+    docker("tag", stale, f"{former}-4")
+    docker("rmi", f"{node.project}/own:stale", f"{node.project}/own:old")
+    plan = node.json("gc", "--dry-run")
+    assert [(i["name"], i["image"], i["frees"]) for i in plan] == [
+        (f"{former}-3", stale, None), (f"{former}-4", stale, stale)]
+    done = node.json("gc")
+    assert [(d["name"], d["ok"], d["detail"]) for d in done] == [
+        (f"{former}-3", True, "tag removed"), (f"{former}-4", True, "tag and image removed")]
+    assert not present(stale)
+    ours = [t for t in tags_of(old) if t.startswith(former)]
+    assert ours == sorted([f"{former}-1", keep_tag(node.project, old)])  # revision 1 still runs it
+    assert node.answers() == "alpha" and node.json("gc", "--dry-run") == []

@@ -14,58 +14,39 @@ and each slot's own port says whether it sleeps.
 from __future__ import annotations
 
 import json
-import subprocess
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 import requests
 import yaml
 from kit.ports import free_span
-from kit.simnode import OWN_LABEL, SimNode, docker
+from kit.simnode import SimNode, docker
 
 from b70deploy.sim.door_image import build as build_door
 from b70deploy.sim.image import TAGS as SIM_TAGS
-from b70deploy.sim.vllm_tree import VARIANTS, vllm_files
 
 pytestmark = pytest.mark.docker
 
-SITE = "/opt/venv/lib/python3.12/site-packages"  # the bash-c variant's (b70deploy/sim/vllm_tree.py)
 
-
-def sim_032(node: SimNode, tmp: Path) -> str:
+def sim_032(node: SimNode) -> str:
     """The sim image with vLLM 0.32.0 in its `vllm` package (what the tool reads the version from), and
     that release's XPU carve-out of Marlin, upstream since 0.23 (patches/marlin-xpu-carveout.yaml), so the
-    stacks render without the patch and still boot."""
-    tag = f"{node.project}/own:v032"
-    ctx = tmp / "v032"
-    marlin = "vllm/model_executor/layers/quantization/utils/marlin_utils.py"
-    (ctx / marlin).parent.mkdir(parents=True)
-    (ctx / "vllm" / "__init__.py").write_text('"""b70sim stand-in for the vllm package."""\n\n__version__ = "0.32.0"\n')
-    text = vllm_files(VARIANTS[0])[marlin]
-    assert "    if current_platform.is_rocm():\n        return False" in text
-    (ctx / marlin).write_text(text.replace("    if current_platform.is_rocm():\n        return False",
-                                           "    if current_platform.is_rocm() or current_platform.is_xpu():\n"
-                                           "        return False", 1))
-    (ctx / "Dockerfile").write_text(f"FROM {SIM_TAGS['bash-c']}\nCOPY vllm/__init__.py {SITE}/vllm/__init__.py\n"
-                                    f"COPY {marlin} {SITE}/{marlin}\nLABEL {OWN_LABEL}={node.project}\n")
-    # --no-cache: a parallel test's build of the same steps would reuse its layers, and that
-    # node's clean-up removing its image takes them away mid-build ("failed to get digest").
-    built = subprocess.run(["docker", "build", "--no-cache", "-q", "-t", tag, str(ctx)], capture_output=True,
-                           text=True, timeout=120, check=False)
-    assert built.returncode == 0, built.stderr
+    stacks render without the patch and still boot: the sim's `standby` variant (b70deploy/sim/vllm_tree.py),
+    built once for the session, under a tag of this node's (the node fixture removes it)."""
+    tag = f"{node.project}/vllm:v032"
+    docker("tag", SIM_TAGS["standby"], tag)
+    node.tags["v032"] = tag
     return tag
 
 
 @pytest.fixture
-def standby_node(node: SimNode, sim_images: dict[str, str], free_port: Callable[[], int],
-                 tmp_path: Path) -> Iterator[SimNode]:
+def standby_node(node: SimNode, sim_images: dict[str, str], free_port: Callable[[], int]) -> Iterator[SimNode]:
     door = f"{node.project}/door:caddy"
     docker("tag", build_door().tag, door)
     node.tags["door"] = door
     cfg = yaml.safe_load(node.config.read_text())
-    cfg["image_map"]["intel/vllm:latest"] = sim_032(node, tmp_path)
+    cfg["image_map"]["intel/vllm:latest"] = sim_032(node)
     cfg["door"] = {"enabled": True, "image": door, "hold_seconds": 60, "retry_after": 7, "probe_port": free_port()}
     cfg["standby"] = "sleep"
     cfg["companions"] = []

@@ -303,10 +303,16 @@ def test_a_rollback_to_the_adopted_revision_keeps_the_door_in_front(hand_node: H
     clients = [threading.Thread(target=loop, daemon=True) for _ in range(3)]
     for t in clients:
         t.start()
+    def wait_answered(n: int) -> None:  # until the clients had n answers in all (they saw the node)
+        deadline = time.monotonic() + 30
+        while answered < n:
+            assert time.monotonic() < deadline, (answered, failed[:5])
+            time.sleep(0.05)
+
     try:
-        time.sleep(1.0)
+        wait_answered(10)  # the clients run through the door before the rollback
         said = node.cli("rollback", "ngram", "--yes", code=2)
-        time.sleep(2.0)
+        wait_answered(answered + 10)  # and after it was refused
     finally:
         stop.set()
         for t in clients:

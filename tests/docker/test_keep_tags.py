@@ -32,7 +32,9 @@ def test_a_keep_tag_belongs_to_one_project() -> None:
     assert not is_keep_tag("b70-1", keep_tag("b70", IMAGES[0]))
     assert not is_keep_tag("b70", "intel/vllm:latest")
     assert not is_keep_tag("b70", "b70deploy/keep:b70-latest")
-    assert not is_keep_tag("b70", "b70deploy/keep:b70-12")  # the former per-revision tags: not ours now
+    # the former per-revision tags (`<project>-<revision>`) are ours too: gc releases them
+    assert is_keep_tag("b70", "b70deploy/keep:b70-12") and is_keep_tag("b70-1", "b70deploy/keep:b70-1-3")
+    assert not is_keep_tag("b70", "b70deploy/keep:b70-1-3") and not is_keep_tag("b70", "b70deploy/keep:b70-")
 
 
 def test_recovery_prefers_the_registry_digest() -> None:

@@ -169,10 +169,11 @@ class FakeNode:
         self.kept.add(image_id)
 
     def kept_images(self) -> dict[str, str]:
-        return {image: f"keep:{image}" for image in self.kept}
+        return {f"keep:{image}": image for image in self.kept}
 
-    def release_image(self, image_id: str) -> tuple[bool, str | None]:
+    def release_tag(self, tag: str) -> tuple[bool, str | None]:
         """As the engine does: the last tag of an image no container uses takes the image with it."""
+        image_id = tag.removeprefix("keep:")
         if image_id not in self.kept:
             return False, None
         last = self.image_tags(image_id) == (f"keep:{image_id}",)

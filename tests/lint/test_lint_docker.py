@@ -20,6 +20,7 @@ from b70deploy.lint import lint_stack
 from b70deploy.lint.gather import context
 from b70deploy.render.patches import deploy_files
 from b70deploy.render.vllm_args import container_command
+from b70deploy.sim.image import TAGS as SIM_TAGS
 from b70deploy.state.fsio import write_tree
 from b70deploy.vllmlog.bootlog import check_expectations, parse_boot_facts
 from b70deploy.vllmlog.diagnosis import LOG_STALL, StallWatch, diagnose
@@ -234,18 +235,15 @@ def test_diagnose_container_cli(docker_client: Any) -> None:
 
 
 @pytest.fixture
-def vllm_032_image() -> Iterator[str]:
-    """The bash-c sim image with its stand-in vLLM saying 0.32.0: an image past the carve-out's range."""
+def vllm_032_image(sim_images: None) -> Iterator[str]:
+    """An image past the carve-out's range: the sim's standby variant, whose stand-in vLLM says 0.32.0
+    (b70deploy/sim/vllm_tree.py; built once per session, not per test), under a tag of this test's."""
     tag = f"{unique('v032')}/vllm:0.32.0"
-    init = "/opt/venv/lib/python3.12/site-packages/vllm/__init__.py"
-    dockerfile = (f"FROM {SIM_BASH_C}\nLABEL {LABEL}={SESSION}\n"
-                  f"RUN sed -i 's/^__version__ = .*/__version__ = \"0.32.0\"/' {init}\n")
-    built = run(["docker", "build", "-q", "-t", tag, "-"], input_bytes=dockerfile.encode(), timeout=300, check=False)
-    assert built.returncode == 0, built.stderr
+    run(["docker", "tag", SIM_TAGS["standby"], tag], timeout=120)
     try:
         yield tag
     finally:
-        run(["docker", "rmi", "-f", tag], timeout=120, check=False)
+        run(["docker", "rmi", tag], timeout=120, check=False)
 
 
 def test_a_catalogue_stack_on_vllm_032_renders_without_the_carveout_and_cites_upstream(

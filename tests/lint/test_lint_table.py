@@ -367,3 +367,23 @@ def test_an_own_corrected_marlin_utils_counts_as_the_carveout(node: Node) -> Non
     elsewhere = _ctx(node, "w4a16", patches=[], mounts=[HostMount(source="/srv/p/x.py", target="/opt/x.py")])
     ids = [[f.id for f in lint_stack(c)] for c in (mounted, patched, elsewhere)]
     assert "marlin-carveout-missing" not in ids[0] + ids[1] and "marlin-carveout-missing" in ids[2]
+
+
+def test_a_stack_that_never_set_architecture_is_not_linted_as_moe(node: Node) -> None:
+    """Issue 39: the schema's default (moe) fed lint and `show` for a stack without the key. Unset, the
+    MoE-only Marlin crash is a warning that asks for the key; hybrid's rules do not fire; dense is quiet."""
+    def model(architecture: str | None) -> ModelSpec:
+        stack = node.catalogue().load("w4a16")
+        return stack.model.model_copy(update={"architecture": architecture})
+
+    unset, dense, moe = (lint_stack(_ctx(node, "w4a16", patches=[], model=model(a))) for a in (None, "dense", "moe"))
+    assert [(f.severity, f.fix) for f in unset if f.id == "marlin-carveout-missing"] == [
+        ("warning", "set model.architecture (dense, moe or hybrid-moe); for an MoE model add patches: "
+                    "[marlin-xpu-carveout]")]
+    assert not [f for f in dense if f.id == "marlin-carveout-missing"]
+    assert [f.severity for f in moe if f.id == "marlin-carveout-missing"] == ["error"]
+    loose = ModelSpec.model_validate({"path": "Qwen/Qwen3-8B", "quantization": "compressed-tensors"})
+    assert loose.architecture is None
+    hybrid_rules = {"hybrid-prefix-caching", "hybrid-not-eager"}
+    unset_eager = lint_stack(_ctx(node, "w4a16", model=model(None), prefix_caching=True, enforce_eager=False))
+    assert not hybrid_rules & {f.id for f in unset_eager}

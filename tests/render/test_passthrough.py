@@ -127,3 +127,16 @@ def test_render_json_shows_the_merged_service(scratch: Scratch) -> None:
     result = run_cli(scratch.config, "render", "p", "--no-docker", in_process=True)
     assert result.returncode == 0, result.stderr
     assert "    pids_limit: 512" in result.stdout
+
+
+def test_a_merged_key_takes_its_whole_comment_along() -> None:
+    """Issue 39: the template's two-line comment above `environment` lost only its last line when the key was
+    merged; its first line was left cut mid-sentence above `cap_add`. Both lines now stand above the merged key."""
+    comment = ["    # Warm boots: this platform's compile caches of this image id (docs/warm-boots.md), and\n",
+               "    # the GPU selection's visible-devices mask (docs/platforms.md).\n"]
+    text = ('name: "b70"\nservices:\n  vllm:\n    image: "x"\n' + "".join(comment)
+            + '    environment:\n      A: "1"\n    cap_add:\n      - "SYS_NICE"\n    ipc: host\n')
+    out, _ = merge(text, {"environment": {"HF_HOME": "/hf"}})
+    lines = out.splitlines(keepends=True)
+    assert lines[4:] == ['    cap_add:\n', '      - "SYS_NICE"\n', "    ipc: host\n", *comment,
+                         '    environment: {"A": "1", "HF_HOME": "/hf"}\n']

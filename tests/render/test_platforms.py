@@ -11,7 +11,7 @@ from typing import Any
 import jsonschema
 import pytest
 import yaml
-from kit.scratch import MINIMAL_STACK, Scratch, make_gpu_nodes
+from kit.scratch import MINIMAL_STACK, SHIPPED_STACKS, Scratch, make_gpu_nodes
 from simkit import unavailable
 
 from b70deploy.config.node import Node, load_node
@@ -115,3 +115,37 @@ def test_round_trip_gives_the_same_gpu_access(scratch: Scratch, compose: Any, na
     binds = sorted(v["target"] for v in first["volumes"] if v["target"].endswith("/by-path"))
     assert binds == sorted(v["target"] for v in second["volumes"] if v["target"].endswith("/by-path"))
     assert len(binds) == (1 if PLATFORMS[name]["platform"] == "xpu" else 0)
+
+
+def _comment_blocks(text: str) -> list[list[str]]:
+    """Runs of consecutive comment lines of a YAML text, each as its lines."""
+    blocks: list[list[str]] = []
+    previous = False
+    for line in text.splitlines():
+        comment = line.lstrip().startswith("#")
+        if comment and previous:
+            blocks[-1].append(line)
+        elif comment:
+            blocks.append([line])
+        previous = comment
+    return blocks
+
+
+@pytest.mark.parametrize("name", sorted(PLATFORMS))
+def test_no_rendered_comment_is_cut_mid_sentence(scratch: Scratch, name: str) -> None:
+    """Issue 39: a comment cut mid-sentence above `cap_add`. A merged key (the hub cache's environment, the
+    node's compose:) took only the last line of a two-line comment with it. Every catalogue stack and a hub
+    stack, with warm caches (a pinned id), the node's cap_add/security_opt/environment and the stack's
+    cap_add: each comment ends a sentence."""
+    node = _node(scratch, {**PLATFORMS[name], "hf_cache": str(scratch.root / "hf"), "compose": {
+        "cap_add": ["SYS_NICE"], "security_opt": ["seccomp=unconfined"], "environment": {"NODE_WIDE": "1"}}})
+    scratch.copy_shipped()
+    scratch.write_stack("hub", {**MINIMAL_STACK, "model": {"path": "Qwen/Qwen3-8B", "hub": True},
+                                "compose": {"cap_add": ["IPC_LOCK"]}})
+    catalogue = node.catalogue()
+    for stack_name in [*SHIPPED_STACKS, "hub"]:
+        stack = catalogue.load(stack_name)
+        text = render(stack, node, access_for(node, stack), image="sha256:" + "ab" * 32).files[COMPOSE_FILE].decode()
+        assert "# Warm boots:" in text or name == "cpu", (stack_name, text)  # the two-line comment was rendered
+        for block in _comment_blocks(text):
+            assert block[-1].rstrip().endswith((".", ".)")), (stack_name, block)

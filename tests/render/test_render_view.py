@@ -59,7 +59,7 @@ def test_with_the_image_render_is_exactly_what_a_switch_writes(tmp_path: Path) -
     patch_files = [n for n in view.files if n.startswith("patches/")]
     assert patch_files, sorted(view.files)
     env = view.files[DOTENV_FILE].decode()
-    assert "VLLM_IMAGE='sha256:" in env
+    assert "VLLM_IMAGE_ID='sha256:" in env and "VLLM_IMAGE='b70deploy/keep:" in env
     vllm = yaml.safe_load(view.files[COMPOSE_FILE])["services"]["vllm"]
     mounts = " ".join(str(v) for v in vllm.get("volumes") or [])
     assert "marlin_utils.py" in mounts and DRAFT_COPY in json.dumps(vllm["command"])
