@@ -177,8 +177,7 @@ def doze(project: str, service: str, number: int, level: int) -> float:
 
 
 def wake(project: str, service: str, number: int) -> float:
-    join_door(project, service, number)
-    slot = slots(project, service)[number]
+    slot = join_door(project, service, number)  # its port and status as listed: joining changes neither
     t0 = time.monotonic()
     if is_sleeping(slot):
         sleepmode.wake(slot.url, who=f"standby slot {slot.number}")
