@@ -350,10 +350,14 @@ class DockerNode(DeployDir):
         env = {**os.environ, "VLLM_PORT": str(port)}
         compose = Compose(self.deploy_dir, name, self.compose.files, self.compose.profiles)
         run(compose.create([self.service], stop_timeout=STOP_TIMEOUT), timeout=300, env=env)
+        # Listed with the new one while the clients are still served: activate joins it from this.
+        self.listed.clear()
+        self.listed.update(standby.slots(self.project, self.service))
 
     def start_beside(self, slot: int) -> None:
+        found = dict(self.listed)
         self._moved()
-        joined = standby.join_door(self.project, self.service, slot)
+        joined = standby.join_door(self.project, self.service, slot, found)
         joined.box.start()
         self.reach["slot"] = joined  # what the probes reach now: its port and name (not its status)
 
