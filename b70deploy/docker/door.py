@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import socket
 import struct
 import threading
 import time
@@ -65,6 +66,7 @@ def container(project: str) -> Any | None:
     return found if found is not None and engine.state_of(found).status == "running" else None
 
 
+LOCAL_ENGINE = "http+docker://localhost"  # docker-py's base URL for an engine on its unix socket
 SHELL_WAIT = 60.0  # seconds a script may take in the kept shell (a `caddy reload` waits on Caddy's admin API)
 
 
@@ -75,9 +77,16 @@ class _Shell:
 
     def __init__(self, box: Any) -> None:
         api = box.client.api
+        # An engine on its unix socket only: over ssh the SDK's socket is a pipe to `ssh` whose reads wait
+        # for the whole count and know no timeout; there, and over TCP, the door keeps the plain exec.
+        if api.base_url != LOCAL_ENGINE:
+            raise OSError(f"no kept shell through {api.base_url}")
         made = api.exec_create(box.id, ["sh"], stdin=True, stdout=True, stderr=True, tty=False)
         opened = api.exec_start(made["Id"], socket=True)
         self.sock = getattr(opened, "_sock", opened)  # the raw socket under docker-py's SocketIO
+        if type(self.sock) is not socket.socket:
+            opened.close()
+            raise OSError(f"no kept shell over a {type(self.sock).__name__}")
         self.sock.settimeout(SHELL_WAIT)
         self.buf = b""
 
