@@ -327,7 +327,7 @@ def _hold(r: Run) -> None:
             raise OperationError(f"{busy} request(s) still in flight through the door after "
                                  f"{r.plan.waits.verify:.0f} s", fix="wait for clients to finish, or raise "
                                  "--verify-wait")
-        r.io.sleep(0.05)  # the clients are held meanwhile: a request's end is seen within this
+        r.io.sleep(0.02)  # the clients are held meanwhile: a request's end is seen within this
         busy = r.io.door_in_flight()
     r.got.held = True
     r.info("door: holding new requests; nothing in flight on the old stack")
@@ -452,6 +452,12 @@ def _drain_standby(r: Run) -> None:
         if got.slot not in slots:  # a resumed drain: the killed run created it already
             r.io.boot_beside(got.slot)
     r.runner.note(slot=got.slot, woken=got.woken)
+    if slots:
+        # The door's container and config in place before it holds (its network is where the new slot
+        # joins): a config that differs loads while the gate is open, where a reload cuts no stream
+        # (render/door.py), and the held clients do not wait for these engine calls (issue 35). Without
+        # slots it waits for the stop below: a stack outside the slots may hold the node's port.
+        r.io.door_sync()
     _hold(r)
     live = next((n for n, state in slots.items() if state == "live" and n != got.slot), None)
     if got.dozed is not None:
@@ -469,7 +475,8 @@ def _drain_standby(r: Run) -> None:
         # (a run killed before activate), and stopping it would take the revision it holds.
         r.io.stop([r.io.service])
         r.info(f"standby: stopped {r.io.service} (it runs outside the standby slots)")
-    r.io.door_sync()  # the door's network is where the new slot joins
+    if not slots:
+        r.io.door_sync()
     if got.woken:
         r.info(f"standby: revision {got.slot}'s slot sleeps with these bytes: it is woken, not booted")
     else:

@@ -143,10 +143,13 @@ def ports_taken(project: str, service: str) -> set[int]:
     return {s.port for s in slots(project, service).values() if s.port is not None}
 
 
-def join_door(project: str, service: str, slot: int) -> Slot:
-    """Make `slot` the one container named `service` on the door's network: the others leave it."""
+def join_door(project: str, service: str, slot: int, found: dict[int, Slot] | None = None) -> Slot:
+    """Make `slot` the one container named `service` on the door's network: the others leave it. `found`:
+    the slots as listed since the last change of the door's network (the engine is asked when it has not
+    `slot`)."""
     net = engine.client().networks.get(network(project))
-    found = slots(project, service)
+    if found is None or slot not in found:
+        found = slots(project, service)
     for other in found.values():
         if other.number != slot and other.on_door:
             with contextlib.suppress(docker_errors.NotFound, docker_errors.APIError):
@@ -165,8 +168,9 @@ def said_seconds(box: Any, what: str) -> float | None:
     return found[-1] if found else None
 
 
-def doze(project: str, service: str, number: int, level: int) -> float:
-    slot = slots(project, service).get(number)
+def doze(project: str, service: str, number: int, level: int, listed: Slot | None = None) -> float:
+    """Put slot `number` to sleep; `listed`: that slot as listed before (its port), so the engine is not asked."""
+    slot = listed if listed is not None else slots(project, service).get(number)
     if slot is None:
         raise OperationError(f"standby slot {number} has no container", fix="b70deploy status")
     t0 = time.monotonic()
@@ -176,13 +180,14 @@ def doze(project: str, service: str, number: int, level: int) -> float:
     return said_seconds(slot.box, "fall asleep") or time.monotonic() - t0
 
 
-def wake(project: str, service: str, number: int) -> float:
-    join_door(project, service, number)
-    slot = slots(project, service)[number]
+def wake(project: str, service: str, number: int, found: dict[int, Slot] | None = None) -> tuple[float, Slot]:
+    """Slot `number` joined to the door's network and woken: the seconds the wake took, and the slot (its port
+    and status as listed: joining changes neither)."""
+    slot = join_door(project, service, number, found)
     t0 = time.monotonic()
     if is_sleeping(slot):
         sleepmode.wake(slot.url, who=f"standby slot {slot.number}")
-    return time.monotonic() - t0
+    return time.monotonic() - t0, slot
 
 
 def retire(project: str, number: int, *, stop_timeout: int) -> None:

@@ -14,16 +14,19 @@ import os
 import signal
 import tempfile
 from collections.abc import Iterator
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from kit.fakenode import FakeNode, Quiet, stack_files
 
+from b70deploy.actions.inspect import differences, serving_slot
 from b70deploy.actions.rollback import resolve_target
+from b70deploy.config.node import Node
 from b70deploy.config.schema import Smoke, Stack
 from b70deploy.deploy import interrupts
+from b70deploy.deploy.deploydir import write_deployed
 from b70deploy.deploy.driver import Driver, Outcome
 from b70deploy.deploy.plan import DeployPlan, ImageInfo, Kind, StandbyPlan, Waits
 from b70deploy.deploy.runner import Killed
@@ -31,6 +34,7 @@ from b70deploy.deploy.steps import steps
 from b70deploy.errors import NodeBusy, UserError
 from b70deploy.state.journal import RunRecord
 from b70deploy.state.revisions import Revision
+from b70deploy.state.slots import SlotBook
 from b70deploy.state.statedir import StateDir
 
 COMPANIONS = ("webui",)
@@ -380,9 +384,9 @@ def test_standby_steps_are_the_switch_with_its_own_drain_activate_and_standbys()
 def test_standby_switch_sleeps_the_live_slot_and_boots_beside_it(root: Path) -> None:
     b = Bench(root, standby=True)
     assert b.switch().ok
-    # the new slot is created while alpha still serves; the door holds only then
+    # the new slot is created and the door synced while alpha still serves; the door holds only then
     assert [e for e in b.node.effects if e.split(":")[0] in ("drain", "activate", "release", "standbys")] == [
-        "drain:write", "drain:boot beside 3", "drain:door close", "drain:doze 2 level 1", "drain:door sync",
+        "drain:write", "drain:boot beside 3", "drain:door sync", "drain:door close", "drain:doze 2 level 1",
         "activate:start beside 3", "release:door open 3", "standbys:retire 1"]
     assert standby_agreed(b) == "beta" and b.node.slots() == {2: "asleep", 3: "live"}
 
@@ -421,12 +425,69 @@ def test_standby_rollback_wakes_the_sleeping_slot_instead_of_booting(root: Path)
     assert standby_agreed(b) == "alpha"
     assert b.node.slots() == {2: "live", 3: "asleep"}
     drained = [e for e in b.node.effects if e.split(":")[0] in ("drain", "activate")]
-    assert drained == ["drain:write", "drain:door close", "drain:doze 3 level 1", "drain:door sync",
+    assert drained == ["drain:write", "drain:door sync", "drain:door close", "drain:doze 3 level 1",
                        "activate:wake 2"], drained
     # no health wait, no settle window, one completion: the door is released right after it
     after = [e for e in b.node.effects if e.split(":")[0] in ("wait-healthy", "check", "release", "settle")]
     assert after == ["check:one completion", "release:door open 4"], after
     assert b.state.revisions.current_number() == 4 and b.node.door_points == 4
+
+
+@dataclass(frozen=True)
+class StatusNode:
+    """What status's advice reads of a node (actions/inspect.py): its records and its deploy dir."""
+
+    state_dir: Path
+    deploy_dir: Path
+    compose_files: tuple[str, ...] = ("docker-compose.yml",)
+
+
+def status_advice(b: Bench, node: StatusNode) -> tuple[list[str], str | None]:
+    """status's differences and fix for the fake node as it stands: its deploy dir's bytes on disk, the
+    container the door reaches, the slot records."""
+    write_deployed(node.deploy_dir, b.node.deployed)
+    store = b.state.revisions
+    cur = store.current()
+    assert cur is not None
+    st = {"container": {"status": "running", "stack": b.node.serves()}, "lock": None,
+          "serving_slot": serving_slot(cast(Node, node)), "door": {"points_at": b.node.door_points}}
+    return differences(cast(Node, node), store, cur, st)
+
+
+def test_status_names_the_serving_slot_by_its_record_and_advises_a_rollback_that_works_on_standby(
+        root: Path) -> None:
+    """The records' current pointer moved back to revision 2 while slot 3 serves revision 3 (the deploy dir
+    holding revision 3's bytes): status names the slot by its record and advises `rollback 2`, never `adopt`
+    (refused on a standby node); the advice followed wakes revision 2's slot, and status then agrees."""
+    b = Bench(root, standby=True)
+    node = StatusNode(b.state.path, root / "deploy")
+    assert serving_slot(cast(Node, node)) is None  # no records yet: no slot is named
+    assert b.switch().ok
+    assert serving_slot(cast(Node, node)) == {"slot": 3, "revision": 3}
+    assert status_advice(b, node) == ([], None)
+    b.state.revisions.update_status(3, outcome="superseded")  # the records moved back to 2 by hand
+    b.state.revisions.set_current(2)
+    found, fix = status_advice(b, node)
+    assert found[-1] == "standby slot 3 serves as revision 3, not the current revision 2", found
+    assert fix == "b70deploy rollback 2 (wakes or boots it in its own slot)"
+    target = resolve_target(b.state, fix.split()[2])
+    b.node.effects.clear()
+    assert b.driver().execute("rollback", plan_of_revision(target, kind="rollback", restored_from=target.number,
+                                                           standby=True)).ok
+    assert "activate:wake 2" in b.node.effects  # woken in its slot, not booted
+    assert standby_agreed(b) == "alpha"
+    assert serving_slot(cast(Node, node)) == {"slot": 2, "revision": b.state.revisions.current_number()}
+    assert status_advice(b, node) == ([], None)
+
+
+def test_status_names_no_serving_slot_when_its_records_cannot_be_read(root: Path) -> None:
+    b = Bench(root, standby=True)
+    assert b.switch().ok
+    node = StatusNode(b.state.path, root / "deploy")
+    SlotBook(b.state.path).path.write_text("{not json")
+    assert serving_slot(cast(Node, node)) is None  # status still answers; the slot check waits for fsck
+    found, fix = status_advice(b, node)
+    assert not any("standby slot" in f for f in found) and fix is None, (found, fix)
 
 
 def test_a_switch_without_standby_stops_every_slot_first(root: Path) -> None:

@@ -1,0 +1,56 @@
+"""The door's kept shell (docker/door.py): scripts run in one `sh` exec kept open in the door container,
+with the exit status and output a plain exec gives, a plain exec when the shell breaks, and no `sh` left
+in the door once its socket closes. On the real engine, in a container of the door's own image."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from b70deploy.docker import door, engine
+from b70deploy.sim.door_image import build as build_door
+
+
+@pytest.fixture
+def box(docker_engine: None) -> Iterator[Any]:
+    image = build_door().tag
+    made = engine.client().containers.run(image, name=f"b70t-doorshell-{uuid.uuid4().hex[:8]}",
+                                          entrypoint=["caddy", "run"], detach=True)
+    try:
+        yield made
+    finally:
+        shell = door._shells.pop(made.id, None)
+        if shell is not None:
+            shell.close()
+        made.remove(force=True)
+
+
+def shells_in(box: Any) -> int:
+    return sum(1 for p in box.top()["Processes"] if p[-1] == "sh")
+
+
+def test_the_kept_shell_answers_as_an_exec_and_a_broken_one_falls_back_to_one(box: Any) -> None:
+    script = "echo out; echo err >&2; exit 3"
+    assert door._exec(box, script) == (3, "out\nerr\n")
+    assert box.id in door._shells  # the answer came from the kept shell
+    assert door._exec(box, "printf 'a\\nb'") == (0, "a\nb")  # output without a last newline
+    code, plain = box.exec_run(["sh", "-c", script], demux=False)
+    assert (code, plain.decode()) == (3, "out\nerr\n")  # what a plain exec says of the same script
+
+    door._shells[box.id].sock.close()  # broken under it: the next script runs as a plain exec
+    assert door._exec(box, script) == (3, "out\nerr\n")
+    assert door._exec(box, "echo again") == (0, "again\n") and box.id in door._shells  # kept again
+
+
+def test_the_kept_shell_ends_with_its_socket(box: Any) -> None:
+    assert door._exec(box, "true") == (0, "")
+    assert shells_in(box) == 1
+    door._shells.pop(box.id).close()  # as the process's exit closes it
+    deadline = time.monotonic() + 10
+    while shells_in(box) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert shells_in(box) == 0
