@@ -39,6 +39,7 @@ from ..deploy.nodeio import VLLM
 from ..deploy.plan import ImageInfo
 from ..docker.engine import image_info
 from ..docker.image_inspect import ImageInspector
+from ..docker.keep import REPO as KEEP_REPO
 from ..docker.node import compose_config
 from ..errors import UserError
 from ..lint import LintContext, lint_stack
@@ -294,7 +295,7 @@ def _check_in(folder: Path, node: Node, files: Mapping[str, bytes], *, name: str
         raise UserError(f"no service {node.service!r} with an image in the compose file (it has {others})",
                         where=where, fix="name the vLLM service in the node config (service: NAME), or rename it "
                                          f"to {node.service}")
-    info = image_info(str(vllm["image"]))  # a missing image is a UserError naming it
+    info = image_info(_image_to_check(str(vllm["image"]), files))  # a missing image is a UserError naming it
     facts = inspector.facts(info.ref)
     checked = Checked(image=info, compose=doc, service=node.service)
     if node.on_this_host:
@@ -316,6 +317,16 @@ def _check_in(folder: Path, node: Node, files: Mapping[str, bytes], *, name: str
                       models_dir=models, image=facts, compose_config=doc)
     checked.warnings += [f.as_warning() for f in lint_stack(ctx)]
     return checked
+
+
+def _image_to_check(image: str, files: Mapping[str, bytes]) -> str:
+    """The image a copy of the tool's own render runs: its keep tag names the id .env pins
+    (VLLM_IMAGE_ID), and the tag may be absent here (`render --out` writes it, the first compose up
+    puts it on); the id is what must be on the engine. Any other reference as it is."""
+    if not image.startswith(f"{KEEP_REPO}:"):
+        return image
+    env = dotenv_values(stream=io.StringIO(files.get(DOTENV_FILE, b"").decode(errors="replace")))
+    return env.get("VLLM_IMAGE_ID") or image
 
 
 def weights_targets(vllm: Mapping[str, Any]) -> frozenset[str]:

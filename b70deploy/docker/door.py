@@ -111,6 +111,10 @@ class _Shell:
         return data
 
     def close(self) -> None:
+        # shutdown first: close() leaves the descriptor open while docker-py's SocketIO still refers to it,
+        # and the `sh` ends only when its stdin does
+        with contextlib.suppress(OSError):
+            self.sock.shutdown(socket.SHUT_RDWR)
         with contextlib.suppress(OSError):
             self.sock.close()
 

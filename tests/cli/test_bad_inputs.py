@@ -53,7 +53,7 @@ CASES = [
     Case("unknown-key", {"bad": stack(max_model_length=131072)},
          key="max_model_length", says="unknown key; fix: did you mean max_model_len? rename it, or remove it"),
     Case("unknown-key-far", {"bad": stack(colour="blue")},
-         key="colour", says="unknown key; fix: remove it or use one of: attention_backend, bake_seconds"),
+         key="colour", says="unknown key; fix: remove it or use one of: api_key, attention_backend, bake_seconds"),
     Case("unknown-nested-key", {"bad": stack(tool_calling={"parser": "hermes", "auto": True})},
          key="tool_calling.auto", says="unknown key"),
     Case("int-as-string", {"bad": stack(max_model_len="131072")},
