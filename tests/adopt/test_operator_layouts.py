@@ -10,7 +10,8 @@ The operator's files are used byte for byte. What this engine cannot give (no re
 no NVIDIA runtime or AMD devices; one engine shared by many tests: host ports, container names,
 an external network's name) is changed the way an operator changes a project without editing
 it: a `docker-compose.override.yml` the test writes beside it (so every layout is also a
-project of two compose files). Stand-in images carry the real images' ENTRYPOINT and CMD."""
+project of two compose files; naptha-node, which its operator runs from two files of their own with
+`-f`, of three). Stand-in images carry the real images' ENTRYPOINT and CMD."""
 
 from __future__ import annotations
 
