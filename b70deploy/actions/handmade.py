@@ -59,7 +59,7 @@ def folder_files(compose: Path, env: Path | None, more: Sequence[tuple[Path, str
     files = {name: _read_compose(compose)}
     for path, called in more:
         files[called] = _read_compose(path)
-        files.update(_folder_refs(path, files[called]))
+        files.update(_folder_refs(path, files[called], compose.parent))
     if env is not None:
         try:
             files[DOTENV_FILE] = env.read_bytes()
@@ -77,10 +77,13 @@ def _read_compose(path: Path) -> bytes:
         raise UserError(f"cannot read {path}: {e.strerror}", fix="give the path of a saved compose file") from None
 
 
-def _folder_refs(compose: Path, text: bytes) -> dict[str, bytes]:
-    """Every env_file and bind-mounted file a compose file reads from its folder."""
+def _folder_refs(compose: Path, text: bytes, folder: Path | None = None) -> dict[str, bytes]:
+    """Every env_file and bind-mounted file a compose file reads from the project's folder: its own, or
+    for a file given after the first with -f, the first file's (Compose resolves every file's relative
+    paths against the project directory, the first file's folder: naptha-node's
+    `-f node/compose-files/vllm-models/X.yml` binds `./node/inference/configs` of the project)."""
     check_env_names(text, where=str(compose))
-    folder = compose.parent
+    folder = folder or compose.parent
     for ref in references(text):
         path = folder / ref.name
         if not path.exists():

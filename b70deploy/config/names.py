@@ -7,6 +7,9 @@ import re
 from ..errors import UserError
 
 NAME_RE = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
+# A Compose service's name as Compose takes it (compose-go schema/compose-spec.json at 00356255:
+# `^[a-zA-Z0-9._-]+$`), with a letter or digit first: naptha-node's vLLM service is `Qwen2.5-7B-Instruct`.
+SERVICE_RE = re.compile(r"^[a-zA-Z0-9][a-zA-Z0-9._-]*$")
 MAX_NAME = 63
 
 

@@ -16,7 +16,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationInf
 
 from .compose_keys import COMPANION_OWNED, check_keys
 from .hub import CONTAINER_HF_HOME, HUB_FOLDER, HUB_ID_RE
-from .names import NAME_RE
+from .names import NAME_RE, SERVICE_RE
 
 MAX_CONTEXT = 10_485_760  # 10M tokens: far above any model; catches a stray digit
 ALIAS_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:/-]*$")
@@ -961,8 +961,9 @@ class NodeConfig(Strict):
     @field_validator("service")
     @classmethod
     def _service(cls, v: str) -> str:
-        if not NAME_RE.match(v):
-            raise invalid(f"service {v!r} is not a compose service name", "use [a-z0-9][a-z0-9._-]*, e.g. vllm-server")
+        if not SERVICE_RE.match(v):
+            raise invalid(f"service {v!r} is not a compose service name",
+                          "use [a-zA-Z0-9][a-zA-Z0-9._-]*, e.g. vllm-server")
         return v
 
     @field_validator("standby")

@@ -129,7 +129,10 @@ def compose_check(io: NodeIO, files: Mapping[str, bytes]) -> None:
     if doc is None:
         raise UserError(f"docker compose config rejects the files: {error}",
                         fix="see `b70deploy render`; every ${VAR} must be set in .env")
-    command = [str(a) for a in doc["services"][io.service].get("command") or []]
+    service = doc["services"][io.service]
+    command = [str(a) for a in service.get("command") or []]
+    if not command:  # `entrypoint: [vllm, serve, MODEL, ...]` and no command (naptha-node's model files)
+        command = [str(a) for a in service.get("entrypoint") or []]
     try:  # positional or --model (a launcher's), in a bash -c script too
         model: str | None = parse_command(command).model
     except ValueError:  # a script it cannot read: its first word stands for it

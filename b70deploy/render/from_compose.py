@@ -133,6 +133,8 @@ def _program(service: Mapping[str, Any], image: ImageEntrypoint | None, where: s
             return [*own, *command], True  # bash -c SCRIPT, the script in entrypoint: or in command:
         raise UserError(f"the entrypoint {shlex.join(own)} starts vLLM its own way (a script b70deploy cannot read)",
                         where=f"{where}.entrypoint", fix=fix)
+    if own and entrypoint_style(own) == "vllm-serve" and len(own) > 2:
+        return [*own, *command], True  # the model and flags in entrypoint: itself (naptha-node's model files)
     facts_ep = list(getattr(image, "entrypoint", None) or [])
     if not own and len(split_launcher(facts_ep)[0] or []) == len(facts_ep) > 0 and split_launcher(command)[0] \
             is None and shell_of(command) is None:
@@ -359,7 +361,7 @@ def _serve_args(service: Mapping[str, Any], image: ImageEntrypoint | None, where
                                   "the model as --model)"
     style = out.doc["entrypoint_style"] = _style(service, image, command, out, taken=taken)
     if command[:2] == SERVE:
-        if style == "vllm-serve" and launcher is None and shell is None:
+        if style == "vllm-serve" and launcher is None and shell is None and not taken:
             out.notes.append("the command repeats `vllm serve` under an ENTRYPOINT [vllm, serve] image; the stack "
                              "renders the model and flags only")
         return command[2:]

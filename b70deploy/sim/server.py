@@ -303,6 +303,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--load-format", default="auto")
     p.add_argument("--tokenizer-revision", default=None)
     p.add_argument("--async-scheduling", action=argparse.BooleanOptionalAction, default=None)
+    # EngineArgs.enable_chunked_prefill: Optional[bool] = None (vllm/engine/arg_utils.py, 001999d2); NapthaAI's
+    # naptha-node model files pass it. The sim's scheduler has no prefill chunks to size.
+    p.add_argument("--enable-chunked-prefill", action=argparse.BooleanOptionalAction, default=None)
     p.add_argument("--reasoning-parser", default=None)
     p.add_argument("--chat-template", default=None)
     p.add_argument("--disable-log-requests", action="store_true")

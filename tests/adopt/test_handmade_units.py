@@ -13,7 +13,7 @@ import pytest
 import yaml
 from kit.scratch import Scratch
 
-from b70deploy.actions.handmade import PatchRecord, check_drift, lint_stack_of
+from b70deploy.actions.handmade import PatchRecord, check_drift, folder_files, lint_stack_of
 from b70deploy.actions.init import Discovery, Fact, plan
 from b70deploy.actions.inspect import diff_revisions, differences
 from b70deploy.actions.rollback import handmade_origin
@@ -359,3 +359,18 @@ def test_the_running_vllms_api_key_goes_to_a_0600_secrets_file_never_into_the_co
     with_env_file = plan(dataclasses.replace(discovery({"vllm": VLLM_SPEC}), api_key="sk-unit-canary"), tmp_path)
     assert with_env_file.secret_files == {} and with_env_file.config["secrets_env_file"].endswith("vllm023.env")
     assert any("VLLM_API_KEY=<the key>" in n for n in with_env_file.notes)
+
+
+def test_a_file_given_after_the_first_reads_its_binds_from_the_project_folder(tmp_path: Path) -> None:
+    """Compose resolves every file's relative paths against the project directory (the first file's
+    folder): naptha-node's `-f node/compose-files/vllm-models/X.yml` binds `./node/inference/...`."""
+    (tmp_path / "docker-compose.yml").write_text("services:\n  db:\n    image: postgres:16\n")
+    model = tmp_path / "node" / "compose-files" / "m.yml"
+    model.parent.mkdir(parents=True)
+    model.write_text("services:\n  vllm:\n    image: vllm/vllm-openai:latest\n    volumes:\n"
+                     "      - ./node/configs/template.jinja:/usr/app/template.jinja\n")
+    (tmp_path / "node" / "configs").mkdir()
+    (tmp_path / "node" / "configs" / "template.jinja").write_text("{{ messages }}")
+    files = folder_files(tmp_path / "docker-compose.yml", None, [(model, "node/compose-files/m.yml")])
+    assert files["node/configs/template.jinja"] == b"{{ messages }}"
+    assert files["node/compose-files/m.yml"] == model.read_bytes()

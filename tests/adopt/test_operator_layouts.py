@@ -10,13 +10,15 @@ The operator's files are used byte for byte. What this engine cannot give (no re
 no NVIDIA runtime or AMD devices; one engine shared by many tests: host ports, container names,
 an external network's name) is changed the way an operator changes a project without editing
 it: a `docker-compose.override.yml` the test writes beside it (so every layout is also a
-project of two compose files). Stand-in images carry the real images' ENTRYPOINT and CMD."""
+project of two compose files; naptha-node, which its operator runs from two files of their own with
+`-f`, of three). Stand-in images carry the real images' ENTRYPOINT and CMD."""
 
 from __future__ import annotations
 
 import json
 import shutil
 import subprocess
+import tempfile
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -44,14 +46,28 @@ HUB_CONFIG = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hid
 FAST = ["ENV B70SIM_BOOT_SECONDS=1", "ENV B70SIM_DECODE_TPS=500"]
 
 
-def _standin(base: str, tag: str, changes: list[str]) -> str:
-    """`base`'s files as a new image with `base`'s environment and labels and only the ENTRYPOINT and
-    CMD `changes` give (an imported image inherits none: `docker commit` cannot unset an ENTRYPOINT)."""
+def _standin(base: str, tag: str, changes: list[str], files: dict[str, Path | bytes] | None = None) -> str:
+    """`base`'s files (and `files`: path in the image -> a host file or folder, or bytes) as a new
+    image with `base`'s environment and labels and only the ENTRYPOINT and CMD `changes` give (an
+    imported image inherits none: `docker commit` cannot unset an ENTRYPOINT)."""
     conf = json.loads(docker("image", "inspect", base).stdout)[0]["Config"]
     keep = [f"ENV {e}" for e in conf.get("Env") or []]
     keep += [f"LABEL {k}={v}" for k, v in (conf.get("Labels") or {}).items()]
     box = docker("create", base, "true").stdout.strip()
     try:
+        with tempfile.TemporaryDirectory() as stage:
+            for dest, what in (files or {}).items():
+                at = Path(stage) / dest.lstrip("/")
+                at.parent.mkdir(parents=True, exist_ok=True)
+                if isinstance(what, bytes):
+                    at.write_bytes(what)
+                    at.chmod(0o755)
+                elif what.is_dir():
+                    shutil.copytree(what, at, ignore=shutil.ignore_patterns("*.so", "__pycache__"))
+                else:
+                    shutil.copyfile(what, at)
+            if files:
+                docker("cp", f"{stage}/.", f"{box}:/")
         argv = ["docker", "import"]
         for c in [*keep, "WORKDIR /", *changes]:
             argv += ["--change", c]
@@ -88,6 +104,21 @@ def standins(sim_images: dict[str, str]) -> Iterator[dict[str, str]]:
         # caddy:2: CMD caddy run --config /etc/caddy/Caddyfile --adapter caddyfile.
         "caddy": _standin(door, f"{repo}/caddy:2", [
             'CMD ["caddy", "run", "--config", "/etc/caddy/Caddyfile", "--adapter", "caddyfile"]']),
+        # ghcr.io/berriai/litellm: WORKDIR /app, ENTRYPOINT ["docker/prod_entrypoint.sh"], CMD ["--port", "4000"];
+        # the stand-in routes by the operator's own config (litellm_standin.py, with PyYAML).
+        "litellm": _standin(sim_images["serve"], f"{repo}/litellm:main-latest", [
+            "WORKDIR /app", 'ENTRYPOINT ["docker/prod_entrypoint.sh"]', 'CMD ["--port", "4000"]'], files={
+            "/app/docker/prod_entrypoint.sh":
+                b'#!/bin/sh\nPYTHONPATH=/opt/litellm exec python3 /opt/litellm/litellm_standin.py "$@"\n',
+            "/opt/litellm/litellm_standin.py": Path(__file__).parent / "litellm_standin.py",
+            "/opt/litellm/yaml": Path(yaml.__file__).parent}),
+        # pgvector/pgvector:pg17 (postgres's image): ENTRYPOINT docker-entrypoint.sh, CMD postgres, PGDATA in
+        # /var/lib/postgresql/data. The stand-in keeps a data file made once with a random id there (as
+        # initdb makes the cluster's system identifier once) and answers pg_isready on 5432.
+        "pgvector": _standin(sim_images["serve"], f"{repo}/pgvector:pg17", [
+            "ENV PGDATA=/var/lib/postgresql/data", 'ENTRYPOINT ["docker-entrypoint.sh"]', 'CMD ["postgres"]'],
+            files={"/usr/local/bin/docker-entrypoint.sh": b'#!/bin/sh\nexec sim-webui --port 5432 --data "$PGDATA"\n',
+                   "/usr/local/bin/pg_isready": b"#!/bin/sh\nexec wget -q -O /dev/null http://127.0.0.1:5432/health\n"}),
     }
     try:
         yield tags
@@ -112,6 +143,11 @@ class Layout:
     file: str = "docker-compose.yml"           # the operator's (first) compose file
     variant_file: bool = False                 # the saved variant's compose file has the other model too
     key: str | None = None                     # the service's --api-key: every /v1 request sends it
+    files: tuple[str, ...] = ()                # the operator's own compose files in -f order (default: `file`)
+    vllm_file: str | None = None               # the one holding the vLLM service (default: `file`)
+    variant_edit: Callable[[str], str] | None = None   # the saved variant's file, from the operator's
+    router_key: str | None = None              # the key the router asks of every /v1 request
+    data: str = "/app/backend/data/webui.db"   # the `webui` companion's data file
     ports: dict[str, int] = field(default_factory=dict)
     extra: dict[str, str] = field(default_factory=dict)
 
@@ -161,6 +197,18 @@ def _louislepage_override(lay: Layout, folder: Path) -> dict[str, Any]:
             "type": "none", "o": "bind", "device": str(folder.parent / "hf-volume")}}}}
 
 
+def _naptha_override(lay: Layout, folder: Path) -> dict[str, Any]:
+    s, uniq, vllm = lay.extra, folder.name, "Qwen2.5-7B-Instruct"
+    return {"services": {
+        # No NVIDIA runtime here; vllm publishes no port: published on loopback for the tool's probes.
+        vllm: {"image": s["vllm-serve"], "deploy": "!reset", "ports": [f"127.0.0.1:{lay.ports['vllm']}:8000"]},
+        "litellm": {"image": s["litellm"], "container_name": f"{uniq}-litellm",
+                    "ports": f"!override 127.0.0.1:{lay.ports['router']}:4000"},
+        "pgvector": {"image": s["pgvector"], "container_name": f"{uniq}-node-pgvector",
+                     "ports": f"!override 127.0.0.1:{lay.ports['db']}:5432"}},
+        "networks": {"naptha-network": {"name": s["network"]}}}
+
+
 def _opea_override(lay: Layout, folder: Path) -> dict[str, Any]:
     return {"services": {"vllm-service": {
         "image": lay.extra["no-entrypoint"], "container_name": f"{folder.name}-vllm-gaudi-server",
@@ -193,12 +241,35 @@ LAYOUTS = {
         override=_louislepage_override, key="sk-louislepage-canary-41d2", variant_file=True,
         env=lambda lay, folder: f"VLLM_API_KEY={lay.key}\nHUGGING_FACE_HUB_TOKEN=hf_louislepage_canary\n",
         hub=lambda folder: folder.parent / "hf-volume" / "hub", webui="open-webui"),
+    "napthaai-naptha-node-vllm": Layout(
+        "napthaai-naptha-node-vllm", served="Qwen/Qwen2.5-7B-Instruct", variant="Qwen/Qwen2.5-7B-Instruct",
+        service="Qwen2.5-7B-Instruct", override=_naptha_override,
+        files=("docker-compose.yml", "node/compose-files/vllm-models/Qwen2.5-7B-Instruct.yml"),
+        vllm_file="node/compose-files/vllm-models/Qwen2.5-7B-Instruct.yml",
+        # The saved variant: the same model file with a shorter context (--max-model-len 32768 -> 16384).
+        variant_edit=lambda text: text.replace('"--max-model-len", "32768"', '"--max-model-len", "16384"'),
+        env=lambda lay, folder: _naptha_env(folder), hub=lambda folder: folder.parent / "hf-home" / "hub",
+        router="litellm", router_key="sk-abc123", webui="pgvector", data="/var/lib/postgresql/data/webui.db",
+        up=("up", "-d", "pgvector", "litellm", "Qwen2.5-7B-Instruct")),
     "opea-gaudi": Layout(
         "opea-gaudi", served="/data/Qwen/Qwen3-0.6B", variant="/data/Qwen/Qwen3-0.6B-v2",
         source=FIXTURES.parent / "compose" / "opea-gaudi", service="vllm-service", override=_opea_override,
         env=lambda lay, folder: "LLM_MODEL_ID=/data/Qwen/Qwen3-0.6B\nHUGGINGFACEHUB_API_TOKEN=hf_ops_canary\n",
         hub=lambda folder: folder / "data" / "hub-none"),
 }
+
+
+def _naptha_env(folder: Path) -> str:
+    """The operator's .env as launch.sh keeps it for vLLM: .env.example's values with LLM_BACKEND=vllm, one
+    model, HF_HOME and the token set (launch.sh asks for them), and the GPU id generate_litellm_config.py
+    assigns (launch.sh passes it in the environment of `docker compose`; here it is in the .env)."""
+    example = (FIXTURES / "napthaai-naptha-node-vllm" / "env-example").read_text()
+    env = example.replace("LLM_BACKEND=ollama", "LLM_BACKEND=vllm").replace(
+        "VLLM_MODELS=NousResearch/Hermes-3-Llama-3.1-8B", "VLLM_MODELS=Qwen/Qwen2.5-7B-Instruct").replace(
+        "LAUNCH_DOCKER=false", "LAUNCH_DOCKER=true").replace("HUGGINGFACE_TOKEN=\n",
+                                                             "HUGGINGFACE_TOKEN=hf_naptha_canary\n")
+    env = env.replace("HF_HOME=/home/<youruser>/.cache/huggingface", f"HF_HOME={folder.parent / 'hf-home'}")
+    return env + "GPU_ID_qwen2_5_7b_instruct=0\n"
 
 
 def _override_text(doc: dict[str, Any]) -> str:
@@ -250,8 +321,6 @@ def _answers(port: int, model: str, key: str | None = None) -> dict[str, Any]:
     """A completion asked at `port` (with the service's key, when it has one); a companion the switch
     has just started again (the router) is given a few seconds to listen: restore starts it and returns."""
     auth = {"Authorization": f"Bearer {key}"} if key else {}
-    if key:  # vLLM refuses /v1 without it (vllm/entrypoints/openai/server_utils.py:32-77, 387dcddc)
-        assert requests.get(f"http://127.0.0.1:{port}/v1/models", timeout=10).status_code == 401
     deadline = time.monotonic() + 30
     while True:
         try:
@@ -261,6 +330,8 @@ def _answers(port: int, model: str, key: str | None = None) -> dict[str, Any]:
         except requests.ConnectionError:
             assert time.monotonic() < deadline, f"nothing answers on port {port}"
             time.sleep(0.2)
+    if key:  # vLLM refuses /v1 without it (vllm/entrypoints/openai/server_utils.py:32-77, 387dcddc); LiteLLM too
+        assert requests.get(f"http://127.0.0.1:{port}/v1/models", timeout=10).status_code == 401
     served = requests.get(f"http://127.0.0.1:{port}/v1/models", timeout=10, headers=auth).text \
         if r.status_code != 200 else ""
     assert r.status_code == 200, (r.text, served)
@@ -268,11 +339,11 @@ def _answers(port: int, model: str, key: str | None = None) -> dict[str, Any]:
     return got
 
 
-def _webui_db(name: str) -> str:
-    """The first line of webui.db (its random id), once the companion's process has made it."""
+def _webui_db(name: str, path: str = "/app/backend/data/webui.db") -> str:
+    """The first line of the companion's data file (its random id), once its process has made it."""
     deadline = time.monotonic() + 30
     while True:
-        out = docker("exec", name, "cat", "/app/backend/data/webui.db", check=False)
+        out = docker("exec", name, "cat", path, check=False)
         if out.returncode == 0 and out.stdout.strip():
             return out.stdout.splitlines()[0]
         assert time.monotonic() < deadline, out.stderr
@@ -286,7 +357,7 @@ def test_an_operators_layout_goes_through_every_step_and_comes_back_equal(
     project = simkit.unique("ops")
     folder = tmp_path / project
     shutil.copytree(lay.source or FIXTURES / name, folder, ignore=shutil.ignore_patterns("SOURCE.md", "env-example"))
-    lay.ports = {"vllm": free_port(), "router": free_port()}
+    lay.ports = {"vllm": free_port(), "router": free_port(), "db": free_port()}
     lay.extra = dict(standins)
     network = None
     if name.startswith("bklinkradt"):
@@ -302,6 +373,12 @@ def test_an_operators_layout_goes_through_every_step_and_comes_back_equal(
             (tmp_path / folder_name / "Qwen3.8-27B-INT4" / "config.json").write_text(json.dumps(HUB_CONFIG))
         lay.extra |= {"dri": str(dri), "network": network, "models": str(models), "vllm-xpu": standins["vllm-serve"]}
         (folder / "monitoring" / "grafana" / "dashboards").mkdir()  # its dashboard JSON is not in the fixture
+    if name.startswith("napthaai"):  # launch.sh creates the external network before `docker compose up`
+        network = f"{project}-naptha-network"
+        docker("network", "create", network)
+        lay.extra |= {"network": network}
+        for made in ("db/alembic/versions", "fs", "hub/modules"):   # node-app's binds: the node makes them (.gitignore)
+            (folder / "node" / "storage" / made).mkdir(parents=True)
     if name == "opea-gaudi":  # the weights in ./data, as its LLM_MODEL_ID names them
         for model in (lay.served, lay.variant):
             (folder / model.removeprefix("/")).mkdir(parents=True)
@@ -320,8 +397,12 @@ def test_an_operators_layout_goes_through_every_step_and_comes_back_equal(
     (folder / ".env").write_text(env)
     (folder / ".env.small").write_text(lay.variant_env(lay, env) if lay.variant_env else env.replace(lay.served,
                                                                                                    lay.variant))
-    small = (folder / lay.file).read_text()   # the saved variant
-    (folder / f"{lay.file}.small").write_text(small.replace(lay.served, lay.variant) if lay.variant_file else small)
+    files = [*(lay.files or (lay.file,)), "docker-compose.override.yml"]   # -f order: the operator's, then the test's
+    with_files = [a for f in files for a in ("-f", f)] if lay.files else []   # as the operator runs it
+    vllm_file = lay.vllm_file or lay.file
+    small = (folder / vllm_file).read_text()   # the saved variant
+    (folder / f"{vllm_file}.small").write_text(lay.variant_edit(small) if lay.variant_edit else small.replace(
+        lay.served, lay.variant) if lay.variant_file else small)
     for model in (lay.served, lay.variant):
         _hub_model(lay.hub(folder), model)
     config, state = tmp_path / "node.yaml", tmp_path / "state"
@@ -333,22 +414,22 @@ def test_an_operators_layout_goes_through_every_step_and_comes_back_equal(
         return r
 
     try:
-        up = subprocess.run(["docker", "compose", "-p", project, *(lay.up or ("up", "-d"))], cwd=folder,
+        up = subprocess.run(["docker", "compose", "-p", project, *with_files, *(lay.up or ("up", "-d"))], cwd=folder,
                             capture_output=True, text=True, timeout=180, check=False)
         assert up.returncode == 0, up.stderr
         try:
             simkit.wait_status(f"http://127.0.0.1:{lay.ports['vllm']}/health", 200, timeout=90)
         except AssertionError as e:  # what the hand-made vLLM said
-            logs = subprocess.run(["docker", "compose", "-p", project, "logs", "--tail", "15", lay.service], cwd=folder,
-                                  capture_output=True, text=True, timeout=60, check=False)
+            logs = subprocess.run(["docker", "compose", "-p", project, *with_files, "logs", "--tail", "15",
+                                  lay.service], cwd=folder, capture_output=True, text=True, timeout=60, check=False)
             raise AssertionError(f"{e}\n{logs.stdout}{logs.stderr}") from None
         hand = {svc: inspected(b) for svc, b in _boxes(project).items()}
-        data = _webui_db(_boxes(project)[lay.webui]["Name"].lstrip("/")) if lay.webui else None
+        data = _webui_db(_boxes(project)[lay.webui]["Name"].lstrip("/"), lay.data) if lay.webui else None
 
         # ---- init, adopt: the project as Compose ran it (two files), nothing restarted
         cli("init", "--config", str(config), "--project", project, "--state-dir", str(state), with_config=False)
         cfg = yaml.safe_load(config.read_text())
-        assert cfg["compose_files"] == [lay.file, "docker-compose.override.yml"]
+        assert cfg["compose_files"] == files
         # Test environment only: the test's own stacks folder, short waits, a load threshold a shared box meets.
         (tmp_path / "stacks").mkdir()
         with config.open("a") as fh:
@@ -360,17 +441,17 @@ def test_an_operators_layout_goes_through_every_step_and_comes_back_equal(
         status = json.loads(cli("status", "--json").stdout)   # the deploy dir read as the project's files
         assert status["current"]["number"] == 1 and status["differs"] == [], status
 
-        cli("stack", "from-compose", str(folder / lay.file), "-f",
-            str(folder / "docker-compose.override.yml"), "--env", str(folder / ".env"), "--name", "made")
+        cli("stack", "from-compose", str(folder / files[0]), *[a for f in files[1:] for a in ("-f", str(folder / f))],
+            "--env", str(folder / ".env"), "--name", "made")
 
         # ---- import the saved variant (its own .env) and roll back to it by name
-        cli("import", "-f", str(folder / f"{lay.file}.small"), "-f", str(folder / "docker-compose.override.yml"),
+        cli("import", *[a for f in files for a in ("-f", str(folder / (f"{f}.small" if f == vllm_file else f)))],
             "--env", str(folder / ".env.small"), "--as", "small")
         cli("rollback", "small", "--yes")
         assert inspected(_boxes(project)[lay.service]) != hand[lay.service]   # the variant runs (model or folder)
         assert _answers(lay.ports["vllm"], lay.variant, lay.key)["model"] == lay.variant
         if lay.router:
-            assert _answers(lay.ports["router"], lay.variant)["model"] == lay.variant
+            assert _answers(lay.ports["router"], lay.variant, lay.router_key)["model"] == lay.variant
 
         # ---- switch to the stack the operator's own file makes (rendered by the tool; made before the
         # rollback above put the variant's .env into the folder)
@@ -379,31 +460,34 @@ def test_an_operators_layout_goes_through_every_step_and_comes_back_equal(
         assert boxes[lay.service]["Config"]["Labels"]["b70deploy.stack"] == "made"
         assert _answers(lay.ports["vllm"], lay.served, lay.key)["model"] == lay.served
         if lay.router:
-            assert _answers(lay.ports["router"], lay.served)["model"] == lay.served
+            assert _answers(lay.ports["router"], lay.served, lay.router_key)["model"] == lay.served
         for svc, was in hand.items():
             now = inspected(boxes[svc])
             assert now["networks"] == was["networks"], svc
             if svc != lay.service:
                 assert now["env"] == was["env"] and now["image"] == was["image"], svc
         if lay.webui:
-            assert _webui_db(boxes[lay.webui]["Name"].lstrip("/")) == data
+            assert _webui_db(boxes[lay.webui]["Name"].lstrip("/"), lay.data) == data
 
         # ---- rollback 1: the hand-made project again, every field as it was
         cli("rollback", "1", "--yes")
         assert {svc: inspected(b) for svc, b in _boxes(project).items()} == hand
         assert json.loads(cli("status", "--json").stdout)["differs"] == []
-        assert {n: (folder / n).read_bytes() for n in (lay.file, "docker-compose.override.yml")} == \
-            {lay.file: ((lay.source or FIXTURES / name) / lay.file).read_bytes(),
+        assert {n: (folder / n).read_bytes() for n in files} == \
+            {**{n: ((lay.source or FIXTURES / name) / n).read_bytes() for n in files[:-1]},
              "docker-compose.override.yml": override}
         assert _answers(lay.ports["vllm"], lay.served, lay.key)["model"] == lay.served
         if lay.router:
-            assert _answers(lay.ports["router"], lay.served)["model"] == lay.served
+            assert _answers(lay.ports["router"], lay.served, lay.router_key)["model"] == lay.served
         if lay.webui:
-            assert _webui_db(_boxes(project)[lay.webui]["Name"].lstrip("/")) == data
+            assert _webui_db(_boxes(project)[lay.webui]["Name"].lstrip("/"), lay.data) == data
     finally:
-        subprocess.run(["docker", "compose", "-p", project, "down", "-v", "--remove-orphans", "--timeout", "5"],
-                       cwd=folder, capture_output=True, timeout=120, check=False)
+        subprocess.run(["docker", "compose", "-p", project, *with_files, "down", "-v", "--remove-orphans",
+                        "--timeout", "5"], cwd=folder, capture_output=True, timeout=120, check=False)
         simkit.remove_by_project(project)
+        volumes = docker("volume", "ls", "-q", "--filter", f"label=com.docker.compose.project={project}").stdout.split()
+        if volumes:   # when the files `down -v` reads were not in the folder (a step failed mid-way)
+            docker("volume", "rm", "-f", *volumes, check=False)
         simkit.remove_keep_tags(project)
         if network:
             docker("network", "rm", network, check=False)

@@ -130,6 +130,9 @@ CASES = [
     Case("node-companion-name", {"bad": stack()},
          config={"companions": [{"name": "Open WebUI", "image": "ghcr.io/open-webui/open-webui:main"}]},
          file="node.yaml", key="companions[0].name", says="companion name 'Open WebUI' is not allowed"),
+    # Compose's own service names (capitals and dots: naptha-node's `Qwen2.5-7B-Instruct`) are taken; not a leading dot.
+    Case("node-service-name", {"bad": stack()}, config={"service": "../vllm"}, file="node.yaml", key="service",
+         says="service '../vllm' is not a compose service name"),
     Case("node-companion-env-key", {"bad": stack()},
          config={"companions": [{"name": "webui", "image": "webui:1", "environment": {"A: B": "1"}}]},
          file="node.yaml", key="companions[0].environment", says="not a variable name"),

@@ -39,6 +39,19 @@ def bind(source: str, target: str, read_only: bool = False) -> dict[str, Any]:
     return {"type": "bind", "source": source, "target": target, "read_only": read_only}
 
 
+def test_vllm_serve_with_the_model_and_flags_in_the_entrypoint_and_no_command() -> None:
+    """naptha-node's node/compose-files/vllm-models/*.yml (c45e4ce3): `entrypoint: [vllm, serve, MODEL, ...]`."""
+    svc = {"image": NEW_OPENAI.ref, "volumes": [bind("/srv/hf", "/root/.cache/huggingface")],
+           "entrypoint": ["vllm", "serve", "Qwen/Qwen2.5-7B-Instruct", "--enable-prefix-caching",
+                          "--enable-chunked-prefill", "--max-model-len", "32768", "--tool-call-parser", "hermes"]}
+    for image in (NEW_OPENAI, None):
+        out = stack_from_compose(svc, image=image)
+        assert out.doc["model"] == {"path": "Qwen/Qwen2.5-7B-Instruct", "hub": True}
+        assert out.doc["entrypoint_style"] == "vllm-serve" and out.doc["max_model_len"] == 32768
+        assert out.doc["extra_args"] == ["--enable-chunked-prefill"] and not out.notes
+    assert serve_arguments(svc, NEW_OPENAI) is not None
+
+
 def test_flags_under_the_images_python_m_entrypoint_need_no_name_nor_length() -> None:
     """The old vllm-openai image: ENTRYPOINT python3 -m ...api_server, the service writes flags only."""
     svc = {"image": OLD_OPENAI.ref, "command": ["--model", "Qwen/Qwen3-0.6B", "--port", "4997"],

@@ -61,6 +61,14 @@ def test_all_flags() -> None:
     assert (cfg.max_num_seqs, cfg.max_num_batched_tokens, cfg.attention_backend) == (8, 4096, "FLASH_ATTN")
 
 
+def test_flags_that_change_nothing_in_the_sim_are_accepted_as_vllm_accepts_them() -> None:
+    # naptha-node's vllm-models/*.yml (tests/fixtures/operators/napthaai-naptha-node-vllm)
+    cfg = sim.parse_serve_args(["Qwen/Qwen2.5-7B-Instruct", "--enable-prefix-caching", "--enable-chunked-prefill",
+                                "--gpu-memory-utilization", "0.98", "--max-model-len", "32768",
+                                "--enable-auto-tool-choice", "--tool-call-parser", "hermes"])
+    assert cfg.model == "Qwen/Qwen2.5-7B-Instruct" and cfg.max_model_len == 32768
+
+
 @pytest.mark.parametrize("argv", [["m", "--no-such-flag"], ["m", "--speculative-config", "{bad"],
                                   ["m", "--max-model-len", "lots"]])
 def test_bad_flags_exit_2_with_usage(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
