@@ -12,7 +12,9 @@ each, after switching to alpha and then beta, `--runs` rounds, the two nodes alt
 Four clients (bench_door.py's: the `openai` client, streaming chat completions one after another, through
 the door) run through each operation. Measured:
   longest wait    the longest any one request took that overlapped the operation (start of the command to
-                  1 s after its end): what a client waited
+                  1 s after its end): what a client waited, its own answer's time included
+  beyond usual    that longest wait less the usual request's time (the median of the requests answered before
+                  the command started): the part of the wait the operation added
   engine          what the engine needed: the new slot's boot (its container's StartedAt to its "Starting vLLM
                   API server" line), the wake (the sim's B70SIM_WAKE_SECONDS, vLLM's "It took X seconds to wake
                   up" line), or the crashed boot (its start to its `die` event) plus the wake
@@ -29,6 +31,7 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import statistics
 import subprocess
 import sys
 import time
@@ -40,7 +43,7 @@ from bench_door import Clients, Node, door_flags, outcome
 from bench_standby import remove_node, standby_node
 from switch_bench import REPO, docker, log, machine, ready_instant, report, started_instant, stats
 
-WAKE = 0.5  # B70SIM_WAKE_SECONDS, the sim's default model of a wake
+WAKE = 0.5  # B70SIM_WAKE_SECONDS here: the issue's wake on the sim (the sim's own default is the H200 log's 0.82 s)
 _WOKE = re.compile(r"It took ([0-9.]+) seconds to wake up")
 
 
@@ -67,16 +70,17 @@ def events(node: Node, since: float, kind: str) -> list[tuple[float, str]]:
             if p.startswith(f"{node.bench.project}-r")]
 
 
-def woke_seconds(node: Node) -> float:
+def woke_seconds(node: Node, wake: float) -> float:
     """vLLM's own line (the sim prints it as vLLM does) in the live slot's log: the last wake's seconds."""
     found: list[float] = []
     for cid in slot_boxes(node):
         got = docker("logs", "--tail", "200", cid, check=False)
         found += [float(m.group(1)) for m in _WOKE.finditer(got.stdout + got.stderr)]
-    return found[-1] if found else WAKE
+    return found[-1] if found else wake
 
 
-def measure(node: Node, code: Path, op: str, argv: list[str], *, must_fail: bool, clients: int) -> dict[str, Any]:
+def measure(node: Node, code: Path, op: str, argv: list[str], *, must_fail: bool, clients: int,
+            wake: float) -> dict[str, Any]:
     before = set(slot_boxes(node))
     load = os.getloadavg()[0]
     with Clients(node.bench.prod_port, n=clients) as c:
@@ -90,17 +94,19 @@ def measure(node: Node, code: Path, op: str, argv: list[str], *, must_fail: bool
     if not any(ok for _, _, ok, _ in c.answers):
         raise RuntimeError(f"the clients had no answer at all: {c.answers[:3]}")
     seen = outcome(c.answers, start, end + 1.0)
+    usual = statistics.median([e - s for s, e, ok, _ in c.answers if ok and e < start])
     if op == "switch":
         new = [cid for cid in slot_boxes(node) if cid not in before]
         engine = ready_instant(new[0]) - started_instant(new[0]) if new else None
     elif op == "rollback":
-        engine = woke_seconds(node)
+        engine = woke_seconds(node, wake)
     else:
         starts, dies = events(node, start, "start"), events(node, start, "die")
         crashed = [(t, p) for t, p in starts if any(p == q and d > t for d, q in dies)]
         boot = min(d for d, q in dies if q == crashed[0][1]) - crashed[0][0] if crashed else None
-        engine = boot + woke_seconds(node) if boot is not None else None
-    got = {"operation": op, "longest_wait_s": seen["longest_wait_s"], "engine_s": round(engine, 3) if engine else None,
+        engine = boot + woke_seconds(node, wake) if boot is not None else None
+    got = {"operation": op, "longest_wait_s": seen["longest_wait_s"], "usual_s": round(usual, 3),
+           "beyond_usual_s": round(seen["longest_wait_s"] - usual, 3), "engine_s": round(engine, 3) if engine else None,
            "failed": seen["failed"], "failed_kinds": seen["failed_kinds"], "requests": seen["requests"],
            "command_s": round(end - start, 3), "load1": round((load + os.getloadavg()[0]) / 2, 2)}
     log(f"{code} {op}: {got}")
@@ -120,6 +126,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             nodes[side] = standby_node(sleep=True, boot=args.boot, hold=args.hold)
             cfg = yaml.safe_load(nodes[side].bench.config.read_text())
             cfg["stack_overlay"].pop("settle_seconds", None)  # the stacks' default window (5 s), as in the field
+            cfg["stack_overlay"]["env"]["B70SIM_WAKE_SECONDS"] = f"{args.wake:g}"
             nodes[side].bench.config.write_text(yaml.safe_dump(cfg))
         for side, node in nodes.items():
             for stack in ("alpha", "beta"):  # warm-up, not counted: alpha then sleeps
@@ -131,8 +138,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             for op, argv, must_fail in OPS:
                 for side in (list(codes) if i % 2 == 0 else list(reversed(codes))):
                     got[side][op].append(measure(nodes[side], codes[side], op, argv, must_fail=must_fail,
-                                                 clients=args.clients))
+                                                 clients=args.clients, wake=args.wake))
         summary = {side: {op: {"longest_wait_s": stats([m["longest_wait_s"] for m in ms]),
+                               "beyond_usual_s": stats([m["beyond_usual_s"] for m in ms]),
                                "engine_s": stats([m["engine_s"] for m in ms]),
                                "beyond_engine_s": stats([m["longest_wait_s"] - m["engine_s"] for m in ms
                                                          if m["engine_s"] is not None]),
@@ -140,7 +148,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                                "load1": stats([m["load1"] for m in ms]),
                                "failed": sum(m["failed"] for m in ms)}
                           for op, ms in ops.items()} for side, ops in got.items()}
-        return {"machine": machine(), "boot_seconds": args.boot, "runs": args.runs, "clients": args.clients,
+        return {"machine": machine(), "boot_seconds": args.boot, "wake_seconds": args.wake, "runs": args.runs,
+                "clients": args.clients,
                 "baseline": str(codes["baseline"]), "summary": summary, "measurements": got}
     finally:
         for node in nodes.values():
@@ -153,18 +162,22 @@ def table(result: dict[str, Any]) -> str:
             return "-"
         return f"{st['median']:.2f} (min {st['min']:.2f}, max {st['max']:.2f})"
 
-    lines = [f"sim boot {result['boot_seconds']:g} s, wake {WAKE:g} s; {result['clients']} clients through the door; "
+    lines = [f"sim boot {result['boot_seconds']:g} s, wake {result['wake_seconds']:g} s; {result['clients']} clients "
+             "through the door; "
              f"medians of {result['runs']} with min and max, seconds; baseline: {result['baseline']}",
-             f"{'operation':<14} {'code':<9} {'longest wait':<26} {'engine':<26} {'wait - engine':<26} "
+             f"{'operation':<14} {'code':<9} {'longest wait':<26} {'beyond usual':<26} {'engine':<26} "
+             f"{'wait - engine':<26} "
              f"{'command':<26} {'load (1 min)':<26} failed"]
     for op, _, _ in OPS:
         for side, ops in result["summary"].items():
             st = ops[op]
-            lines.append(f"{op:<14} {side:<9} {fmt(st['longest_wait_s']):<26} {fmt(st['engine_s']):<26} "
+            lines.append(f"{op:<14} {side:<9} {fmt(st['longest_wait_s']):<26} {fmt(st['beyond_usual_s']):<26} "
+                         f"{fmt(st['engine_s']):<26} "
                          f"{fmt(st['beyond_engine_s']):<26} {fmt(st['command_s']):<26} {fmt(st['load1']):<26} "
                          f"{st['failed']}")
     lines.append("longest wait: the longest request that overlapped the command (to 1 s after it); engine: the new "
-                 "slot's boot, the wake, or the crashed boot plus the wake")
+                 "slot's boot, the wake, or the crashed boot plus the wake; beyond usual: the longest wait less the "
+                 "median request's time before the command")
     return "\n".join(lines)
 
 
@@ -172,6 +185,8 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
     door_flags(p, boot=2.0)
     p.set_defaults(clients=4)
+    p.add_argument("--wake", type=float, default=WAKE, help=f"the sim's wake, B70SIM_WAKE_SECONDS (default {WAKE:g}, "
+                   "the issue's)")
     p.add_argument("--runs", type=int, default=5, help="rounds of the three operations per node (default 5)")
     p.add_argument("--baseline", type=Path, required=True, help="a checkout of the code to compare with (main)")
     p.add_argument("--json", type=Path, help="write every measurement and the summary here")
