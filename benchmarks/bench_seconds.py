@@ -84,7 +84,10 @@ def measure(node: Node, code: Path, op: str, argv: list[str], *, must_fail: bool
     before = set(slot_boxes(node))
     load = os.getloadavg()[0]
     with Clients(node.bench.prod_port, n=clients) as c:
-        time.sleep(1.0)  # the clients are answered before the operation starts
+        time.sleep(1.0)  # the clients are answered before the operation starts: one answer each, at least
+        deadline = time.monotonic() + 30
+        while sum(ok for _, _, ok, _ in c.answers) < clients and time.monotonic() < deadline:
+            time.sleep(0.05)
         start = time.time()
         r = cli(node, code, *argv)
         end = time.time()
@@ -94,7 +97,7 @@ def measure(node: Node, code: Path, op: str, argv: list[str], *, must_fail: bool
     if not any(ok for _, _, ok, _ in c.answers):
         raise RuntimeError(f"the clients had no answer at all: {c.answers[:3]}")
     seen = outcome(c.answers, start, end + 1.0)
-    usual = statistics.median([e - s for s, e, ok, _ in c.answers if ok and e < start])
+    usual = statistics.median([e - s for s, e, ok, _ in c.answers if ok and e < start] or [0.0])
     if op == "switch":
         new = [cid for cid in slot_boxes(node) if cid not in before]
         engine = ready_instant(new[0]) - started_instant(new[0]) if new else None
