@@ -110,10 +110,12 @@ of a new one:
      there, as today.
   3. The admin API off the host's loopback, where any local user could load a config (listen on
      the node's ports, proxy elsewhere): on a unix socket in the container (`caddy reload --address
-     unix//...` loads through it). The tool's reads (/config/, /metrics, /reverse_proxy/upstreams)
-     then need a client for that socket: the image's busybox wget and nc speak none (busybox 1.35
-     nc has no -U), so a GET-only route of a loopback server in the door proxying to the socket,
-     or the autosave file for the config.
+     unix//...` loads through it: tried). The tool's reads (/config/, /metrics,
+     /reverse_proxy/upstreams) then need a client for that socket, and the image's busybox wget and
+     nc speak none (busybox 1.35 nc has no -U): a route of a loopback server in the door (item 4's)
+     matching GET on /admin/*, `strip_path_prefix` and a `reverse_proxy` to the socket answered all
+     three and refused a POST /load with 403 (tried). That proxy is then an upstream in
+     /reverse_proxy/upstreams too, so docker/door.py must count vllm's address alone there.
   4. The gate on a TCP port of the host's loopback (a node setting): the health check's `upstream`
      cannot be a unix socket (2.11.7: "making request: parse "http://unix%2F%2F...": invalid URL
      escape", and the upstream then stays healthy, so a closed gate would hold nothing).
