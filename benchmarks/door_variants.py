@@ -65,6 +65,13 @@ class Variants:
 
     def __init__(self, node: Node) -> None:
         self.names: list[str] = []
+        try:
+            self._start(node)
+        except BaseException:  # those started before the failure (or Ctrl-C) go too
+            self.close()
+            raise
+
+    def _start(self, node: Node) -> None:
         project = node.bench.project
         self.network = network_of(node)
         door = json.loads(docker("inspect", container_id(project, "door")).stdout)[0]
