@@ -8,6 +8,8 @@ a bare `reverse_proxy` with the door's transport (keep-alive 2 s, `flush_interva
 its gate, health checks, access log or metrics:
 
   plain    on the project network, dialing vllm:8000, as the door does: what the door's extras cost
+  tuned    `plain` with HTTP/1.1 alone both ways, no compression towards vllm and 64 KiB buffers: the
+           2.11 transport's settings that touch a request on a kept connection
   netns    on the project network with a second sim (the node's vllm container's image, argv,
            environment and mounts) in its network namespace (`--network container:`), dialing
            127.0.0.1:8000: the vllm service sharing the door's namespace
@@ -17,12 +19,12 @@ its gate, health checks, access log or metrics:
            switch, through docker-proxy)
 
 Paths, each on a new connection and on a kept one, every path once per round, the order turning
-each round: from loopback, the door (the node's port), `host` and `host-probe` (their loopback ports) and vllm
-direct (its loopback probe port; docker-proxy on the door's path and the direct one, not on
-`host`'s); from the network, the door, `plain`, `host` and `host-probe` (at the gateway address, as
-a remote client's packets reach the host) and vllm:8000, and `netns` beside its own sim (netns:8000). An overhead is the
-median of a block's paired differences (a path less its direct one), reported over `--blocks` as
-their median with min and max.
+each round: from loopback, the door (the node's port), `host` and `host-probe` (their loopback
+ports) and vllm direct (its loopback probe port; docker-proxy on the door's path and the direct
+one, not on `host`'s); from the network, the door, `plain`, `tuned`, `host` and `host-probe` (at
+the gateway address, as a remote client's packets reach the host) and vllm:8000, and `netns`
+beside its own sim (netns:8000). An overhead is the median of a block's paired differences (a
+path less its direct one), reported over `--blocks` as their median with min and max.
 
     python benchmarks/door_variants.py --blocks 5 --rounds 60 --json benchmarks/results/door-variants.json
 """
@@ -48,13 +50,20 @@ from switch_bench import container_id, docker, free_port, log, machine, report, 
 from b70deploy.render.door import DOOR_PORT, KEEP_ALIVE_IDLE
 from b70deploy.render.vllm_args import CONTAINER_PORT
 
+# The 2.11 transport's and server's settings that touch a request on a kept connection: HTTP/1.1 only
+# both ways (no HTTP/2 to offer or detect), no Accept-Encoding added towards vllm, 64 KiB buffers.
+TUNED_TRANSPORT = {"versions": ["1.1"], "compression": False, "read_buffer_size": 65536, "write_buffer_size": 65536}
+TUNED_SERVER = {"protocols": ["h1"]}
 
-def caddy(listen: list[str], dial: str) -> str:
-    """A bare reverse proxy with the door's transport."""
-    proxy = {"handler": "reverse_proxy", "upstreams": [{"dial": dial}], "flush_interval": -1,
-             "transport": {"protocol": "http", "keep_alive": {"enabled": True, "idle_timeout": KEEP_ALIVE_IDLE}}}
+
+def caddy(listen: list[str], dial: str, *, tuned: bool = False) -> str:
+    """A bare reverse proxy with the door's transport (`tuned`: with TUNED_TRANSPORT and TUNED_SERVER)."""
+    transport = {"protocol": "http", "keep_alive": {"enabled": True, "idle_timeout": KEEP_ALIVE_IDLE},
+                 **(TUNED_TRANSPORT if tuned else {})}
+    proxy = {"handler": "reverse_proxy", "upstreams": [{"dial": dial}], "flush_interval": -1, "transport": transport}
     return json.dumps({"admin": {"disabled": True}, "apps": {"http": {"servers": {"variant": {
-        "listen": listen, "routes": [{"handle": [proxy]}], "automatic_https": {"disable": True}}}}}})
+        "listen": listen, "routes": [{"handle": [proxy]}], "automatic_https": {"disable": True},
+        **(TUNED_SERVER if tuned else {})}}}}})
 
 
 RUN_CONFIG = 'printf "%s" "$CONFIG" > /tmp/variant.json && exec caddy run --config /tmp/variant.json'
@@ -82,6 +91,8 @@ class Variants:
         self.host_port = free_port()
         self.caddy(f"{project}-plain", image, ["--network", self.network], caddy([f":{DOOR_PORT}"],
                                                                                  f"vllm:{CONTAINER_PORT}"))
+        self.caddy(f"{project}-tuned", image, ["--network", self.network],
+                   caddy([f":{DOOR_PORT}"], f"vllm:{CONTAINER_PORT}", tuned=True))
         netns = f"{project}-netns"
         self.names.append(netns)
         docker_env("run", "-d", "--name", netns, "--network", self.network, "-e", "CONFIG", "--entrypoint", "sh",
@@ -148,6 +159,7 @@ PAIRS = {
     "host-probe": ("loopback", "host-probe", "direct"),
     "door network": ("network", "door", "direct"),
     "plain network": ("network", "plain", "direct"),
+    "tuned network": ("network", "tuned", "direct"),
     "host network": ("network", "host", "direct"),
     "host-probe network": ("network", "host-probe", "direct"),
     "netns network": ("network", "netns", "netns direct"),
@@ -161,6 +173,7 @@ def block(node: Node, v: Variants, inside: Inside, rounds: int) -> dict[str, Any
                  ("loopback", "direct"): ("127.0.0.1", node.probe),
                  ("network", "door"): ("door", DOOR_PORT),
                  ("network", "plain"): (v.names[0], DOOR_PORT),
+                 ("network", "tuned"): (v.names[1], DOOR_PORT),
                  ("network", "host"): (v.gateway, v.host_port),
                  ("network", "host-probe"): (v.gateway, v.probe_port),
                  ("network", "direct"): ("vllm", CONTAINER_PORT),
