@@ -88,19 +88,20 @@ of a new one:
   and 0.79 on a kept one (two runs of five, load 2 to 4), against 0.44 and 0.60, 0.75 and 0.84 from
   loopback in the same rounds. The hop is Caddy's, not docker-proxy's; on a new connection the door
   wins back vllm's accept. benchmarks/door_variants.py puts bare Caddies with this transport beside
-  the door (two runs of five blocks, load 2.6 to 6; new / kept connection, ms): the door's gate,
-  checks, log and metrics are within the spread (door +0.53 / +0.61 to +0.79 from the network, bare
-  +0.49 / +0.54 to +0.58); so are the 2.11 transport's and server's settings that touch a request
-  on a kept connection (HTTP/1.1 alone both ways, `compression: false`, 64 KiB buffers: +0.34 /
-  +0.61 against the bare one's +0.47 / +0.62 in a third run); vllm in the door's network
-  namespace, dialed on 127.0.0.1, changes nothing (+0.43 / +0.56; and slots cannot share one
-  namespace). Caddy's dynamic upstreams (`a`, `srv`: the address looked up per request) cannot be
-  gated: active health checks run over the static `upstreams` alone (healthchecks.go
-  `doActiveHealthCheckForAllHosts`: `for _, upstream := range h.Upstreams`). Only a door on the host's network
-  takes a hop out instead of adding one: dialing vllm's container address, -0.07 to +0.03 / +0.31
-  to +0.36 from loopback and -0.27 to -0.21 / +0.43 to +0.48 from the network; dialing vllm's
-  loopback probe port instead puts docker-proxy back behind it (+0.64 to +0.69 kept, from the
-  network). That design is not built; it needs, each checked against Caddy 2.11.7 here:
+  the door (three runs of five blocks, load 2.6 to 7.7; medians, new / kept connection, ms): the
+  door's gate, checks, log and metrics are within the spread (from the network the door +0.46 to
+  +0.53 / +0.61 to +0.79, bare +0.47 to +0.50 / +0.54 to +0.62); so are the 2.11 transport's and
+  server's settings that touch a request on a kept connection (HTTP/1.1 alone both ways,
+  `compression: false`, 64 KiB buffers: +0.34 / +0.61 against the bare one's +0.47 / +0.62 in the
+  same run); vllm in the door's network namespace, dialed on 127.0.0.1, changes nothing (+0.43 to
+  +0.53 / +0.56 to +0.59; and slots cannot share one namespace). Caddy's dynamic upstreams (`a`,
+  `srv`: the address looked up per request) cannot be gated: active health checks run over the
+  static `upstreams` alone (healthchecks.go `doActiveHealthCheckForAllHosts`: `for _, upstream :=
+  range h.Upstreams`). Only a door on the host's network takes a hop out instead of adding one:
+  dialing vllm's container address, -0.07 to +0.03 / +0.25 to +0.36 from loopback and -0.44 to
+  -0.21 / +0.43 to +0.48 from the network; dialing vllm's loopback probe port instead puts
+  docker-proxy back behind it (+0.64 to +0.70 kept, from the network). That design is not built;
+  it needs, each checked against Caddy 2.11.7 here:
   1. The door service on `network_mode: host` with no published port, its server listening on the
      node's bind address and port (the config then follows them: door_sync loads it when they
      change). Companions reach it at the project network's gateway address, not `door:8080`.
