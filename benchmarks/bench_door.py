@@ -1,8 +1,9 @@
 """The front door against the current one (issue 37): the same sim, both doors, in one run.
 
-One run makes two sim nodes on the real Docker engine, both with `door: {enabled: true}`: one
-deployed by this tree, one by `--base`, a checkout of the current door (e.g. main), its CLI and
-its door image from that checkout, the sim image and stacks from this one. Then, `--runs` times, on each node in turn:
+One run makes a sim node on the real Docker engine with `door: {enabled: true}`, deployed by this
+tree, and with `--base`, a checkout of the current door (e.g. main), a second one beside it: its CLI
+and its door image from that checkout, the sim image and stacks from this one. Then, `--runs` times,
+on each node in turn:
 
   switch      alpha -> beta
   failed      beta -> crash (the report's Marlin crash at boot): rolled back to beta
@@ -16,26 +17,31 @@ of one request, and the outage as the clients saw it (the longest time in which 
 with a full answer, from the operation's start to its end plus one second).
 
 Then the SSE first-chunk latency of each node: the time from sending a streaming completion to
-its first content chunk, through the door (the node's port) and direct (vllm's loopback probe
-port), each on a new connection (`Connection: close`) and on one kept across requests, the eight
-paths interleaved in each of `--sse` rounds per run; a door's overhead in a run
+its first content chunk, through the door and direct to vllm, each on a new connection
+(`Connection: close`) and on one kept across requests, and each from two clients: one on the
+host's loopback (the node's port, vllm's loopback probe port) and one in a container on the node's
+project network, as a companion (open-webui) is (door:8080, vllm:8000). Every path of every node is
+asked once in each of `--sse` rounds per run, interleaved; a door's overhead in a run
 is the median of its rounds' differences (through less direct), reported over the runs as their
 median with min and max. The load average is recorded at each run's start and end (the machine
 is shared).
 
 Every client sends `Connection: close` (the server closes first), but the kept-connection paths.
-Both ways of the first chunk go through docker-proxy (Docker's userland proxy answers a published
-port on loopback). On a new connection the door dials vllm on a connection it keeps (its
-keep-alive), while the direct path makes vllm accept one per request: the door saves that. On a
-kept connection neither path sets one up, so that overhead is the door's relay alone.
+From loopback both ways of the first chunk go through docker-proxy (Docker's userland proxy answers
+a published port on loopback); from the network neither does, as from a remote client (the kernel
+NATs a published port for it), so that overhead is what the door itself costs. On a new
+connection the door dials vllm on a connection it keeps (its keep-alive), while the direct path
+makes vllm accept one per request: the door saves that. On a kept connection neither path sets
+one up, so that overhead is the door's relay alone.
 
-    python benchmarks/bench_door.py --base /work/wt-door-base --json benchmarks/results/door.json
+    python benchmarks/bench_door.py [--base /work/wt-door-base] --json benchmarks/results/door.json
 """
 
 from __future__ import annotations
 
 import argparse
 import http.client
+import inspect
 import itertools
 import json
 import os
@@ -51,7 +57,10 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from switch_bench import REPO, Bench, docker, free_port, log, machine, report, stats
+from switch_bench import REPO, Bench, container_id, docker, free_port, log, machine, report, stats
+
+from b70deploy.render.door import DOOR_PORT
+from b70deploy.render.vllm_args import CONTAINER_PORT
 
 MODEL = "qwen3-30b-a3b-w4a16"
 
@@ -203,7 +212,7 @@ def make_node(root: Path, *, door: bool, boot: float, hold: float, repo: Path = 
     return Node(b, door, repo, label)
 
 
-def first_chunk(port: int, kept: http.client.HTTPConnection | None = None) -> float:
+def first_chunk(port: int, kept: http.client.HTTPConnection | None = None, host: str = "127.0.0.1") -> float:
     """Seconds from sending a streaming completion to its first content chunk; http.client, so that
     the client's own time is small and the same on both paths. On a new connection closed after the
     answer (`Connection: close`, as the clients make), or on `kept`, one connection kept open across
@@ -211,7 +220,7 @@ def first_chunk(port: int, kept: http.client.HTTPConnection | None = None) -> fl
     the door's overhead is its relay alone. The stream is read to its end, as a client does: one
     left early makes the door drop its connection to vllm, which a client's whole stream never does."""
     body = json.dumps({"model": MODEL, "prompt": "The capital of France is", "max_tokens": 1, "stream": True})
-    conn = kept or http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+    conn = kept or http.client.HTTPConnection(host, port, timeout=60)
     headers = {"Content-Type": "application/json"} | ({} if kept else {"Connection": "close"})
     took = None
     try:
@@ -225,38 +234,118 @@ def first_chunk(port: int, kept: http.client.HTTPConnection | None = None) -> fl
         if kept is None:
             conn.close()
     if took is None:
-        raise RuntimeError(f"no content chunk from port {port}: {r.status}")
+        raise RuntimeError(f"no content chunk from {host}:{port}: {r.status}")
     return took
+
+
+# The client inside the door's network: `first_chunk` itself (its source), asked one line at a time
+# ("HOST PORT new|kept") on stdin, answering the seconds or "error ..." on stdout.
+INSIDE_LOOP = """
+import sys
+kept = {}
+for line in sys.stdin:
+    host, port, conn = line.split()
+    k = None
+    if conn == "kept":
+        k = kept.setdefault((host, port), http.client.HTTPConnection(host, int(port), timeout=60))
+    try:
+        print(first_chunk(int(port), k, host), flush=True)
+    except Exception as e:
+        print("error", repr(e).replace(chr(10), " "), flush=True)
+"""
+
+
+def network_of(node: Node) -> str:
+    """The node's project network: the one its door container is on."""
+    door = container_id(node.bench.project, "door")
+    return docker("inspect", "-f", "{{range $k, $v := .NetworkSettings.Networks}}{{$k}} {{end}}",
+                  door).stdout.split()[0]
+
+
+class Inside:
+    """A client in a container on a node's project network (as a companion such as open-webui is): it
+    reaches the door and vllm by their service names, with no published port and so no docker-proxy on
+    either path. The sim image's Python runs `first_chunk`, the same code as the host's client."""
+
+    def __init__(self, node: Node) -> None:
+        self.name = f"{node.bench.project}-inside"
+        script = "\n".join(["from __future__ import annotations", "import http.client, json, time",
+                             f"MODEL = {MODEL!r}", inspect.getsource(first_chunk), INSIDE_LOOP])
+        self.proc = subprocess.Popen(["docker", "run", "-i", "--rm", "--name", self.name, "--network", network_of(node),
+                                      "--entrypoint", "python3", node.bench.tags["bash-c"], "-u", "-c", script],
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+
+    def first_chunk(self, host: str, port: int, conn: str) -> float:
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self.proc.stdin.write(f"{host} {port} {conn}\n")
+        self.proc.stdin.flush()
+        said = self.proc.stdout.readline()
+        if not said or said.startswith("error"):
+            raise RuntimeError(f"the client inside the network, {host}:{port} ({conn}): {said.strip() or 'ended'}")
+        return float(said)
+
+    def close(self) -> None:
+        if self.proc.stdin is not None:
+            self.proc.stdin.close()
+        try:
+            self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            docker("rm", "-f", self.name, check=False)
+            self.proc.wait(timeout=30)
 
 
 def load() -> list[float]:
     return [round(x, 2) for x in os.getloadavg()]
 
 
+WHERE = ("loopback", "network")  # the client on the host's 127.0.0.1, or in a container on the door's network
+
+
 def overhead(nodes: list[Node], samples: int) -> dict[str, Any]:
     """First-chunk latency through each node's door and direct to its vllm, on a new connection and
-    on a kept one, the eight paths interleaved in every round (the order turning each round), so the
-    shared machine's load falls on all alike; a node's overhead is the median of its rounds'
-    differences (through less direct)."""
-    paths = [(n.label, way, conn, n.bench.prod_port if way == "through" else n.probe) for n in nodes
-             for way in ("through", "direct") for conn in ("new", "kept")]
-    kept = {port: http.client.HTTPConnection("127.0.0.1", port, timeout=60) for *_, conn, port in paths
-            if conn == "kept"}
-    got: dict[tuple[str, str, str], list[float]] = {(label, way, conn): [] for label, way, conn, _ in paths}
+    on a kept one, from the host's loopback (both through docker-proxy) and from a container on the
+    node's network (door:8080 and vllm:8000, neither through it): the paths interleaved in every round
+    (the order turning each round), so the shared machine's load falls on all alike; a node's
+    overhead is the median of its rounds' differences (through less direct)."""
+    paths = [(n.label, where, way, conn) for n in nodes for where in WHERE for way in ("through", "direct")
+             for conn in ("new", "kept")]
+    by_label = {n.label: n for n in nodes}
+
+    def address(label: str, where: str, way: str) -> tuple[str, int]:
+        n = by_label[label]
+        if where == "loopback":
+            return "127.0.0.1", n.bench.prod_port if way == "through" else n.probe
+        return ("door", DOOR_PORT) if way == "through" else ("vllm", CONTAINER_PORT)
+
+    kept = {address(label, where, way): http.client.HTTPConnection("127.0.0.1", address(label, where, way)[1],
+                                                                   timeout=60)
+            for label, where, way, conn in paths if where == "loopback" and conn == "kept"}
+    inside: dict[str, Inside] = {}
+    got: dict[tuple[str, str, str, str], list[float]] = {p: [] for p in paths}
     try:
+        for n in nodes:
+            inside[n.label] = Inside(n)
         for i in range(samples):
-            for label, way, conn, port in paths[i % len(paths):] + paths[:i % len(paths)]:
-                got[(label, way, conn)].append(first_chunk(port, kept.get(port) if conn == "kept" else None) * 1000)
+            for label, where, way, conn in paths[i % len(paths):] + paths[:i % len(paths)]:
+                host, port = address(label, where, way)
+                took = (first_chunk(port, kept.get((host, port)) if conn == "kept" else None) if where == "loopback"
+                        else inside[label].first_chunk(host, port, conn))
+                got[(label, where, way, conn)].append(took * 1000)
     finally:
         for c in kept.values():
             c.close()
+        for client in inside.values():
+            client.close()
     out: dict[str, Any] = {}
     for n in nodes:
-        for conn, key in (("new", n.label), ("kept", f"{n.label} kept")):
-            through, direct = got[(n.label, "through", conn)], got[(n.label, "direct", conn)]
-            out[key] = {"through_ms": stats(through), "direct_ms": stats(direct),
-                        "overhead_ms": round(statistics.median(t - d for t, d in zip(through, direct, strict=True)),
-                                             3)}
+        for where in WHERE:
+            for conn in ("new", "kept"):
+                key = " ".join([n.label, *(["network"] if where == "network" else []), *(["kept"] if conn == "kept"
+                                                                                           else [])])
+                through, direct = got[(n.label, where, "through", conn)], got[(n.label, where, "direct", conn)]
+                out[key] = {"through_ms": stats(through), "direct_ms": stats(direct),
+                            "overhead_ms": round(statistics.median(t - d for t, d in zip(through, direct,
+                                                                                           strict=True)), 3)}
     return out
 
 
@@ -265,8 +354,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     try:
         nodes.append(make_node(Path(tempfile.mkdtemp(prefix="b70door-bench-")), door=True, boot=args.boot,
                                hold=args.hold, label="new"))
-        nodes.append(make_node(Path(tempfile.mkdtemp(prefix="b70door-bench-")), door=True, boot=args.boot,
-                               hold=args.hold, repo=args.base.resolve(), label="current"))
+        if args.base is not None:
+            nodes.append(make_node(Path(tempfile.mkdtemp(prefix="b70door-bench-")), door=True, boot=args.boot,
+                                   hold=args.hold, repo=args.base.resolve(), label="current"))
         sims: dict[str, int] = {}
         for node in nodes:
             r = node.cli("switch", "alpha", "--yes")  # warm-up, not counted
@@ -291,13 +381,18 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             runs.append(got)
         summary = {n.label: {"overhead_ms": stats([r["sse"][n.label]["overhead_ms"] for r in runs]),
                              "kept_overhead_ms": stats([r["sse"][f"{n.label} kept"]["overhead_ms"] for r in runs]),
+                             "network_overhead_ms": stats([r["sse"][f"{n.label} network"]["overhead_ms"]
+                                                           for r in runs]),
+                             "network_kept_overhead_ms": stats([r["sse"][f"{n.label} network kept"]["overhead_ms"]
+                                                                for r in runs]),
                              "failed": sum(o["failed"] for r in runs for o in r["operations"] if o["node"] == n.label),
                              "cut": sum(o["cut"] for r in runs for o in r["operations"] if o["node"] == n.label),
                              "streams": sum(o["streams"] for r in runs for o in r["operations"]
                                             if o["node"] == n.label)}
                    for n in nodes}
         return {"machine": machine(), "boot_seconds": args.boot, "hold_seconds": args.hold, "clients": args.clients,
-                "base": str(args.base), "sim_chunks": sims, "runs": runs, "summary": summary}
+                "base": str(args.base) if args.base is not None else None, "sim_chunks": sims, "runs": runs,
+                "summary": summary}
     finally:
         for node in nodes:
             node.bench.cleanup()
@@ -305,7 +400,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
 def table(result: dict[str, Any]) -> str:
     lines = [f"clients: {result['clients']} openai streams; sim boot {result['boot_seconds']:g} s; door hold bound "
-             f"{result['hold_seconds']:g} s; new: this tree (Caddy 2.11.7); current: {result['base']}",
+             f"{result['hold_seconds']:g} s; new: this tree (Caddy 2.11.7); current: {result['base'] or '(none)'}",
              f"{'run':>3} {'operation':<14} {'door':<8} {'s':>5} {'requests':>8} {'failed':>6} {'cut':>4} "
              f"{'longest wait s':>14} {'outage s':>9}  failures"]
     for r in result["runs"]:
@@ -316,14 +411,17 @@ def table(result: dict[str, Any]) -> str:
     lines.append("SSE first chunk, per run (median ms through the door / direct, median of the rounds' "
                  "differences; load average 1/5/15 min at the run's start and end):")
     for r in result["runs"]:
-        parts = [f"{k} {v['through_ms']['median']:.2f}/{v['direct_ms']['median']:.2f} (+{v['overhead_ms']:.2f})"
+        parts = [f"{k} {v['through_ms']['median']:.2f}/{v['direct_ms']['median']:.2f} ({v['overhead_ms']:+.2f})"
                  for k, v in r["sse"].items()]
         lines.append(f"  run {r['run']}: {'; '.join(parts)}; load {r['load_start']} -> {r['load_end']}")
     for label, s in result["summary"].items():
         o, k = s["overhead_ms"], s["kept_overhead_ms"]
-        lines.append(f"{label}: first-chunk overhead median {o['median']:.2f} ms (min {o['min']:.2f}, "
+        no, nk = s["network_overhead_ms"], s["network_kept_overhead_ms"]
+        lines.append(f"{label}: first-chunk overhead from loopback, median {o['median']:.2f} ms (min {o['min']:.2f}, "
                      f"max {o['max']:.2f}, {o['n']} runs; on a kept connection {k['median']:.2f}, "
-                     f"{k['min']:.2f} to {k['max']:.2f}); {s['failed']} failed requests, "
+                     f"{k['min']:.2f} to {k['max']:.2f}); from the door's network {no['median']:.2f} ms "
+                     f"({no['min']:.2f} to {no['max']:.2f}; kept {nk['median']:.2f}, {nk['min']:.2f} to "
+                     f"{nk['max']:.2f}); {s['failed']} failed requests, "
                      f"{s['cut']} cut of {s['streams']} streams (sim: {result['sim_chunks'][label]} chunks)")
     return "\n".join(lines)
 
@@ -338,8 +436,8 @@ def door_flags(p: argparse.ArgumentParser, *, boot: float) -> None:
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
     door_flags(p, boot=2.0)
-    p.add_argument("--base", type=Path, required=True,
-                   help="a checkout of the current door (main), whose CLI and door image deploy the second node")
+    p.add_argument("--base", type=Path,
+                   help="a checkout of the current door (main), whose CLI and door image deploy a second node")
     p.add_argument("--runs", type=int, default=5, help="runs of the three operations and the SSE samples (default 5)")
     p.add_argument("--sse", type=int, default=15, help="first-chunk samples per path per run (default 15)")
     p.add_argument("--json", type=Path, help="write every operation and the summary here")

@@ -82,13 +82,56 @@ of a new one:
   (`cpu_shares`) did not help either.
 - h2c to vllm: uvicorn serves HTTP/2 only with its opt-in zttp protocol (Kludex/uvicorn#3101), and
   a kept HTTP/1.1 connection already sets nothing up per request.
-- The hop itself: the door on the host's network, listening on the node's port and dialing vllm's
-  loopback port, takes docker-proxy out of the door's path: -0.03 and -0.01 ms with GOMAXPROCS=1
-  (two runs; +0.21 to +0.43 without it; dialing vllm's container address instead, -0.14 and
-  -0.06). Not done: the admin API would leave the door's own loopback (127.0.0.1:2019 on the
-  host's is one per host and open to every local user; a socket the tool reaches is issue 35's
-  change), the gate check dials the door's own loopback, and a standby's slot is followed by a
-  network alias, which the host's network does not resolve.
+- The hop itself. Without docker-proxy on either path the door costs about what it costs from
+  loopback (bench_door's client in a container on the project network, as open-webui is; a remote
+  client's packets are NATed by the kernel, likewise): 0.42 and 0.41 ms on a new connection, 0.59
+  and 0.79 on a kept one (two runs of five, load 2 to 4), against 0.44 and 0.60, 0.75 and 0.84 from
+  loopback in the same rounds. The hop is Caddy's, not docker-proxy's; on a new connection the door
+  wins back vllm's accept. benchmarks/door_variants.py puts bare Caddies with this transport beside
+  the door (three runs of five blocks, load 2.6 to 7.7; medians, new / kept connection, ms): the
+  door's gate, checks, log and metrics are within the spread (from the network the door +0.46 to
+  +0.53 / +0.61 to +0.79, bare +0.47 to +0.50 / +0.54 to +0.62); so are the 2.11 transport's and
+  server's settings that touch a request on a kept connection (HTTP/1.1 alone both ways,
+  `compression: false`, 64 KiB buffers: +0.34 / +0.61 against the bare one's +0.47 / +0.62 in the
+  same run); vllm in the door's network namespace, dialed on 127.0.0.1, changes nothing (+0.43 to
+  +0.53 / +0.56 to +0.59; and slots cannot share one namespace). Caddy's dynamic upstreams (`a`,
+  `srv`: the address looked up per request) cannot be gated: active health checks run over the
+  static `upstreams` alone (healthchecks.go `doActiveHealthCheckForAllHosts`: `for _, upstream :=
+  range h.Upstreams`). Only a door on the host's network takes a hop out instead of adding one:
+  dialing vllm's container address, -0.07 to +0.03 / +0.25 to +0.36 from loopback and -0.44 to
+  -0.21 / +0.43 to +0.48 from the network; dialing vllm's loopback probe port instead puts
+  docker-proxy back behind it (+0.64 to +0.70 kept, from the network). That design is not built;
+  it needs, each checked against Caddy 2.11.7 here:
+  1. The door service on `network_mode: host` with no published port, its server listening on the
+     node's bind address and port (the config then follows them: door_sync loads it when they
+     change). Companions reach it at the project network's gateway address, not `door:8080`.
+  2. An address of vllm's that stays across a switch, since a config load ends held requests
+     (above) and a new vllm's address is known only once it starts, inside the hold: a fixed
+     `ipv4_address` on the project network, which the engine gives only on a network with a
+     subnet of its own (tried here, engine 20.10: "user specified IP address is supported only
+     when connecting to networks with user configured subnets"), so an IPAM subnet on the project
+     network that the tool picks clear of the engine's other networks (the network recreated
+     once). On a standby node the slot that serves takes that address when it joins the
+     network (`docker network connect --ip`), where today it takes the alias; keep-alive stays off
+     there, as today.
+  3. The admin API off the host's loopback, where any local user could load a config (listen on
+     the node's ports, proxy elsewhere): on a unix socket in the container (`caddy reload --address
+     unix//...` loads through it: tried). The tool's reads (/config/, /metrics,
+     /reverse_proxy/upstreams) then need a client for that socket, and the image's busybox wget and
+     nc speak none (busybox 1.35 nc has no -U): a route of a loopback server in the door (item 4's)
+     matching GET on /admin/*, `strip_path_prefix` and a `reverse_proxy` to the socket answered all
+     three and refused a POST /load with 403 (tried). That proxy is then an upstream in
+     /reverse_proxy/upstreams too, so docker/door.py must count vllm's address alone there.
+  4. The gate on a TCP port of the host's loopback (a node setting): the health check's `upstream`
+     cannot be a unix socket (2.11.7: "making request: parse "http://unix%2F%2F...": invalid URL
+     escape", and the upstream then stays healthy, so a closed gate would hold nothing).
+     Per-upstream gates work there: the check's `upstream` set to the gate server, a header
+     `{http.reverse_proxy.active.target_upstream}`, a `rewrite` to a gate file per upstream and
+     `selection_policy: first` sent a held request to the upstream whose gate opened, at that
+     moment; an alternative to item 2's moving address for slots, but only for upstreams in the
+     config before the hold.
+  5. The engine tests of the door and the standby (tests/actions/test_door.py, the standby
+     engine tests) on that topology, and bench_door's Must-show lines again.
 
 Only the client API goes through: /v1/*, /health, /metrics, /version (vLLM's entrypoints).
 Everything else gets 403, vLLM's development endpoints first among them (attached only with
