@@ -1,6 +1,7 @@
 """No secret in clear, anywhere (issue 34), on the real engine: a hand-made project whose
 companion holds three secrets (one inline in the compose file, one from `.env`, one from its
-own env file) and whose vllm service holds two (its env_file), taken by one node through init,
+own env file) and a private key the operator keeps 0600 and binds into it (naptha-node's
+`.pem`, tests/fixtures/layouts), and whose vllm service holds two (its env_file), taken by one node through init,
 adopt, import, stack from-compose, diff, render, show, switch, status, history, logs, diagnose,
 audit, a watch notification and a rollback, with `--json` of each. The canary appears in no
 output, no notification and no file of a mode other than 0600 under the deploy dir, the state
@@ -51,6 +52,8 @@ SECRETS = {  # key -> the value the container must get
 MODEL = "qwen3-30b-a3b-w4a16"
 # The operator's fix of the Marlin check on XPU (the field report's fix 4), mounted over the image's file.
 MARLIN_TARGET = next(f"{v.site_packages}/vllm/{MARLIN_REL}" for v in VARIANTS if v.name == "bash-c")
+KEY_FILE = "keys/node.pem"  # bound into the companion; a secret by its mode only
+KEY = f"-----BEGIN PRIVATE KEY-----\n{CANARY}-pem\n-----END PRIVATE KEY-----\n"
 FINGERPRINT = re.compile(r"\b(" + "|".join(SECRETS) + r")\b\W{1,6}(\*{4}\(sha256:[0-9a-f]{8}\))")
 
 
@@ -64,6 +67,7 @@ def compose_file(extra_flag: str = "") -> str:
             "volumes": ["${MODELS_DIR}:/models:ro", f"./vllm-patches/marlin_utils.py:{MARLIN_TARGET}:ro"]}
     webui = {"image": "${VLLM_IMAGE}", "profiles": ["gpu"], "command": ["sim-webui", "--port", "8080"],
              "env_file": "webui.env", "ports": ["127.0.0.1:${WEBUI_PORT}:8080"],
+             "volumes": [f"./{KEY_FILE}:/run/keys/node.pem:ro"],
              "environment": {"WEBUI_ADMIN_PASSWORD": SECRETS["WEBUI_ADMIN_PASSWORD"],
                              "DATABASE_URL": "postgres://app:${DB_PASSWORD}@db/app"}}
     return yaml.safe_dump({"services": {"vllm": vllm, "open-webui": webui}}, sort_keys=False)
@@ -113,6 +117,7 @@ def node(tmp_path_factory: pytest.TempPathFactory, sim_images: dict[str, str]) -
         "vllm023.env": f"HF_TOKEN={SECRETS['HF_TOKEN']}\nSERVICE_URL={SECRETS['SERVICE_URL']}\n"
                        "B70SIM_BOOT_SECONDS=1\nB70SIM_DECODE_TPS=500\n",
         "webui.env": f"WEBUI_SIGNING={SECRETS['WEBUI_SIGNING']}\n",
+        KEY_FILE: KEY,
     }
     marlin = simkit.image_file(tag, MARLIN_TARGET).decode()
     files["vllm-patches/marlin_utils.py"] = marlin.replace(
@@ -121,7 +126,7 @@ def node(tmp_path_factory: pytest.TempPathFactory, sim_images: dict[str, str]) -
     for name, text in files.items():
         (folder / name).parent.mkdir(exist_ok=True)
         (folder / name).write_text(text)
-        os.chmod(folder / name, 0o600 if name.endswith(".env") else 0o644)  # as an operator leaves them
+        os.chmod(folder / name, 0o600 if name.endswith((".env", ".pem")) else 0o644)  # as an operator leaves them
     shutil.copytree(folder, saved)  # import's source: the same layout with another flag
     (saved / "docker-compose.yml").write_text(compose_file("--enable-prefix-caching"))
     with receiver() as hooks:
@@ -149,6 +154,9 @@ def assert_containers_get_the_values(n: Node) -> None:
         assert webui.get(key) == SECRETS[key], key
     for key in ("HF_TOKEN", "SERVICE_URL"):
         assert vllm.get(key) == SECRETS[key], key
+    box = service_box(n.project, "open-webui")["Id"]
+    assert docker("exec", box, "cat", "/run/keys/node.pem").stdout == KEY
+    assert stat.S_IMODE((n.folder / KEY_FILE).stat().st_mode) == 0o600
     simkit.wait_status(f"http://127.0.0.1:{n.webui_port}/health", 200, timeout=30)  # it was just started
     assert requests.get(f"http://127.0.0.1:{n.webui_port}/health", timeout=10).json() == {"status": True}
     assert completion(n.port, MODEL)["model"] == MODEL
@@ -197,6 +205,8 @@ def test_no_secret_in_clear_through_every_command(node: Node) -> None:
         assert not stored.is_file() or stat.S_IMODE(stored.stat().st_mode) == 0o600
     stored = sorted(n.state.glob("revisions/*/files/docker-compose.yml"))
     assert len(stored) == 2 and all(stat.S_IMODE(p.stat().st_mode) == 0o600 for p in stored), stored
+    keys = sorted(n.state.glob(f"revisions/*/files/{KEY_FILE}"))  # the key kept as the operator keeps it
+    assert len(keys) == 2 and all(stat.S_IMODE(p.stat().st_mode) == 0o600 for p in keys), keys
 
     # ---- a stack from the hand-made file: its secrets left out of the stack file (0644, printed)
     out = n.root / "out"
