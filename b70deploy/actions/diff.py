@@ -11,6 +11,7 @@ from pathlib import Path
 from ..config.node import Node
 from ..render.masking import NONE, Secrets, mask_bytes, opaque
 from ..state.fsio import read_tree
+from ..ui.notice import node_secrets
 from .prepare import switch_view
 
 
@@ -61,6 +62,7 @@ def switch_files(node: Node, name: str) -> tuple[dict[str, bytes], Secrets, str 
     """The files `switch name` would write (pinned image, patched files) when the image is on
     the engine, else the plain render and a remark saying so; with the secrets to mask."""
     v = switch_view(node, name)
+    secrets = v.secrets | node_secrets(node)
     if v.exact:
-        return v.files, v.secrets, None
-    return v.files, v.secrets, "showing the plain render; not resolved: " + "; ".join(v.unresolved)
+        return v.files, secrets, None
+    return v.files, secrets, "showing the plain render; not resolved: " + "; ".join(v.unresolved)

@@ -127,8 +127,9 @@ def clear_secrets(files: Mapping[str, bytes]) -> list[str]:
         if private_mode(name, data) == 0o600 and not name.endswith(".env"):
             keys = NONE.keys_in(data.decode(errors="replace"))
             notes.append(f"{name} holds a secret in clear ({', '.join(keys)}): kept as you wrote it, stored 0600; "
-                         f"move it into an env file (mode 0600) the service reads with env_file:, and write "
-                         f"${{NAME}} or nothing in {name}")
+                         f"move each into an env file of mode 0600: a variable into one the service reads with "
+                         f"env_file: (then drop it from {name}), a label's value into the project's .env (then "
+                         f"write ${{NAME}} in {name})")
     return notes
 
 

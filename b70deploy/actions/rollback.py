@@ -20,6 +20,7 @@ from ..render.masking import opaque
 from ..state.fsio import read_tree
 from ..state.revisions import Revision
 from ..state.statedir import StateDir
+from ..ui.notice import node_secrets
 from ..ui.progress import Reporter
 from .diff import tree_modes, unified
 from .handmade import check_drift, check_files, mounts_changed, own_stack
@@ -178,7 +179,7 @@ class Rollback:
         hidden = opaque(cur.modes() if cur else {}, plan.modes, tree_modes(self.node.deploy_dir, live),
                         compose_files=self.node.compose_files)
         text = unified(live, plan.files, old_label="deployed", new_label=f"revision-{plan.restored_from}",
-                       secrets=plan.secrets, hidden=hidden)
+                       secrets=plan.secrets | node_secrets(self.node), hidden=hidden)
         lines = [f"rollback to revision {plan.restored_from} ({plan.stack.name}): plan (dry run, nothing changed)",
                  f"  image {plan.image.ref} = {plan.image.id}",
                  f"  current: {f'revision {cur.number} ({cur.meta.stack})' if cur else 'nothing deployed'}",

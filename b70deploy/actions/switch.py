@@ -20,6 +20,7 @@ from ..render.masking import opaque
 from ..state.fsio import read_tree
 from ..state.revisions import Revision
 from ..state.statedir import StateDir
+from ..ui.notice import node_secrets
 from ..ui.progress import Reporter
 from .diff import tree_modes, unified
 from .mutating import Mutation, mutating
@@ -131,7 +132,7 @@ class Switch:
         hidden = opaque(cur.modes() if cur else {}, plan.modes, tree_modes(self.node.deploy_dir, live),
                         compose_files=self.node.compose_files)
         text = unified(live, plan.files, old_label="deployed", new_label=f"switch-{self.stack}",
-                       secrets=plan.secrets, hidden=hidden)
+                       secrets=plan.secrets | node_secrets(self.node), hidden=hidden)
         pinned = f"= {plan.image.id}" if refusal is None else \
             "is not on this engine: the files below name the tag, not the image id a switch pins"
         lines = [f"switch {self.stack}: plan (dry run, nothing changed)",

@@ -16,15 +16,20 @@ ENV_LINE_RE = re.compile(r"^(\s*(?:export\s+)?)([A-Za-z_][A-Za-z0-9_]*)(\s*=\s*)
 _PARTS = re.compile(r"[^A-Z0-9]+")
 # Whole words of a name (HF_TOKEN, --api-key): a count of tokens (MAX_NUM_BATCHED_TOKENS,
 # --enable-prompt-tokens-details) or a flag about tokens (--return-tokens-as-token-ids) is no secret.
-_SECRET_WORDS = frozenset({"PASSWORD", "PASSWD", "PASSPHRASE", "CREDENTIAL", "CREDENTIALS", "APIKEY"})
+_SECRET_WORDS = frozenset({"PASSWORD", "PASSWD", "PASSPHRASE", "CREDENTIAL", "CREDENTIALS", "APIKEY",
+                           # A proxy's basic or digest auth users (Traefik's `...basicauth.users=user:$$apr1$$...`,
+                           # caddy-docker-proxy's `caddy.basicauth.bob`): password hashes, under any last word.
+                           "BASICAUTH", "DIGESTAUTH"})
 _SECRET_LAST = frozenset({"TOKEN", "AUTH"})        # HF_TOKEN, GITHUB_TOKEN, BASIC_AUTH; not TOKEN_IDS
-_SECRET_PAIRS = frozenset({("API", "KEY"), ("ACCESS", "KEY"), ("PRIVATE", "KEY")})
+_SECRET_PAIRS = frozenset({("API", "KEY"), ("ACCESS", "KEY"), ("PRIVATE", "KEY"), ("BASIC", "AUTH"),
+                           ("DIGEST", "AUTH")})
 
 
 def is_secret(key: str) -> bool:
     """Whether a variable or flag name (VLLM_API_KEY, hf_token, --api-key) holds a secret: its
-    words, split at `_`, `-` and `.`, end in TOKEN or AUTH, include a password, credential or
-    API/access/private key, or any word contains SECRET (CLIENT_SECRET, SECRETKEY)."""
+    words, split at `_`, `-` and `.`, end in TOKEN or AUTH, include a password, credential,
+    API/access/private key or basic/digest auth, or any word contains SECRET (CLIENT_SECRET,
+    SECRETKEY)."""
     words = [w for w in _PARTS.split(key.upper()) if w]
     if not words:
         return False
@@ -45,11 +50,12 @@ def mask_bytes(data: bytes) -> str:
 
 _ESCAPED = re.compile(r"\\(.)")
 _REFERENCE = re.compile(r"\$\{[^}]*\}")
-# `KEY: value` in YAML (a compose file's environment map), `- KEY=value` in its list form.
+# `KEY: value` in YAML (a compose file's environment or labels map), `- KEY=value` in their list
+# form; a label's key is dotted (traefik.http.middlewares.auth.basicauth.users).
 _YAML_MAP_RE = re.compile(r"^(\s*)([A-Za-z_][A-Za-z0-9_.-]*)(:[ \t]+)(\S.*?)\s*$")
-_YAML_ITEM_RE = re.compile(r"^(\s*-\s+)([\"']?)([A-Za-z_][A-Za-z0-9_]*)(=)(.*?)(\2)\s*$")
-# KEY=value inside free text (a log line, an error, an argv): the value of a secret key is masked.
-_INLINE_ENV_RE = re.compile(r"(?<![A-Za-z0-9_-])((?:--)?[A-Za-z_][A-Za-z0-9_-]*)=(\S+)")
+_YAML_ITEM_RE = re.compile(r"^(\s*-\s+)([\"']?)([A-Za-z_][A-Za-z0-9_.-]*)(=)(.*?)(\2)\s*$")
+# KEY=value inside free text (a log line, an error, an argv, a label): the value of a secret key is masked.
+_INLINE_ENV_RE = re.compile(r"(?<![A-Za-z0-9_.-])((?:--)?[A-Za-z_][A-Za-z0-9_.-]*)=(\S+)")
 MIN_VALUE = 6  # shorter values (a port, "true") would mask half of any text they stand in
 
 

@@ -17,6 +17,7 @@ from typing import Any
 
 from ..config.node import Node
 from ..errors import UserError
+from ..render.filenames import DOTENV_FILE
 from ..render.masking import MIN_VALUE, Secrets, is_secret, secret_variables
 from ..state.stamps import now_iso
 
@@ -31,8 +32,9 @@ def make_event(node: Node, event: str, *, stack: str | None, revision: int | Non
 
 
 def node_secrets(node: Node) -> Secrets:
-    """Every secret the node config knows of: its secrets env file's keys and values, and each
-    companion's secret variables (by name or marked in its `secrets:`). Masked in every output."""
+    """Every secret the node config knows of: its secrets env file's keys and values, each
+    companion's secret variables (by name or marked in its `secrets:`), and its secret_variables
+    with the values the deploy dir's .env gives them. Masked in every output."""
     values: dict[str, str] = {}
     if node.secrets_env_file is not None:
         from ..config.secrets_file import load_secrets  # here: python-dotenv, only for a node with the file
@@ -44,6 +46,14 @@ def node_secrets(node: Node) -> Secrets:
         found |= Secrets(keys=frozenset(c.secrets),
                          values=frozenset(secret_variables(c.environment, c.secrets).values())
                          | frozenset(secret_variables(c.variables, c.secrets).values()))
+    names = node.settings.secret_variables
+    if names:
+        from dotenv import dotenv_values
+
+        given: dict[str, str | None] = {}
+        with contextlib.suppress(OSError):  # a deploy dir this user cannot read: the names still mask .env lines
+            given = dotenv_values(node.deploy_dir / DOTENV_FILE)
+        found |= Secrets(keys=frozenset(names), values=frozenset(v for k, v in given.items() if k in names and v))
     return found
 
 

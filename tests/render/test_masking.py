@@ -6,7 +6,17 @@ from __future__ import annotations
 import pytest
 
 from b70deploy.actions.diff import unified
-from b70deploy.render.masking import Secrets, is_secret, mask, mask_bytes, mask_env_text, modes, opaque, private_mode
+from b70deploy.render.masking import (
+    NONE,
+    Secrets,
+    is_secret,
+    mask,
+    mask_bytes,
+    mask_env_text,
+    modes,
+    opaque,
+    private_mode,
+)
 
 SECRETS = ["HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "TOKEN", "GITHUB_TOKEN", "hf_token", "VLLM_API_KEY", "OPENAI_API_KEY",
            "api-key", "APIKEY", "AWS_SECRET_ACCESS_KEY", "CLIENT_SECRET", "SECRETKEY", "DB_PASSWORD", "PASSWD",
@@ -97,3 +107,23 @@ def test_a_private_file_but_env_and_compose_files_is_shown_by_its_fingerprint_on
     assert "KEY" not in text.replace("PRIVATE KEY", "")
     assert f"-{mask_bytes(old['keys/node.pem'])}\n" in text and f"+{mask_bytes(new['keys/node.pem'])}\n" in text
     assert mask_bytes(b"abc") == mask("abc")  # one fingerprint for a value, in a file or alone
+
+
+def test_a_basic_auth_label_is_a_secret_in_either_compose_form_and_in_free_text() -> None:
+    """Traefik's basic-auth middleware (`users` holds htpasswd hashes) and caddy-docker-proxy's
+    basicauth: the label's value is masked wherever the label stands; a router's rule is not."""
+    users = "admin:$$apr1$$H6uskkkW$$IgXLP6ewTrSuBkTrqE8wj/"
+    for key in ("traefik.http.middlewares.auth.basicauth.users", "traefik.http.middlewares.d.digestauth.users",
+                "caddy.basicauth.bob", "caddy.basic_auth.bob"):
+        assert is_secret(key), key
+    assert not is_secret("traefik.http.routers.api.rule") and not is_secret("traefik.http.middlewares.auth.users")
+    listed = (f'    labels:\n      - "traefik.http.middlewares.auth.basicauth.users={users}"\n'
+              '      - "traefik.enable=true"\n')
+    mapped = f'    labels:\n      traefik.http.middlewares.auth.basicauth.users: "{users}"\n'
+    for text in (listed, mapped):
+        shown = NONE.text(text)
+        assert "apr1" not in shown and mask(users) in shown, shown
+        assert private_mode("docker-compose.yml", text.encode()) == 0o600  # a hand-made file's copy: 0600
+    assert "traefik.enable=true" in NONE.text(listed)
+    line = f"label traefik.http.middlewares.auth.basicauth.users={users} on the container"
+    assert "apr1" not in NONE.text(line)
