@@ -2,31 +2,38 @@
 
 from __future__ import annotations
 
+import contextlib
 import difflib
-from collections.abc import Mapping
+import stat
+from collections.abc import Collection, Mapping
 from pathlib import Path
 
 from ..config.node import Node
-from ..render.masking import NONE, Secrets
+from ..render.masking import NONE, Secrets, mask_bytes, opaque
 from ..state.fsio import read_tree
+from ..ui.notice import node_secrets
 from .prepare import switch_view
 
 
-def _text(data: bytes | None, secrets: Secrets) -> list[str]:
+def _text(data: bytes | None, secrets: Secrets, whole: bool = False) -> list[str]:
     if data is None:
         return []
+    if whole:
+        return [mask_bytes(data) + "\n"]
     return secrets.text(data.decode(errors="replace")).splitlines(keepends=True)
 
 
 def unified(old: Mapping[str, bytes], new: Mapping[str, bytes], *, old_label: str, new_label: str,
-            secrets: Secrets = NONE) -> str:
-    """A unified diff of two file sets, secret values masked on both sides."""
+            secrets: Secrets = NONE, hidden: Collection[str] = ()) -> str:
+    """A unified diff of two file sets, secret values masked on both sides; each file of `hidden`
+    (render.masking.opaque: an operator's private key) one fingerprint line, never its text."""
     chunks: list[str] = []
     for name in sorted(set(old) | set(new)):
         a, b = old.get(name), new.get(name)
         if a == b:
             continue
-        lines = difflib.unified_diff(_text(a, secrets), _text(b, secrets),
+        whole = name in hidden
+        lines = difflib.unified_diff(_text(a, secrets, whole), _text(b, secrets, whole),
                                      fromfile=f"{old_label}/{name}" if a is not None else "/dev/null",
                                      tofile=f"{new_label}/{name}" if b is not None else "/dev/null")
         chunk = "".join(lines)
@@ -38,13 +45,24 @@ def unified(old: Mapping[str, bytes], new: Mapping[str, bytes], *, old_label: st
 
 def diff_against_dir(deploy_dir: Path, new: Mapping[str, bytes], *, secrets: Secrets = NONE) -> str:
     old = read_tree(deploy_dir, sorted(new))
-    return unified(old, new, old_label=str(deploy_dir), new_label="rendered", secrets=secrets)
+    return unified(old, new, old_label=str(deploy_dir), new_label="rendered", secrets=secrets,
+                   hidden=opaque(tree_modes(deploy_dir, sorted(old))))
+
+
+def tree_modes(root: Path, names: Collection[str]) -> dict[str, int]:
+    """The mode of each of `names` under `root` that is there."""
+    out = {}
+    for name in names:
+        with contextlib.suppress(OSError):
+            out[name] = stat.S_IMODE((root / name).stat().st_mode)
+    return out
 
 
 def switch_files(node: Node, name: str) -> tuple[dict[str, bytes], Secrets, str | None]:
     """The files `switch name` would write (pinned image, patched files) when the image is on
     the engine, else the plain render and a remark saying so; with the secrets to mask."""
     v = switch_view(node, name)
+    secrets = v.secrets | node_secrets(node)
     if v.exact:
-        return v.files, v.secrets, None
-    return v.files, v.secrets, "showing the plain render; not resolved: " + "; ".join(v.unresolved)
+        return v.files, secrets, None
+    return v.files, secrets, "showing the plain render; not resolved: " + "; ".join(v.unresolved)

@@ -4,7 +4,8 @@ Checked: every revision's meta.json and status.json read; every stored file hash
 meta.json recorded (and each patch record names its file's hash); index.json lists exactly the
 folders, with the summaries their records give; `current` names a revision that reads; the
 journal reads; each revision's image is on the engine (a gone one is named with how to get it
-back: it is never repaired here).
+back: it is never repaired here); no file others can read that the revision recorded private
+(0600: an operator's key), stored or in the deploy dir.
 
 --repair, under the deploy lock, mends only with bytes known to be right:
   - a stored file of the current revision that is damaged while the deploy dir's copy has the
@@ -15,15 +16,19 @@ back: it is never repaired here).
     revisions/damaged/, where nothing lists, deploys or prunes it (its number is never given
     again); when it was the current one, `current` then names the revision whose files the
     deploy dir holds, else those files kept as a new revision, as a switch's snapshot would;
-  - an index that disagrees with the folders: rebuilt from them.
+  - an index that disagrees with the folders: rebuilt from them;
+  - a file others can read that its revision recorded private: set back to the recorded mode.
 """
 
 from __future__ import annotations
 
+import os
+import stat
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from ..deploy.deploydir import read_deployed
+from ..deploy.deploydir import read_deployed, read_modes
 from ..render.masking import private_mode
 from ..state.revisions import DamagedRecord, RevisionStore, Status, Verdict
 from ..state.stamps import now_iso
@@ -34,7 +39,7 @@ if TYPE_CHECKING:
     from ..config.node import Node
 
 
-Mend = Literal["put-back", "rewrite-status", "set-aside", "point-current", "rebuild-index"]
+Mend = Literal["put-back", "rewrite-status", "set-aside", "point-current", "rebuild-index", "chmod"]
 
 
 @dataclass
@@ -44,6 +49,8 @@ class Finding:
     revision: int | None = None
     mend: Mend | None = None     # what --repair does (None: it cannot)
     repaired: str | None = None  # what --repair did
+    path: str | None = None      # mend chmod: the file, and the mode its revision recorded
+    mode: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -85,6 +92,9 @@ def check(node: Node, store: RevisionStore) -> list[Finding]:
         elif damage is not None:
             out.append(Finding(damage, "--repair sets the revision aside (revisions/damaged/); roll back to another "
                                "revision", n, "set-aside"))
+        out += _opened(rev.modes() if rev.meta.modes is not None else {}, rev.files_dir, n)
+        if n == cur_no and rev.matches(live) and rev.meta.modes is not None:
+            out += _opened(rev.modes(), node.deploy_dir, n)
         image = rev.meta.image_id
         if present is not None and image and image not in present:
             out.append(Finding(f"revision {n}: its image {image[:19]} ({rev.meta.image_ref}) is gone from the engine",
@@ -106,6 +116,21 @@ def check(node: Node, store: RevisionStore) -> list[Finding]:
     return out
 
 
+def _opened(recorded: dict[str, int], folder: Path, n: int) -> list[Finding]:
+    """A file under `folder` others can read that revision `n` recorded private (0600)."""
+    out = []
+    for name, mode in recorded.items():
+        try:
+            now = stat.S_IMODE((folder / name).stat().st_mode)
+        except OSError:
+            continue  # a missing stored file is damage, found above
+        if not mode & 0o004 and now & 0o004:
+            out.append(Finding(f"{folder / name}: mode {now:o}, others can read it; revision {n} recorded {mode:o}",
+                               f"--repair sets it to {mode:o} (chmod {mode:o} {folder / name})", n, "chmod",
+                               path=str(folder / name), mode=mode))
+    return out
+
+
 def _mend(node: Node, store: RevisionStore, f: Finding) -> str | None:
     n = f.revision
     if f.mend == "rebuild-index":
@@ -119,9 +144,14 @@ def _mend(node: Node, store: RevisionStore, f: Finding) -> str | None:
         return "set aside with its revision"  # by an earlier finding of the same revision
     if f.mend == "put-back":
         live = read_deployed(node.deploy_dir, node.compose_files)
+        now = read_modes(node.deploy_dir, node.compose_files)
         for name in store.get(n).meta.files:
-            store.mend_file(n, name, live[name], mode=private_mode(name, live[name]))
+            store.mend_file(n, name, live[name], mode=private_mode(name, live[name], now.get(name)))
         return "stored copy put back from the deploy dir"
+    if f.mend == "chmod":
+        assert f.path is not None and f.mode is not None
+        os.chmod(f.path, f.mode)
+        return f"set to {f.mode:o}"
     if f.mend == "rewrite-status":
         row = next((r for r in store.summaries().rows() if r["number"] == n and not r.get("damage")), None)
         outcome: Verdict = row["outcome"] if row else "interrupted"

@@ -1,6 +1,7 @@
 """Deployments the tool did not render (`adopt`, `import`) and their preflight.
 
     folder_files    a hand-made compose file, its .env and the files it reads from its folder
+    folder_modes    the modes of those files (an operator's 0600 key is stored 0600)
     image_patches   each bind-mounted file that replaces a file of the image, as a patch record
                     (a unified diff against the exact image's file, both hashes)
     outside_mounts  every other bind of the vllm service, from outside the revision's files: its
@@ -19,9 +20,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import io
 import posixpath
+import stat
 import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -70,6 +73,20 @@ def folder_files(compose: Path, env: Path | None, more: Sequence[tuple[Path, str
     return files
 
 
+def folder_modes(files: Mapping[str, bytes], compose: Path, env: Path | None, more: Sequence[tuple[Path, str]] = (),
+                 name: str = COMPOSE_FILE) -> dict[str, int]:
+    """The permission bits of the file each of folder_files' `files` was read from (an operator's
+    0600 key is stored 0600: render.masking.private_mode)."""
+    paths = {name: compose, **{called: path for path, called in more}}
+    if env is not None:
+        paths[DOTENV_FILE] = env
+    out = {}
+    for n in files:
+        with contextlib.suppress(OSError):
+            out[n] = stat.S_IMODE(paths.get(n, compose.parent / n).stat().st_mode)
+    return out
+
+
 def _read_compose(path: Path) -> bytes:
     try:
         return path.read_bytes()
@@ -110,8 +127,9 @@ def clear_secrets(files: Mapping[str, bytes]) -> list[str]:
         if private_mode(name, data) == 0o600 and not name.endswith(".env"):
             keys = NONE.keys_in(data.decode(errors="replace"))
             notes.append(f"{name} holds a secret in clear ({', '.join(keys)}): kept as you wrote it, stored 0600; "
-                         f"move it into an env file (mode 0600) the service reads with env_file:, and write "
-                         f"${{NAME}} or nothing in {name}")
+                         f"move each into an env file of mode 0600: a variable into one the service reads with "
+                         f"env_file: (then drop it from {name}), a label's value into the project's .env (then "
+                         f"write ${{NAME}} in {name})")
     return notes
 
 

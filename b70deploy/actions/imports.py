@@ -23,7 +23,7 @@ from ..errors import UserError
 from ..render.files import COMPOSE_FILE, DOTENV_FILE
 from ..render.masking import modes
 from ..state.stamps import now_iso, operator
-from .handmade import check_files, clear_secrets, env_summary, folder_files, image_patches
+from .handmade import check_files, clear_secrets, env_summary, folder_files, folder_modes, image_patches
 from .mutating import mutating
 
 _STACK_LABEL = re.compile(rb'b70deploy\.stack: "([a-z0-9][a-z0-9._-]*)"')
@@ -96,7 +96,8 @@ class Import:
         # With the files Compose reads after it, the first is the project's own first file (compose.yaml):
         # Compose then reads them in the node's -f order. Alone, it is the deploy dir's docker-compose.yml.
         base = names[0] if self.more else COMPOSE_FILE
-        files = folder_files(self.compose, env, list(zip(self.more, names[1:], strict=False)), base)
+        more = list(zip(self.more, names[1:], strict=False))
+        files = folder_files(self.compose, env, more, base)
         name = check_name(self.stack or stack_name(self.compose, files[base]), what="stack name (--as)")
         with mutating(self.node, f"import {self.compose.name}") as m:
             store = m.state.revisions
@@ -117,7 +118,8 @@ class Import:
             rev = store.create(stack=name, kind="import", files=files, image_ref=checked.image.ref,
                                image_id=checked.image.id, repo_digest=checked.image.repo_digest, operator=operator(),
                                message=self.message or f"imported from {self.compose}", created=now_iso(),
-                               patches=patches, outcome="unproven", modes=modes(files))
+                               patches=patches, outcome="unproven",
+                               modes=modes(files, folder_modes(files, self.compose, env, more, base)))
             keep(DockerNode.production(self.node), rev)  # `docker image prune` must not take it
             m.ended("ok", revision=rev.number, summary=f"imported as revision {rev.number} ({name})")
         return Imported(revision=rev.number, stack=name, created=True, image_ref=checked.image.ref,

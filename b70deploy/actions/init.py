@@ -335,11 +335,26 @@ def plan(d: Discovery, state_dir: Path | None = None) -> InitPlan:
     if companions:
         put("companions", companions, f"the other services of project {p.name} "
             f"({', '.join(c['name'] for c in companions)}): stopped with vllm by a drain, started after it")
+    in_labels = _label_secrets(written, d.variables, d.secret_values)
+    if in_labels:
+        put("secret_variables", in_labels, "the labels of the project's services interpolate them from its .env, "
+            "each a value of an env file you marked secret (0600) or under a secret name: masked in every output")
     if out.secret:
         notes.append("the companions hold secrets (" + ", ".join(sorted(out.secrets.keys | {
             k for c in companions for k in c.get("environment", {}) if is_secret(k)})) + "): the node config is "
             "written 0600, and a switch gives each companion its secrets from a 0600 env file, never inlined")
     return out
+
+
+def _label_secrets(written: dict[str, Any], variables: dict[str, str], secret_values: frozenset[str]) -> list[str]:
+    """The variables the services' labels interpolate (a Traefik basic-auth label's `${AUTH_USERS}`)
+    whose value is a secret: a value of an env file the operator marked, or under a secret name."""
+    named: set[str] = set()
+    for spec in written.values():
+        labels = (spec or {}).get("labels") or {}
+        named |= {m for text in (labels.values() if isinstance(labels, dict) else labels)
+                  for m in _VARIABLE.findall(str(text))}
+    return sorted(n for n in named if n in variables and (is_secret(n) or variables[n] in secret_values))
 
 
 def _project_files(p: discover.LiveProject, services: dict[str, Any], put: Callable[[str, Any, str], None],

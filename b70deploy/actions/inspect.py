@@ -350,7 +350,7 @@ def fact_rows(a: dict[str, Any], b: dict[str, Any]) -> list[list[str]]:
 
 def diff_revisions(node: Node, a: int, b: int) -> tuple[str, list[list[str]]]:
     from ..render.files import DOTENV_FILE
-    from ..render.masking import Secrets
+    from ..render.masking import Secrets, opaque
     from ..ui.notice import node_secrets
     from .diff import unified
 
@@ -363,7 +363,8 @@ def diff_revisions(node: Node, a: int, b: int) -> tuple[str, list[list[str]]]:
     keys = {k for files in (files_a, files_b) for name, data in files.items()
             if name.endswith(".env") and name != DOTENV_FILE for k in _env_keys(data)}
     secrets = node_secrets(node) | Secrets(keys=frozenset(keys))
-    text = unified(files_a, files_b, old_label=f"rev{a}", new_label=f"rev{b}", secrets=secrets)
+    text = unified(files_a, files_b, old_label=f"rev{a}", new_label=f"rev{b}", secrets=secrets,
+                   hidden=opaque(ra.modes(), rb.modes(), compose_files=node.compose_files))
     facts_a = {**ra.status.facts, "vllm_version": ra.status.vllm_version}
     facts_b = {**rb.status.facts, "vllm_version": rb.status.vllm_version}
     return text, fact_rows(facts_a, facts_b)

@@ -16,11 +16,13 @@ from ..docker.node import DockerNode
 from ..errors import UserError
 from ..render.door import image_in
 from ..render.filenames import COMPOSE_FILE
+from ..render.masking import opaque
 from ..state.fsio import read_tree
 from ..state.revisions import Revision
 from ..state.statedir import StateDir
+from ..ui.notice import node_secrets
 from ..ui.progress import Reporter
-from .diff import unified
+from .diff import tree_modes, unified
 from .handmade import check_drift, check_files, mounts_changed, own_stack
 from .mutating import mutating
 from .switch import Confirm, DeployOptions, asleep_line, deploy, standby_plan
@@ -97,7 +99,8 @@ def revision_plan(node: Node, rev: Revision, opts: DeployOptions, *, kind: Kind,
     return DeployPlan(kind=kind, stack=stack, files=files, image=image,
                       message=message, companions=node.companions, waits=opts.waits(node),
                       auto_rollback=opts.auto_rollback, restored_from=restored_from, warnings=warnings,
-                      platform=node.config.platform, standby=standby_plan(node, stack, files, wake_slot=wake))
+                      platform=node.config.platform, standby=standby_plan(node, stack, files, wake_slot=wake),
+                      modes=rev.modes())
 
 
 def slot_of(state: StateDir, rev: Revision) -> int:
@@ -173,8 +176,10 @@ class Rollback:
         plan = self.plan()
         cur = StateDir(self.node.state_dir).revisions.current()
         live = read_tree(self.node.deploy_dir, sorted(set(plan.files) | set(cur.meta.files if cur else [])))
+        hidden = opaque(cur.modes() if cur else {}, plan.modes, tree_modes(self.node.deploy_dir, live),
+                        compose_files=self.node.compose_files)
         text = unified(live, plan.files, old_label="deployed", new_label=f"revision-{plan.restored_from}",
-                       secrets=plan.secrets)
+                       secrets=plan.secrets | node_secrets(self.node), hidden=hidden)
         lines = [f"rollback to revision {plan.restored_from} ({plan.stack.name}): plan (dry run, nothing changed)",
                  f"  image {plan.image.ref} = {plan.image.id}",
                  f"  current: {f'revision {cur.number} ({cur.meta.stack})' if cur else 'nothing deployed'}",

@@ -16,11 +16,13 @@ from ..docker.node import DockerNode
 from ..errors import UserError
 from ..render import standby as standby_rules
 from ..render.files import COMPOSE_FILE
+from ..render.masking import opaque
 from ..state.fsio import read_tree
 from ..state.revisions import Revision
 from ..state.statedir import StateDir
+from ..ui.notice import node_secrets
 from ..ui.progress import Reporter
-from .diff import unified
+from .diff import tree_modes, unified
 from .mutating import Mutation, mutating
 from .prepare import prepare, prepare_deploy
 
@@ -127,8 +129,10 @@ class Switch:
         plan = self.plan() if refusal is None else self._plain_plan()
         cur = StateDir(self.node.state_dir).revisions.current()
         live = read_tree(self.node.deploy_dir, sorted(set(plan.files) | set(cur.meta.files if cur else [])))
+        hidden = opaque(cur.modes() if cur else {}, plan.modes, tree_modes(self.node.deploy_dir, live),
+                        compose_files=self.node.compose_files)
         text = unified(live, plan.files, old_label="deployed", new_label=f"switch-{self.stack}",
-                       secrets=plan.secrets)
+                       secrets=plan.secrets | node_secrets(self.node), hidden=hidden)
         pinned = f"= {plan.image.id}" if refusal is None else \
             "is not on this engine: the files below name the tag, not the image id a switch pins"
         lines = [f"switch {self.stack}: plan (dry run, nothing changed)",

@@ -24,6 +24,8 @@ from ..docker.endpoint import activate  # stdlib only: safe for the root --help
 from .complete import node_names
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from ..config.node import Node
     from ..ui.progress import Reporter
 
@@ -36,6 +38,7 @@ class Ctx:
         self.stacks_dir = stacks_dir
         self.node_name = node_name
         self._node: Node | None = None
+        self._exposed_said = False
 
     @property
     def node(self) -> Node:
@@ -50,6 +53,7 @@ class Ctx:
             from ..ui.output import guard
 
             guard(node_secrets(self._node))  # no output of this command shows one of the node's secrets
+            self._say_if_exposed(self._node.source)
             command = click.get_current_context(silent=True)
             if command is not None:  # the first command on a node makes its state dir: cache its settings then
                 command.call_on_close(self._node.remember)
@@ -68,7 +72,23 @@ class Ctx:
     def nodes(self, select: str) -> list[Node]:
         from ..config.node import load_nodes  # lazy, as in `node` above: keeps the root --help light
 
-        return load_nodes(self.config_path, select=select, stacks_dir=self.stacks_dir)
+        nodes = load_nodes(self.config_path, select=select, stacks_dir=self.stacks_dir)
+        if nodes:
+            self._say_if_exposed(nodes[0].source)
+        return nodes
+
+    def _say_if_exposed(self, source: Path | None) -> None:
+        """Once a run: the node config holds a secret in clear and others may read it (a warning; the
+        command goes on)."""
+        from ..ui.notice import exposed_config
+        from ..ui.output import warn
+
+        if self._exposed_said:
+            return
+        self._exposed_said = True
+        exposed = exposed_config(source)
+        if exposed:
+            warn(exposed)
 
 
 pass_ctx = click.make_pass_decorator(Ctx)

@@ -62,6 +62,7 @@ def render(ctx: Ctx, stack: str, out: str | None, as_json: bool, no_docker: bool
     patched files and their mounts, the draft copy's path, exactly as a switch writes them.
     Without it: the plain render, and each thing it could not resolve."""
     from ..actions.prepare import switch_view
+    from ..render.masking import modes
 
     view = switch_view(ctx.node, stack, docker=not no_docker)
     for w in view.warnings:
@@ -77,7 +78,7 @@ def render(ctx: Ctx, stack: str, out: str | None, as_json: bool, no_docker: bool
 
     if out:
         dest = Path(out)
-        write_tree(dest, view.files)
+        write_tree(dest, view.files, modes(view.files))  # as a switch writes them: a secret 0600
         remarks()
         click.echo(f"wrote {len(view.files)} files for {stack} to {dest}"
                    + ("" if view.exact else " (plain render: see the warnings for what is not resolved)"))

@@ -64,25 +64,28 @@ class Settings:
     # Whether a companion has environment values: the CLI's masking (ui/notice.node_secrets)
     # then reads the whole config; without, status and history start without the schema.
     companion_env: bool = False
+    secret_variables: tuple[str, ...] = ()  # the node config's: masked by ui/notice.node_secrets
 
     @classmethod
     def of(cls, cfg: NodeConfig) -> Settings:
         optional: dict[str, str | None] = {k: getattr(cfg, k) for k in _OPTIONAL}
         return cls(project=cfg.project, address=cfg.address, prod_port=cfg.ports.prod, models_dir=cfg.models_dir,
                    service=cfg.service, compose_files=tuple(cfg.compose_files), **optional,
-                   companion_env=any(c.environment for c in cfg.companions))
+                   companion_env=any(c.environment for c in cfg.companions),
+                   secret_variables=tuple(cfg.secret_variables))
 
     @classmethod
     def from_json(cls, d: object) -> Settings | None:
         """Settings as `asdict` stored them; None for anything else."""
         if not isinstance(d, dict) or set(d) != {f.name for f in fields(cls)}:
             return None
+        names = ("compose_files", "secret_variables")
         if not all(isinstance(d[k], str) for k in _TEXT) or type(d["prod_port"]) is not int \
                 or not all(d[k] is None or isinstance(d[k], str) for k in _OPTIONAL) \
-                or not isinstance(d["compose_files"], list) or not all(isinstance(n, str) for n in d["compose_files"]) \
+                or not all(isinstance(d[k], list) and all(isinstance(n, str) for n in d[k]) for k in names) \
                 or type(d["companion_env"]) is not bool:
             return None
-        return cls(**{**d, "compose_files": tuple(d["compose_files"])})
+        return cls(**{**d, **{k: tuple(d[k]) for k in names}})
 
 
 class NodeCache:

@@ -783,6 +783,10 @@ class NodeConfig(Strict):
     load_threshold: float | None = Field(default=None, gt=0, le=1024)  # None: the core count (verify.load_bound)
     timeouts: Timeouts = Timeouts()
     secrets_env_file: str | None = None
+    # Variables of the deploy dir's .env that hold a secret although their names do not say so: a
+    # value of an env file the operator marked (0600) that the compose files interpolate outside any
+    # environment, e.g. into a Traefik basic-auth label (init finds them). Masked in every output.
+    secret_variables: list[str] = Field(default_factory=list)
     image_map: dict[str, str] = Field(default_factory=dict)
     stack_overlay: dict[str, Any] = Field(default_factory=dict)
     peak_concurrency: int | None = Field(default=None, ge=1, le=100000)
@@ -814,6 +818,14 @@ class NodeConfig(Strict):
                               "name it relative to deploy_dir, e.g. docker-compose.override.yml")
         if len(set(v)) != len(v):
             raise invalid("compose_files names a file twice", "list each compose file once, in -f order")
+        return v
+
+    @field_validator("secret_variables")
+    @classmethod
+    def _secret_variables(cls, v: list[str]) -> list[str]:
+        for name in v:
+            if not ENV_KEY_RE.match(name):
+                raise invalid(f"secret_variables: {name!r} is not a variable name", "list .env names, e.g. AUTH_USERS")
         return v
 
     @field_validator("profiles")

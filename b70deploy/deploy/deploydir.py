@@ -7,7 +7,9 @@ switch machinery of docker/node.py."""
 
 from __future__ import annotations
 
+import contextlib
 import os
+import stat
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -55,11 +57,18 @@ def read_deployed(deploy_dir: Path, compose_files: Sequence[str] = (COMPOSE_FILE
     return {n: (deploy_dir / n).read_bytes() for n in deployed_names(deploy_dir, compose_files)}
 
 
+def read_modes(deploy_dir: Path, compose_files: Sequence[str] = (COMPOSE_FILE,)) -> dict[str, int]:
+    """The permission bits of each file read_deployed reads."""
+    return {n: stat.S_IMODE((deploy_dir / n).stat().st_mode) for n in deployed_names(deploy_dir, compose_files)}
+
+
 def write_deployed(deploy_dir: Path, files: Mapping[str, bytes],
-                   compose_files: Sequence[str] = (COMPOSE_FILE,)) -> None:
+                   compose_files: Sequence[str] = (COMPOSE_FILE,), modes: Mapping[str, int] | None = None) -> None:
     """Make `deploy_dir` hold exactly `files`: each written atomically, strays removed (an
     override file of `compose_files` a rendered deployment does not have, too: Compose would
-    merge it)."""
+    merge it). A file's mode is private_mode's, from `modes` (the revision's record) where it has
+    one; a file others cannot read now is never opened up by writing its own bytes again (the
+    operator's key, chmod 600 since the revision recorded it)."""
     deploy_dir.mkdir(parents=True, exist_ok=True)
     # The tool's own files the old deployment had (a companion's secrets file the new one no longer
     # reads); never the operator's files an adopted compose file read, which companions may still bind.
@@ -67,7 +76,12 @@ def write_deployed(deploy_dir: Path, files: Mapping[str, bytes],
               if n in OURS or n in compose_files or n.endswith(COMPANION_SECRETS_SUFFIX)
               or n.startswith(("patches/", f"{COMPANIONS_DIR}/"))]
     for name, data in files.items():
-        write_atomic(deploy_dir / name, data, mode=private_mode(name, data))
+        source = (modes or {}).get(name)
+        with contextlib.suppress(OSError):
+            now = stat.S_IMODE((deploy_dir / name).stat().st_mode)
+            if not now & 0o004 and (deploy_dir / name).read_bytes() == data:
+                source = now  # the operator closed these very bytes (chmod 600 since they were recorded)
+        write_atomic(deploy_dir / name, data, mode=private_mode(name, data, source))
     for name in dict.fromkeys([*before, *deployed_names(deploy_dir, compose_files)]):
         if name not in files and (deploy_dir / name).is_file():
             (deploy_dir / name).unlink()
@@ -90,8 +104,11 @@ class DeployDir:
     def read_deployed(self) -> dict[str, bytes]:
         return read_deployed(self.deploy_dir, self.compose_files())
 
-    def write_deployed(self, files: Mapping[str, bytes]) -> None:
-        write_deployed(self.deploy_dir, files, self.compose_files())
+    def read_modes(self) -> dict[str, int]:
+        return read_modes(self.deploy_dir, self.compose_files())
+
+    def write_deployed(self, files: Mapping[str, bytes], modes: Mapping[str, int] | None = None) -> None:
+        write_deployed(self.deploy_dir, files, self.compose_files(), modes)
 
     def has_compose_file(self) -> bool:
         """A deployment is here: a rendered docker-compose.yml, or the project's own first file (compose.yaml)."""

@@ -60,8 +60,12 @@ class NodeIO(Protocol):
     def read_deployed(self) -> dict[str, bytes]:
         """Every file of ours in the deploy dir (compose, env files, patched files)."""
 
-    def write_deployed(self, files: Mapping[str, bytes]) -> None:
-        """Make the deploy dir hold exactly `files`: each written atomically, strays removed."""
+    def read_modes(self) -> dict[str, int]:
+        """The mode of each file read_deployed reads (an operator's 0600 key is kept 0600)."""
+
+    def write_deployed(self, files: Mapping[str, bytes], modes: Mapping[str, int] | None = None) -> None:
+        """Make the deploy dir hold exactly `files`: each written atomically, strays removed; each
+        with render.masking.private_mode's mode, from `modes` (a revision's) where it has one."""
 
     def has_compose_file(self) -> bool: ...
 

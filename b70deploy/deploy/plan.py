@@ -8,7 +8,7 @@ The steps never re-read the node config or the catalogue: everything they decide
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Literal
 
@@ -82,7 +82,9 @@ class DeployPlan:
     secrets: Secrets = NONE             # masked in the dry run's diff
     platform: str | None = None         # the node's GPU platform: which crash signatures its log can carry
     standby: StandbyPlan | None = None  # hot standby (deploy/steps.py, "Hot standby"); None: stop-first
+    modes: Mapping[str, int] = field(default_factory=dict)  # a rollback: the modes its revision recorded
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "files", MappingProxyType(dict(self.files)))
+        object.__setattr__(self, "modes", MappingProxyType(dict(self.modes)))
 

@@ -118,6 +118,11 @@ class Run:
             got.previous_files = got.previous.verified_files()
         return got.previous_files
 
+    def undo_modes(self) -> dict[str, int]:
+        """The modes the previous revision recorded for those bytes (an operator's 0600 key)."""
+        assert self.got.previous is not None
+        return self.got.previous.modes()
+
 
 # ---------------------------------------------------------------- preflight
 
@@ -187,7 +192,7 @@ def _record(r: Run) -> None:
         r.got.revision = r.store.create(
             stack=p.stack.name, kind=p.kind, files=p.files, image_ref=p.image.ref, image_id=p.image.id,
             repo_digest=p.image.repo_digest, operator=operator(), message=p.message, created=now_iso(),
-            restored_from=p.restored_from, stack_doc=p.stack.model_dump(mode="json"), modes=modes(p.files))
+            restored_from=p.restored_from, stack_doc=p.stack.model_dump(mode="json"), modes=modes(p.files, p.modes))
         r.runner.note(revision=r.got.revision.number, previous=r.got.previous.number if r.got.previous else None)
         r.info(f"revision {r.got.revision.number} ({p.stack.name}); previous: "
                + (f"{r.got.previous.number} ({r.got.previous.meta.stack})" if r.got.previous else "none"))
@@ -260,12 +265,13 @@ def record_live(store: RevisionStore, io: NodeIO, live: Mapping[str, bytes], *, 
                 image_id: str | None, message: str, outcome: Verdict | None = None,
                 patches: list[dict[str, Any]] | None = None) -> Revision:
     """Keep a deployment the tool did not make (the live deploy dir) as a revision of kind
-    adopt: deployed when it answers /health now (a rollback target by stack name), else
-    superseded, unless the caller knows better (`outcome`)."""
+    adopt, each file with its mode from the deploy dir's (an operator's 0600 key stays 0600):
+    deployed when it answers /health now (a rollback target by stack name), else superseded,
+    unless the caller knows better (`outcome`)."""
     verdict: Verdict = outcome or ("deployed" if io.probe_health() == 200 else "superseded")
     rev = store.create(stack=stack, kind="adopt", files=live, image_ref=image_ref, image_id=image_id,
                        repo_digest=None, operator=operator(), message=message, created=now_iso(),
-                       patches=patches, outcome=verdict, modes=modes(live))
+                       patches=patches, outcome=verdict, modes=modes(live, io.read_modes()))
     keep(io, rev)
     return rev
 
@@ -297,7 +303,7 @@ def _drain(r: Run) -> None:
     slots = r.io.slots()  # asked before the door holds: the clients do not wait for it
     _hold(r)
     fresh = not r.io.has_compose_file()
-    r.io.write_deployed(r.plan.files)
+    r.io.write_deployed(r.plan.files, r.plan.modes)
     r.io.replace(r.io.service, stopping=r.plan.companions)
     for slot in sorted(slots):  # a stack without sleep mode after standby slots: it boots alone
         _retire(r, slot)
@@ -356,7 +362,7 @@ def _undo_drain(r: Run) -> None:
             r.info(f"started {', '.join(r.plan.companions)}")
         _reopen(r)
         return
-    r.io.write_deployed(r.undo_files())
+    r.io.write_deployed(r.undo_files(), r.undo_modes())
     restore(r.io, r.reporter, companions=r.plan.companions, timeout=r.plan.waits.rollback,
             revision=r.got.previous.number)
 
@@ -446,7 +452,7 @@ def _drain_standby(r: Run) -> None:
     assert sb is not None and got.revision is not None  # steps() chose this drain; record ran before
     slots = _known_slots(r)
     wake = sb.wake_slot if sb.wake_slot is not None and slots.get(sb.wake_slot) == "asleep" else None
-    r.io.write_deployed(r.plan.files)
+    r.io.write_deployed(r.plan.files, r.plan.modes)
     if got.woken or wake is not None:
         got.slot, got.woken = wake if wake is not None else got.slot, True
     else:
@@ -504,7 +510,7 @@ def _undo_drain_standby(r: Run) -> None:
         _back_from_standby(r)
         _reopen(r)
         return
-    r.io.write_deployed(r.undo_files())
+    r.io.write_deployed(r.undo_files(), r.undo_modes())
     if "live" in r.io.slots().values():  # the failure came before the live slot was touched
         _reopen(r)
         return
@@ -517,7 +523,7 @@ def _back_from_standby(r: Run) -> None:
     went to sleep, and the completion is what a wake can still get wrong (garbage; issue 35)."""
     got = r.got
     assert got.previous is not None and got.dozed is not None
-    r.io.write_deployed(r.undo_files())
+    r.io.write_deployed(r.undo_files(), r.undo_modes())
     took = r.io.wake(got.dozed)
     waited = _woken_health(r, got.previous.number)
     passed, failed = r.io.smoke(_stack_of(got.previous, r.plan), one=True)
@@ -580,7 +586,7 @@ def _undo_activate_standby(r: Run) -> None:
         _back_from_standby(r)
         return
     files = r.undo_files()
-    r.io.write_deployed(files)
+    r.io.write_deployed(files, r.undo_modes())
     r.io.door_sync()
     r.io.up([r.io.service])
     got.rollback_wait = r.io.wait_healthy(timeout=r.plan.waits.rollback, reporter=r.reporter)
@@ -639,7 +645,7 @@ def _undo_activate(r: Run) -> None:
                                  "then b70deploy rollback")
     files = r.undo_files()  # checked before the container goes: a damaged copy is refused first
     r.io.discard(r.io.service)  # its log is kept; a crash-looping container makes compose's stop slow
-    r.io.write_deployed(files)
+    r.io.write_deployed(files, r.undo_modes())
     r.io.door_sync()  # the previous files' door, or none: before vllm, which may want the node's port
     r.io.up([r.io.service])
     r.got.rollback_wait = r.io.wait_healthy(timeout=r.plan.waits.rollback, reporter=r.reporter)

@@ -10,20 +10,26 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..state.fsio import file_mode
+from .filenames import COMPOSE_FILE
 
 ENV_LINE_RE = re.compile(r"^(\s*(?:export\s+)?)([A-Za-z_][A-Za-z0-9_]*)(\s*=\s*)(.*)$")
 _PARTS = re.compile(r"[^A-Z0-9]+")
 # Whole words of a name (HF_TOKEN, --api-key): a count of tokens (MAX_NUM_BATCHED_TOKENS,
 # --enable-prompt-tokens-details) or a flag about tokens (--return-tokens-as-token-ids) is no secret.
-_SECRET_WORDS = frozenset({"PASSWORD", "PASSWD", "PASSPHRASE", "CREDENTIAL", "CREDENTIALS", "APIKEY"})
+_SECRET_WORDS = frozenset({"PASSWORD", "PASSWD", "PASSPHRASE", "CREDENTIAL", "CREDENTIALS", "APIKEY",
+                           # A proxy's basic or digest auth users (Traefik's `...basicauth.users=user:$$apr1$$...`,
+                           # caddy-docker-proxy's `caddy.basicauth.bob`): password hashes, under any last word.
+                           "BASICAUTH", "DIGESTAUTH"})
 _SECRET_LAST = frozenset({"TOKEN", "AUTH"})        # HF_TOKEN, GITHUB_TOKEN, BASIC_AUTH; not TOKEN_IDS
-_SECRET_PAIRS = frozenset({("API", "KEY"), ("ACCESS", "KEY"), ("PRIVATE", "KEY")})
+_SECRET_PAIRS = frozenset({("API", "KEY"), ("ACCESS", "KEY"), ("PRIVATE", "KEY"), ("BASIC", "AUTH"),
+                           ("DIGEST", "AUTH")})
 
 
 def is_secret(key: str) -> bool:
     """Whether a variable or flag name (VLLM_API_KEY, hf_token, --api-key) holds a secret: its
-    words, split at `_`, `-` and `.`, end in TOKEN or AUTH, include a password, credential or
-    API/access/private key, or any word contains SECRET (CLIENT_SECRET, SECRETKEY)."""
+    words, split at `_`, `-` and `.`, end in TOKEN or AUTH, include a password, credential,
+    API/access/private key or basic/digest auth, or any word contains SECRET (CLIENT_SECRET,
+    SECRETKEY)."""
     words = [w for w in _PARTS.split(key.upper()) if w]
     if not words:
         return False
@@ -34,17 +40,22 @@ def is_secret(key: str) -> bool:
 def mask(value: str) -> str:
     """A stand-in that shows whether two secrets differ without revealing either: the sha256 of
     the value as the program reads it (unquoted), so one value has one fingerprint everywhere."""
-    digest = hashlib.sha256(value.encode()).hexdigest()[:8]
-    return f"****(sha256:{digest})"
+    return mask_bytes(value.encode())
+
+
+def mask_bytes(data: bytes) -> str:
+    """mask() of a whole file's bytes (a private key), text or not."""
+    return f"****(sha256:{hashlib.sha256(data).hexdigest()[:8]})"
 
 
 _ESCAPED = re.compile(r"\\(.)")
 _REFERENCE = re.compile(r"\$\{[^}]*\}")
-# `KEY: value` in YAML (a compose file's environment map), `- KEY=value` in its list form.
+# `KEY: value` in YAML (a compose file's environment or labels map), `- KEY=value` in their list
+# form; a label's key is dotted (traefik.http.middlewares.auth.basicauth.users).
 _YAML_MAP_RE = re.compile(r"^(\s*)([A-Za-z_][A-Za-z0-9_.-]*)(:[ \t]+)(\S.*?)\s*$")
-_YAML_ITEM_RE = re.compile(r"^(\s*-\s+)([\"']?)([A-Za-z_][A-Za-z0-9_]*)(=)(.*?)(\2)\s*$")
-# KEY=value inside free text (a log line, an error, an argv): the value of a secret key is masked.
-_INLINE_ENV_RE = re.compile(r"(?<![A-Za-z0-9_-])((?:--)?[A-Za-z_][A-Za-z0-9_-]*)=(\S+)")
+_YAML_ITEM_RE = re.compile(r"^(\s*-\s+)([\"']?)([A-Za-z_][A-Za-z0-9_.-]*)(=)(.*?)(\2)\s*$")
+# KEY=value inside free text (a log line, an error, an argv, a label): the value of a secret key is masked.
+_INLINE_ENV_RE = re.compile(r"(?<![A-Za-z0-9_.-])((?:--)?[A-Za-z_][A-Za-z0-9_.-]*)=(\S+)")
 MIN_VALUE = 6  # shorter values (a port, "true") would mask half of any text they stand in
 
 
@@ -176,14 +187,28 @@ def holds_secret(data: bytes, secrets: Secrets = NONE) -> bool:
     return secrets.text(text) != text
 
 
-def private_mode(name: str, data: bytes) -> int:
-    """A deployed or stored file's mode: state.fsio.file_mode's by name (env files 0600), and 0600
-    for a compose file that holds a secret in clear (a hand-made one with a password inline). A
-    bind-mounted file keeps its mode: the container's user must read it."""
+def private_mode(name: str, data: bytes, source: int | None = None) -> int:
+    """A deployed or stored file's mode: state.fsio.file_mode's by name (env files 0600), 0600 for a
+    compose file that holds a secret in clear (a hand-made one with a password inline), and 0600 for
+    a file whose `source` (the mode of the operator's file it was read from, or the one a revision
+    recorded) lets others not read it (0600, 0400, 0640): a private key bound into a companion is the
+    operator's secret whatever its name, and a copy is never more readable than its source. A
+    bind-mounted file otherwise stays readable (the container's user must read it), and keeps its
+    owner's execute bit (a script the container runs)."""
     compose = name.endswith((".yml", ".yaml"))
-    return 0o600 if file_mode(name) == 0o600 or (compose and holds_secret(data)) else file_mode(name)
+    private = source is not None and not source & 0o004
+    mode = 0o600 if private or file_mode(name) == 0o600 or (compose and holds_secret(data)) else file_mode(name)
+    return mode | (mode & 0o444) >> 2 if source is not None and source & 0o100 else mode
 
 
-def modes(files: Mapping[str, bytes]) -> dict[str, int]:
-    """private_mode of each file."""
-    return {name: private_mode(name, data) for name, data in files.items()}
+def opaque(*modes: Mapping[str, int], compose_files: Collection[str] = ()) -> frozenset[str]:
+    """The files an output shows by fingerprint only, never a line of: those any of `modes` says
+    others may not read (an operator's key kept 0600), but env files and compose files, whose
+    secret values masking finds by their keys (a diff of them still shows which key changed)."""
+    return frozenset(n for m in modes for n, mode in m.items() if not mode & 0o004 and not n.endswith(".env")
+                     and n != COMPOSE_FILE and n not in compose_files)
+
+
+def modes(files: Mapping[str, bytes], sources: Mapping[str, int] | None = None) -> dict[str, int]:
+    """private_mode of each file, from its source's mode where `sources` has one."""
+    return {name: private_mode(name, data, (sources or {}).get(name)) for name, data in files.items()}

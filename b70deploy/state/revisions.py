@@ -35,6 +35,7 @@ import hashlib
 import json
 import os
 import shutil
+import stat
 import threading
 from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
@@ -94,6 +95,9 @@ class Meta:
     # Hand-made files mounted over files of the image (adopt, import): each as a unified diff
     # against the image's own file, with both hashes, so a moved tag is caught (actions.handmade.check_drift).
     patches: list[dict[str, Any]] | None = None
+    # Each stored file's mode (name -> mode), which a deploy dir written from these bytes gets too: an
+    # operator's private key stays 0600 (render.masking.private_mode). None: a revision made before.
+    modes: dict[str, int] | None = None
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> Meta:
@@ -134,6 +138,19 @@ class Revision:
     def read_files(self) -> dict[str, bytes]:
         """The stored bytes as they are now, unchecked: for showing them (diff), never for deploying."""
         return {name: (self.files_dir / name).read_bytes() for name in self.meta.files}
+
+    def modes(self) -> dict[str, int]:
+        """Each stored file's mode as the revision recorded it; for a revision made before modes
+        were recorded, the stored copy's own mode (its name's, when the copy cannot be read)."""
+        if self.meta.modes is not None:
+            return {name: int(mode) for name, mode in self.meta.modes.items()}
+        out = {}
+        for name in self.meta.files:
+            try:
+                out[name] = stat.S_IMODE((self.files_dir / name).stat().st_mode)
+            except OSError:
+                out[name] = file_mode(name)
+        return out
 
     def verified_files(self) -> dict[str, bytes]:
         """The stored bytes, each checked against the sha256 its meta.json recorded (and a patch
@@ -500,7 +517,7 @@ class RevisionStore:
                patches: list[dict[str, Any]] | None = None, outcome: Verdict = "pending",
                modes: Mapping[str, int] | None = None) -> Revision:
         """Store a new revision atomically; its number is one past the highest so far; a file
-        has the mode `modes` gives it, else fsio.file_mode's. The
+        has the mode `modes` gives it, else fsio.file_mode's, and meta.json records each. The
         caller holds the deploy lock, so a half-written `.new-*` folder here is a killed
         run's: it is removed."""
         import tempfile  # here: `history` only reads (as in fsio.write_atomic)
@@ -509,17 +526,18 @@ class RevisionStore:
         with self._changing():  # one writer at a time: the number is ours until the rename
             for stale in self.root.glob(".new-*"):  # a killed writer's: every writer holds the flock
                 shutil.rmtree(stale, ignore_errors=True)
+            recorded = {name: (modes or {}).get(name, file_mode(name)) for name in sorted(files)}
             numbers = self.numbers() + self._set_aside_numbers()  # a number is never given twice
             number = max(numbers) + 1 if numbers else 1
             meta = Meta(number=number, stack=stack, kind=kind, parent=self.current_number(),
                         restored_from=restored_from, created=created, image_ref=image_ref, image_id=image_id,
                         repo_digest=repo_digest, operator=operator, message=message,
                         files={name: sha256(data) for name, data in sorted(files.items())}, stack_doc=stack_doc,
-                        patches=patches)
+                        patches=patches, modes=recorded)
             tmp = Path(tempfile.mkdtemp(dir=self.root, prefix=f".new-{number:06d}-"))
             try:
                 for name, data in files.items():
-                    write_atomic(tmp / "files" / name, data, mode=(modes or {}).get(name, file_mode(name)))
+                    write_atomic(tmp / "files" / name, data, mode=recorded[name])
                 write_atomic(tmp / "meta.json", _dumps(asdict(meta)), mode=0o644)
                 write_atomic(tmp / "status.json", _dumps(asdict(Status(outcome=outcome, updated=created))),
                              mode=0o644)
@@ -545,12 +563,14 @@ class RevisionStore:
 
     def mend_file(self, number: int, name: str, data: bytes, mode: int | None = None) -> None:
         """Put back stored file `name` of revision `number` from a copy whose sha256 is the one
-        the revision recorded (the deploy dir's): the revision is then as it was made. `mode`:
-        as create's `modes` gives it, else fsio.file_mode's."""
+        the revision recorded (the deploy dir's): the revision is then as it was made, with the mode
+        it recorded (`mode`: for a revision made before modes were recorded)."""
         rev = self.get(number)
         if sha256(data) != rev.meta.files.get(name):
             raise ValueError(f"not revision {number}'s {name}")
-        write_atomic(rev.files_dir / name, data, mode=file_mode(name) if mode is None else mode)
+        recorded = (rev.meta.modes or {}).get(name)
+        write_atomic(rev.files_dir / name, data,
+                     mode=recorded if recorded is not None else file_mode(name) if mode is None else mode)
 
     def reset_status(self, number: int, status: Status) -> None:
         """Write status.json anew (fsck --repair, for one that cannot be read)."""

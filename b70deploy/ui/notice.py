@@ -17,6 +17,7 @@ from typing import Any
 
 from ..config.node import Node
 from ..errors import UserError
+from ..render.filenames import DOTENV_FILE
 from ..render.masking import MIN_VALUE, Secrets, is_secret, secret_variables
 from ..state.stamps import now_iso
 
@@ -31,8 +32,9 @@ def make_event(node: Node, event: str, *, stack: str | None, revision: int | Non
 
 
 def node_secrets(node: Node) -> Secrets:
-    """Every secret the node config knows of: its secrets env file's keys and values, and each
-    companion's secret variables (by name or marked in its `secrets:`). Masked in every output."""
+    """Every secret the node config knows of: its secrets env file's keys and values, each
+    companion's secret variables (by name or marked in its `secrets:`), and its secret_variables
+    with the values the deploy dir's .env gives them. Masked in every output."""
     values: dict[str, str] = {}
     if node.secrets_env_file is not None:
         from ..config.secrets_file import load_secrets  # here: python-dotenv, only for a node with the file
@@ -44,7 +46,60 @@ def node_secrets(node: Node) -> Secrets:
         found |= Secrets(keys=frozenset(c.secrets),
                          values=frozenset(secret_variables(c.environment, c.secrets).values())
                          | frozenset(secret_variables(c.variables, c.secrets).values()))
+    names = node.settings.secret_variables
+    if names:
+        from dotenv import dotenv_values
+
+        given: dict[str, str | None] = {}
+        with contextlib.suppress(OSError):  # a deploy dir this user cannot read: the names still mask .env lines
+            given = dotenv_values(node.deploy_dir / DOTENV_FILE)
+        found |= Secrets(keys=frozenset(names), values=frozenset(v for k, v in given.items() if k in names and v))
     return found
+
+
+def exposed_config(path: Path | None) -> str | None:
+    """What to say when the hand-written node config at `path` holds a secret in clear (a
+    companion's password, an API key, a token in a webhook's URL) and others may read it: the file,
+    the keys and the fix, in one line; None when it is private or holds none. A private file costs
+    a stat; one others may read is parsed again (about 1 ms with libyaml)."""
+    if path is None:
+        return None
+    try:
+        mode = stat.S_IMODE(path.stat().st_mode)
+    except OSError:
+        return None  # load_node reports a file it cannot read
+    if not mode & 0o077:
+        return None
+    import yaml  # here: only for a file others may read
+
+    try:
+        doc = yaml.load(path.read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+    except (OSError, ValueError, yaml.YAMLError):
+        return None  # load_node reports a file it cannot read or parse
+    keys = _clear_keys(doc, Secrets(keys=frozenset(_marked_keys(doc))))
+    if not keys:
+        return None
+    return (f"{path} holds secrets ({', '.join(dict.fromkeys(keys))}) and is mode {mode:o}: others can read "
+            f"them; chmod 600 {path}")
+
+
+def _marked_keys(doc: Any) -> list[str]:
+    """Every companion's `secrets:` keys, in the config and in each node of an inventory."""
+    if not isinstance(doc, dict):
+        return []
+    found = [str(k) for c in doc.get("companions") or [] if isinstance(c, dict) for k in c.get("secrets") or []]
+    return found + [k for member in (doc.get("nodes") or {}).values() for k in _marked_keys(member)]
+
+
+def _clear_keys(doc: Any, secrets: Secrets, key: str = "") -> list[str]:
+    """The keys whose values masking would change: each holds a secret in clear."""
+    if isinstance(doc, dict):
+        return [k for name, value in doc.items() for k in _clear_keys(value, secrets, str(name))]
+    if isinstance(doc, list):
+        return [k for value in doc for k in _clear_keys(value, secrets, key)]
+    if isinstance(doc, str) and secrets.tree({key: doc}) != {key: doc}:
+        return [key]
+    return []
 
 
 def marked_values(paths: Iterable[Path]) -> frozenset[str]:

@@ -374,3 +374,21 @@ def test_a_file_given_after_the_first_reads_its_binds_from_the_project_folder(tm
     files = folder_files(tmp_path / "docker-compose.yml", None, [(model, "node/compose-files/m.yml")])
     assert files["node/configs/template.jinja"] == b"{{ messages }}"
     assert files["node/compose-files/m.yml"] == model.read_bytes()
+
+
+def test_init_lists_the_marked_variables_labels_interpolate() -> None:
+    """A Traefik basic-auth label on each service, interpolated from the project's .env: a value the
+    operator marked (a 0600 env file's) or under a secret name becomes a secret_variable; a label
+    variable holding neither (the router's host) does not, nor a `$$` that Compose keeps literal."""
+    auth = "admin:$apr1$H6uskkkW$IgXLP6ewTrSuBkTrqE8wj/"
+    written = {"services": {
+        "vllm": {"labels": {"traefik.http.middlewares.api.basicauth.users": "${API_USERS}",
+                            "traefik.http.routers.api.rule": "Host(`${API_HOST}`)"}},
+        "open-webui": {"labels": ["traefik.http.middlewares.ui.basicauth.users=${UI_AUTH}", "x=$$NOT_A_VAR"]}}}
+    d = dataclasses.replace(discovery({"vllm": VLLM_SPEC, "open-webui": WEBUI_SPEC}), written=written,
+                            variables={"API_USERS": auth, "API_HOST": "llm.example.org", "UI_AUTH": "u:$2y$05$x",
+                                       "NOT_A_VAR": "marked-too"},
+                            secret_values=frozenset({auth, "marked-too"}))
+    got = plan(d)
+    assert got.config["secret_variables"] == ["API_USERS", "UI_AUTH"]  # UI_AUTH: by its name
+    assert auth not in got.text() and "secret_variables" in {f.key for f in got.facts}

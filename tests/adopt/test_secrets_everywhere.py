@@ -1,6 +1,8 @@
 """No secret in clear, anywhere (issue 34), on the real engine: a hand-made project whose
 companion holds three secrets (one inline in the compose file, one from `.env`, one from its
-own env file) and whose vllm service holds two (its env_file), taken by one node through init,
+own env file) and a private key the operator keeps 0600 and binds into it (naptha-node's
+`.pem`, tests/fixtures/layouts) and a Traefik basic-auth label interpolated from `.env`, and whose
+vllm service holds two (its env_file) and a basic-auth label written inline, taken by one node through init,
 adopt, import, stack from-compose, diff, render, show, switch, status, history, logs, diagnose,
 audit, a watch notification and a rollback, with `--json` of each. The canary appears in no
 output, no notification and no file of a mode other than 0600 under the deploy dir, the state
@@ -41,17 +43,24 @@ from b70deploy.sim.vllm_tree import MARLIN_REL, VARIANTS
 pytestmark = pytest.mark.docker
 
 CANARY = f"b70canary{uuid.uuid4().hex}"
+API_LABEL = "traefik.http.middlewares.api.basicauth.users"  # a Traefik basic-auth middleware's users
 SECRETS = {  # key -> the value the container must get
     "WEBUI_ADMIN_PASSWORD": f"{CANARY}-inline",                 # companion: inline, a secret by its name
     "DATABASE_URL": f"postgres://app:{CANARY}-dotenv@db/app",   # companion: from .env's DB_PASSWORD
     "WEBUI_SIGNING": f"{CANARY}-envfile",                       # companion: from its 0600 env file
     "HF_TOKEN": f"{CANARY}-hf",                                 # vllm: its env_file, a secret by name
     "SERVICE_URL": f"https://user:{CANARY}-url@example.invalid",  # vllm: its env_file, by the file
+    "WEBUI_USERS": f"admin:{CANARY}-label",                    # companion's label, from .env: by the file's mode
+    API_LABEL: f"api:{CANARY}-apilabel",   # vllm's label, inline: by its key (no other value inside it)
 }
+LABELS = {"vllm": {API_LABEL: SECRETS[API_LABEL]},
+          "open-webui": {"traefik.http.middlewares.ui.basicauth.users": SECRETS["WEBUI_USERS"]}}
 MODEL = "qwen3-30b-a3b-w4a16"
 # The operator's fix of the Marlin check on XPU (the field report's fix 4), mounted over the image's file.
 MARLIN_TARGET = next(f"{v.site_packages}/vllm/{MARLIN_REL}" for v in VARIANTS if v.name == "bash-c")
-FINGERPRINT = re.compile(r"\b(" + "|".join(SECRETS) + r")\b\W{1,6}(\*{4}\(sha256:[0-9a-f]{8}\))")
+KEY_FILE = "keys/node.pem"  # bound into the companion; a secret by its mode only
+KEY = f"-----BEGIN PRIVATE KEY-----\n{CANARY}-pem\n-----END PRIVATE KEY-----\n"
+FINGERPRINT = re.compile(r"\b(" + "|".join(map(re.escape, SECRETS)) + r")\b\W{1,6}(\*{4}\(sha256:[0-9a-f]{8}\))")
 
 
 def compose_file(extra_flag: str = "") -> str:
@@ -60,10 +69,12 @@ def compose_file(extra_flag: str = "") -> str:
             "command": ["vllm", "serve", "/models/Qwen/Qwen3-30B-A3B-W4A16", "--served-model-name", MODEL,
                         "--host", "0.0.0.0", "--port", "8000", "--max-model-len", "32768",
                         *([extra_flag] if extra_flag else [])],
-            "ports": ["127.0.0.1:${VLLM_PORT}:8000"],
+            "ports": ["127.0.0.1:${VLLM_PORT}:8000"], "labels": LABELS["vllm"],
             "volumes": ["${MODELS_DIR}:/models:ro", f"./vllm-patches/marlin_utils.py:{MARLIN_TARGET}:ro"]}
     webui = {"image": "${VLLM_IMAGE}", "profiles": ["gpu"], "command": ["sim-webui", "--port", "8080"],
              "env_file": "webui.env", "ports": ["127.0.0.1:${WEBUI_PORT}:8080"],
+             "volumes": [f"./{KEY_FILE}:/run/keys/node.pem:ro"],
+             "labels": {"traefik.http.middlewares.ui.basicauth.users": "${WEBUI_USERS}"},
              "environment": {"WEBUI_ADMIN_PASSWORD": SECRETS["WEBUI_ADMIN_PASSWORD"],
                              "DATABASE_URL": "postgres://app:${DB_PASSWORD}@db/app"}}
     return yaml.safe_dump({"services": {"vllm": vllm, "open-webui": webui}}, sort_keys=False)
@@ -109,10 +120,11 @@ def node(tmp_path_factory: pytest.TempPathFactory, sim_images: dict[str, str]) -
     files = {
         "docker-compose.yml": compose_file(),
         ".env": f"VLLM_IMAGE={tag}\nVLLM_PORT={port}\nMODELS_DIR={models}\nWEBUI_PORT={webui}\n"
-                f"DB_PASSWORD={CANARY}-dotenv\n",
+                f"DB_PASSWORD={CANARY}-dotenv\nWEBUI_USERS={SECRETS['WEBUI_USERS']}\n",
         "vllm023.env": f"HF_TOKEN={SECRETS['HF_TOKEN']}\nSERVICE_URL={SECRETS['SERVICE_URL']}\n"
                        "B70SIM_BOOT_SECONDS=1\nB70SIM_DECODE_TPS=500\n",
         "webui.env": f"WEBUI_SIGNING={SECRETS['WEBUI_SIGNING']}\n",
+        KEY_FILE: KEY,
     }
     marlin = simkit.image_file(tag, MARLIN_TARGET).decode()
     files["vllm-patches/marlin_utils.py"] = marlin.replace(
@@ -121,7 +133,7 @@ def node(tmp_path_factory: pytest.TempPathFactory, sim_images: dict[str, str]) -
     for name, text in files.items():
         (folder / name).parent.mkdir(exist_ok=True)
         (folder / name).write_text(text)
-        os.chmod(folder / name, 0o600 if name.endswith(".env") else 0o644)  # as an operator leaves them
+        os.chmod(folder / name, 0o600 if name.endswith((".env", ".pem")) else 0o644)  # as an operator leaves them
     shutil.copytree(folder, saved)  # import's source: the same layout with another flag
     (saved / "docker-compose.yml").write_text(compose_file("--enable-prefix-caching"))
     with receiver() as hooks:
@@ -149,9 +161,19 @@ def assert_containers_get_the_values(n: Node) -> None:
         assert webui.get(key) == SECRETS[key], key
     for key in ("HF_TOKEN", "SERVICE_URL"):
         assert vllm.get(key) == SECRETS[key], key
+    box = service_box(n.project, "open-webui")["Id"]
+    assert docker("exec", box, "cat", "/run/keys/node.pem").stdout == KEY
+    assert stat.S_IMODE((n.folder / KEY_FILE).stat().st_mode) == 0o600
     simkit.wait_status(f"http://127.0.0.1:{n.webui_port}/health", 200, timeout=30)  # it was just started
     assert requests.get(f"http://127.0.0.1:{n.webui_port}/health", timeout=10).json() == {"status": True}
     assert completion(n.port, MODEL)["model"] == MODEL
+
+
+def assert_containers_get_the_labels(n: Node) -> None:
+    """The operator's labels as the engine holds them (a switch renders its own, so only the hand-made files')."""
+    for service, labels in LABELS.items():
+        got = service_box(n.project, service)["Config"]["Labels"]
+        assert {k: got.get(k) for k in labels} == labels, service
 
 
 def start_watch(n: Node) -> tuple[subprocess.Popen[str], list[str]]:
@@ -168,6 +190,7 @@ def start_watch(n: Node) -> tuple[subprocess.Popen[str], list[str]]:
 
 def test_no_secret_in_clear_through_every_command(node: Node) -> None:
     n = node
+    assert_containers_get_the_labels(n)
     # ---- init: the companion's secrets found, marked, masked in what it prints; the config 0600
     printed = n.cli("init", "--print", "--project", n.project, "--state-dir", str(n.state), config=False)
     assert "Secret values are masked here" in printed
@@ -177,6 +200,7 @@ def test_no_secret_in_clear_through_every_command(node: Node) -> None:
     assert companion["secrets"] == ["WEBUI_SIGNING"]  # its name does not say so (DB_PASSWORD's does)
     assert companion["environment"]["DATABASE_URL"] == "postgres://app:${DB_PASSWORD}@db/app"
     assert companion["variables"] == {"DB_PASSWORD": f"{CANARY}-dotenv"}
+    assert yaml.safe_load(n.config.read_text())["secret_variables"] == ["WEBUI_USERS"]  # a label's, from .env
     assert stat.S_IMODE(n.config.stat().st_mode) == 0o600
     assert any("the companions hold secrets" in note for note in got["notes"]), got["notes"]
     with n.config.open("a") as fh:  # test environment only: short waits, the receiver of notifications
@@ -189,6 +213,7 @@ def test_no_secret_in_clear_through_every_command(node: Node) -> None:
     adopted = json.loads(n.cli("adopt", "--as", "hand", "--json"))
     clear = [x for x in adopted["notes"] if "holds a secret in clear" in x]
     assert len(clear) == 1 and "WEBUI_ADMIN_PASSWORD" in clear[0] and "env_file:" in clear[0], adopted["notes"]
+    assert API_LABEL in clear[0] and "a label's value into the project's .env" in clear[0]
     assert "already adopted" in n.cli("adopt", "--as", "hand")
     imported = json.loads(n.cli("import", str(n.saved / "docker-compose.yml"), "--as", "saved", "--json"))
     assert imported["revision"] == 2 and sum("holds a secret in clear" in w for w in imported["warnings"]) == 1
@@ -197,6 +222,8 @@ def test_no_secret_in_clear_through_every_command(node: Node) -> None:
         assert not stored.is_file() or stat.S_IMODE(stored.stat().st_mode) == 0o600
     stored = sorted(n.state.glob("revisions/*/files/docker-compose.yml"))
     assert len(stored) == 2 and all(stat.S_IMODE(p.stat().st_mode) == 0o600 for p in stored), stored
+    keys = sorted(n.state.glob(f"revisions/*/files/{KEY_FILE}"))  # the key kept as the operator keeps it
+    assert len(keys) == 2 and all(stat.S_IMODE(p.stat().st_mode) == 0o600 for p in keys), keys
 
     # ---- a stack from the hand-made file: its secrets left out of the stack file (0644, printed)
     out = n.root / "out"
@@ -252,6 +279,7 @@ def test_no_secret_in_clear_through_every_command(node: Node) -> None:
     assert stat.S_IMODE((n.folder / "docker-compose.yml").stat().st_mode) == 0o600
     assert not secret_file.exists()
     assert_containers_get_the_values(n)
+    assert_containers_get_the_labels(n)
     n.both("status")
     n.both("history")
     n.cli("logs", "4")

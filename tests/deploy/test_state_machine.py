@@ -577,3 +577,25 @@ def test_a_real_signal_after_the_commit_is_noted_and_the_run_ends_with_the_commi
         outcome = Driver(b.state, b.node, Quiet(), fault=signal_after_commit).execute("switch beta", plan_for("beta"))
     assert outcome.ok and outcome.exit_code == 0 and outcome.signals == [signal.Signals(signum).name], outcome
     assert b.agreed() == "beta"
+
+
+def test_a_private_file_keeps_its_recorded_mode_through_a_rollback_and_a_failed_switchs_undo(root: Path) -> None:
+    """An adopted revision holds the operator's key, recorded 0600: a rollback to it writes the key
+    0600 into the deploy dir and records 0600 again; a switch from it that fails writes it back 0600."""
+    b = Bench(root)
+    store = b.state.revisions
+    keyed = {**stack_files("gamma"), "keys/node.pem": b"-----BEGIN PRIVATE KEY-----\n"}
+    adopted = store.create(stack="gamma", kind="adopt", files=keyed, image_ref="img-gamma", image_id="img-gamma",
+                           repo_digest=None, operator="t@h", message="", created="2026-11-30T00:00:00+0000",
+                           stack_doc=stack("gamma").model_dump(mode="json"), outcome="superseded",
+                           modes={"keys/node.pem": 0o600})
+    plan = replace(plan_of_revision(adopted, kind="rollback", restored_from=adopted.number), modes=adopted.modes())
+    assert b.driver().execute("rollback", plan).ok
+    assert b.agreed() == "gamma"
+    assert b.node.deployed_modes["keys/node.pem"] == 0o600 and b.node.deployed_modes["docker-compose.yml"] == 0o644
+    back = store.current()
+    assert back is not None and back.number == adopted.number + 1 and back.modes()["keys/node.pem"] == 0o600
+    assert os.stat(back.files_dir / "keys/node.pem").st_mode & 0o777 == 0o600
+    arm(b, "fails", "wait-healthy")
+    assert not b.switch().ok
+    assert b.agreed() == "gamma" and b.node.deployed_modes["keys/node.pem"] == 0o600

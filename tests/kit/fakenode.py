@@ -19,6 +19,7 @@ from b70deploy.config.schema import Stack
 from b70deploy.deploy.nodeio import Reading, WaitResult
 from b70deploy.deploy.runner import Killed
 from b70deploy.errors import OperationError
+from b70deploy.render.masking import private_mode
 from b70deploy.ui.progress import Reporter
 
 VLLM = "vllm"
@@ -40,6 +41,7 @@ def stack_of_files(files: Mapping[str, bytes]) -> str | None:
 @dataclass
 class FakeNode:
     deployed: dict[str, bytes] = field(default_factory=dict)
+    deployed_modes: dict[str, int] = field(default_factory=dict)  # as a real deploy dir's (private_mode)
     running: dict[str, dict[str, bytes]] = field(default_factory=dict)  # service -> files it started from
     created: dict[str, dict[str, bytes]] = field(default_factory=dict)  # made by replace, not started yet
     images: set[str] = field(default_factory=set)
@@ -97,7 +99,11 @@ class FakeNode:
         self._effect("read")
         return dict(self.deployed)
 
-    def write_deployed(self, files: Mapping[str, bytes]) -> None:
+    def read_modes(self) -> dict[str, int]:
+        return {name: self.deployed_modes.get(name, 0o644) for name in self.deployed}
+
+    def write_deployed(self, files: Mapping[str, bytes], modes: Mapping[str, int] | None = None) -> None:
+        self.deployed_modes = {name: private_mode(name, data, (modes or {}).get(name)) for name, data in files.items()}
         items = list(files.items())
         self.deployed[items[0][0]] = items[0][1]
         self._effect("write")

@@ -5,7 +5,18 @@ from __future__ import annotations
 
 import pytest
 
-from b70deploy.render.masking import Secrets, is_secret, mask, mask_env_text, private_mode
+from b70deploy.actions.diff import unified
+from b70deploy.render.masking import (
+    NONE,
+    Secrets,
+    is_secret,
+    mask,
+    mask_bytes,
+    mask_env_text,
+    modes,
+    opaque,
+    private_mode,
+)
 
 SECRETS = ["HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "TOKEN", "GITHUB_TOKEN", "hf_token", "VLLM_API_KEY", "OPENAI_API_KEY",
            "api-key", "APIKEY", "AWS_SECRET_ACCESS_KEY", "CLIENT_SECRET", "SECRETKEY", "DB_PASSWORD", "PASSWD",
@@ -70,3 +81,49 @@ def test_a_compose_file_with_a_secret_inline_is_private() -> None:
     assert private_mode("vllm.env", b"X=1\n") == 0o600
     # A bind-mounted file keeps its mode (the container's user reads it), whatever it says.
     assert private_mode("patches/p/marlin_utils.py", b"api_key = os.environ['K']\n") == 0o644
+
+
+def test_a_file_others_cannot_read_is_stored_private_and_a_script_keeps_its_execute_bit() -> None:
+    """The mode of the operator's file it came from (render.masking.private_mode's `source`): a key
+    others cannot read stays 0600 whatever its name, a copy is never more readable than its source."""
+    key = b"-----BEGIN PRIVATE KEY-----\n"
+    assert [private_mode("keys/node.pem", key, m) for m in (0o600, 0o400, 0o640, 0o644, 0o664)] == \
+        [0o600, 0o600, 0o600, 0o644, 0o644]
+    assert private_mode("keys/node.pem", key) == 0o644  # no source known: by name and content, as before
+    assert private_mode("start.sh", b"#!/bin/sh\n", 0o755) == 0o755
+    assert private_mode("start.sh", b"#!/bin/sh\n", 0o700) == 0o700
+    assert private_mode("vllm.env", b"X=1\n", 0o644) == 0o600  # an env file is private by its name
+    assert modes({"keys/node.pem": key, "a.py": b""}, {"keys/node.pem": 0o600}) == {"keys/node.pem": 0o600,
+                                                                                   "a.py": 0o644}
+
+
+def test_a_private_file_but_env_and_compose_files_is_shown_by_its_fingerprint_only() -> None:
+    recorded = {"keys/node.pem": 0o600, "vllm.env": 0o600, "compose.yaml": 0o600, "docker-compose.yml": 0o600,
+                "start.sh": 0o755}
+    assert opaque(recorded, compose_files=("compose.yaml",)) == {"keys/node.pem"}
+    assert opaque({"k": 0o644}, {"k": 0o600}) == {"k"}  # private on either side
+    old, new = {"keys/node.pem": b"OLD-KEY-abcdef\n"}, {"keys/node.pem": b"NEW-KEY-abcdef\n"}
+    text = unified(old, new, old_label="a", new_label="b", hidden={"keys/node.pem"})
+    assert "KEY" not in text.replace("PRIVATE KEY", "")
+    assert f"-{mask_bytes(old['keys/node.pem'])}\n" in text and f"+{mask_bytes(new['keys/node.pem'])}\n" in text
+    assert mask_bytes(b"abc") == mask("abc")  # one fingerprint for a value, in a file or alone
+
+
+def test_a_basic_auth_label_is_a_secret_in_either_compose_form_and_in_free_text() -> None:
+    """Traefik's basic-auth middleware (`users` holds htpasswd hashes) and caddy-docker-proxy's
+    basicauth: the label's value is masked wherever the label stands; a router's rule is not."""
+    users = "admin:$$apr1$$H6uskkkW$$IgXLP6ewTrSuBkTrqE8wj/"
+    for key in ("traefik.http.middlewares.auth.basicauth.users", "traefik.http.middlewares.d.digestauth.users",
+                "caddy.basicauth.bob", "caddy.basic_auth.bob"):
+        assert is_secret(key), key
+    assert not is_secret("traefik.http.routers.api.rule") and not is_secret("traefik.http.middlewares.auth.users")
+    listed = (f'    labels:\n      - "traefik.http.middlewares.auth.basicauth.users={users}"\n'
+              '      - "traefik.enable=true"\n')
+    mapped = f'    labels:\n      traefik.http.middlewares.auth.basicauth.users: "{users}"\n'
+    for text in (listed, mapped):
+        shown = NONE.text(text)
+        assert "apr1" not in shown and mask(users) in shown, shown
+        assert private_mode("docker-compose.yml", text.encode()) == 0o600  # a hand-made file's copy: 0600
+    assert "traefik.enable=true" in NONE.text(listed)
+    line = f"label traefik.http.middlewares.auth.basicauth.users={users} on the container"
+    assert "apr1" not in NONE.text(line)

@@ -122,3 +122,18 @@ def test_the_deploy_dir_drops_a_companions_secrets_file_the_new_compose_file_no_
     write_deployed(tmp_path, hand)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["docker-compose.yml"]
     assert stat.S_IMODE((tmp_path / "docker-compose.yml").stat().st_mode) == 0o600
+
+
+def test_the_deploy_dir_gets_the_recorded_modes_and_never_opens_a_file_the_operator_closed(tmp_path: Path) -> None:
+    """write_deployed with a revision's modes: the key 0600, the script executable; the same bytes
+    written again with a looser record stay as the operator closed them (chmod 600 since)."""
+    from b70deploy.deploy.deploydir import read_modes, write_deployed
+
+    files = {"docker-compose.yml": b"services:\n  webui:\n    volumes: [./keys/node.pem:/k:ro, ./start.sh:/s:ro]\n",
+             "keys/node.pem": b"KEY\n", "start.sh": b"#!/bin/sh\n"}
+    write_deployed(tmp_path, files, modes={"keys/node.pem": 0o600, "start.sh": 0o755})
+    assert read_modes(tmp_path) == {"docker-compose.yml": 0o644, "keys/node.pem": 0o600, "start.sh": 0o755}
+    write_deployed(tmp_path, files, modes={"keys/node.pem": 0o644})  # a revision that recorded it before the chmod
+    assert read_modes(tmp_path)["keys/node.pem"] == 0o600
+    write_deployed(tmp_path, {**files, "keys/node.pem": b"ROTATED\n"}, modes={"keys/node.pem": 0o644})
+    assert read_modes(tmp_path)["keys/node.pem"] == 0o644  # other bytes: the record's mode

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import stat
 from pathlib import Path
@@ -155,3 +156,25 @@ def test_prune_dry_run_says_what_it_would_delete_and_why_it_keeps_the_rest(tmp_p
     r = run_cli(cfg, "prune", "--keep", "1", "--force", "--yes", in_process=True)
     assert r.returncode == 0 and "pruned 3 revisions: 1, 2, 3" in r.stdout, r.stdout
     assert store.numbers() == [4]
+
+
+def test_each_stored_file_has_the_mode_it_was_given_and_meta_records_it(tmp_path: Path) -> None:
+    """An operator's key given 0600 is stored 0600 and recorded so (what a rollback and fsck write
+    it back with); a revision made before modes were recorded reads its stored copies' modes."""
+    store = RevisionStore(tmp_path)
+    files = {**FILES, "keys/node.pem": b"-----BEGIN PRIVATE KEY-----\n", "start.sh": b"#!/bin/sh\n"}
+    rev = store.create(stack="s", kind="import", files=files, image_ref="i", image_id=None, repo_digest=None,
+                       operator="o", message="m", created="2026-11-29T00:00:00",
+                       modes={"keys/node.pem": 0o600, "start.sh": 0o755})
+    assert stat.S_IMODE(os.stat(rev.files_dir / "keys/node.pem").st_mode) == 0o600
+    assert stat.S_IMODE(os.stat(rev.files_dir / "start.sh").st_mode) == 0o755
+    assert store.get(rev.number).modes() == {**{n: 0o644 for n in files}, ".env": 0o600, "vllm.env": 0o600,
+                                             "keys/node.pem": 0o600, "start.sh": 0o755}
+    meta = rev.path / "meta.json"
+    doc = json.loads(meta.read_text())
+    del doc["modes"]
+    meta.write_text(json.dumps(doc))
+    assert store.get(rev.number).meta.modes is None
+    assert store.get(rev.number).modes()["keys/node.pem"] == 0o600  # the stored copy's own mode
+    store.mend_file(rev.number, "start.sh", files["start.sh"], mode=0o700)  # no record: the caller's mode
+    assert stat.S_IMODE(os.stat(rev.files_dir / "start.sh").st_mode) == 0o700

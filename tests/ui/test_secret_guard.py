@@ -11,13 +11,14 @@ import click
 import pytest
 import yaml
 from rich.console import Console
+from simkit import run_cli
 
 from b70deploy.actions.init import Discovery, plan
 from b70deploy.config.node import load_node
 from b70deploy.docker.discover import LiveProject, LiveService
 from b70deploy.render import devices
 from b70deploy.render.masking import Secrets, mask
-from b70deploy.ui.notice import marked_values, node_secrets
+from b70deploy.ui.notice import exposed_config, marked_values, node_secrets
 from b70deploy.ui.output import guard
 
 SECRET = "hf_GuardedValue123"
@@ -81,3 +82,44 @@ def test_init_marks_a_companions_variables_that_hold_a_marked_value(tmp_path: Pa
     assert "dbpass-123" not in shown and "inline-pw" not in shown and mask("inline-pw") in shown
     assert "dbpass-123" in result.text()  # the file init writes (0600) holds the value
     assert any("the companions hold secrets (ADMIN_PASSWORD, DATABASE_URL)" in n for n in result.notes)
+
+
+def test_a_node_config_others_can_read_that_holds_secrets_is_named_with_the_fix(tmp_path: Path) -> None:
+    """A hand-written config (init writes one with secrets 0600): its companions' secrets, by name or
+    marked, and a token in a webhook's URL are named with `chmod 600 FILE`, their values never; a
+    private file, or one holding only references and settings about secrets, says nothing."""
+    config = tmp_path / "node.yaml"
+    config.write_text(yaml.safe_dump({
+        "state_dir": str(tmp_path / "state"), "secrets_env_file": "/etc/b70/secrets.env",
+        "secret_variables": ["API_USERS"], "notify": {"webhooks": [f"https://hooks.example/b70?token={SECRET}"]},
+        "companions": [{"name": "webui", "image": "ghcr.io/open-webui/open-webui:main", "secrets": ["SIGNING"],
+                        "environment": {"WEBUI_SECRET_KEY": "k3y-value", "SIGNING": "s1gning", "NAME": "chat",
+                                        "DB_PASSWORD": "${DB_PASSWORD}"}}]}))
+    config.chmod(0o644)
+    said = exposed_config(config)
+    assert said == (f"{config} holds secrets (SIGNING, WEBUI_SECRET_KEY, webhooks) and is mode 644: others can "
+                    f"read them; chmod 600 {config}")
+    config.chmod(0o640)
+    assert exposed_config(config) is not None and "mode 640" in str(exposed_config(config))
+    config.chmod(0o600)
+    assert exposed_config(config) is None
+    config.write_text(yaml.safe_dump({"secrets_env_file": "/etc/b70/secrets.env", "companions": [
+        {"name": "webui", "image": "ghcr.io/open-webui/open-webui:main",
+         "environment": {"WEBUI_SECRET_KEY": "${WEBUI_SECRET_KEY}", "NAME": "chat"}}]}))
+    config.chmod(0o644)
+    assert exposed_config(config) is None and exposed_config(None) is None
+
+
+def test_every_command_that_reads_an_exposed_node_config_warns_once_and_goes_on(tmp_path: Path) -> None:
+    config = tmp_path / "node.yaml"
+    config.write_text(yaml.safe_dump({"state_dir": str(tmp_path / "state"), "companions": [
+        {"name": "webui", "image": "ghcr.io/open-webui/open-webui:main",
+         "environment": {"WEBUI_SECRET_KEY": "k3y-value"}}]}))
+    config.chmod(0o644)
+    shown = run_cli(config, "history", in_process=True)
+    assert shown.returncode == 0, shown.stderr
+    assert shown.stderr.count("\n") == 1 and "k3y-value" not in shown.stdout + shown.stderr
+    assert shown.stderr == (f"warning: {config} holds secrets (WEBUI_SECRET_KEY) and is mode 644: others can read "
+                            f"them; chmod 600 {config}\n")
+    config.chmod(0o600)
+    assert run_cli(config, "history", in_process=True).stderr == ""
