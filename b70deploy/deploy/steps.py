@@ -608,11 +608,13 @@ def _undo_activate_standby(r: Run) -> None:
     if got.wait is None or got.wait.healthy:
         _save_log(r)
     home = _home_slot(r) if got.previous is not None else None  # before the retire below drops a record
-    state = r.io.slots().get(got.slot) if got.slot is not None else None
+    # A boot whose process ended holds nothing, and the engine is busy tearing its container down (asking it
+    # now waits for that, 0.4-0.6 s on vfs): it is removed after the door reopens (undo of drain).
+    ended = got.wait is not None and got.wait.ended
+    state = r.io.slots().get(got.slot) if got.slot is not None and not ended else None
     if got.slot is not None and state is not None and (got.woken or state in ("live", "awake", "asleep", "running",
                                                                               "restarting")):
         _retire(r, got.slot)  # it holds the device (a woken standby that failed its checks included)
-    # else a crashed slot holds nothing: it is removed after the door reopens (undo of drain), not in the wait
     if got.previous is None:
         r.info("no previous revision to return to")
         return

@@ -13,7 +13,7 @@ import tempfile
 import time
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -384,6 +384,9 @@ class DockerNode(DeployDir):
         joined = standby.join_door(self.project, self.service, slot, found)
         joined.box.start()
         self.reach["slot"] = joined  # what the probes reach now: its port and name (not its status)
+        if slot in found:  # the listing stands, but for who is on the door's network: a failed boot's undo
+            # wakes the sleeper from it, never asking the engine while it tears the crashed container down
+            self.listed.update({n: replace(s, on_door=n == slot) for n, s in found.items()})
 
     def wake(self, slot: int) -> float:
         found = dict(self.listed)
