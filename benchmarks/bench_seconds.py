@@ -240,6 +240,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                     got[side][op].append(measure(nodes[side], codes[side], op, argv, must_fail=must_fail,
                                                  clients=args.clients, streaming=args.streaming, wake=args.wake))
         summary = {side: {op: {"longest_wait_s": stats([m["longest_wait_s"] for m in ms]),
+                               "longest_first_token_s": stats([m["longest_first_token_s"] for m in ms]),
+                               "longest_answer_s": stats([m["longest_answer_s"] for m in ms]),
                                "longest_request_s": stats([m["longest_request_s"] for m in ms]),
                                "beyond_usual_s": stats([m["beyond_usual_s"] for m in ms]),
                                "engine_s": stats([m["engine_s"] for m in ms]),
@@ -266,7 +268,8 @@ def table(result: dict[str, Any]) -> str:
         return f"{st['median']:.2f} (min {st['min']:.2f}, max {st['max']:.2f})"
 
     streaming = result.get("streaming", result["clients"])
-    cols = [("longest wait", "longest_wait_s"), ("longest request", "longest_request_s"),
+    cols = [("longest wait", "longest_wait_s"), ("first token", "longest_first_token_s"),
+            ("whole answer", "longest_answer_s"), ("longest request", "longest_request_s"),
             ("beyond usual", "beyond_usual_s"), ("engine", "engine_s"), ("wait - engine", "beyond_engine_s"),
             ("command", "command_s"), ("load (1 min)", "load1")]
     lines = [f"sim boot {result['boot_seconds']:g} s, wake {result['wake_seconds']:g} s; {result['clients']} clients "
@@ -279,7 +282,8 @@ def table(result: dict[str, Any]) -> str:
             lines.append(f"{op:<14} {side:<9} " + " ".join(f"{fmt(st.get(k, {})):<26}" for _, k in cols)
                          + f" {st['failed']}")
     lines.append("longest wait: of the requests that overlapped the command (to 1 s after it), the longest a client "
-                 "waited: to its first token when it streams, its whole answer when not; longest request: the "
+                 "waited: to its first token when it streams, its whole answer when not (first token, whole "
+                 "answer: the longest of each kind); longest request: the "
                  "longest any of them took, its own stream included; beyond usual: the most a request's wait "
                  "exceeded the median wait of its kind before the command; engine: the new slot's boot, the wake, "
                  "or the crashed boot plus the wake")

@@ -255,10 +255,14 @@ class DockerNode(DeployDir):
     # ---- the serving container
     def wait_healthy(self, *, timeout: float, reporter: Reporter) -> WaitResult:
         t = self.node.config.timeouts
-        return wait_healthy(project=self._vllm_project(), service=self.service, health_url=f"{self.base_url}/health",
-                            timeout=timeout, max_interval=t.poll_interval, reporter=reporter,
-                            diagnose=functools.partial(diagnose, platform=self.node.config.platform),
-                            stall_after=t.stall, restarts_from=self.deploy_dir / self.compose.files[0])
+        got = wait_healthy(project=self._vllm_project(), service=self.service, health_url=f"{self.base_url}/health",
+                           timeout=timeout, max_interval=t.poll_interval, reporter=reporter,
+                           diagnose=functools.partial(diagnose, platform=self.node.config.platform),
+                           stall_after=t.stall, restarts_from=self.deploy_dir / self.compose.files[0])
+        slot = self._probed()
+        if got.ended and slot is not None and slot.number in self.listed:  # listed as it is: it runs no more
+            self.listed[slot.number] = replace(self.listed[slot.number], status="exited")
+        return got
 
     def container_log(self) -> list[str]:
         container = engine.find_container(self._vllm_project(), self.service)
@@ -384,9 +388,10 @@ class DockerNode(DeployDir):
         joined = standby.join_door(self.project, self.service, slot, found)
         joined.box.start()
         self.reach["slot"] = joined  # what the probes reach now: its port and name (not its status)
-        if slot in found:  # the listing stands, but for who is on the door's network: a failed boot's undo
-            # wakes the sleeper from it, never asking the engine while it tears the crashed container down
+        if slot in found:  # the listing stands, but for who is on the door's network and runs: a failed boot's
+            # undo wakes the sleeper from it, never asking the engine while it tears the crashed container down
             self.listed.update({n: replace(s, on_door=n == slot) for n, s in found.items()})
+            self.listed[slot] = replace(self.listed[slot], status="running")
 
     def wake(self, slot: int) -> float:
         found = dict(self.listed)
