@@ -281,7 +281,8 @@ class DockerNode(DeployDir):
     def api_key(self) -> str | None:
         """The key the serving vllm asks /v1 requests for, read from its container as vLLM reads it
         (its --api-key, else VLLM_API_KEY): the operator's .env, an adopted file or a rendered stack alike."""
-        container = engine.find_container(self._vllm_project(), self.service)
+        slot = self._probed()  # a slot as listed (its argv and environment do not change): no engine call
+        container = slot.box if slot is not None else engine.find_container(self.project, self.service)
         if container is None:
             return None
         attrs = container.attrs
