@@ -9,16 +9,20 @@ each, after switching to alpha and then beta, `--runs` rounds, the two nodes alt
   rollback        back to beta, asleep in its slot (woken)
   failed switch   to `crash` (the report's Marlin crash at boot); beta, asleep, woken back
 
-Four clients (bench_door.py's: the `openai` client, streaming chat completions one after another, through
-the door) run through each operation. Measured:
-  longest wait    the longest any one request took that overlapped the operation (start of the command to
-                  1 s after its end): what a client waited, its own answer's time included
-  beyond usual    that longest wait less the usual request's time (the median of the requests answered before
-                  the command started): the part of the wait the operation added
+Four clients (the `openai` client, chat completions one after another, through the door), half of them
+streaming (`--streaming`, default half the clients; `--streaming 4` is the mix of the runs before, all
+streaming), run through each operation. Measured, over the requests that overlapped the operation (start of
+the command to 1 s after its end):
+  longest wait    what a client waited: a streaming client until its first token (time to first token, what
+                  operators call latency), a non-streaming one for its whole answer
+  longest request the longest any one request took, its own stream included (the measure of the runs before)
+  beyond usual    the most any request's wait exceeded the usual wait of its kind (the median, streaming or
+                  not, of the requests answered before the command started): the part the operation added
   engine          what the engine needed: the new slot's boot (its container's StartedAt to its "Starting vLLM
                   API server" line), the wake (the sim's B70SIM_WAKE_SECONDS, vLLM's "It took X seconds to wake
                   up" line), or the crashed boot (its start to its `die` event) plus the wake
   failed          requests that failed (refused, reset, 5xx)
+  steps           seconds of each step of the run, and of each undo, from the state dir's journal
 each the median of the runs with min and max, and the host's 1-minute load average beside them (the machine
 is shared: numbers are noisy). The bounds the issue sets: switch <= boot + 1 s, rollback <= 1.5 s, failed
 switch <= crash boot + wake + 1 s, 0 failed.
@@ -29,22 +33,114 @@ switch <= crash boot + wake + 1 s, 0 failed.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
 import statistics
 import subprocess
 import sys
+import threading
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import yaml
-from bench_door import Clients, Node, door_flags, outcome
+from bench_door import MODEL, Clients, Node, door_flags, openai_client, outcome
 from bench_standby import remove_node, standby_node
 from switch_bench import REPO, docker, log, machine, ready_instant, report, started_instant, stats
 
 WAKE = 0.5  # B70SIM_WAKE_SECONDS here: the issue's wake on the sim (the sim's own default is the H200 log's 0.82 s)
 _WOKE = re.compile(r"It took ([0-9.]+) seconds to wake up")
+
+
+@dataclass
+class MixedClients(Clients):
+    """bench_door's clients, the first `streaming` of them streaming, the others not; each request's wait is
+    noted beside its answer: a streaming one's until its first content chunk, another's whole answer."""
+
+    streaming: int = 0
+    waits: list[tuple[float, float, bool, bool]] = field(default_factory=list)  # (start, waited, ok, streamed)
+
+    def _ask(self, client: Any, stream: bool) -> None:
+        import openai
+
+        start = time.time()
+        first: float | None = None
+        try:
+            got = client.chat.completions.create(model=MODEL, stream=stream, max_tokens=8,
+                                                 messages=[{"role": "user", "content": "The capital of France?"}])
+            if stream:
+                text = ""
+                for c in got:
+                    if c.choices and c.choices[0].delta.content:
+                        first = first or time.time()
+                        text += c.choices[0].delta.content
+            else:
+                text = got.choices[0].message.content or ""
+            ok, why = bool(text), "" if text else "empty answer"
+        except openai.APIStatusError as e:
+            ok, why = False, f"HTTP {e.status_code}"
+        except openai.APIError as e:
+            ok, why = False, type(e).__name__
+        end = time.time()
+        with self.lock:
+            self.answers.append((start, end, ok, why))
+            self.waits.append((start, (first or end) - start, ok, stream))
+
+    def _loop(self) -> None:
+        stream = threading.current_thread().name == "streaming"
+        try:
+            client = openai_client(self.port, timeout=600)
+        except ImportError as e:  # no answers would read as no failures: say it and count it
+            with self.lock:
+                self.answers.append((time.time(), time.time(), False, f"no openai client: {e}"))
+                self.waits.append((time.time(), 0.0, False, stream))
+            return
+        deadline = time.monotonic() + self.max_seconds
+        for _ in range(self.max_requests):
+            if self.stop.is_set() or time.monotonic() >= deadline:
+                return
+            self._ask(client, stream)
+
+    def __enter__(self) -> MixedClients:
+        self.threads = [threading.Thread(target=self._loop, daemon=True, name="streaming" if i < self.streaming
+                                         else "whole") for i in range(self.n)]
+        for t in self.threads:
+            t.start()
+        return self
+
+
+def waited(c: MixedClients, start: float, end: float) -> dict[str, float]:
+    """The longest wait, by the measure above, of the requests that overlapped [start, end], and the most one of
+    them waited beyond the usual wait of its kind before `start`."""
+    inside = [(s, w, streamed) for (s, w, _, streamed), (_, e, _, _) in zip(c.waits, c.answers, strict=True)
+              if e >= start and s <= end]
+    usual = {kind: statistics.median([w for s, w, ok, streamed in c.waits if ok and streamed == kind
+                                      and s + w < start] or [0.0]) for kind in (True, False)}
+    return {"longest_wait_s": round(max((w for _, w, _ in inside), default=0.0), 3),
+            "longest_first_token_s": round(max((w for _, w, k in inside if k), default=0.0), 3),
+            "longest_answer_s": round(max((w for _, w, k in inside if not k), default=0.0), 3),
+            "beyond_usual_s": round(max((w - usual[k] for _, w, k in inside), default=0.0), 3),
+            "usual_first_token_s": round(usual[True], 3), "usual_answer_s": round(usual[False], 3)}
+
+
+def steps_of(node: Node) -> dict[str, float]:
+    """Seconds of each step (and `undo STEP`) of the journal's last run: from its start line to its end line."""
+    lines = [json.loads(ln) for ln in (node.bench.state / "journal.jsonl").read_text().splitlines() if ln.strip()]
+    last = next((ln["run"] for ln in reversed(lines) if ln["event"] == "run-start"), None)
+    out: dict[str, float] = {}
+    began: dict[str, float] = {}
+    for ln in lines:
+        if ln["run"] != last:
+            continue
+        kind, _, edge = ln["event"].rpartition("-")
+        name = ("undo " if kind == "undo" else "") + str(ln.get("step", ""))
+        if kind in ("step", "undo") and edge == "start":
+            began[name] = ln["ts"]
+        elif kind in ("step", "undo") and name in began:
+            out[name] = round(ln["ts"] - began.pop(name), 3)
+    return out
 
 
 def cli(node: Node, code: Path, *args: str) -> subprocess.CompletedProcess[str]:
@@ -79,11 +175,11 @@ def woke_seconds(node: Node, wake: float) -> float:
     return found[-1] if found else wake
 
 
-def measure(node: Node, code: Path, op: str, argv: list[str], *, must_fail: bool, clients: int,
+def measure(node: Node, code: Path, op: str, argv: list[str], *, must_fail: bool, clients: int, streaming: int,
             wake: float) -> dict[str, Any]:
     before = set(slot_boxes(node))
     load = os.getloadavg()[0]
-    with Clients(node.bench.prod_port, n=clients) as c:
+    with MixedClients(node.bench.prod_port, n=clients, streaming=streaming) as c:
         time.sleep(1.0)  # the clients are answered before the operation starts: one answer each, at least
         deadline = time.monotonic() + 30
         while sum(ok for _, _, ok, _ in c.answers) < clients and time.monotonic() < deadline:
@@ -97,7 +193,7 @@ def measure(node: Node, code: Path, op: str, argv: list[str], *, must_fail: bool
     if not any(ok for _, _, ok, _ in c.answers):
         raise RuntimeError(f"the clients had no answer at all: {c.answers[:3]}")
     seen = outcome(c.answers, start, end + 1.0)
-    usual = statistics.median([e - s for s, e, ok, _ in c.answers if ok and e < start] or [0.0])
+    wait = waited(c, start, end + 1.0)
     if op == "switch":
         new = [cid for cid in slot_boxes(node) if cid not in before]
         engine = ready_instant(new[0]) - started_instant(new[0]) if new else None
@@ -108,10 +204,11 @@ def measure(node: Node, code: Path, op: str, argv: list[str], *, must_fail: bool
         crashed = [(t, p) for t, p in starts if any(p == q and d > t for d, q in dies)]
         boot = min(d for d, q in dies if q == crashed[0][1]) - crashed[0][0] if crashed else None
         engine = boot + woke_seconds(node, wake) if boot is not None else None
-    got = {"operation": op, "longest_wait_s": seen["longest_wait_s"], "usual_s": round(usual, 3),
-           "beyond_usual_s": round(seen["longest_wait_s"] - usual, 3), "engine_s": round(engine, 3) if engine else None,
+    got = {"operation": op, **wait, "longest_request_s": seen["longest_wait_s"],
+           "engine_s": round(engine, 3) if engine else None,
            "failed": seen["failed"], "failed_kinds": seen["failed_kinds"], "requests": seen["requests"],
-           "command_s": round(end - start, 3), "load1": round((load + os.getloadavg()[0]) / 2, 2)}
+           "command_s": round(end - start, 3), "load1": round((load + os.getloadavg()[0]) / 2, 2),
+           "steps": steps_of(node)}
     log(f"{code} {op}: {got}")
     return got
 
@@ -141,18 +238,23 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             for op, argv, must_fail in OPS:
                 for side in (list(codes) if i % 2 == 0 else list(reversed(codes))):
                     got[side][op].append(measure(nodes[side], codes[side], op, argv, must_fail=must_fail,
-                                                 clients=args.clients, wake=args.wake))
+                                                 clients=args.clients, streaming=args.streaming, wake=args.wake))
         summary = {side: {op: {"longest_wait_s": stats([m["longest_wait_s"] for m in ms]),
+                               "longest_first_token_s": stats([m["longest_first_token_s"] for m in ms]),
+                               "longest_answer_s": stats([m["longest_answer_s"] for m in ms]),
+                               "longest_request_s": stats([m["longest_request_s"] for m in ms]),
                                "beyond_usual_s": stats([m["beyond_usual_s"] for m in ms]),
                                "engine_s": stats([m["engine_s"] for m in ms]),
                                "beyond_engine_s": stats([m["longest_wait_s"] - m["engine_s"] for m in ms
                                                          if m["engine_s"] is not None]),
                                "command_s": stats([m["command_s"] for m in ms]),
                                "load1": stats([m["load1"] for m in ms]),
-                               "failed": sum(m["failed"] for m in ms)}
+                               "failed": sum(m["failed"] for m in ms),
+                               "steps": {k: stats([m["steps"][k] for m in ms if k in m["steps"]])
+                                         for k in dict.fromkeys(k for m in ms for k in m["steps"])}}
                           for op, ms in ops.items()} for side, ops in got.items()}
         return {"machine": machine(), "boot_seconds": args.boot, "wake_seconds": args.wake, "runs": args.runs,
-                "clients": args.clients,
+                "clients": args.clients, "streaming": args.streaming,
                 "baseline": str(codes["baseline"]), "summary": summary, "measurements": got}
     finally:
         for node in nodes.values():
@@ -165,22 +267,32 @@ def table(result: dict[str, Any]) -> str:
             return "-"
         return f"{st['median']:.2f} (min {st['min']:.2f}, max {st['max']:.2f})"
 
+    streaming = result.get("streaming", result["clients"])
+    cols = [("longest wait", "longest_wait_s"), ("first token", "longest_first_token_s"),
+            ("whole answer", "longest_answer_s"), ("longest request", "longest_request_s"),
+            ("beyond usual", "beyond_usual_s"), ("engine", "engine_s"), ("wait - engine", "beyond_engine_s"),
+            ("command", "command_s"), ("load (1 min)", "load1")]
     lines = [f"sim boot {result['boot_seconds']:g} s, wake {result['wake_seconds']:g} s; {result['clients']} clients "
-             "through the door; "
+             f"through the door, {streaming} streaming; "
              f"medians of {result['runs']} with min and max, seconds; baseline: {result['baseline']}",
-             f"{'operation':<14} {'code':<9} {'longest wait':<26} {'beyond usual':<26} {'engine':<26} "
-             f"{'wait - engine':<26} "
-             f"{'command':<26} {'load (1 min)':<26} failed"]
+             f"{'operation':<14} {'code':<9} " + " ".join(f"{c:<26}" for c, _ in cols) + " failed"]
     for op, _, _ in OPS:
         for side, ops in result["summary"].items():
             st = ops[op]
-            lines.append(f"{op:<14} {side:<9} {fmt(st['longest_wait_s']):<26} {fmt(st['beyond_usual_s']):<26} "
-                         f"{fmt(st['engine_s']):<26} "
-                         f"{fmt(st['beyond_engine_s']):<26} {fmt(st['command_s']):<26} {fmt(st['load1']):<26} "
-                         f"{st['failed']}")
-    lines.append("longest wait: the longest request that overlapped the command (to 1 s after it); engine: the new "
-                 "slot's boot, the wake, or the crashed boot plus the wake; beyond usual: the longest wait less the "
-                 "median request's time before the command")
+            lines.append(f"{op:<14} {side:<9} " + " ".join(f"{fmt(st.get(k, {})):<26}" for _, k in cols)
+                         + f" {st['failed']}")
+    lines.append("longest wait: of the requests that overlapped the command (to 1 s after it), the longest a client "
+                 "waited: to its first token when it streams, its whole answer when not (first token, whole "
+                 "answer: the longest of each kind); longest request: the "
+                 "longest any of them took, its own stream included; beyond usual: the most a request's wait "
+                 "exceeded the median wait of its kind before the command; engine: the new slot's boot, the wake, "
+                 "or the crashed boot plus the wake")
+    lines.append("steps (medians, seconds; from the journal):")
+    for op, _, _ in OPS:
+        for side, ops in result["summary"].items():
+            got = ops[op].get("steps", {})
+            lines.append(f"  {op:<14} {side:<9} " + ", ".join(f"{k} {v['median']:.2f}" for k, v in got.items()
+                                                              if v.get("n")))
     return "\n".join(lines)
 
 
@@ -188,12 +300,19 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
     door_flags(p, boot=2.0)
     p.set_defaults(clients=4)
+    p.add_argument("--streaming", type=int, help="clients that stream (default half the clients; all of them is "
+                   "the mix of the runs before issue 35's fourth stop)")
     p.add_argument("--wake", type=float, default=WAKE, help=f"the sim's wake, B70SIM_WAKE_SECONDS (default {WAKE:g}, "
                    "the issue's)")
     p.add_argument("--runs", type=int, default=5, help="rounds of the three operations per node (default 5)")
     p.add_argument("--baseline", type=Path, required=True, help="a checkout of the code to compare with (main)")
     p.add_argument("--json", type=Path, help="write every measurement and the summary here")
-    return report(run, table, p.parse_args())
+    args = p.parse_args()
+    if args.streaming is None:
+        args.streaming = args.clients // 2
+    if not 0 <= args.streaming <= args.clients:
+        p.error(f"--streaming {args.streaming}: between 0 and --clients ({args.clients})")
+    return report(run, table, args)
 
 
 if __name__ == "__main__":

@@ -132,12 +132,14 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def remove_node(node: Node) -> None:
-    """A bench node's containers and files, and the networks of its standby slots' projects."""
+    """A bench node's containers and files, the networks of its standby slots' projects, and the door's
+    network, which the cleanup could not remove while the slots (removed after it) were joined to it."""
     node.bench.cleanup()
     for n in range(1, 64):
         for net in docker("network", "ls", "-q", "--filter", f"name={node.bench.project}-r{n}_",
                           check=False).stdout.split():
             docker("network", "rm", net, check=False)
+    docker("network", "rm", f"{node.bench.project}_default", check=False)
 
 
 def table(result: dict[str, Any]) -> str:

@@ -44,6 +44,7 @@ class WaitResult:
     finding: Diagnosis | None = None
     exit_code: int | None = None
     log_lines: list[str] = field(default_factory=list)
+    ended: bool = False  # the container's process ended (its log stream closed): it holds no device
 
     def tail(self, n: int = 15) -> list[str]:
         return self.log_lines[-n:]

@@ -507,33 +507,73 @@ def _undo_drain_standby(r: Run) -> None:
         r.info("no previous revision: the node is left without a running stack")
         return
     if got.dozed is not None:
-        _back_from_standby(r)
+        _back_from_standby(r, got.dozed)
         _reopen(r)
         return
     r.io.write_deployed(r.undo_files(), r.undo_modes())
     if "live" in r.io.slots().values():  # the failure came before the live slot was touched
         _reopen(r)
         return
+    home = _home_slot(r)
+    if home is not None:  # a recovery whose drain put nothing to sleep: the previous revision's own slot
+        _back_in_slot(r, home)
+        _reopen(r)
+        return
     restore(r.io, r.reporter, companions=r.plan.companions, timeout=r.plan.waits.rollback,
             revision=got.previous.number)
 
 
-def _back_from_standby(r: Run) -> None:
-    """The sleeping previous slot woken and asked for one completion: it passed every check when it
-    went to sleep, and the completion is what a wake can still get wrong (garbage; issue 35)."""
+def _back_from_standby(r: Run, slot: int) -> None:
+    """The previous revision's sleeping slot woken and asked for one completion: it passed every check
+    when it went to sleep, and the completion is what a wake can still get wrong (garbage; issue 35)."""
     got = r.got
-    assert got.previous is not None and got.dozed is not None
+    assert got.previous is not None
     r.io.write_deployed(r.undo_files(), r.undo_modes())
-    took = r.io.wake(got.dozed)
+    took = r.io.wake(slot)
     waited = _woken_health(r, got.previous.number)
     passed, failed = r.io.smoke(_stack_of(got.previous, r.plan), one=True)
     if failed:
         raise OperationError(f"revision {got.previous.number} woke from standby and failed its smoke tests: "
                              + "; ".join(failed), fix="b70deploy rollback (boots it cold)")
-    r.book.serving(got.dozed, got.previous.number)
+    r.book.serving(slot, got.previous.number)
     got.rollback_wait = waited  # only now: the door may point at it
     r.info(f"standby: revision {got.previous.number} awake in {took:.2f} s, answered "
            + (passed[0] if passed else "/health"))
+
+
+def _home_slot(r: Run) -> int | None:
+    """The slot the records hold for the previous revision (serving or asleep): None when it never ran in
+    one (a stop-first node's first standby switch: it runs in the project's own container)."""
+    assert r.got.previous is not None
+    return next((rec.slot for rec in r.book.read().values() if rec.revision == r.got.previous.number), None)
+
+
+def _back_in_slot(r: Run, slot: int) -> None:
+    """The previous revision back in its slot, never in the project's own container (slots are the tool's
+    records): woken when that slot sleeps, else booted cold in it from the previous files, and recorded
+    as serving once healthy. A recovery that put nothing to sleep (the killed run had) and whose woken
+    standby failed comes here."""
+    got = r.got
+    assert got.previous is not None
+    state = r.io.slots().get(slot)
+    if state == "asleep":
+        _back_from_standby(r, slot)
+        return
+    r.io.write_deployed(r.undo_files(), r.undo_modes())
+    # Unrecorded until healthy: a kill inside the boot leaves a slot the next recovery removes, never one
+    # it takes for the revision.
+    if state is not None:
+        r.io.retire(slot)
+    r.book.drop(slot)
+    r.io.boot_beside(slot)
+    r.io.start_beside(slot)
+    got.rollback_wait = r.io.wait_healthy(timeout=r.plan.waits.rollback, reporter=r.reporter)
+    if not got.rollback_wait.healthy:
+        raise OperationError(f"revision {got.previous.number} did not come back in slot {slot}: "
+                             f"{got.rollback_wait.reason}", fix="b70deploy rollback (boots it cold)")
+    r.book.serving(slot, got.previous.number)
+    r.info(f"standby: revision {got.previous.number} booted again in its slot {slot}, healthy in "
+           f"{got.rollback_wait.elapsed:.1f} s")
 
 
 def _woken_health(r: Run, number: int) -> WaitResult:
@@ -573,17 +613,23 @@ def _undo_activate_standby(r: Run) -> None:
     _join_ahead(r)
     if got.wait is None or got.wait.healthy:
         _save_log(r)
-    state = r.io.slots().get(got.slot) if got.slot is not None else None
+    home = _home_slot(r) if got.previous is not None else None  # before the retire below drops a record
+    # A boot whose process ended holds nothing, and the engine is busy tearing its container down (asking it
+    # now waits for that, 0.4-0.6 s on vfs): it is removed after the door reopens (undo of drain).
+    ended = got.wait is not None and got.wait.ended
+    state = r.io.slots().get(got.slot) if got.slot is not None and not ended else None
     if got.slot is not None and state is not None and (got.woken or state in ("live", "awake", "asleep", "running",
                                                                               "restarting")):
         _retire(r, got.slot)  # it holds the device (a woken standby that failed its checks included)
-    # else a crashed slot holds nothing: it is removed after the door reopens (undo of drain), not in the wait
     if got.previous is None:
         r.info("no previous revision to return to")
         return
     r.info(f"rolling back to revision {got.previous.number} ({got.previous.meta.stack})")
     if got.dozed is not None:
-        _back_from_standby(r)
+        _back_from_standby(r, got.dozed)
+        return
+    if home is not None:  # it ran in a slot: back in that slot, never in the project's own container
+        _back_in_slot(r, home)
         return
     files = r.undo_files()
     r.io.write_deployed(files, r.undo_modes())

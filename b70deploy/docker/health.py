@@ -147,7 +147,8 @@ def wait_healthy(*, project: str, service: str, health_url: str, timeout: float,
             set_restart_policy(container, held)
         return WaitResult(True, clock() - start, "healthy", log_lines=list(follower.lines))
     except BootFailed as e:
-        return WaitResult(False, clock() - start, e.reason, e.finding, e.exit_code, list(follower.lines))
+        return WaitResult(False, clock() - start, e.reason, e.finding, e.exit_code, list(follower.lines),
+                          ended=follower.ended.is_set())
     except RetryError:
         found = diagnose(follower.lines) if diagnose is not None else None
         return WaitResult(False, clock() - start, f"not healthy after {timeout:.0f} s", found,

@@ -13,7 +13,7 @@ import tempfile
 import time
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -255,10 +255,14 @@ class DockerNode(DeployDir):
     # ---- the serving container
     def wait_healthy(self, *, timeout: float, reporter: Reporter) -> WaitResult:
         t = self.node.config.timeouts
-        return wait_healthy(project=self._vllm_project(), service=self.service, health_url=f"{self.base_url}/health",
-                            timeout=timeout, max_interval=t.poll_interval, reporter=reporter,
-                            diagnose=functools.partial(diagnose, platform=self.node.config.platform),
-                            stall_after=t.stall, restarts_from=self.deploy_dir / self.compose.files[0])
+        got = wait_healthy(project=self._vllm_project(), service=self.service, health_url=f"{self.base_url}/health",
+                           timeout=timeout, max_interval=t.poll_interval, reporter=reporter,
+                           diagnose=functools.partial(diagnose, platform=self.node.config.platform),
+                           stall_after=t.stall, restarts_from=self.deploy_dir / self.compose.files[0])
+        slot = self._probed()
+        if got.ended and slot is not None and slot.number in self.listed:  # listed as it is: it runs no more
+            self.listed[slot.number] = replace(self.listed[slot.number], status="exited")
+        return got
 
     def container_log(self) -> list[str]:
         container = engine.find_container(self._vllm_project(), self.service)
@@ -277,7 +281,8 @@ class DockerNode(DeployDir):
     def api_key(self) -> str | None:
         """The key the serving vllm asks /v1 requests for, read from its container as vLLM reads it
         (its --api-key, else VLLM_API_KEY): the operator's .env, an adopted file or a rendered stack alike."""
-        container = engine.find_container(self._vllm_project(), self.service)
+        slot = self._probed()  # a slot as listed (its argv and environment do not change): no engine call
+        container = slot.box if slot is not None else engine.find_container(self.project, self.service)
         if container is None:
             return None
         attrs = container.attrs
@@ -384,6 +389,10 @@ class DockerNode(DeployDir):
         joined = standby.join_door(self.project, self.service, slot, found)
         joined.box.start()
         self.reach["slot"] = joined  # what the probes reach now: its port and name (not its status)
+        if slot in found:  # the listing stands, but for who is on the door's network and runs: a failed boot's
+            # undo wakes the sleeper from it, never asking the engine while it tears the crashed container down
+            self.listed.update({n: replace(s, on_door=n == slot) for n, s in found.items()})
+            self.listed[slot] = replace(self.listed[slot], status="running")
 
     def wake(self, slot: int) -> float:
         found = dict(self.listed)

@@ -8,12 +8,13 @@ the deploy dir while it holds those files), with its own host port on loopback (
 Compose in the environment, which Compose prefers to the .env file; the files keep their bytes).
 
 The door dials `vllm:8000` on the project network `P_default` (render/door.py). A slot joins that
-network with the service's name as its network alias, and every other slot leaves it: the engine's DNS
-then names one container, the one the door and the tool's probes reach. Moving the alias is a network
-(dis)connect, no Caddy config change: a reload would end the requests the door holds (render/door.py),
-so the config stays as it is for the whole switch. The door dials without keep-alive on a standby node
-(render/door.py `caddy_config`), so every request resolves the name again and none rides a pooled
-connection to the container that left. The gate is closed while the alias moves.
+network with the service's name as its network alias, and every other slot that runs leaves it (a
+stopped one has no name there): the engine's DNS then names one container, the one the door and the
+tool's probes reach. Moving the alias is a network (dis)connect, no Caddy config change: a reload would
+end the requests the door holds (render/door.py), so the config stays as it is for the whole switch.
+The door dials without keep-alive on a standby node (render/door.py `caddy_config`), so every request
+resolves the name again and none rides a pooled connection to the container that left. The gate is
+closed while the alias moves.
 
 Sleep and wake go to the slot's own port, the tool's path, never through the door (which refuses those
 routes): sleepmode.py's POST /sleep?level=N, the wake its level needs (level 2: weights, reload_weights,
@@ -99,8 +100,10 @@ def slots(project: str, service: str) -> dict[int, Slot]:
 
 
 def reached(project: str, service: str) -> Slot | None:
-    """The slot the door and the probes reach, None when it is the project's own vllm."""
-    return next((s for s in slots(project, service).values() if s.on_door), None)
+    """The slot the door and the probes reach, None when it is the project's own vllm: the one running on the
+    door's network, else one that is there (stopped: `restore` after `drain` starts it)."""
+    on_door = [s for s in slots(project, service).values() if s.on_door]
+    return next((s for s in on_door if s.status == "running"), on_door[0] if on_door else None)
 
 
 def is_sleeping(slot: Slot) -> bool | None:
@@ -151,7 +154,10 @@ def join_door(project: str, service: str, slot: int, found: dict[int, Slot] | No
     if found is None or slot not in found:
         found = slots(project, service)
     for other in found.values():
-        if other.number != slot and other.on_door:
+        # Only a running container has a name on the network (the engine drops a stopped one's endpoint), so
+        # one that does not run is left there until its slot is removed: a crashed boot's container is not
+        # asked while the engine tears it down (0.3-0.6 s inside the hold, on vfs).
+        if other.number != slot and other.on_door and other.status == "running":
             with contextlib.suppress(docker_errors.NotFound, docker_errors.APIError):
                 net.disconnect(other.box)
     mine = found.get(slot)

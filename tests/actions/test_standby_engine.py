@@ -14,7 +14,9 @@ and each slot's own port says whether it sleeps.
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable, Iterator
+from datetime import datetime
 from typing import Any
 
 import pytest
@@ -282,3 +284,44 @@ def test_standby_a_run_killed_before_activate_is_rolled_back_by_waking_the_sleep
                       "--filter", "label=com.docker.compose.service=vllm").stdout.split()  # no own container
     st = node.json("status")
     assert st["differs"] == [] and st["serving_slot"] == {"slot": 2, "revision": st["current"]["number"]}, st
+
+
+def test_standby_a_recovery_whose_woken_standby_fails_boots_the_previous_revision_in_its_slot(
+        standby_node: SimNode) -> None:
+    """Issue 35, deliver 4: killed before activate, `later`'s slot sleeps (the killed run put it to sleep); the
+    rollback puts nothing to sleep, wakes it, and the woken engine answers word-salad (B70SIM_FAIL=garbage,
+    FAIL_AFTER seconds after it was first ready). The previous revision comes back booted cold in its slot,
+    P-r2, recorded as serving there, never in the project's own container: from outside, a completion through
+    the door, the one awake container on the door's network (a new one, its labels and argv), and status."""
+    node = standby_node
+    after = 15.0
+    (node.root / "stacks" / "later.yaml").write_text(yaml.safe_dump(
+        {"extends": "beta", "env": {"B70SIM_FAIL": "garbage", "B70SIM_FAIL_AFTER": f"{after:g}"}}))
+    node.cli("switch", "alpha", "--yes", check=True)
+    node.cli("switch", "later", "--yes", check=True)
+    _, _, later = served(node)
+    killed = node.cli("switch", "alpha", "--yes", env={"B70DEPLOY_FAULT": "before:activate"})
+    assert killed.returncode == -9, killed.stdout + killed.stderr
+    ready = later["State"]["StartedAt"]
+    time.sleep(max(0.0, after + 1.0 - (time.time() - started_epoch(ready))))  # the wake now answers garbage
+    done = node.cli("rollback", "--yes")
+    said = done.stdout + done.stderr
+    assert done.returncode == 1 and "woke revision 2's slot" in said, said
+    assert "revision 2 booted again in its slot 2" in said, said
+    stack, length, now = served(node)
+    assert (stack, length) == ("later", 262144) and now["Id"] != later["Id"], now["Id"]
+    assert now["Config"]["Labels"]["com.docker.compose.project"] == f"{node.project}-r2"
+    assert "262144" in " ".join(now["Config"]["Cmd"])
+    assert not docker("ps", "-aq", "--filter", f"label=com.docker.compose.project={node.project}",
+                      "--filter", "label=com.docker.compose.service=vllm").stdout.split()  # no own container
+    st = node.json("status")
+    assert st["current"]["number"] == 2 and st["differs"] == [], st
+    assert st["serving_slot"] == {"slot": 2, "revision": 2}, st
+    assert sum(1 for b in ours(node) if b["State"]["Running"] and sleeping(b)) <= 1
+    node.cli("switch", "alpha", "--yes", check=True)
+    assert served(node)[0] == "alpha"
+
+
+def started_epoch(stamp: str) -> float:
+    """Docker's StartedAt (RFC 3339, nanoseconds) as epoch seconds."""
+    return datetime.fromisoformat(stamp[:26].rstrip("Z") + "+00:00").timestamp()

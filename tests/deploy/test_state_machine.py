@@ -398,9 +398,10 @@ def test_standby_failed_boot_wakes_the_standby_checks_it_and_points_the_door_bac
     assert not outcome.ok and outcome.rolled_back, outcome.summary
     at = b.node.effects.index("activate:start beside 3")
     undo = b.node.effects[at + 1:]
-    # woken, asked /health once and one completion: it passed every check when it went to sleep
-    assert [e.split(":", 1)[1] for e in undo] == ["wait", "retire 3", "write", "wake 2", "one completion",
-                                                   "door open 2"], undo
+    # woken, asked /health once and one completion: it passed every check when it went to sleep; the crashed
+    # slot (its process ended: it holds nothing) is removed once the door has reopened
+    assert [e.split(":", 1)[1] for e in undo] == ["wait", "write", "wake 2", "one completion", "door open 2",
+                                                   "retire 3"], undo
     assert "release:door open 3" not in b.node.effects  # the failed stack never had the door
     assert standby_agreed(b) == "alpha" and b.node.slots() == {1: "asleep", 2: "live"}
 
@@ -415,6 +416,28 @@ def test_standby_woken_with_garbage_is_not_given_the_door(root: Path) -> None:
     assert "rollback FAILED" in outcome.summary
     assert any("woke from standby and failed its smoke tests" in d for d in outcome.details), outcome.details
     assert b.node.door_points is None  # still holding: the garbage never got the clients
+
+
+def test_standby_recovery_whose_woken_standby_fails_boots_the_previous_revision_in_its_slot(root: Path) -> None:
+    """Issue 35, deliver 4: a switch killed after its drain (alpha asleep in slot 2, beta's slot 3 made); the
+    rollback removes slot 3, puts nothing to sleep and wakes slot 2, which fails its completion. The previous
+    revision (alpha) comes back booted cold in its own slot, recorded as serving there, never in the
+    project's own container."""
+    b = Bench(root, standby=True)
+    b.point = ("after", "drain")
+    with pytest.raises(Killed):
+        b.switch()
+    b.node.smoke_fails.add("alpha")  # what the wake gets wrong; a cold boot is checked by /health
+    b.node.effects.clear()
+    outcome = b.rollback()
+    assert not outcome.ok and outcome.rolled_back, outcome.summary
+    undo = [e.split(":", 1)[1] for e in b.node.effects[b.node.effects.index("check:one completion") + 1:]]
+    assert undo == ["retire 2", "write", "boot beside 2", "start beside 2", "wait", "door open 2"], undo
+    assert "vllm" not in b.node.running and not any("up vllm" in e for e in b.node.effects), b.node.effects
+    assert b.node.slots() == {1: "asleep", 2: "live"} and b.node.slot_files[2] == stack_files("alpha")
+    assert standby_agreed(b) == "alpha" and b.node.door_points == 2
+    records = SlotBook(b.state.path).read()
+    assert (records[2].revision, records[2].asleep_since) == (2, None), records
 
 
 def test_standby_rollback_wakes_the_sleeping_slot_instead_of_booting(root: Path) -> None:

@@ -198,7 +198,7 @@ class FakeNode:
                  "INFO 01-01 00:00:01 [kv_cache_utils.py:1] GPU KV cache size: 65,536 tokens"]
         if self._reached() is not None and self.serves() is not None:
             return WaitResult(True, 2.0, "healthy", log_lines=lines)
-        return WaitResult(False, 2.0, "the vllm container exited (code 1)", exit_code=1, log_lines=lines)
+        return WaitResult(False, 2.0, "the vllm container exited (code 1)", exit_code=1, log_lines=lines, ended=True)
 
     def container_log(self) -> list[str]:
         return ["INFO 01-01 00:00:00 [api_server.py:1] vLLM API server version 0.0.fake"]
