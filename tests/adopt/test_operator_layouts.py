@@ -204,8 +204,10 @@ def _naptha_override(lay: Layout, folder: Path) -> dict[str, Any]:
         vllm: {"image": s["vllm-serve"], "deploy": "!reset", "ports": [f"127.0.0.1:{lay.ports['vllm']}:8000"]},
         "litellm": {"image": s["litellm"], "container_name": f"{uniq}-litellm",
                     "ports": f"!override 127.0.0.1:{lay.ports['router']}:4000"},
+        # Its health check runs first one `interval` (30 s) after a start (Engine 20.10 has no
+        # start_interval), and litellm, which waits for it, starts again on every switch.
         "pgvector": {"image": s["pgvector"], "container_name": f"{uniq}-node-pgvector",
-                     "ports": f"!override 127.0.0.1:{lay.ports['db']}:5432"}},
+                     "ports": f"!override 127.0.0.1:{lay.ports['db']}:5432", "healthcheck": {"interval": "1s"}}},
         "networks": {"naptha-network": {"name": s["network"]}}}
 
 
