@@ -128,8 +128,7 @@ def standins(sim_images: dict[str, str]) -> dict[str, str]:
         # OPEA's llm-vllm-hpu (GenAIComps Dockerfile.hpu): no ENTRYPOINT, CMD ["/bin/bash"].
         "no-entrypoint": _standin(sim_images["serve"], f"{repo}:ops-llm-vllm-hpu", ['CMD ["/bin/bash"]', *FAST]),
         # A vLLM image whose ENTRYPOINT is `vllm serve` (the compose file of that layout sets it too).
-        "vllm-serve": _standin(sim_images["serve"], f"{repo}:ops-vllm-xpu", ['ENTRYPOINT ["vllm", "serve"]',
-                                                                               *FAST]),
+        "vllm-serve": _standin(sim_images["serve"], f"{repo}:ops-vllm-xpu", ['ENTRYPOINT ["vllm", "serve"]', *FAST]),
         "open-webui": _standin(sim_images["serve"], f"{repo}:ops-open-webui", [
             'CMD ["sim-webui", "--port", "8080", "--data", "/app/backend/data"]']),
         # caddy:2: CMD caddy run --config /etc/caddy/Caddyfile --adapter caddyfile.
