@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import signal
 import sys
 import urllib.error
 import urllib.request
@@ -88,6 +89,10 @@ def main(argv: list[str]) -> int:
     with open(ns.config) as fh:
         Router.config = yaml.safe_load(fh) or {}
     server = ThreadingHTTPServer((ns.host, ns.port), Router)
+    # LiteLLM's proxy runs under uvicorn (litellm/proxy/proxy_cli.py, `--run_gunicorn`: "instead of
+    # uvicorn"), exec'd as PID 1 (docker/prod_entrypoint.sh, bb3ed9c3), and uvicorn exits on SIGTERM;
+    # PID 1 without a handler ignores it, and every `compose stop` would wait its whole timeout.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     print(f"litellm stand-in on {ns.host}:{ns.port}, routes {sorted(routes(Router.config))}", flush=True)
     server.serve_forever(poll_interval=0.2)
     return 0

@@ -15,13 +15,14 @@ project of two compose files; naptha-node, which its operator runs from two file
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
 import shutil
 import subprocess
 import tempfile
 import time
-import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -30,11 +31,13 @@ import pytest
 import requests
 import simkit
 import yaml
+from filelock import FileLock
 from kit.scratch import make_gpu_nodes
 from kit.simnode import docker
 from simkit import unavailable
 
 from b70deploy.sim import door_image
+from b70deploy.sim.image import REPO as SIM_REPO
 
 pytestmark = pytest.mark.docker
 
@@ -46,67 +49,94 @@ HUB_CONFIG = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hid
 FAST = ["ENV B70SIM_BOOT_SECONDS=1", "ENV B70SIM_DECODE_TPS=500"]
 
 
+STANDIN_INPUTS = "b70test.standin-inputs"
+
+
+def _inputs(base_id: str, changes: list[str], files: dict[str, Path | bytes]) -> str:
+    """A digest of everything a stand-in is made of: the base image, the changes, the files' bytes."""
+    h = hashlib.sha256(f"{base_id}\0{changes}\0".encode())
+    for dest, what in sorted(files.items()):
+        h.update(f"{dest}\0".encode())
+        if isinstance(what, bytes):
+            h.update(what)
+            continue
+        for path in sorted(what.rglob("*")) if what.is_dir() else [what]:
+            if path.is_file() and path.suffix != ".so" and "__pycache__" not in path.parts:
+                h.update(f"{path.relative_to(what) if what.is_dir() else ''}\0".encode() + path.read_bytes())
+    return h.hexdigest()[:24]
+
+
 def _standin(base: str, tag: str, changes: list[str], files: dict[str, Path | bytes] | None = None) -> str:
     """`base`'s files (and `files`: path in the image -> a host file or folder, or bytes) as a new
     image with `base`'s environment and labels and only the ENTRYPOINT and CMD `changes` give (an
-    imported image inherits none: `docker commit` cannot unset an ENTRYPOINT)."""
-    conf = json.loads(docker("image", "inspect", base).stdout)[0]["Config"]
-    keep = [f"ENV {e}" for e in conf.get("Env") or []]
-    keep += [f"LABEL {k}={v}" for k, v in (conf.get("Labels") or {}).items()]
-    box = docker("create", base, "true").stdout.strip()
-    try:
-        with tempfile.TemporaryDirectory() as stage:
-            for dest, what in (files or {}).items():
-                at = Path(stage) / dest.lstrip("/")
-                at.parent.mkdir(parents=True, exist_ok=True)
-                if isinstance(what, bytes):
-                    at.write_bytes(what)
-                    at.chmod(0o755)
-                elif what.is_dir():
-                    shutil.copytree(what, at, ignore=shutil.ignore_patterns("*.so", "__pycache__"))
-                else:
-                    shutil.copyfile(what, at)
-            if files:
-                docker("cp", f"{stage}/.", f"{box}:/")
-        argv = ["docker", "import"]
-        for c in [*keep, "WORKDIR /", *changes]:
-            argv += ["--change", c]
-        export = subprocess.Popen(["docker", "export", box], stdout=subprocess.PIPE)
-        done = subprocess.run([*argv, "-", tag], stdin=export.stdout, capture_output=True, timeout=300, check=False)
-        export.wait(timeout=300)
-        assert done.returncode == 0, done.stderr
-    finally:
-        docker("rm", "-f", box, check=False)
+    imported image inherits none: `docker commit` cannot unset an ENTRYPOINT). Cached as the sim
+    images are: built once for all workers and sessions, again only when its inputs change."""
+    base_info = json.loads(docker("image", "inspect", base).stdout)[0]
+    digest = _inputs(base_info["Id"], changes, files or {})
+    with FileLock(os.path.join(tempfile.gettempdir(), "b70test-standins.lock"), timeout=600):
+        have = docker("image", "inspect", tag, check=False)
+        current = json.loads(have.stdout)[0] if have.returncode == 0 else None
+        if current is not None and (current["Config"].get("Labels") or {}).get(STANDIN_INPUTS) == digest:
+            return tag
+        conf = base_info["Config"]
+        keep = [f"ENV {e}" for e in conf.get("Env") or []]
+        keep += [f"LABEL {k}={v}" for k, v in (conf.get("Labels") or {}).items()]
+        box = docker("create", base, "true").stdout.strip()
+        try:
+            with tempfile.TemporaryDirectory() as stage:
+                for dest, what in (files or {}).items():
+                    at = Path(stage) / dest.lstrip("/")
+                    at.parent.mkdir(parents=True, exist_ok=True)
+                    if isinstance(what, bytes):
+                        at.write_bytes(what)
+                        at.chmod(0o755)
+                    elif what.is_dir():
+                        shutil.copytree(what, at, ignore=shutil.ignore_patterns("*.so", "__pycache__"))
+                    else:
+                        shutil.copyfile(what, at)
+                if files:
+                    docker("cp", f"{stage}/.", f"{box}:/")
+            argv = ["docker", "import"]
+            for c in [*keep, "WORKDIR /", *changes, f"LABEL {STANDIN_INPUTS}={digest}"]:
+                argv += ["--change", c]
+            export = subprocess.Popen(["docker", "export", box], stdout=subprocess.PIPE)
+            done = subprocess.run([*argv, "-", tag], stdin=export.stdout, capture_output=True, timeout=300,
+                                  check=False)
+            export.wait(timeout=300)
+            assert done.returncode == 0, done.stderr
+        finally:
+            docker("rm", "-f", box, check=False)
+        if current is not None:  # the replaced build, unless something still uses or tags it
+            docker("image", "rm", current["Id"], check=False)
     return tag
 
 
 @pytest.fixture(scope="module")
-def standins(sim_images: dict[str, str]) -> Iterator[dict[str, str]]:
-    """Images standing in for the operators' (built once for the module): each with the real
-    image's ENTRYPOINT and CMD."""
-    repo = f"b70ops-{uuid.uuid4().hex[:8]}"
-    door = door_image.build(tag=f"{repo}/caddy-base:2").tag
-    tags = {
+def standins(sim_images: dict[str, str]) -> dict[str, str]:
+    """Images standing in for the operators' (each with the real image's ENTRYPOINT and CMD), tagged
+    beside the sim images (B70SIM_REPO) and kept as they are."""
+    repo = SIM_REPO
+    door = door_image.build(tag=f"{repo}:ops-caddy-base").tag
+    return {
         # vllm/vllm-openai of the layout's time: ENTRYPOINT python3 -m vllm.entrypoints.openai.api_server
         # (the operator's README shows `python3 -m vllm.ent…` as the container's command).
-        "vllm-openai": _standin(sim_images["serve"], f"{repo}/vllm-openai:latest", [
+        "vllm-openai": _standin(sim_images["serve"], f"{repo}:ops-vllm-openai", [
             'ENTRYPOINT ["python3", "-m", "vllm.entrypoints.openai.api_server"]', *FAST]),
         # rocm/vllm: no ENTRYPOINT, a shell as CMD; the compose command starts the server.
-        "rocm-vllm": _standin(sim_images["serve"], f"{repo}/rocm-vllm:latest", ['CMD ["/bin/bash"]', *FAST]),
+        "rocm-vllm": _standin(sim_images["serve"], f"{repo}:ops-rocm-vllm", ['CMD ["/bin/bash"]', *FAST]),
         # open-webui keeps webui.db in /app/backend/data and listens on 8080.
         # OPEA's llm-vllm-hpu (GenAIComps Dockerfile.hpu): no ENTRYPOINT, CMD ["/bin/bash"].
-        "no-entrypoint": _standin(sim_images["serve"], f"{repo}/llm-vllm-hpu:latest", ['CMD ["/bin/bash"]', *FAST]),
+        "no-entrypoint": _standin(sim_images["serve"], f"{repo}:ops-llm-vllm-hpu", ['CMD ["/bin/bash"]', *FAST]),
         # A vLLM image whose ENTRYPOINT is `vllm serve` (the compose file of that layout sets it too).
-        "vllm-serve": _standin(sim_images["serve"], f"{repo}/vllm-xpu:latest", ['ENTRYPOINT ["vllm", "serve"]',
-                                                                               *FAST]),
-        "open-webui": _standin(sim_images["serve"], f"{repo}/open-webui:main", [
+        "vllm-serve": _standin(sim_images["serve"], f"{repo}:ops-vllm-xpu", ['ENTRYPOINT ["vllm", "serve"]', *FAST]),
+        "open-webui": _standin(sim_images["serve"], f"{repo}:ops-open-webui", [
             'CMD ["sim-webui", "--port", "8080", "--data", "/app/backend/data"]']),
         # caddy:2: CMD caddy run --config /etc/caddy/Caddyfile --adapter caddyfile.
-        "caddy": _standin(door, f"{repo}/caddy:2", [
+        "caddy": _standin(door, f"{repo}:ops-caddy", [
             'CMD ["caddy", "run", "--config", "/etc/caddy/Caddyfile", "--adapter", "caddyfile"]']),
         # ghcr.io/berriai/litellm: WORKDIR /app, ENTRYPOINT ["docker/prod_entrypoint.sh"], CMD ["--port", "4000"];
         # the stand-in routes by the operator's own config (litellm_standin.py, with PyYAML).
-        "litellm": _standin(sim_images["serve"], f"{repo}/litellm:main-latest", [
+        "litellm": _standin(sim_images["serve"], f"{repo}:ops-litellm", [
             "WORKDIR /app", 'ENTRYPOINT ["docker/prod_entrypoint.sh"]', 'CMD ["--port", "4000"]'], files={
             "/app/docker/prod_entrypoint.sh":
                 b'#!/bin/sh\nPYTHONPATH=/opt/litellm exec python3 /opt/litellm/litellm_standin.py "$@"\n',
@@ -115,15 +145,11 @@ def standins(sim_images: dict[str, str]) -> Iterator[dict[str, str]]:
         # pgvector/pgvector:pg17 (postgres's image): ENTRYPOINT docker-entrypoint.sh, CMD postgres, PGDATA in
         # /var/lib/postgresql/data. The stand-in keeps a data file made once with a random id there (as
         # initdb makes the cluster's system identifier once) and answers pg_isready on 5432.
-        "pgvector": _standin(sim_images["serve"], f"{repo}/pgvector:pg17", [
+        "pgvector": _standin(sim_images["serve"], f"{repo}:ops-pgvector", [
             "ENV PGDATA=/var/lib/postgresql/data", 'ENTRYPOINT ["docker-entrypoint.sh"]', 'CMD ["postgres"]'],
             files={"/usr/local/bin/docker-entrypoint.sh": b'#!/bin/sh\nexec sim-webui --port 5432 --data "$PGDATA"\n',
                    "/usr/local/bin/pg_isready": b"#!/bin/sh\nexec wget -q -O /dev/null http://127.0.0.1:5432/health\n"}),
     }
-    try:
-        yield tags
-    finally:
-        docker("rmi", "-f", door, *tags.values(), check=False)
 
 
 @dataclass
@@ -204,8 +230,10 @@ def _naptha_override(lay: Layout, folder: Path) -> dict[str, Any]:
         vllm: {"image": s["vllm-serve"], "deploy": "!reset", "ports": [f"127.0.0.1:{lay.ports['vllm']}:8000"]},
         "litellm": {"image": s["litellm"], "container_name": f"{uniq}-litellm",
                     "ports": f"!override 127.0.0.1:{lay.ports['router']}:4000"},
+        # Its health check runs first one `interval` (30 s) after a start (Engine 20.10 has no
+        # start_interval), and litellm, which waits for it, starts again on every switch.
         "pgvector": {"image": s["pgvector"], "container_name": f"{uniq}-node-pgvector",
-                     "ports": f"!override 127.0.0.1:{lay.ports['db']}:5432"}},
+                     "ports": f"!override 127.0.0.1:{lay.ports['db']}:5432", "healthcheck": {"interval": "1s"}}},
         "networks": {"naptha-network": {"name": s["network"]}}}
 
 

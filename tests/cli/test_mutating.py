@@ -13,6 +13,7 @@ import subprocess
 import sys
 import textwrap
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import click
@@ -128,8 +129,11 @@ def test_a_held_lock_refuses_each_mutating_command_at_once(scratch: Scratch) -> 
     state = scratch.root / "state"
     holder = _holder(state)
     try:
-        for args in REFUSED:
-            r = run_cli(scratch.config, *args, in_process=True)
+        # All at once, each its own process: pin, unpin and fsck --repair wait 10 s for the lock
+        # (actions/bookkeeping.py, fsck.py) before they refuse; one after another took 30 s.
+        with ThreadPoolExecutor(max_workers=len(REFUSED)) as pool:
+            runs = list(pool.map(lambda args: run_cli(scratch.config, *args, timeout=60), REFUSED))
+        for args, r in zip(REFUSED, runs, strict=True):
             assert r.returncode == 1, (args, r.stdout, r.stderr)
             assert f"the node is locked by pid {holder.pid}" in r.stderr and "switch eagle3" in r.stderr, args
     finally:
