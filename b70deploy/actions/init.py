@@ -53,6 +53,8 @@ class Fact:
         """The value fit to print: secret-looking environment values masked."""
         if self.key == "companions":
             return "; ".join(_companion(c) for c in self.value)
+        if self.key == "variables":  # names only: a secret label's value is among them (the file has them)
+            return ", ".join(self.value)
         return str(self.value)
 
 
