@@ -141,8 +141,15 @@ def test_the_operators_labels_and_bound_files_survive_a_switch_and_its_dry_run_s
     compose = (n.folder / "docker-compose.yml").read_text()
     assert "apr1" not in compose and stat.S_IMODE((n.folder / "docker-compose.yml").stat().st_mode) == 0o644
     assert stat.S_IMODE((n.folder / ".env").stat().st_mode) == 0o600
-    # ---- the way back: the operator's bytes, their labels on the containers they start
+    # ---- the way back: the operator's bytes, their labels on the containers they start; its dry run
+    # names what it writes and removes, as the switch's did
+    preview = n.cli("rollback", "--dry-run")
+    written = set(re.findall(r"^\+\+\+ revision-1/(\S+)", preview, re.M))
+    removed = set(re.findall(r"^--- deployed/(\S+)\n\+\+\+ /dev/null", preview, re.M))
     n.cli("rollback", "--yes")
+    back = {p.relative_to(n.folder).as_posix(): p.read_bytes() for p in n.folder.rglob("*") if p.is_file()}
+    assert removed == set(after) - set(back) and removed, preview
+    assert written == {k for k in back if back[k] != after.get(k)}, preview
     assert (n.folder / "docker-compose.yml").read_text() == compose_file()
     assert_labels(n, None)
     # ---- and forward again from the adopted bytes: the labels from the node config once more
