@@ -9,6 +9,7 @@ from collections.abc import Collection, Mapping
 from pathlib import Path
 
 from ..config.node import Node
+from ..deploy.deploydir import strays
 from ..render.masking import NONE, Secrets, mask_bytes, opaque
 from ..state.fsio import read_tree
 from ..ui.notice import node_secrets
@@ -47,6 +48,22 @@ def diff_against_dir(deploy_dir: Path, new: Mapping[str, bytes], *, secrets: Sec
     old = read_tree(deploy_dir, sorted(new))
     return unified(old, new, old_label=str(deploy_dir), new_label="rendered", secrets=secrets,
                    hidden=opaque(tree_modes(deploy_dir, sorted(old))))
+
+
+def as_written(deploy_dir: Path, files: Mapping[str, bytes], compose_files: Collection[str],
+               recorded: Collection[str]) -> tuple[dict[str, bytes], list[str]]:
+    """A dry run's view of the deploy dir: the bytes a write of `files` replaces or removes (deploy/
+    deploydir.strays, the rule the write itself follows), and the files of the current revision
+    (`recorded`) it leaves as they are: the operator's bound files a rendered stack no longer reads."""
+    gone = strays(deploy_dir, files, tuple(compose_files))
+    kept = sorted(n for n in recorded if n not in files and n not in gone and (deploy_dir / n).is_file())
+    return read_tree(deploy_dir, sorted(set(files) | set(gone))), kept
+
+
+def kept_line(kept: Collection[str]) -> list[str]:
+    if not kept:
+        return []
+    return [f"  kept as they are (files of yours it no longer reads, left unmanaged): {', '.join(kept)}"]
 
 
 def tree_modes(root: Path, names: Collection[str]) -> dict[str, int]:

@@ -22,6 +22,7 @@ from typing import Any
 import yaml
 
 from ..config.compose_folder import references
+from ..config.compose_keys import TOOL_LABELS, label_map
 from ..config.node import CWD_NAME, SYSTEM_PATH, default_state_dir
 from ..config.schema import NodeConfig
 from ..config.validation import validate
@@ -52,6 +53,8 @@ class Fact:
         """The value fit to print: secret-looking environment values masked."""
         if self.key == "companions":
             return "; ".join(_companion(c) for c in self.value)
+        if self.key == "variables":  # names only: a secret label's value is among them (the file has them)
+            return ", ".join(self.value)
         return str(self.value)
 
 
@@ -120,6 +123,9 @@ class InitPlan:
             marked = c.get("secrets", [])
             found |= Secrets(keys=frozenset(marked),
                              values=frozenset(secret_variables(c.get("environment", {}), marked).values()))
+        names = self.config.get("secret_variables", [])
+        found |= Secrets(keys=frozenset(names),
+                         values=frozenset(secret_variables(self.config.get("variables", {}), names).values()))
         for text in self.secret_files.values():
             found |= Secrets(keys=frozenset({API_KEY_ENV}), values=frozenset(
                 v for k, _, v in (line.partition("=") for line in text.splitlines()) if v))
@@ -229,6 +235,34 @@ def project_variables(p: discover.LiveProject) -> dict[str, str]:
 _VARIABLE = re.compile(r"(?<!\$)\$\{?([A-Za-z_][A-Za-z0-9_]*)")
 
 
+@dataclass(frozen=True)
+class Labels:
+    """A service's own labels as a switch renders them (Compose text, `${VAR}` references kept), the
+    operator's .env values they name, and the variables that hold a secret label's value."""
+
+    labels: dict[str, str]
+    variables: dict[str, str]
+    secret: tuple[str, ...] = ()
+
+
+def _labels_of(service: str, written: Any, variables: dict[str, str]) -> Labels:
+    """The labels as written. One holding a secret in clear (a basic-auth label's users written inline)
+    becomes `${B70_LABEL_...}`, its value (Compose's `$$` as the `$` the container gets) a variable of
+    the rendered .env (0600): the rendered compose file others may read never holds it."""
+    # b70deploy.* are the tool's (a project an earlier switch rendered): every render writes its own.
+    labels = {k: v for k, v in label_map(written or {}).items() if not k.startswith(TOOL_LABELS)}
+    given: dict[str, str] = {}
+    secret: list[str] = []
+    for key, value in labels.items():
+        if value and is_secret(key) and not is_reference(value):
+            name = "B70_LABEL_" + re.sub(r"[^A-Za-z0-9]+", "_", f"{service}_{key}").strip("_").upper()
+            given[name], labels[key] = value.replace("$$", "$"), f"${{{name}}}"
+            secret.append(name)
+    named = sorted({m for v in labels.values() for m in _VARIABLE.findall(v)})
+    given |= {k: variables[k] for k in named if k in variables}
+    return Labels(labels, dict(sorted(given.items())), tuple(secret))
+
+
 def _port(spec: dict[str, Any], want: int | None = None) -> tuple[int, int, str | None] | None:
     """(published, container port, host ip) of the service's first published TCP port
     (the one to `want` when given)."""
@@ -326,16 +360,20 @@ def plan(d: Discovery, state_dir: Path | None = None) -> InitPlan:
                 notes.append(f"{env_files[0]} is mode {mode:o}: chmod 600 it (it holds secrets)")
     if d.api_key:
         _api_key(d.api_key, env_files, cfg, out, put)
-    _node_wide(name, vllm, doc, p.name, put)
     written = (d.written or {}).get("services") or {}
+    own = _labels_of(name, (written.get(name) or vllm).get("labels"), d.variables)
+    _node_wide(name, vllm, doc, p.name, put, own.labels)
+    if own.variables:
+        put("variables", own.variables, f"the project's .env values the labels of service {name} name: the "
+            "rendered .env (0600) gives them" + (", a secret label's value among them" if own.secret else ""))
     # Only the services Compose ran (a variant behind a profile nobody started is not the node's).
     companions = [_companion_of(other, services[other], doc, notes, (written.get(other) or {}).get("environment"),
-                                d.secret_values, d.variables)
+                                d.secret_values, d.variables, (written.get(other) or services[other]).get("labels"))
                   for other in sorted(services) if other != name and other in p.services]
     if companions:
         put("companions", companions, f"the other services of project {p.name} "
             f"({', '.join(c['name'] for c in companions)}): stopped with vllm by a drain, started after it")
-    in_labels = _label_secrets(written, d.variables, d.secret_values)
+    in_labels = sorted(set(_label_secrets(written, d.variables, d.secret_values)) | set(own.secret))
     if in_labels:
         put("secret_variables", in_labels, "the labels of the project's services interpolate them from its .env, "
             "each a value of an env file you marked secret (0600) or under a secret name: masked in every output")
@@ -393,15 +431,16 @@ def _device(d: Any) -> Any:
 
 
 def _node_wide(name: str, vllm: dict[str, Any], doc: dict[str, Any], project: str,
-               put: Callable[[str, Any, str], None]) -> None:
+               put: Callable[[str, Any, str], None], labels: dict[str, str]) -> None:
     """The running service's node-wide keys (NODE_WIDE) and the project's networks, as Compose
-    resolved them: every switch and rollback renders them again."""
-    kept: dict[str, Any] = {}
+    resolved them, and its own labels as written: every switch and rollback renders them again."""
+    kept: dict[str, Any] = {"labels": labels} if labels else {}
     for key in NODE_WIDE:
         value = vllm.get(key)
         if value in (None, [], {}, False) or (key == "networks" and value == {"default": None}):
             continue
         kept[key] = [_device(v) for v in value] if key == "devices" else value
+    kept = dict(sorted(kept.items()))
     if kept:
         put("compose", kept, f"the node-wide keys of the running service {name} ({', '.join(kept)}): every switch and "
             "rollback keeps them")
@@ -511,7 +550,7 @@ def _env_map(environment: dict[str, Any] | list[Any]) -> dict[str, Any]:
 def _companion_of(name: str, spec: dict[str, Any], doc: dict[str, Any], notes: list[str],
                   written: dict[str, Any] | list[Any] | None = None,
                   secret_values: frozenset[str] = frozenset(),
-                  variables: dict[str, str] | None = None) -> dict[str, Any]:
+                  variables: dict[str, str] | None = None, labels: Any = None) -> dict[str, Any]:
     """A companion as the node config keeps it: image, command, port, environment as written
     (`written`: ${VAR} references kept, with the values those variables had; else as resolved, a
     literal `$` as Compose's `$$`), its data volumes (a named volume by the engine's own name, so
@@ -529,15 +568,16 @@ def _companion_of(name: str, spec: dict[str, Any], doc: dict[str, Any], notes: l
         env = {**env, **{str(k): "" if v is None else str(v) for k, v in _env_map(written).items()}}
     if env:
         comp["environment"] = env
+    own = _labels_of(name, labels, variables or {})
     named = sorted({m for v in env.values() for m in _VARIABLE.findall(v)})
-    given = {k: (variables or {})[k] for k in named if k in (variables or {})}
+    given = {k: (variables or {})[k] for k in named if k in (variables or {})} | own.variables
     if given:
         comp["variables"] = given
     # A value holding a secret in clear (a reference says where one is, and stays as written), or a
     # variable's: from an env file or .env the operator marked secret, under a name that does not say so.
     marked = sorted({k for k, v in env.items() if k not in named and not is_secret(k) and not is_reference(v)
                      and any(s in resolved.get(k, "") for s in secret_values)}
-                    | {k for k, v in given.items() if not is_secret(k) and v in secret_values})
+                    | {k for k, v in given.items() if not is_secret(k) and v in secret_values} | set(own.secret))
     if marked:
         comp["secrets"] = marked
     volumes = []
@@ -561,6 +601,8 @@ def _companion_of(name: str, spec: dict[str, Any], doc: dict[str, Any], notes: l
     # security_opt...), through the companion's compose: passthrough; the default network is every render's.
     carried = {k: v for k, v in sorted(spec.items()) if k not in _COMPANION_KEYS and v not in (None, [], {})
                and not (k == "networks" and v == {"default": None})}
+    if own.labels:  # as written (a Traefik router's): a switch renders them beside b70deploy's own
+        carried = dict(sorted({**carried, "labels": own.labels}.items()))
     if carried:
         comp["compose"] = carried
     return comp

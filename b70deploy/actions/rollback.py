@@ -17,12 +17,11 @@ from ..errors import UserError
 from ..render.door import image_in
 from ..render.filenames import COMPOSE_FILE
 from ..render.masking import opaque
-from ..state.fsio import read_tree
 from ..state.revisions import Revision
 from ..state.statedir import StateDir
 from ..ui.notice import node_secrets
 from ..ui.progress import Reporter
-from .diff import tree_modes, unified
+from .diff import as_written, kept_line, tree_modes, unified
 from .handmade import check_drift, check_files, mounts_changed, own_stack
 from .mutating import mutating
 from .switch import Confirm, DeployOptions, asleep_line, deploy, standby_plan
@@ -175,7 +174,8 @@ class Rollback:
         rollback itself would)."""
         plan = self.plan()
         cur = StateDir(self.node.state_dir).revisions.current()
-        live = read_tree(self.node.deploy_dir, sorted(set(plan.files) | set(cur.meta.files if cur else [])))
+        live, kept = as_written(self.node.deploy_dir, plan.files, self.node.compose_files,
+                                cur.meta.files if cur else ())
         hidden = opaque(cur.modes() if cur else {}, plan.modes, tree_modes(self.node.deploy_dir, live),
                         compose_files=self.node.compose_files)
         text = unified(live, plan.files, old_label="deployed", new_label=f"revision-{plan.restored_from}",
@@ -183,7 +183,8 @@ class Rollback:
         lines = [f"rollback to revision {plan.restored_from} ({plan.stack.name}): plan (dry run, nothing changed)",
                  f"  image {plan.image.ref} = {plan.image.id}",
                  f"  current: {f'revision {cur.number} ({cur.meta.stack})' if cur else 'nothing deployed'}",
-                 *[f"  warning: {w}" for w in plan.warnings], *asleep_line(self.node, plan, cur), ""]
+                 *[f"  warning: {w}" for w in plan.warnings], *asleep_line(self.node, plan, cur),
+                 *kept_line(kept), ""]
         return [*lines, *plan_lines(plan), "", text.rstrip("\n") if text else "(no file changes)"]
 
     def run(self, reporter: Reporter, *, confirm: Confirm | None = None) -> Outcome:

@@ -17,12 +17,11 @@ from ..errors import UserError
 from ..render import standby as standby_rules
 from ..render.files import COMPOSE_FILE
 from ..render.masking import opaque
-from ..state.fsio import read_tree
 from ..state.revisions import Revision
 from ..state.statedir import StateDir
 from ..ui.notice import node_secrets
 from ..ui.progress import Reporter
-from .diff import tree_modes, unified
+from .diff import as_written, kept_line, tree_modes, unified
 from .mutating import Mutation, mutating
 from .prepare import prepare, prepare_deploy
 
@@ -128,7 +127,8 @@ class Switch:
             refusal = e
         plan = self.plan() if refusal is None else self._plain_plan()
         cur = StateDir(self.node.state_dir).revisions.current()
-        live = read_tree(self.node.deploy_dir, sorted(set(plan.files) | set(cur.meta.files if cur else [])))
+        live, kept = as_written(self.node.deploy_dir, plan.files, self.node.compose_files,
+                                cur.meta.files if cur else ())
         hidden = opaque(cur.modes() if cur else {}, plan.modes, tree_modes(self.node.deploy_dir, live),
                         compose_files=self.node.compose_files)
         text = unified(live, plan.files, old_label="deployed", new_label=f"switch-{self.stack}",
@@ -138,7 +138,8 @@ class Switch:
         lines = [f"switch {self.stack}: plan (dry run, nothing changed)",
                  f"  image {plan.image.ref} {pinned}",
                  f"  current: {f'revision {cur.number} ({cur.meta.stack})' if cur else 'nothing deployed'}",
-                 *asleep_line(self.node, plan, cur), ""]
+                 *asleep_line(self.node, plan, cur),
+                 *kept_line(kept), ""]
         return Preview([*lines, *plan_lines(plan), "", text.rstrip("\n") if text else "(no file changes)"], refusal)
 
     def _plain_plan(self) -> DeployPlan:

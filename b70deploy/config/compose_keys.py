@@ -1,8 +1,9 @@
 """Which keys of the vllm service a stack may pass through (`compose:`), and which it may not.
 
 b70deploy renders some keys itself and relies on them: the image it pinned, the command the
-stack's keys make, the published port its probes use, the labels it finds its containers by,
-the profile, env files and bind mounts it writes and checks. A stack that set one of those
+stack's keys make, the published port its probes use, the profile, env files and bind mounts it
+writes and checks. `labels` go through beside the tool's own (a Traefik router's): only a key in
+the tool's namespace (`b70deploy.*`, the labels it finds its containers by) is refused. A stack that set one of those
 would silently undo what the switch checks, so it is refused; every other key of the Compose
 Specification's service goes through as written, and `docker compose config` judges it.
 """
@@ -21,7 +22,6 @@ OWNED: dict[str, str] = {
     "command": "set the stack's keys and extra_args: the command is rendered from them",
     "entrypoint": "set the stack's entrypoint_style, launcher or shell",
     "ports": "set the node's ports and bind_address (b70deploy's probes use the published port)",
-    "labels": "drop it: b70deploy finds its containers by its own labels",
     "profiles": "drop it: b70deploy starts the service by its own profile",
     "env_file": "set the stack's env: and the node's secrets_env_file",
     "volumes": "set the stack's mounts: (host paths, read-only), or the node's models_dir or hf_cache",
@@ -33,9 +33,9 @@ OWNED: dict[str, str] = {
 
 
 # A companion's: what its own node config keys say (config/schema.py Companion), and what every
-# render sets (the profile, the labels, the restart policy).
+# render sets (the profile, the restart policy).
 COMPANION_OWNED: dict[str, str] = {
-    **{k: OWNED[k] for k in ("build", "labels", "profiles", "restart", "extends")},
+    **{k: OWNED[k] for k in ("build", "profiles", "restart", "extends")},
     "image": "set the companion's image:",
     "command": "set the companion's command:",
     "ports": "set the companion's port: and container_port:",
@@ -56,4 +56,21 @@ def check_keys(compose: Mapping[str, Any], owned: Mapping[str, str] = OWNED) -> 
             return f"compose key {key!r} is not a Compose service key", "use the Compose Specification's key names"
         if key == "environment" and not isinstance(value, (Mapping, list)):
             return "compose.environment is neither a mapping nor a list", "write KEY: value entries"
+        if key == "labels":
+            if not isinstance(value, (Mapping, list)):
+                return "compose.labels is neither a mapping nor a list", "write key: value entries"
+            ours = next((k for k in label_map(value) if k.startswith(TOOL_LABELS)), None)
+            if ours is not None:
+                return (f"compose.labels.{ours} is in b70deploy's own label namespace ({TOOL_LABELS}*)",
+                        f"rename the label: {TOOL_LABELS}* labels are the ones b70deploy finds its containers by")
     return None
+
+
+TOOL_LABELS = "b70deploy."  # the namespace of the labels every render writes (and finds containers by)
+
+
+def label_map(labels: Mapping[str, Any] | list[Any]) -> dict[str, str]:
+    """A service's labels as a mapping: Compose's list form (`- key=value`) too; a bare key is ''."""
+    if isinstance(labels, Mapping):
+        return {str(k): "" if v is None else str(v) for k, v in labels.items()}
+    return {k: v for k, _, v in (str(item).partition("=") for item in labels)}

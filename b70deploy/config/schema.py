@@ -775,6 +775,10 @@ class NodeConfig(Strict):
     # runtime, devices, group_add, networks) as the hand-made deployment had them (init writes them):
     # every rendered stack has them, under its own compose: keys.
     compose: VllmCompose = Field(default_factory=dict)
+    # The operator's .env values that the vllm service's compose: keys name (`${API_USERS}` in a
+    # Traefik label; init moves a secret label written inline there too): the rendered .env (0600)
+    # carries them, so the references resolve after a switch as they did by hand.
+    variables: EnvMap = Field(default_factory=dict)
     # The project as Compose ran it: its compose files in the deploy dir, in -f order, and the
     # profiles its running services are in (init reads both from the running containers).
     compose_files: list[str] = Field(default_factory=lambda: ["docker-compose.yml"], min_length=1)

@@ -46,6 +46,29 @@ def deployed_names(deploy_dir: Path, compose_files: Sequence[str] = (COMPOSE_FIL
     return names
 
 
+def strays(deploy_dir: Path, files: Mapping[str, bytes], compose_files: Sequence[str] = (COMPOSE_FILE,)) -> list[str]:
+    """The files a write of `files` removes (write_deployed's rule; a dry run's diff lists the same): the
+    tool's own files the old deployment had (a companion's secrets file the new one no longer reads),
+    and what the deploy dir holds of ours once `files` are written (an override file of `compose_files`:
+    Compose would merge it), less `files`. Never the operator's files an adopted compose file read
+    (a bound key, a patched file), which companions may still bind: those stay, unmanaged."""
+    before = [n for n in deployed_names(deploy_dir, compose_files)
+              if n in OURS or n in compose_files or n.endswith(COMPANION_SECRETS_SUFFIX)
+              or n.startswith(("patches/", f"{COMPANIONS_DIR}/"))]
+
+    def there(name: str) -> bool:  # once `files` are written
+        return name in files or (deploy_dir / name).is_file()
+
+    after = [n for n in (*OURS, *compose_files) if there(n)]
+    for folder in (deploy_dir / "patches", deploy_dir / COMPANIONS_DIR):
+        if folder.is_dir():
+            after += sorted(p.relative_to(deploy_dir).as_posix() for p in folder.rglob("*") if p.is_file())
+    for name in dict.fromkeys([COMPOSE_FILE, *compose_files]):
+        if name in files:  # a stray compose file's own files are the operator's: they stay
+            after += own_files(files[name], there)
+    return [n for n in dict.fromkeys([*before, *after]) if n not in files and (deploy_dir / n).is_file()]
+
+
 def compose_names(files: Iterable[str], compose_files: Sequence[str]) -> tuple[str, ...]:
     """The project's compose files (in -f order) that a deployment's file set holds: an adopted
     base + override pair is both, a rendered deployment its one docker-compose.yml."""
@@ -70,11 +93,7 @@ def write_deployed(deploy_dir: Path, files: Mapping[str, bytes],
     one; a file others cannot read now is never opened up by writing its own bytes again (the
     operator's key, chmod 600 since the revision recorded it)."""
     deploy_dir.mkdir(parents=True, exist_ok=True)
-    # The tool's own files the old deployment had (a companion's secrets file the new one no longer
-    # reads); never the operator's files an adopted compose file read, which companions may still bind.
-    before = [n for n in deployed_names(deploy_dir, compose_files)
-              if n in OURS or n in compose_files or n.endswith(COMPANION_SECRETS_SUFFIX)
-              or n.startswith(("patches/", f"{COMPANIONS_DIR}/"))]
+    gone = strays(deploy_dir, files, compose_files)
     for name, data in files.items():
         source = (modes or {}).get(name)
         with contextlib.suppress(OSError):
@@ -82,8 +101,8 @@ def write_deployed(deploy_dir: Path, files: Mapping[str, bytes],
             if not now & 0o004 and (deploy_dir / name).read_bytes() == data:
                 source = now  # the operator closed these very bytes (chmod 600 since they were recorded)
         write_atomic(deploy_dir / name, data, mode=private_mode(name, data, source))
-    for name in dict.fromkeys([*before, *deployed_names(deploy_dir, compose_files)]):
-        if name not in files and (deploy_dir / name).is_file():
+    for name in gone:
+        with contextlib.suppress(FileNotFoundError):
             (deploy_dir / name).unlink()
     for folder in {(deploy_dir / name).parent for name in files} | {deploy_dir}:
         sweep_temp(folder, time.time())  # a killed write's temp files (we hold the deploy lock)

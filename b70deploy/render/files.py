@@ -229,10 +229,11 @@ def render(stack: Stack, node: Node, devices: GpuAccess | DeviceAccess, *, secre
     with_door = node.config.door.enabled and project in (None, node.project)  # never a dark stack's
     interp = interpolation_values(stack, node, port=port, image=image, image_name=image_name, door=with_door)
     warm = "CACHE_DIR" in interp
-    # The operator's variables a companion's environment names (`${DB_PASSWORD}`), in the .env (0600)
+    # The operator's variables the vllm service's labels or a companion's environment or labels name
+    # (`${API_USERS}`, `${DB_PASSWORD}`), in the .env (0600)
     # so those references resolve after a switch as they did by hand; the tool's own keys win.
-    for c in node.config.companions:
-        interp.update({k: v for k, v in c.variables.items() if k not in interp})
+    for variables in (node.config.variables, *(c.variables for c in node.config.companions)):
+        interp.update({k: v for k, v in variables.items() if k not in interp})
     # A companion's secrets (render/masking.secret_variables, with the node's secrets file's values).
     hidden = {c.name: secret_variables(c.environment, c.secrets, (secrets or {}).values())
               for c in node.config.companions}
@@ -308,7 +309,8 @@ def render(stack: Stack, node: Node, devices: GpuAccess | DeviceAccess, *, secre
             notes.append(f"secrets of companion {name} go only into {companion_env_file(name)} (0600): "
                          + ", ".join(sorted(values)))
     hidden_values = {v for values in hidden.values() for v in values.values()} | {
-        v for c in node.config.companions for v in secret_variables(c.variables, c.secrets).values()}
+        v for c in node.config.companions for v in secret_variables(c.variables, c.secrets).values()} | set(
+        secret_variables(node.config.variables, node.config.secret_variables).values())
     return Rendered(
         stack=stack.name,
         files={COMPOSE_FILE: compose.encode(), DOTENV_FILE: dotenv.encode(), RUNTIME_ENV_FILE: runtime.encode(),
@@ -318,6 +320,7 @@ def render(stack: Stack, node: Node, devices: GpuAccess | DeviceAccess, *, secre
         notes=tuple(notes),
         interpolation=interp,
         secret_keys=frozenset(secret_keys),
-        secrets=Secrets(keys=frozenset(secret_keys) | {k for c in node.config.companions for k in c.secrets},
+        secrets=Secrets(keys=frozenset(secret_keys) | {k for c in node.config.companions for k in c.secrets}
+                        | frozenset(node.config.secret_variables),
                         values=frozenset((secrets or {}).values()) | hidden_values),
     )

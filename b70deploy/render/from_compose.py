@@ -20,7 +20,7 @@ from typing import Any, Protocol
 
 from pydantic import ValidationError
 
-from ..config.compose_keys import OWNED
+from ..config.compose_keys import OWNED, TOOL_LABELS, label_map
 from ..config.hub import CONTAINER_HF_HOME, HUB_FOLDER, HUB_ID_RE
 from ..config.schema import ABS_PATH_RE, ENV_KEY_RE, IMAGE_RE, Speculative, Stack
 from ..config.validation import first_error, value_error
@@ -578,6 +578,10 @@ def _passthrough(service: Mapping[str, Any], networks: Mapping[str, Any], out: F
     compose: (ulimits, healthcheck, cap_drop, expose, a static address...); the networks it joins
     into the node's networks:. A key b70deploy owns is named in the notes."""
     carried: dict[str, Any] = out.doc.setdefault("compose", {})
+    own = sorted(k for k in label_map(service.get("labels") or {}) if not k.startswith(TOOL_LABELS))
+    if own:  # the node's, as its node-wide keys are: a stack of another service must not drop them
+        out.notes.append(f"labels ({', '.join(own)}) are the node's, not the stack's: `b70deploy init` writes them "
+                         "into the node config's compose: labels, and every stack renders them")
     for key in sorted(set(service) - _HANDLED - GPU_KEYS):
         value = service[key]
         if value is None or (key == "ipc" and value == "host"):  # unset, or what every render writes

@@ -5,7 +5,10 @@ it writes is merged: a list gains the stack's entries it lacks (devices, cap_add
 gains the stack's keys (environment; a key both set to different values is refused), a scalar
 is the stack's (ipc, shm_size). Which keys may come here at all is config/compose_keys.py's
 rule. The node's `networks:` become the project's top-level networks, so a service may join
-them (a static address).
+them (a static address). The operator's `labels` (a Traefik router's) are written under the
+template's own, one line each: the tool's `b70deploy.*` lines stay as they are, and a label holding
+a secret in clear is refused (the compose file is 0644): it is written `${NAME}`, its value in the
+0600 .env.
 
 The rendered text is edited, not re-dumped: its comments, quoting and the label lines other
 code reads stay byte for byte; each merged key is one line of JSON (valid YAML flow). Values
@@ -20,8 +23,9 @@ from typing import Any
 
 import yaml
 
+from ..config.compose_keys import label_map
 from ..errors import UserError
-from .masking import is_secret
+from .masking import is_reference, is_secret
 
 INDENT = "    "  # a key of a service in the template
 
@@ -75,6 +79,21 @@ def _without_key(lines: list[str], key: str) -> tuple[list[str], list[str]]:
     return out, comment
 
 
+def _with_labels(block: list[str], labels: dict[str, str], where: str) -> list[str]:
+    """The service's lines with the operator's labels after the template's own (its `labels:` block)."""
+    clear = next((k for k, v in labels.items() if v and is_secret(k) and not is_reference(v)), None)
+    if clear is not None:
+        raise UserError(f"compose.labels.{clear} holds a secret in clear, and others may read the compose file",
+                        where=where, fix="write it as ${NAME} and give NAME in the node config's variables: "
+                        "(a companion's: its variables:), which a switch writes into the 0600 .env")
+    at = block.index(f"{INDENT}labels:\n") + 1
+    while at < len(block) and block[at].startswith(INDENT + " "):
+        at += 1
+    lines = [f"{INDENT}  {json.dumps(k, ensure_ascii=True)}: {json.dumps(v, ensure_ascii=True)}\n"
+             for k, v in labels.items()]
+    return block[:at] + lines + block[at:]
+
+
 def _dark(service: dict[str, Any], networks: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
     """For a second project beside production: no static address (two containers cannot hold one)
     and no address pool of a project network (the dark copy of the network would overlap it)."""
@@ -100,6 +119,10 @@ def merge(text: str, compose: Mapping[str, Any], *, service: str = "vllm", netwo
         raise UserError(f"compose.environment.{secret} looks like a secret, and a stack file is printed", where=where,
                         fix="put it in the node's secrets_env_file (0600), which every render adds")
     notes: list[str] = []
+    labels = label_map(extra.pop("labels", None) or {})
+    if dark and labels:  # a router's labels on the dark project would send production's clients to it
+        notes.append("dark project: the operator's labels left out (a router would send production's clients to it)")
+        labels = {}
     if dark:
         kept = _dark(extra, nets)
         if kept != (extra, nets):
@@ -113,6 +136,8 @@ def merge(text: str, compose: Mapping[str, Any], *, service: str = "vllm", netwo
     tail: list[str] = []
     while block and not block[-1].strip():
         tail.insert(0, block.pop())
+    if labels:
+        block = _with_labels(block, labels, where)
     for key, value in extra.items():
         if key == "environment":
             value = env

@@ -34,7 +34,7 @@ def make_event(node: Node, event: str, *, stack: str | None, revision: int | Non
 def node_secrets(node: Node) -> Secrets:
     """Every secret the node config knows of: its secrets env file's keys and values, each
     companion's secret variables (by name or marked in its `secrets:`), and its secret_variables
-    with the values the deploy dir's .env gives them. Masked in every output."""
+    with the values its variables: and the deploy dir's .env give them. Masked in every output."""
     values: dict[str, str] = {}
     if node.secrets_env_file is not None:
         from ..config.secrets_file import load_secrets  # here: python-dotenv, only for a node with the file
@@ -48,6 +48,7 @@ def node_secrets(node: Node) -> Secrets:
                          | frozenset(secret_variables(c.variables, c.secrets).values()))
     names = node.settings.secret_variables
     if names:
+        found |= Secrets(values=frozenset(secret_variables(node.config.variables, names).values()))
         from dotenv import dotenv_values
 
         given: dict[str, str | None] = {}

@@ -391,4 +391,35 @@ def test_init_lists_the_marked_variables_labels_interpolate() -> None:
                             secret_values=frozenset({auth, "marked-too"}))
     got = plan(d)
     assert got.config["secret_variables"] == ["API_USERS", "UI_AUTH"]  # UI_AUTH: by its name
-    assert auth not in got.text() and "secret_variables" in {f.key for f in got.facts}
+    assert "secret_variables" in {f.key for f in got.facts}
+    # The labels as written, beside the values their references need (a switch renders both, issue 33):
+    # the config then holds a secret, so it is written 0600 and printed masked.
+    assert got.config["compose"]["labels"] == written["services"]["vllm"]["labels"]
+    assert got.config["variables"] == {"API_HOST": "llm.example.org", "API_USERS": auth}
+    [webui] = got.config["companions"]
+    assert webui["compose"]["labels"] == {"traefik.http.middlewares.ui.basicauth.users": "${UI_AUTH}",
+                                          "x": "$$NOT_A_VAR"}
+    assert webui["variables"] == {"UI_AUTH": "u:$2y$05$x"}
+    assert got.secret and auth not in got.text(masked=True) and "u:$2y$05$x" not in got.text(masked=True)
+
+
+def test_init_moves_a_secret_label_written_inline_into_the_env() -> None:
+    """A basic-auth label written inline (htpasswd, `$$` as Compose reads it): the node config renders it
+    as `${B70_LABEL_...}` and keeps its value, the `$` the container gets, for the rendered 0600 .env;
+    the variable is a secret_variable, masked in what init prints; a b70deploy.* label is the tool's."""
+    written = {"services": {
+        "vllm": {"labels": ["traefik.enable=true", "traefik.http.middlewares.api.basicauth.users=admin:$$apr1$$xy",
+                            "b70deploy.stack=old"]},
+        "open-webui": {"labels": {"caddy.basicauth.bob": "hash$$1"}}}}
+    d = dataclasses.replace(discovery({"vllm": VLLM_SPEC, "open-webui": WEBUI_SPEC}), written=written)
+    got = plan(d)
+    name = "B70_LABEL_VLLM_TRAEFIK_HTTP_MIDDLEWARES_API_BASICAUTH_USERS"
+    assert got.config["compose"]["labels"] == {"traefik.enable": "true",
+                                               "traefik.http.middlewares.api.basicauth.users": f"${{{name}}}"}
+    assert got.config["variables"] == {name: "admin:$apr1$xy"} and got.config["secret_variables"] == [name]
+    [webui] = got.config["companions"]
+    assert webui["compose"]["labels"] == {"caddy.basicauth.bob": "${B70_LABEL_OPEN_WEBUI_CADDY_BASICAUTH_BOB}"}
+    assert webui["variables"] == {"B70_LABEL_OPEN_WEBUI_CADDY_BASICAUTH_BOB": "hash$1"}
+    assert webui["secrets"] == ["B70_LABEL_OPEN_WEBUI_CADDY_BASICAUTH_BOB"]
+    shown = got.text(masked=True)
+    assert "admin:$apr1$xy" not in shown and "hash$1" not in shown and got.secret

@@ -170,7 +170,7 @@ def assert_containers_get_the_values(n: Node) -> None:
 
 
 def assert_containers_get_the_labels(n: Node) -> None:
-    """The operator's labels as the engine holds them (a switch renders its own, so only the hand-made files')."""
+    """The operator's labels as the engine holds them: the hand-made files' and every render's."""
     for service, labels in LABELS.items():
         got = service_box(n.project, service)["Config"]["Labels"]
         assert {k: got.get(k) for k in labels} == labels, service
@@ -197,10 +197,13 @@ def test_no_secret_in_clear_through_every_command(node: Node) -> None:
     got = json.loads(n.cli("init", "--config", str(n.config), "--project", n.project, "--state-dir",
                            str(n.state), "--json", config=False))
     [companion] = yaml.safe_load(n.config.read_text())["companions"]
-    assert companion["secrets"] == ["WEBUI_SIGNING"]  # its name does not say so (DB_PASSWORD's does)
+    # Neither name says so (DB_PASSWORD's does): WEBUI_USERS is its label's, from the 0600 .env.
+    assert companion["secrets"] == ["WEBUI_SIGNING", "WEBUI_USERS"]
     assert companion["environment"]["DATABASE_URL"] == "postgres://app:${DB_PASSWORD}@db/app"
-    assert companion["variables"] == {"DB_PASSWORD": f"{CANARY}-dotenv"}
-    assert yaml.safe_load(n.config.read_text())["secret_variables"] == ["WEBUI_USERS"]  # a label's, from .env
+    assert companion["variables"] == {"DB_PASSWORD": f"{CANARY}-dotenv", "WEBUI_USERS": SECRETS["WEBUI_USERS"]}
+    # A label's, from .env; and the one vllm's label wrote inline, which a switch renders from the 0600 .env.
+    inline = "B70_LABEL_VLLM_TRAEFIK_HTTP_MIDDLEWARES_API_BASICAUTH_USERS"
+    assert yaml.safe_load(n.config.read_text())["secret_variables"] == [inline, "WEBUI_USERS"]
     assert stat.S_IMODE(n.config.stat().st_mode) == 0o600
     assert any("the companions hold secrets" in note for note in got["notes"]), got["notes"]
     with n.config.open("a") as fh:  # test environment only: short waits, the receiver of notifications
@@ -245,6 +248,7 @@ def test_no_secret_in_clear_through_every_command(node: Node) -> None:
     secret_file = n.folder / "open-webui.secrets.env"
     assert stat.S_IMODE(secret_file.stat().st_mode) == 0o600
     assert_containers_get_the_values(n)
+    assert_containers_get_the_labels(n)  # issue 33: the operator's labels survive the render, the inline one via .env
 
     # ---- every read-only command, plain and --json
     for args in (("status",), ("history",), ("audit",), ("diff", "1", "3"), ("diff", "2", "3")):

@@ -315,3 +315,14 @@ def test_token_counts_and_token_flags_are_not_secrets() -> None:
     out = stack_from_compose(service(cmd, environment={"MAX_NUM_BATCHED_TOKENS": "8192", "HF_TOKEN": "hf_x"}))
     assert out.doc["extra_args"] == ["--enable-prompt-tokens-details"] and out.doc["max_num_batched_tokens"] == 8192
     assert out.doc["env"] == {"MAX_NUM_BATCHED_TOKENS": "8192"} and out.withheld == ["HF_TOKEN"]
+
+
+def test_the_operators_labels_are_named_as_the_nodes_not_dropped_in_silence() -> None:
+    """A stack from a hand-made file leaves the vllm service's labels to the node config (init writes them
+    there, every stack renders them): the note says so; the tool's own b70deploy.* labels are not named."""
+    labels = ["traefik.http.routers.llm.rule=Host(`llm.example.org`)", "b70deploy.stack=old"]
+    out = stack_from_compose(service(SERVE, labels=labels))
+    [note] = [n for n in out.notes if n.startswith("labels (")]
+    assert "traefik.http.routers.llm.rule" in note and "b70deploy.stack" not in note and "init" in note
+    assert "labels" not in out.doc.get("compose", {})
+    assert not any(n.startswith("labels (") for n in stack_from_compose(service(SERVE)).notes)

@@ -140,3 +140,58 @@ def test_a_merged_key_takes_its_whole_comment_along() -> None:
     lines = out.splitlines(keepends=True)
     assert lines[4:] == ['    cap_add:\n', '      - "SYS_NICE"\n', "    ipc: host\n", *comment,
                          '    environment: {"A": "1", "HF_HOME": "/hf"}\n']
+
+
+ROUTER = {"traefik.enable": "true", "traefik.http.routers.llm.rule": "Host(`llm.example.org`)",
+          "traefik.http.middlewares.llm.basicauth.users": "${API_USERS}"}
+
+
+@pytest.mark.docker
+def test_the_operators_labels_are_rendered_beside_the_tools(scratch: Scratch, compose: Config) -> None:
+    """Issue 33's promise: a switch keeps the labels the operator gave the vllm service and a companion
+    (a Traefik router's), the basic-auth one as the `${VAR}` of the 0600 .env, and `b70deploy.*` stays the
+    tool's, byte for byte; the real `docker compose config` reads them all."""
+    _node(scratch, compose={"labels": ROUTER}, variables={"API_USERS": "admin:$apr1$xy"},
+          secret_variables=["API_USERS"],
+          companions=[{"name": "ui", "image": "caddy:2",
+                       "compose": {"labels": ["traefik.http.routers.ui.rule=PathPrefix(`/`)"]}}])
+    scratch.write_stack("p", BASE)
+    node = load_node(str(scratch.config))
+    rendered = render(node.catalogue().load("p"), node, devices.scan(None))
+    text = rendered.files[COMPOSE_FILE].decode()
+    assert text.count('      b70deploy.stack: "p"\n') == 1 and "admin:$apr1$xy" not in text
+    assert rendered.files[".env"].decode().count("API_USERS='admin:$apr1$xy'") == 1
+    assert "admin:$apr1$xy" not in rendered.masked(".env")
+    write_tree(scratch.root / "r", rendered.files)
+    doc = compose(scratch.root / "r")
+    assert doc["services"]["vllm"]["labels"] == {**ROUTER, "b70deploy.stack": "p", "b70deploy.role": "vllm",
+                                                 "traefik.http.middlewares.llm.basicauth.users": "admin:$$apr1$$xy"}
+    assert doc["services"]["ui"]["labels"] == {"traefik.http.routers.ui.rule": "PathPrefix(`/`)",
+                                               "b70deploy.role": "companion"}
+    dark, notes = merge(text, {"labels": ROUTER}, dark=True)
+    assert dark == text and any("labels left out" in n for n in notes)
+
+
+@pytest.mark.parametrize(("where", "config"), [
+    ("compose", {"compose": {"labels": {"b70deploy.stack": "mine"}}}),
+    ("companions[0].compose", {"companions": [{"name": "ui", "image": "caddy:2",
+                                                "compose": {"labels": ["b70deploy.role=proxy"]}}]}),
+])
+def test_a_label_in_the_tools_namespace_is_refused_in_one_line(scratch: Scratch, where: str,
+                                                                config: dict[str, Any]) -> None:
+    _node(scratch, **config)
+    scratch.write_stack("p", BASE)
+    result = run_cli(scratch.config, "render", "p", "--no-docker", in_process=True)
+    line = result.stderr.strip()
+    assert result.returncode == 2 and "\n" not in line, result.stderr
+    assert str(scratch.config) in line and f"{where}: compose.labels.b70deploy." in line, line
+    assert "b70deploy's own label namespace" in line and "fix: rename the label" in line
+
+
+def test_a_secret_label_in_clear_is_refused_not_rendered(scratch: Scratch) -> None:
+    _node(scratch, compose={"labels": {"traefik.http.middlewares.a.basicauth.users": "admin:$$apr1$$xy"}})
+    scratch.write_stack("p", BASE)
+    result = run_cli(scratch.config, "render", "p", "--no-docker", in_process=True)
+    line = result.stderr.strip()
+    assert result.returncode == 2 and "\n" not in line and "apr1" not in result.stdout + line, result.stderr
+    assert "compose.labels.traefik.http.middlewares.a.basicauth.users holds a secret in clear" in line
