@@ -245,8 +245,11 @@ def streamed_until(lines: Iterable[bytes], expect: str) -> str:
         if data == "[DONE]":
             break
         chunk = json.loads(data)
-        if "error" in chunk:
-            raise RuntimeError(f"error in the stream: {str(chunk['error'])[:200]}")
+        if "error" in chunk:  # vLLM's ErrorResponse inside a 200 stream: its code is the HTTP status it means
+            error = chunk["error"]
+            code = error.get("code") if isinstance(error, dict) else None
+            what = str(error.get("message") if isinstance(error, dict) else error)[:200]
+            raise RuntimeError(f"HTTP {code} in the stream: {what}" if code else f"error in the stream: {what}")
         text += "".join(str(choice.get("text") or "") for choice in chunk.get("choices") or [])
         if expect.lower() in text.lower():
             break

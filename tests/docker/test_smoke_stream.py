@@ -35,9 +35,14 @@ def test_a_real_stream_is_read_up_to_the_chunk_where_the_expected_text_shows() -
     assert streamed_until(lines, "Paris") == "htlaehroadroadroad"  # never shows: read to [DONE]
 
 
-def test_an_error_inside_the_stream_fails_the_check() -> None:
-    with pytest.raises(RuntimeError, match="error in the stream"):
-        streamed_until([b'data: {"error": {"message": "EngineCore died", "code": 500}}', b"data: [DONE]"], "Paris")
+def test_an_error_inside_the_stream_fails_the_check_with_the_status_it_means() -> None:
+    # vLLM 0.21.0's own error chunk when its engine died after /health (the real lane's log)
+    died = (b'data: {"error": {"message": "EngineCore encountered an issue.", "type": "InternalServerError", '
+            b'"param": null, "code": 500}}')
+    with pytest.raises(RuntimeError, match=r"^HTTP 500 in the stream: EngineCore encountered an issue\.$"):
+        streamed_until([died, b"data: [DONE]"], "Paris")
+    with pytest.raises(RuntimeError, match=r"^error in the stream: gone$"):
+        streamed_until([b'data: {"error": "gone"}', b"data: [DONE]"], "Paris")
 
 
 def test_the_check_passes_on_the_first_tokens_and_still_fails_garbage(serve: Serve) -> None:
