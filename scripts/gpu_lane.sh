@@ -224,8 +224,27 @@ YAML
   if [ $ok = 1 ]; then echo "engine-check: ok"; else echo "engine-check: FAILED"; fi
 }
 
+# The rehearsal's stand-ins on a machine without a GPU: a `vllm` package that runs the simulator (the image's
+# entrypoint is vLLM's CLI module) and a model folder of one config. Then `engine` and `standby` with
+# B70_GPU_IMAGE_PYTHONPATH=$G/site:$G/src and B70_GPU_STANDBY_ARGS=--sim (docs/gpu-lane.md).
+step_simsite() {
+  mkdir -p "$G/site/vllm/entrypoints/cli" "$G/model"
+  echo '__version__ = "0.24.0"' > "$G/site/vllm/__init__.py"
+  touch "$G/site/vllm/entrypoints/__init__.py" "$G/site/vllm/entrypoints/cli/__init__.py"
+  printf '%s\n' 'import sys' 'from b70deploy.sim.server import main' 'sys.exit(main(sys.argv[1:]))' \
+    > "$G/site/vllm/entrypoints/cli/main.py"
+  [ -f "$G/model/config.json" ] || echo '{"max_position_embeddings": 40960, "model_type": "qwen3"}' > "$G/model/config.json"
+  copy_src
+}
+
+copy_src() {
+  rm -rf "$G/src" && mkdir -p "$G/src"
+  cp -r "$SRC/b70deploy" "$SRC/templates" "$SRC/patches" "$SRC/stacks" "$SRC/scripts" "$SRC/benchmarks" "$G/src/"
+  cp "$SRC/VERSION" "$G/src/" 2>/dev/null || true
+}
+
 step_standby() {
-  rm -rf "$G/src" && cp -r "$SRC" "$G/src"
+  copy_src
   export DOCKER_HOST=unix://$G/docker.sock DOCKER_CONFIG=$G/docker-config
   [ -x "$G/docker/usr/sbin/dockerd" ] && export PATH=$G/docker/usr/bin:$G/docker/usr/sbin:$PATH
   (cd "$G/src" && PYTHONPATH="$G/site:$G/src" "$PY" scripts/gpu_lane_standby.py --model "$G/model" --out "$G/out" \

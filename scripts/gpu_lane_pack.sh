@@ -75,7 +75,7 @@ pack_node() {
 }
 pack_src() {
   rm -rf "$DEST/src" && mkdir -p "$DEST/src/scripts"
-  cp -r "$REPO/b70deploy" "$DEST/src/"
+  cp -r "$REPO/b70deploy" "$REPO/templates" "$REPO/patches" "$REPO/stacks" "$DEST/src/"  # render's shipped data
   find "$DEST/src" -name __pycache__ -prune -exec rm -rf {} +
   cp "$REPO"/scripts/gpu_lane.py "$REPO"/scripts/gpu_model.py "$REPO"/scripts/tiny_model.py "$REPO"/scripts/gpu_lane.sh \
     "$REPO"/scripts/gpu_toolkit.py "$REPO"/scripts/gpu_lane_standby.py "$DEST/src/scripts/"
