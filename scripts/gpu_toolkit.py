@@ -41,7 +41,9 @@ def nvidia_devices() -> list[Path]:
     return [p for p in found if p.exists() and stat.S_ISCHR(p.stat().st_mode)]
 
 
-def edit(spec: dict[str, Any]) -> bool:
+def edit(spec: dict[str, Any], nodes: list[Path]) -> bool:
+    """Edit an OCI spec in place as the toolkit's runtime would (`nodes`: the driver's device nodes).
+    Returns whether it changed."""
     env = dict(e.partition("=")[::2] for e in spec.get("process", {}).get("env", []))
     changed = False
     if "NVIDIA_VISIBLE_DEVICES" in env:
@@ -49,7 +51,7 @@ def edit(spec: dict[str, Any]) -> bool:
         devices = linux.setdefault("devices", [])
         rules = linux.setdefault("resources", {}).setdefault("devices", [])
         have = {d["path"] for d in devices}
-        for p in nvidia_devices():
+        for p in nodes:
             st = p.stat()
             major, minor = os.major(st.st_rdev), os.minor(st.st_rdev)
             if str(p) not in have:
@@ -79,7 +81,7 @@ def main(argv: list[str]) -> int:
     if "create" in args and "--bundle" in args:
         config = Path(args[args.index("--bundle") + 1]) / "config.json"
         spec = json.loads(config.read_text())
-        if edit(spec):
+        if edit(spec, nvidia_devices()):
             config.write_text(json.dumps(spec))
     os.execvp(RUNC, [RUNC, *args])
     return 127
