@@ -80,6 +80,7 @@ class Clients:
     n: int = 3
     max_requests: int = 2000
     max_seconds: float = 300.0
+    model: str = MODEL  # the served name the clients ask for (the GPU lane's model is `lane`)
     answers: list[tuple[float, float, bool, str]] = field(default_factory=list)  # (start, end, ok, why)
     chunks: list[int] = field(default_factory=list)  # content chunks of each stream that ended without an error
     stop: threading.Event = field(default_factory=threading.Event)
@@ -89,7 +90,7 @@ class Clients:
         import openai
 
         try:
-            stream = client.chat.completions.create(model=MODEL, stream=True, max_tokens=8,
+            stream = client.chat.completions.create(model=self.model, stream=True, max_tokens=8,
                                                     messages=[{"role": "user", "content": "The capital of France?"}])
             chunks = list(stream)
             content = [c.choices[0].delta.content for c in chunks if c.choices and c.choices[0].delta.content]

