@@ -72,7 +72,7 @@ def docker(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
                           check=check)
 
 
-def write_node(root: Path, model: Path, image: str, sim: bool) -> Path:
+def write_node(root: Path, model: Path, image: str, sim: bool, eager: bool = False) -> Path:
     models = root / "models"
     models.mkdir(parents=True, exist_ok=True)
     if not (models / NAME).exists():
@@ -104,8 +104,9 @@ def write_node(root: Path, model: Path, image: str, sim: bool) -> Path:
              # FlashInfer's sampler JIT-compiles with nvcc at first use; the lane's bare runs left it off too
              "env": {"VLLM_USE_FLASHINFER_SAMPLER": "0"},
              "smoke": {"aliases": True}}
-    beta = {"extends": "alpha", "description": "the next revision: 8k context, torch.compile and CUDA graphs",
-            "max_model_len": 8192, "enforce_eager": False}
+    beta = {"extends": "alpha", "description": "the next revision: 8k context, "
+            + ("eager" if eager else "torch.compile and CUDA graphs"),
+            "max_model_len": 8192, "enforce_eager": eager}
     for name, doc in (("alpha", alpha), ("beta", beta)):
         (stacks / f"{name}.yaml").write_text(yaml.safe_dump(doc))
     return root / "node.yaml"
@@ -204,7 +205,7 @@ def compile_cache(root: Path) -> list[str]:
 
 def run(a: argparse.Namespace) -> dict[str, Any]:
     root: Path = a.root
-    config = write_node(root, a.model, a.image, a.sim)
+    config = write_node(root, a.model, a.image, a.sim, a.eager)
     port = int(yaml.safe_load(config.read_text())["ports"]["prod"])
     res: dict[str, Any] = {
         "gpu": gpu_name(), "image": a.image, "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
@@ -249,6 +250,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", type=Path, required=True)
     p.add_argument("--clients", type=int, default=4)
     p.add_argument("--rollbacks", type=int, default=2)
+    p.add_argument("--eager", action="store_true",
+                   help="beta eager too: its cold boot without torch.compile and CUDA graphs (a shorter device call)")
     p.add_argument("--sim", action="store_true", help="the stacks run the simulator as vLLM 0.24.0 on CUDA")
     a = p.parse_args(argv)
     a.out.mkdir(parents=True, exist_ok=True)
