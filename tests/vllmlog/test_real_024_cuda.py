@@ -116,3 +116,40 @@ def test_debians_docker_engine_ran_on_the_lent_gpu_machine_and_a_container_saw_t
     text = (FIX / "docker-h100.txt").read_text()
     assert "Server Version: 20.10.24+dfsg1" in text and "Storage Driver: vfs" in text
     assert "GPU 0: NVIDIA H100 80GB HBM3" in text
+
+
+def test_switch_and_rollback_with_standby_sleep_ran_through_docker_and_the_door_on_the_gpu() -> None:
+    """Issue 36, deliver 4: `b70deploy switch` and `rollback` on the lent H100's own Docker engine, the door in
+    front, `standby: sleep`, four clients through the door (scripts/gpu_lane_standby.py --eager)."""
+    res = _results("results-standby-h100-docker.json")
+    assert res["gpu"].startswith("NVIDIA H100") and res["node"]["standby"] == "sleep" and res["node"]["door"]["enabled"]
+    switch, rollbacks = res["switch"], res["rollbacks"]
+    assert res["first_switch"]["exit"] == 0 and switch["exit"] == 0 and [r["exit"] for r in rollbacks] == [0, 0]
+    # Which revision answers through the door after each operation: its max_model_len, asked from outside.
+    served = [op["after"]["models"][0]["max_model_len"] for op in (switch, *rollbacks)]
+    assert served == [8192, 4096, 8192]
+    # No client request failed, and the clients waited through the cold boot and little beyond it.
+    assert [op["failed"] for op in (switch, *rollbacks)] == [0, 0, 0]
+    assert switch["requests"] > 100 and res["compile_cache_before_switch"] == []
+    assert switch["engine_s"] < switch["longest_wait_s"] < switch["engine_s"] + 3
+    # A rollback is a wake: vLLM's own wake seconds, then the door; the second one under 1.5 s whole.
+    assert all(r["engine_s"] < 0.5 for r in rollbacks) and rollbacks[1]["longest_wait_s"] < 1.5
+
+
+@pytest.mark.parametrize(("name", "max_len", "fell", "woke"), [
+    ("standby-h100-r1.log", 4096, [1.283986, 0.093778], [0.239267]),
+    ("standby-h100-r2.log", 8192, [1.957229], [0.249852]),
+])
+def test_the_standby_slots_logs_from_docker_on_the_gpu(name: str, max_len: int, fell: list[float],
+                                                       woke: list[float]) -> None:
+    # `docker logs -t`: each line begins with the engine's timestamp, which the tool's parsers pass over.
+    lines = _lines(name)
+    f = parse_boot_facts(lines)
+    assert (f.vllm_version, f.attention_backend, f.kv_cache_tokens, f.max_concurrency_len) == (
+        "0.24.0", "FLASH_ATTN", 660_944, max_len)
+    assert f.compile_seconds is None and f.api_server_started  # enforce_eager: nothing compiled
+    assert diagnose(lines) is None
+    text = "\n".join(lines)
+    # The first sleep of a process pins host memory (1.3 to 2.0 s here), a later one 0.09 s.
+    assert [float(m.group(1)) for m in standby._FELL.finditer(text) if m.group(2) == "fall asleep"] == fell
+    assert [float(m.group(1)) for m in standby._FELL.finditer(text) if m.group(2) == "wake up"] == woke
