@@ -18,7 +18,7 @@ import sys
 import tarfile
 import tempfile
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NoReturn
@@ -335,3 +335,17 @@ def up_by_hand(folder: Path, health_url: str) -> None:
                         text=True, timeout=180, check=False)
     assert up.returncode == 0, up.stderr
     wait_status(health_url, 200, timeout=60)
+
+
+@contextlib.contextmanager
+def running_by_hand(folder: Path, health_url: str, project: str, *images: str) -> Iterator[None]:
+    """up_by_hand for a test's while, then its containers, networks, keep tags and the images it
+    built removed, also when the test fails."""
+    try:
+        up_by_hand(folder, health_url)
+        yield
+    finally:
+        remove_by_project(project)
+        remove_keep_tags(project)
+        if images:
+            docker("rmi", *images)

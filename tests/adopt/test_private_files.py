@@ -95,13 +95,8 @@ def node(tmp_path: Path, sim_images: dict[str, str]) -> Iterator[Node]:
     n = Node(root=tmp_path, folder=folder, saved=saved, config=tmp_path / "etc" / "node.yaml",
              state=tmp_path / "state", project=project, webui_port=webui)
     n.config.parent.mkdir()
-    try:
-        simkit.up_by_hand(folder, f"http://127.0.0.1:{port}/health")
+    with simkit.running_by_hand(folder, f"http://127.0.0.1:{port}/health", project, tag):
         yield n
-    finally:
-        simkit.remove_by_project(project)
-        simkit.remove_keep_tags(project)
-        docker("rmi", tag, check=False)
 
 
 def test_a_private_key_and_a_script_keep_their_modes_from_import_to_the_deploy_dir_and_fsck(node: Node) -> None:

@@ -140,13 +140,8 @@ def node(tmp_path_factory: pytest.TempPathFactory, sim_images: dict[str, str]) -
         n = Node(root=root, folder=folder, saved=saved, config=root / "etc" / "node.yaml", state=root / "state",
                  project=project, port=port, webui_port=webui, hooks=hooks)
         n.config.parent.mkdir()
-        try:
-            simkit.up_by_hand(folder, f"http://127.0.0.1:{port}/health")
+        with simkit.running_by_hand(folder, f"http://127.0.0.1:{port}/health", project, tag):
             yield n
-        finally:
-            simkit.remove_by_project(project)
-            simkit.remove_keep_tags(project)
-            docker("rmi", tag, check=False)
 
 
 def inspected_env(project: str, service: str) -> dict[str, str]:
