@@ -19,9 +19,11 @@ from b70deploy.sim.door_image import build as build_door
 @pytest.fixture
 def box(docker_engine: None) -> Iterator[Any]:
     image = build_door().tag
-    made = engine.client().containers.run(image, name=f"b70t-doorshell-{uuid.uuid4().hex[:8]}",
-                                          entrypoint=["caddy", "run"], detach=True)
+    # created, then started inside the try: a start that fails (docker-py's run would) leaves nothing behind
+    made = engine.client().containers.create(image, name=f"b70t-doorshell-{uuid.uuid4().hex[:8]}",
+                                             entrypoint=["caddy", "run"])
     try:
+        made.start()
         yield made
     finally:
         shell = door._shells.pop(made.id, None)
