@@ -62,7 +62,7 @@ def exposed_config(path: Path | None) -> str | None:
     """What to say when the hand-written node config at `path` holds a secret in clear (a
     companion's password, an API key, a token in a webhook's URL) and others may read it: the file,
     the keys and the fix, in one line; None when it is private or holds none. A private file costs
-    a stat; one others may read is parsed again (about 1 ms with libyaml)."""
+    a stat; one others may read is parsed again."""
     if path is None:
         return None
     try:
@@ -71,11 +71,11 @@ def exposed_config(path: Path | None) -> str | None:
         return None  # load_node reports a file it cannot read
     if not mode & 0o077:
         return None
-    import yaml  # here: only for a file others may read
+    from ..config.yamlfile import read_yaml  # here: only for a file others may read
 
     try:
-        doc = yaml.load(path.read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
-    except (OSError, ValueError, yaml.YAMLError):
+        doc = read_yaml(path)  # the node config's own bounded reader (aliases, depth, size)
+    except UserError:
         return None  # load_node reports a file it cannot read or parse
     keys = _clear_keys(doc, Secrets(keys=frozenset(_marked_keys(doc))))
     if not keys:
