@@ -92,9 +92,10 @@ def check(node: Node, store: RevisionStore) -> list[Finding]:
         elif damage is not None:
             out.append(Finding(damage, "--repair sets the revision aside (revisions/damaged/); roll back to another "
                                "revision", n, "set-aside"))
-        out += _opened(rev.modes() if rev.meta.modes is not None else {}, rev.files_dir, n)
-        if n == cur_no and rev.matches(live) and rev.meta.modes is not None:
-            out += _opened(rev.modes(), node.deploy_dir, n)
+        recorded = rev.meta.modes or {}  # a revision made before modes were recorded promised none
+        out += _opened(recorded, rev.files_dir, n)
+        if n == cur_no and rev.matches(live):
+            out += _opened(recorded, node.deploy_dir, n)
         image = rev.meta.image_id
         if present is not None and image and image not in present:
             out.append(Finding(f"revision {n}: its image {image[:19]} ({rev.meta.image_ref}) is gone from the engine",

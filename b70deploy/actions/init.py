@@ -387,11 +387,8 @@ def plan(d: Discovery, state_dir: Path | None = None) -> InitPlan:
 def _label_secrets(written: dict[str, Any], variables: dict[str, str], secret_values: frozenset[str]) -> list[str]:
     """The variables the services' labels interpolate (a Traefik basic-auth label's `${AUTH_USERS}`)
     whose value is a secret: a value of an env file the operator marked, or under a secret name."""
-    named: set[str] = set()
-    for spec in written.values():
-        labels = (spec or {}).get("labels") or {}
-        named |= {m for text in (labels.values() if isinstance(labels, dict) else labels)
-                  for m in _VARIABLE.findall(str(text))}
+    named = {m for spec in written.values() for text in label_map((spec or {}).get("labels") or {}).values()
+             for m in _VARIABLE.findall(text)}
     return sorted(n for n in named if n in variables and (is_secret(n) or variables[n] in secret_values))
 
 

@@ -568,9 +568,8 @@ class RevisionStore:
         rev = self.get(number)
         if sha256(data) != rev.meta.files.get(name):
             raise ValueError(f"not revision {number}'s {name}")
-        recorded = (rev.meta.modes or {}).get(name)
-        write_atomic(rev.files_dir / name, data,
-                     mode=recorded if recorded is not None else file_mode(name) if mode is None else mode)
+        fallback = file_mode(name) if mode is None else mode
+        write_atomic(rev.files_dir / name, data, mode=(rev.meta.modes or {}).get(name, fallback))
 
     def reset_status(self, number: int, status: Status) -> None:
         """Write status.json anew (fsck --repair, for one that cannot be read)."""
