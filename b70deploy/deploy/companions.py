@@ -36,7 +36,7 @@ def kept_running(new: Mapping[str, bytes], old: Mapping[str, bytes] | None, *, c
     - nothing it is made of names vllm or the door in front of it (their service names, container_name,
       hostname, network aliases; case-insensitive, as a host name) nor their ports after a colon
       (":8000"): its whole service definition (command, entrypoint, environment, healthcheck, links,
-      network_mode, every key), the .env values of the variables it uses, and the bytes of every file it
+      network_mode, every key but `image`: the engine pulls it, the container never reaches it), the .env values of the variables it uses, and the bytes of every file it
       reads (env_file, binds);
     - every file it reads is one the deploy dir holds (a bind or env_file elsewhere, `configs`, `secrets`
       or a `build` could name vllm unseen), and every variable it uses is in the .env;
@@ -127,7 +127,8 @@ class _Project:
             return False
         names = {n.lower() for s in (vllm, "door") for n in self.names(s)}
         ports = {p for s in (vllm, "door") for p in self.ports(s)}
-        text = "\n".join([*_strings(specs), *(self.env[k] for k in sorted(used)),
+        own = [{k: v for k, v in spec.items() if k != "image"} for spec in specs]  # the engine pulls it, not the box
+        text = "\n".join([*_strings(own), *(self.env[k] for k in sorted(used)),
                           *(self.files[r].decode(errors="replace") for r in sorted(reads))])
         return not any(_names(text, n) for n in names) and not any(re.search(rf":{p}(?!\d)", text) for p in ports)
 
