@@ -36,8 +36,8 @@ def kept_running(new: Mapping[str, bytes], old: Mapping[str, bytes] | None, *, c
     - nothing it is made of names vllm or the door in front of it (their service names, container_name,
       hostname, network aliases; case-insensitive, as a host name) nor their ports after a colon
       (":8000"): its whole service definition (command, entrypoint, environment, healthcheck, links,
-      network_mode, every key but `image`: the engine pulls it, the container never reaches it), the .env values of the variables it uses, and the bytes of every file it
-      reads (env_file, binds);
+      network_mode, every key but `image`: the engine pulls it, the container never reaches it), the .env
+      values of the variables it uses, and the bytes of every file it reads (env_file, binds);
     - every file it reads is one the deploy dir holds (a bind or env_file elsewhere, `configs`, `secrets`
       or a `build` could name vllm unseen), and every variable it uses is in the .env;
     - its definition and what it reads are the same bytes in both: a changed one stops and is started
