@@ -1,8 +1,9 @@
 """A backing companion keeps running through a switch and a rollback on the real engine (issue 35): the
 node's client companion (webui, which names vllm) waits for a database-like companion (db) with
-`condition: service_healthy`; the drain stops webui and leaves db running, so neither a switch nor a
-rollback waits for db's health interval again. Checked from outside: docker inspect of both containers
-(id, StartedAt), a completion from the node, webui answering on its port."""
+`condition: service_healthy`; the drain stops webui and leaves db running, so neither a switch, a
+rollback, the `drain`/`restore` verbs nor a failed switch's undo waits for db's health interval again.
+Checked from outside: docker inspect of both containers (id, StartedAt), a completion from the node,
+webui answering on its port."""
 
 from __future__ import annotations
 
@@ -34,7 +35,7 @@ def webui_answers(port: int) -> None:
         time.sleep(0.1)
 
 
-def test_a_database_companion_keeps_running_through_a_switch_and_a_rollback(
+def test_a_database_companion_keeps_running_through_switch_rollback_drain_restore_and_a_failed_switch(
         node: SimNode, free_port: Callable[[], int]) -> None:
     web = free_port()
     cfg = yaml.safe_load(node.config.read_text())
@@ -69,7 +70,22 @@ def test_a_database_companion_keeps_running_through_a_switch_and_a_rollback(
     assert node.answers() == "alpha"
     webui_answers(web)
     assert started(node, "db") == db
-    assert started(node, "webui")[1] > web_after[1]
+    web_back = started(node, "webui")
+    assert web_back[1] > web_after[1]
+
+    node.cli("drain", check=True)  # the node procedure's drain keeps it too; restore starts webui again
+    assert not node.containers("webui") and started(node, "db") == db
+    node.cli("restore", check=True)
+    webui_answers(web)
+    assert started(node, "db") == db
+    web_back = started(node, "webui")
+
+    failed = node.cli("switch", "crash", "--yes")  # its boot crashes: the undo brings alpha and webui back
+    assert failed.returncode == 1, failed.stdout + failed.stderr
+    assert node.answers() == "alpha"
+    webui_answers(web)
+    assert started(node, "db") == db
+    assert started(node, "webui")[1] > web_back[1]
     assert docker("inspect", "-f", "{{.State.Health.Status}}", db[0]).stdout.strip() == "healthy"
 
 
