@@ -38,7 +38,8 @@ the rooms above it in this list.
                  every effect goes through (nodeio), the steps and their compensations (steps),
                  the journaling runner (runner), lock + run + resume + Outcome (driver), the
                  multi-node rollout plan (rollout), Ctrl-C and SIGTERM kept (interrupts), the
-                 deploy dir's files written, read and compared with a revision (deploydir)
+                 deploy dir's files written, read and compared with a revision (deploydir), the
+                 companions a stop-first drain leaves running (companions)
     docker/      everything that touches the node: the engine's SDK client and containers
                  (engine), a container's state through the docker CLI for fast read-only
                  commands (containers), which engine (endpoint), `docker compose` argv

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..config.node import Node
+from ..deploy.companions import kept_running
+from ..deploy.deploydir import read_deployed
 from ..deploy.nodeio import Reading
 from ..deploy.steps import restore
 from ..docker.node import DockerNode
@@ -21,8 +23,12 @@ class Drain:
     lock_wait: float = 0.0
 
     def plan(self) -> list[str]:
-        """The services the drain stops."""
-        return [self.node.service, *self.node.companions]
+        """The services the drain stops: vllm and its companions but the ones a switch's drain keeps running
+        too (deploy/companions.py: a backing service that cannot reach vllm)."""
+        live = read_deployed(self.node.deploy_dir, self.node.compose_files)
+        kept = kept_running(live, live or None, compose_files=self.node.compose_files, vllm=self.node.service,
+                            companions=self.node.companions)
+        return [self.node.service, *(c for c in self.node.companions if c not in kept)]
 
     def run(self, reporter: Reporter) -> list[str]:
         io = DockerNode.production(self.node)

@@ -24,7 +24,7 @@ from ..ui.progress import Reporter
 from .diff import as_written, kept_line, tree_modes, unified
 from .handmade import check_drift, check_files, mounts_changed, own_stack
 from .mutating import mutating
-from .switch import Confirm, DeployOptions, asleep_line, deploy, standby_plan
+from .switch import Confirm, DeployOptions, asleep_line, deploy, kept_companions, standby_plan
 
 
 def resolve_target(state: StateDir, spec: str | None) -> Revision:
@@ -95,10 +95,12 @@ def revision_plan(node: Node, rev: Revision, opts: DeployOptions, *, kind: Kind,
     stack = stack or stack_of(node, rev)
     files = rev.verified_files()
     wake = slot_of(StateDir(node.state_dir), rev) if kind == "rollback" else None
+    standby = standby_plan(node, stack, files, wake_slot=wake)
     return DeployPlan(kind=kind, stack=stack, files=files, image=image,
-                      message=message, companions=node.companions, waits=opts.waits(node),
+                      message=message, companions=node.companions,
+                      kept=() if standby else kept_companions(node, files), waits=opts.waits(node),
                       auto_rollback=opts.auto_rollback, restored_from=restored_from, warnings=warnings,
-                      platform=node.config.platform, standby=standby_plan(node, stack, files, wake_slot=wake),
+                      platform=node.config.platform, standby=standby,
                       modes=rev.modes())
 
 

@@ -9,6 +9,8 @@ from typing import NamedTuple
 
 from ..config.node import Node
 from ..config.schema import Stack
+from ..deploy.companions import kept_running
+from ..deploy.deploydir import read_deployed
 from ..deploy.driver import Driver, Outcome
 from ..deploy.plan import DeployPlan, ImageInfo, StandbyPlan, Waits
 from ..deploy.steps import plan_lines
@@ -60,6 +62,14 @@ def standby_plan(node: Node, stack: Stack, files: Mapping[str, bytes], *,
                        wake_slot=wake_slot)
 
 
+def kept_companions(node: Node, files: Mapping[str, bytes]) -> tuple[str, ...]:
+    """The companions a stop-first drain from the deploy dir's live files to `files` leaves running (a
+    standby drain stops none)."""
+    live = read_deployed(node.deploy_dir, node.compose_files)
+    return kept_running(files, live or None, compose_files=node.compose_files, vllm=node.service,
+                        companions=node.companions)
+
+
 def asleep_line(node: Node, plan: DeployPlan, cur: Revision | None) -> list[str]:
     """What a dry run says of the live stack under hot standby, asked of the engine: it sleeps only
     when it runs in a standby slot (the slots run with sleep mode); a stack started another way (an
@@ -107,13 +117,15 @@ class Switch:
         """Everything the switch will write, linted; nothing on the node changes."""
         ready = prepare_deploy(self.node, self.stack)
         errors = tuple(f"[{f.id}] {f.message}" for f in ready.findings if f.severity == "error")
+        standby = standby_plan(self.node, ready.stack, ready.files)
         return DeployPlan(kind="switch", stack=ready.stack, files=ready.files, image=ready.image,
                           message=self.opts.message, companions=self.node.companions,
+                          kept=() if standby else kept_companions(self.node, ready.files),
                           waits=self.opts.waits(self.node), auto_rollback=self.opts.auto_rollback,
                           lint_errors=errors, warnings=tuple(f.as_warning() for f in ready.findings
                                                              if f.severity != "error"),
                           secrets=ready.secrets, platform=self.node.config.platform,
-                          standby=standby_plan(self.node, ready.stack, ready.files))
+                          standby=standby)
 
     def preview(self) -> Preview:
         """--dry-run: the image, the current revision, the steps and the diff of the files. With
@@ -148,6 +160,7 @@ class Switch:
         return DeployPlan(kind="switch", stack=plain.stack, files=plain.rendered.files,
                           image=ImageInfo(ref=plain.stack.image, id="", repo_digest=None, tags=()),
                           message=self.opts.message, companions=self.node.companions,
+                          kept=kept_companions(self.node, plain.rendered.files),
                           waits=self.opts.waits(self.node), auto_rollback=self.opts.auto_rollback,
                           secrets=plain.rendered.secrets)
 

@@ -36,7 +36,7 @@ def _own(path: str) -> str | None:
     return norm
 
 
-def _env_files(value: Any) -> list[str]:
+def env_files_of(value: Any) -> list[str]:
     items = value if isinstance(value, list) else [value]
     out = []
     for item in items:
@@ -47,7 +47,7 @@ def _env_files(value: Any) -> list[str]:
     return out
 
 
-def _mount(entry: Any) -> tuple[str, str] | None:
+def mount_of(entry: Any) -> tuple[str, str] | None:
     """(source, target) of a bind mount whose source is a path (not a named volume)."""
     if isinstance(entry, dict):
         if entry.get("type", "bind") != "bind":
@@ -79,26 +79,31 @@ for _tag in ("!reset", "!override"):
     _ComposeLoader.add_constructor(_tag, _tagged)
 
 
-def references(compose_text: bytes | str) -> list[Reference]:
-    """Every env_file and bind-mount source of every service that is a path inside the folder,
-    in file order; an unreadable compose file has none (Compose itself reports it)."""
+def parse_compose(compose_text: bytes | str) -> dict[str, Any]:
+    """A compose file as plain YAML (override tags hold their value); {} when it is unreadable."""
     try:
         doc = yaml.load(compose_text, Loader=_ComposeLoader)  # a SafeLoader: no object construction
     except yaml.YAMLError:
-        return []
-    services = doc.get("services") if isinstance(doc, dict) else None
+        return {}
+    return doc if isinstance(doc, dict) else {}
+
+
+def references(compose_text: bytes | str) -> list[Reference]:
+    """Every env_file and bind-mount source of every service that is a path inside the folder,
+    in file order; an unreadable compose file has none (Compose itself reports it)."""
+    services = parse_compose(compose_text).get("services")
     if not isinstance(services, dict):
         return []
     found: list[Reference] = []
     for service, spec in services.items():
         if not isinstance(spec, dict):
             continue
-        for path in _env_files(spec.get("env_file") or []):
+        for path in env_files_of(spec.get("env_file") or []):
             name = _own(path)
             if name is not None:
                 found.append(Reference(name, "env_file", str(service)))
         for entry in spec.get("volumes") or []:
-            got = _mount(entry)
+            got = mount_of(entry)
             name = _own(got[0]) if got else None
             if got is not None and name is not None:
                 found.append(Reference(name, "mount", str(service), got[1]))

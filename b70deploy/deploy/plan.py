@@ -74,6 +74,7 @@ class DeployPlan:
     image: ImageInfo
     message: str
     companions: tuple[str, ...] = ()
+    kept: tuple[str, ...] = ()          # companions the stop-first drain leaves running (deploy/companions.py)
     waits: Waits = Waits()
     auto_rollback: bool = True
     restored_from: int | None = None    # a rollback: the revision whose bytes these are
@@ -83,6 +84,11 @@ class DeployPlan:
     platform: str | None = None         # the node's GPU platform: which crash signatures its log can carry
     standby: StandbyPlan | None = None  # hot standby (deploy/steps.py, "Hot standby"); None: stop-first
     modes: Mapping[str, int] = field(default_factory=dict)  # a rollback: the modes its revision recorded
+
+    @property
+    def stopping(self) -> tuple[str, ...]:
+        """The companions the stop-first drain stops: every one it does not keep."""
+        return tuple(c for c in self.companions if c not in self.kept)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "files", MappingProxyType(dict(self.files)))

@@ -304,7 +304,7 @@ def _drain(r: Run) -> None:
     _hold(r)
     fresh = not r.io.has_compose_file()
     r.io.write_deployed(r.plan.files, r.plan.modes)
-    r.io.replace(r.io.service, stopping=r.plan.companions)
+    r.io.replace(r.io.service, stopping=r.plan.stopping)
     for slot in sorted(slots):  # a stack without sleep mode after standby slots: it boots alone
         _retire(r, slot)
     if slots:
@@ -314,9 +314,16 @@ def _drain(r: Run) -> None:
     if fresh:
         r.info(f"nothing deployed yet: nothing to drain; created {r.io.service} from revision {number}")
         return
-    stopped = ", ".join([r.io.service, *r.plan.companions])
+    stopped = ", ".join([r.io.service, *r.plan.stopping])
     r.info(f"created {r.io.service} from revision {number}, then stopped {stopped} (as compose stop: the router's "
-           "health check moves traffic away)")
+           "health check moves traffic away)" + _kept_note(r.plan))
+
+
+def _kept_note(plan: DeployPlan) -> str:
+    """What the drain leaves running (deploy/companions.py says why), as the end of a line."""
+    if not plan.kept:
+        return ""
+    return f"; kept {', '.join(plan.kept)} running (others wait for it and it cannot reach {VLLM})"
 
 
 def _hold(r: Run) -> None:
@@ -358,8 +365,8 @@ def _undo_drain(r: Run) -> None:
     if r.got.rollback_wait is not None and r.got.rollback_wait.healthy and r.io.probe_health() == 200:
         # undo activate has just brought the previous revision back to healthy: only its companions are left
         if r.plan.companions:
-            r.io.up(r.plan.companions, recreate=False)
-            r.info(f"started {', '.join(r.plan.companions)}")
+            r.io.up(r.plan.companions, recreate=False)  # the kept ones too: compose recreates one that diverged
+            r.info(_started(r.plan))
         _reopen(r)
         return
     r.io.write_deployed(r.undo_files(), r.undo_modes())
@@ -875,7 +882,14 @@ def _start_companions(r: Run) -> None:
             # Started, not recreated: compose still recreates one whose config changed (the step
             # took 1.5-1.8 s forced, 0.8-1.4 s not, on vfs: benchmarks/README.md).
             r.io.up(r.plan.companions, recreate=False)
-        r.info(f"started {', '.join(r.plan.companions)}")
+        r.info(_started(r.plan))
+
+
+def _started(plan: DeployPlan) -> str:
+    """The companions' start, named: the ones the drain stopped started, the kept ones left running. The
+    start asks for every companion: Compose recreates a kept one whose definition differs from the files."""
+    kept = f"; {', '.join(plan.kept)} kept running" if plan.kept else ""
+    return f"started {', '.join(plan.stopping) or 'nothing'}{kept}"
 
 
 BEFORE_DRAIN = "before drain"  # the label of every step the clients do not wait for
@@ -885,7 +899,7 @@ def steps(plan: DeployPlan) -> list[Step[Run]]:
     if plan.standby is not None:
         return standby_steps(plan)
     prev = "the previous revision"
-    stopped = ", ".join([VLLM, *plan.companions])
+    stopped = ", ".join([VLLM, *plan.stopping]) + (f"; {', '.join(plan.kept)} keep running" if plan.kept else "")
     return [
         Step("preflight", f"{BEFORE_DRAIN}: compose config, image present, draft copy, lint verdict", _preflight),
         Step("warm", f"{BEFORE_DRAIN}: compile caches of the image, weights into the page cache", _warm),

@@ -30,7 +30,7 @@ from b70deploy.deploy.deploydir import write_deployed
 from b70deploy.deploy.driver import Driver, Outcome
 from b70deploy.deploy.plan import DeployPlan, ImageInfo, Kind, StandbyPlan, Waits
 from b70deploy.deploy.runner import Killed
-from b70deploy.deploy.steps import steps
+from b70deploy.deploy.steps import plan_lines, steps
 from b70deploy.errors import NodeBusy, UserError
 from b70deploy.state.journal import RunRecord
 from b70deploy.state.revisions import Revision
@@ -38,6 +38,7 @@ from b70deploy.state.slots import SlotBook
 from b70deploy.state.statedir import StateDir
 
 COMPANIONS = ("webui",)
+KEPT = "db"  # a companion the drain leaves running (deploy/companions.py): webui waits for it
 SHM = Path("/dev/shm")
 
 
@@ -61,18 +62,21 @@ def stack(name: str) -> Stack:
 
 
 def plan_for(name: str, *, kind: Kind = "switch", files: dict[str, bytes] | None = None,
-             restored_from: int | None = None, standby: StandbyPlan | None = None) -> DeployPlan:
+             restored_from: int | None = None, standby: StandbyPlan | None = None, kept: bool = False) -> DeployPlan:
     return DeployPlan(kind=kind, stack=stack(name), files=files or stack_files(name),
-                      image=ImageInfo(f"img-{name}", f"img-{name}", None, ()), message="", companions=COMPANIONS,
+                      image=ImageInfo(f"img-{name}", f"img-{name}", None, ()), message="",
+                      companions=(*COMPANIONS, KEPT) if kept else COMPANIONS, kept=(KEPT,) if kept else (),
                       waits=Waits(health=5, rollback=5, verify=0), restored_from=restored_from, standby=standby)
 
 
-def plan_of_revision(rev: Revision, *, kind: Kind, restored_from: int | None, standby: bool = False) -> DeployPlan:
+def plan_of_revision(rev: Revision, *, kind: Kind, restored_from: int | None, standby: bool = False,
+                     kept: bool = False) -> DeployPlan:
     name = str(rev.meta.stack_doc["name"])
     # the slot of a rollback's bytes: the revision they were first deployed as (actions/rollback.py)
     slot = rev.meta.restored_from if rev.meta.kind == "rollback" else rev.number
     return plan_for(name, kind=kind, files=rev.read_files(), restored_from=restored_from,
-                    standby=StandbyPlan(wake_slot=slot if kind == "rollback" else None) if standby else None)
+                    standby=StandbyPlan(wake_slot=slot if kind == "rollback" else None) if standby else None,
+                    kept=kept)
 
 
 STEP_NAMES = [s.name for s in steps(plan_for("beta"))]
@@ -82,8 +86,9 @@ MODES = ["fails", "interrupted", "killed-before", "killed-during", "killed-after
 class Bench:
     """A node on alpha with gamma before it, and a fault hook that tracks the runner's step."""
 
-    def __init__(self, tmp: Path, *, door: bool = False, standby: bool = False) -> None:
+    def __init__(self, tmp: Path, *, door: bool = False, standby: bool = False, kept: bool = False) -> None:
         self.state = StateDir(tmp / "state")
+        self.kept = kept  # a database-like companion, KEPT, beside webui: the plans keep it running
         self.standby = standby  # alpha live in its slot (2), gamma asleep in its own (1); the door in front
         self.node = FakeNode(images={"img-alpha", "img-beta", "img-gamma"}, door=door or standby)
         self.point: tuple[str, str] | None = None  # ("before"|"after", step): SIGKILL there
@@ -99,7 +104,7 @@ class Bench:
             store.set_current(rev.number)
         self.node.deployed = stack_files("alpha")
         self.node.door_points = store.current_number() if self.node.door else None
-        for service in ("vllm", *COMPANIONS):
+        for service in ("vllm", *COMPANIONS, *((KEPT,) if kept else ())):
             self.node.running[service] = stack_files("alpha")
         if standby:
             del self.node.running["vllm"]
@@ -129,22 +134,24 @@ class Bench:
         return Driver(self.state, self.node, Quiet(), fault=self.fault)
 
     def switch(self) -> Outcome:
-        return self.driver().execute("switch beta", plan_for("beta", standby=StandbyPlan() if self.standby else None))
+        return self.driver().execute("switch beta", plan_for("beta", standby=StandbyPlan() if self.standby else None,
+                                                             kept=self.kept))
 
     def resume(self) -> Outcome:
         def plan_of(run: RunRecord, rev: Revision) -> DeployPlan:
             kind: Kind = "rollback" if run.context.get("kind") == "rollback" else "switch"
-            return plan_of_revision(rev, kind=kind, restored_from=rev.meta.restored_from, standby=self.standby)
+            return plan_of_revision(rev, kind=kind, restored_from=rev.meta.restored_from, standby=self.standby,
+                                    kept=self.kept)
 
         def replan(run: RunRecord) -> DeployPlan:  # killed before the revision was stored
-            return plan_for(str(run.context["stack"]), standby=StandbyPlan() if self.standby else None)
+            return plan_for(str(run.context["stack"]), standby=StandbyPlan() if self.standby else None, kept=self.kept)
 
         return self.driver().resume("resume", plan_of, replan)
 
     def rollback(self) -> Outcome:
         target = resolve_target(self.state, None)  # the rollback's own plan, before the driver runs it
         return self.driver().execute("rollback", plan_of_revision(target, kind="rollback", restored_from=target.number,
-                                                                  standby=self.standby))
+                                                                  standby=self.standby, kept=self.kept))
 
     def agreed(self) -> str | None:
         """The stack the node serves, once files, records and containers are checked to agree."""
@@ -219,6 +226,39 @@ def test_an_interrupt_between_two_steps_is_undone_like_one_inside_a_step(root: P
     assert b.agreed() == "alpha"  # undone at once: alpha serves, records say so, the run is closed
     run = b.state.journal.last_run()
     assert run is not None and run.finished
+
+
+@pytest.mark.parametrize("recovery", ["resume", "rollback"])
+@pytest.mark.parametrize("mode", ["fails", "killed-during"])
+@pytest.mark.parametrize("step", STEP_NAMES)
+def test_a_kept_companion_runs_on_through_every_fault_and_recovery(root: Path, step: str, mode: str,
+                                                                  recovery: str) -> None:
+    """A companion the plan keeps (a database webui waits for) is never stopped nor started again: not by
+    the drain, its undo, a failed switch's rollback, a resume or a rollback; webui stops and starts as before."""
+    b = Bench(root, kept=True)
+    arm(b, mode, step)
+    if mode == "fails":
+        assert not b.switch().ok
+    else:
+        with pytest.raises(Killed):
+            b.switch()
+    assert (b.rollback() if recovery == "rollback" else b.resume()).ok
+    assert b.agreed() == expected(mode, step, recovery)
+    assert b.node.running.get(KEPT) == stack_files("alpha") and KEPT not in b.node.starts, b.node.effects
+
+
+def test_a_switch_and_its_rollback_stop_and_start_the_client_companion_only(root: Path) -> None:
+    b = Bench(root, kept=True)
+    assert b.switch().ok and b.agreed() == "beta"
+    assert b.rollback().ok and b.agreed() == "alpha"
+    assert b.node.starts == {"webui": 2}  # db: never stopped, never started again
+
+
+def test_the_dry_run_names_the_companions_that_stop_and_the_ones_that_keep_running() -> None:
+    drain = next(line for line in plan_lines(plan_for("beta", kept=True)) if " drain " in line)
+    assert "stop vllm, webui; db keep running" in drain
+    drain = next(line for line in plan_lines(plan_for("beta")) if " drain " in line)
+    assert "stop vllm, webui (as compose stop)" in drain
 
 
 def test_the_matrix_covers_every_step_and_runs_without_docker() -> None:

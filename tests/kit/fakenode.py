@@ -64,6 +64,7 @@ class FakeNode:
     target: int | None = None          # the slot the door and the probes reach; None: the project's vllm
     smoke_fails: set[str] = field(default_factory=set)  # stacks that answer /health and fail their smoke tests
     load: float = 0.5                  # the host's 1-minute load average (its bound: 2.0)
+    starts: dict[str, int] = field(default_factory=dict)  # service -> how often `up` started a container of it
 
     # ---- misbehaving on cue
     def _effect(self, what: str) -> None:
@@ -126,8 +127,11 @@ class FakeNode:
     def up(self, services: Sequence[str], *, recreate: bool = True) -> None:
         self._effect(f"up {','.join(services)}")
         for s in services:
+            if not recreate and s != VLLM and s in self.running:
+                continue  # compose's "Running": the fake has no companion definitions that could diverge
             self.created.pop(s, None)
             self.running[s] = dict(self.deployed)
+            self.starts[s] = self.starts.get(s, 0) + 1
             if s == VLLM:
                 self.target = None
 
