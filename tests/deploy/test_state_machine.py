@@ -632,10 +632,10 @@ def test_standby_a_drain_killed_before_its_live_slot_slept_is_resumed_by_dozing_
     doze = b.node.doze
 
     def killed(slot: int, level: int) -> float:
-        b.node.doze = doze  # type: ignore[method-assign]  # once
+        b.node.doze = doze  # once
         raise Killed("killed before the slot slept")
 
-    b.node.doze = killed  # type: ignore[method-assign]
+    b.node.doze = killed
     with pytest.raises(Killed):
         b.switch()
     assert b.node.slots()[2] == "live"  # awake still
