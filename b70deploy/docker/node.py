@@ -374,9 +374,13 @@ class DockerNode(DeployDir):
         # is only the new slot's start: 0.05-0.1 s of engine calls out of the clients' wait (issue 35).
         with ThreadPoolExecutor(max_workers=1, thread_name_prefix="leave") as pool:
             left = pool.submit(contextvars.copy_context().run, standby.leave_door, self.project, listed)
-            took = standby.doze(self.project, self.service, slot, level, listed)
-            self.listed[slot] = left.result()
-        return took
+            try:
+                return standby.doze(self.project, self.service, slot, level, listed)
+            finally:  # a sleep that failed left it off the door's network too: the undo's wake joins it back
+                if left.exception() is None:
+                    self.listed[slot] = left.result()
+                else:  # not known whether it left: the next join asks the engine
+                    self.listed.clear()
 
     def boot_beside(self, slot: int) -> None:
         self.reach.clear()  # a new slot, not running: the probes reach what they reached

@@ -29,6 +29,9 @@ from kit.ports import free_span
 from kit.simnode import SimNode, docker
 from simkit import CLI, cli_env
 
+from b70deploy.config.node import load_node
+from b70deploy.docker.node import DockerNode
+from b70deploy.errors import OperationError
 from b70deploy.render.door import DOOR_SERVICE
 from b70deploy.sim.door_image import build as build_door
 from b70deploy.sim.image import TAGS as SIM_TAGS
@@ -447,3 +450,23 @@ def test_standby_a_run_killed_before_activate_resumes_to_its_joined_slot(standby
     st = node.json("status")
     assert st["current"]["stack"] == "alpha" and st["differs"] == [], st
     assert st["serving_slot"] == {"slot": 3, "revision": st["current"]["number"]}, st
+
+
+def test_standby_a_sleep_that_fails_leaves_the_slot_off_the_door_and_the_wake_joins_it_back(
+        standby_node: SimNode) -> None:
+    """Issue 35: the live slot leaves the door's network while it falls asleep. When the sleep fails (here the
+    0.32.0 server refuses level 3 with 422, as vLLM validates it), the node knows it left: the undo's wake
+    joins it back, and the door reaches it again (a completion through the door, the slot on its network)."""
+    node = standby_node
+    node.cli("switch", "alpha", "--yes", check=True)
+    node.cli("switch", "beta", "--yes", check=True)
+    _, _, beta = served(node)
+    io = DockerNode.production(load_node(str(node.config)))
+    assert io.slots()[2] == "live"
+    with pytest.raises(OperationError, match="422"):
+        io.doze(2, 3)
+    off = json.loads(docker("inspect", beta["Id"]).stdout)[0]
+    assert f"{node.project}_default" not in off["NetworkSettings"]["Networks"] and not sleeping(off)
+    io.wake(2)
+    stack, _, now = served(node)  # through the door, and the one awake container on its network
+    assert (stack, now["Id"], now["State"]["StartedAt"]) == ("beta", beta["Id"], beta["State"]["StartedAt"])
