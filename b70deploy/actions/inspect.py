@@ -83,7 +83,9 @@ def status(node: Node) -> dict[str, Any]:
                                   "revision": run.context.get("revision"), "previous": run.context.get("previous"),
                                   "fix": "b70deploy resume (finish it) or b70deploy rollback (undo it)"}
         out["container"] = box.result()
-        out["standbys"] = [s for s in asleep.result() if not (s["on_door"] and not s["asleep"])]
+        # every slot but the one serving (a new slot joins the door's network created: listed until it runs)
+        out["standbys"] = [s for s in asleep.result() if not (s["on_door"] and not s["asleep"]
+                                                               and s["status"] != "created")]
         out["serving_slot"] = serving_slot(node)
         code = health.result()
         out["health"] = code if code is not None else "refused"

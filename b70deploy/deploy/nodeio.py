@@ -169,11 +169,12 @@ class NodeIO(Protocol):
     def doze(self, slot: int, level: int) -> float:
         """The slot's vLLM falls asleep (POST /sleep?level=N on its dev endpoint, the tool's own path,
         never the door), and stays; returns once GET /is_sleeping says so, with vLLM's own seconds
-        when its log said them."""
+        when its log said them. It leaves the door's network meanwhile (the door holds)."""
 
     def boot_beside(self, slot: int) -> None:
-        """Create the deploy dir's vllm in slot `slot`, not started and not on the door's network,
-        beside every other slot: the live one still serves (start_beside makes it the one reached)."""
+        """Create the deploy dir's vllm in slot `slot`, not started, beside every other slot, joined to the
+        door's network where there is one: a container that does not run is not reached, so the live one
+        still serves (start_beside makes it the one reached)."""
 
     def start_beside(self, slot: int) -> None:
         """Make the created slot what the door and the tool's probes reach, and start it."""

@@ -476,15 +476,17 @@ def _drain_standby(r: Run) -> None:
         r.io.door_sync()
     _hold(r)
     live = next((n for n, state in slots.items() if state == "live" and n != got.slot), None)
-    if got.dozed is not None:
-        pass  # a resumed drain: the killed run put it to sleep already
-    elif live is not None:
+    if got.dozed is None and live is not None:
         got.dozed = live
         r.runner.note(dozed=live)
-        took = r.io.doze(live, sb.level)
-        record = r.book.read().get(live)
-        r.book.asleep(live, record.revision if record is not None else live)
-        r.info(f"standby: revision {live}'s slot fell asleep at level {sb.level} in {took:.2f} s")
+    if got.dozed is not None:
+        # A resumed drain dozes it again: the killed run may have ended before it slept, or after it left the
+        # door's network (awake, off it); one asleep is only asked. Never a new slot beside an awake one.
+        if slots.get(got.dozed) in ("live", "awake", "asleep"):
+            took = r.io.doze(got.dozed, sb.level)
+            record = r.book.read().get(got.dozed)
+            r.book.asleep(got.dozed, record.revision if record is not None else got.dozed)
+            r.info(f"standby: revision {got.dozed}'s slot fell asleep at level {sb.level} in {took:.2f} s")
     elif not slots and r.io.container_status() not in ("missing", "exited"):
         # outside the slots (the first standby switch of a stop-first node): it stops first, as without
         # standby. Never with slots: the one the probes reach may be a sleeper still on the door's network

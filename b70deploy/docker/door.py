@@ -35,7 +35,7 @@ from . import engine
 from .probe import probe_health
 
 TURN_WAIT = 10.0  # seconds a turned gate may take to show on the door's /health (its check runs every 50 ms)
-RELEASE_WAIT = 5.0  # seconds the released requests may take to leave the hold (each tries again every 50 ms)
+RELEASE_WAIT = 5.0  # seconds the released requests may take to leave the hold (each tries again every 20 ms)
 START_WAIT = 10.0  # seconds a fresh door container's admin API may take to answer
 
 
@@ -154,7 +154,7 @@ def _wait_health(url: str, *, want_ok: bool, what: str) -> None:
             raise OperationError(f"the door's /health did not turn {what} within {TURN_WAIT:g} s ({url})",
                                  fix="`b70deploy door` shows its state; `b70deploy restore` points it at the "
                                      "current revision")
-        time.sleep(0.02)  # the door's own check turns it within 50 ms: the held clients wait on this
+        time.sleep(0.01)  # the door's own check turns it within 50 ms: the held clients wait on this
 
 
 def close(project: str, health_url: str) -> bool:

@@ -171,8 +171,11 @@ def upstream(service: str, port: int = CONTAINER_PORT) -> str:
     return f"{service}:{port}"
 
 
-CHECK_INTERVAL = "50ms"      # how soon a turned gate is seen: the held clients wait for it (issue 35)
-TRY_INTERVAL = "50ms"        # how often a held request tries again: a released one waits for its next try
+# How soon a turned gate is seen, and how often a held request tries again: a released client waits for both
+# (issue 35). The check runs always: at 20 ms the idle door took 7.0 % of a core against 2.9 % at 50 ms (cgroup
+# cpu.stat over 20 s, this 2-core host), so it stays; a held request tries again only while it is held.
+CHECK_INTERVAL = "50ms"
+TRY_INTERVAL = "20ms"
 KEEP_ALIVE_IDLE = "2s"       # under uvicorn's 5 s keep-alive (VLLM_HTTP_TIMEOUT_KEEP_ALIVE)
 FORWARDED = ("/v1/*", "/health", "/metrics", "/version")
 DEV_ENDPOINTS = ("/sleep", "/wake_up", "/is_sleeping", "/collective_rpc", "/reset_prefix_cache",

@@ -14,6 +14,9 @@ and each slot's own port says whether it sleeps.
 from __future__ import annotations
 
 import json
+import re
+import subprocess
+import threading
 import time
 from collections.abc import Callable, Iterator
 from datetime import datetime
@@ -24,7 +27,12 @@ import requests
 import yaml
 from kit.ports import free_span
 from kit.simnode import SimNode, docker
+from simkit import CLI, cli_env
 
+from b70deploy.config.node import load_node
+from b70deploy.docker.node import DockerNode
+from b70deploy.errors import OperationError
+from b70deploy.render.door import DOOR_SERVICE
 from b70deploy.sim.door_image import build as build_door
 from b70deploy.sim.image import TAGS as SIM_TAGS
 
@@ -325,3 +333,140 @@ def test_standby_a_recovery_whose_woken_standby_fails_boots_the_previous_revisio
 def started_epoch(stamp: str) -> float:
     """Docker's StartedAt (RFC 3339, nanoseconds) as epoch seconds."""
     return datetime.fromisoformat(stamp[:26].rstrip("Z") + "+00:00").timestamp()
+
+
+def _stream_long(node: SimNode, tokens: int) -> threading.Thread:
+    """A streamed completion of `tokens` tokens through the door (the node's sim decodes 500 a second: the
+    overlay in tests/actions/conftest.py), read whole in a thread: a switch's hold waits for it."""
+    url = f"http://127.0.0.1:{node.prod}"
+    model = requests.get(f"{url}/v1/models", timeout=10).json()["data"][0]["id"]
+
+    def read() -> None:
+        with requests.post(f"{url}/v1/completions", stream=True, timeout=120, json={
+                "model": model, "prompt": "The capital of France is", "max_tokens": tokens, "stream": True,
+                "ignore_eos": True}) as got:
+            for _ in got.iter_lines():
+                pass
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    return reader
+
+
+def _slot_box(node: SimNode, slot: int) -> dict[str, Any] | None:
+    return next((b for b in ours(node) if b["Config"]["Labels"]["com.docker.compose.project"]
+                 == f"{node.project}-r{slot}"), None)
+
+
+def test_standby_a_new_slot_joins_the_door_created_answers_for_nothing_and_a_kill_then_leaves_the_live_one(
+        standby_node: SimNode) -> None:
+    """Issue 35: the new slot joins the door's network when it is created, before the door holds, so that
+    activate is only its start. Killed while the door holds for a stream in flight (the new slot created and
+    joined, not started): the engine's DNS names only the live slot for the service (asked on that network,
+    from inside the live slot), the stream ends whole on beta; the `rollback` status advises removes the
+    killed run's slot, and beta serves through the door in the slot status names."""
+    node = standby_node
+    node.cli("switch", "alpha", "--yes", check=True)
+    node.cli("switch", "beta", "--yes", check=True)
+    _, _, beta = served(node)
+    reader = _stream_long(node, 15000)  # 30 s
+    time.sleep(0.5)
+    switch = subprocess.Popen([*CLI, "switch", "alpha", "--yes"], env=cli_env(node.config, node.extra_env),
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        made = None
+        while time.monotonic() < deadline and switch.poll() is None:
+            made = _slot_box(node, 3)
+            closed = requests.get(f"http://127.0.0.1:{node.prod}/health", timeout=5).status_code == 503
+            if made is not None and f"{node.project}_default" in made["NetworkSettings"]["Networks"] and closed:
+                break
+            time.sleep(0.1)
+        assert made is not None and made["State"]["Status"] == "created", made and made["State"]
+        assert f"{node.project}_default" in made["NetworkSettings"]["Networks"]
+        aliases = made["NetworkSettings"]["Networks"][f"{node.project}_default"]["Aliases"] or []
+        assert "vllm" in aliases, aliases
+        # Asked where the door asks: inside the door's container, which is on that network alone (a slot is on
+        # its own project's network too, where `vllm` names itself).
+        door = docker("ps", "-q", "--filter", f"label=com.docker.compose.project={node.project}", "--filter",
+                      f"label=com.docker.compose.service={DOOR_SERVICE}").stdout.split()[0]
+        said = docker("exec", door, "busybox", "nslookup", "vllm").stdout
+        named = re.findall(r"Address:\s*([0-9.]+)\s*$", said.partition("Name:")[2], re.M)
+        live_ip = json.loads(docker("inspect", beta["Id"]).stdout)[0]["NetworkSettings"]["Networks"][
+            f"{node.project}_default"]["IPAddress"]
+        assert named == [live_ip], (said, live_ip)
+        card = json.loads(docker("exec", door, "wget", "-qO-", "http://vllm:8000/v1/models").stdout)["data"][0]
+        assert card["max_model_len"] == 262144, card  # beta's, dialled as the door dials it
+        assert switch.poll() is None, switch.communicate()  # still waiting for the stream: the door holds
+        switch.kill()
+    finally:
+        if switch.poll() is None:
+            switch.kill()
+        switch.communicate()
+    reader.join(timeout=60)
+    st = node.json("status")
+    assert st["interrupted"]["step"] == "drain" and "b70deploy rollback" in st["fix"], st
+    assert st["serving_slot"] == {"slot": 2, "revision": st["current"]["number"]}, st
+    assert [s["status"] for s in st["standbys"] if s["slot"] == 3] == ["created"], st["standbys"]
+    done = node.cli("rollback", "--yes")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "removed slot 3" in done.stdout + done.stderr, done.stdout + done.stderr
+    stack, length, now = served(node)  # a completion through the door, and the one awake container on its network
+    assert (stack, length) == ("beta", 262144), done.stdout
+    assert _slot_box(node, 3) is None
+    st = node.json("status")
+    assert st["current"]["stack"] == "beta" and st["differs"] == [], st
+    serving = int(now["Config"]["Labels"]["com.docker.compose.project"].rpartition("-r")[2])
+    assert st["serving_slot"] == {"slot": serving, "revision": st["current"]["number"]}, st
+    assert "262144" in " ".join(now["Config"]["Cmd"])  # beta's own command line
+    assert sum(1 for b in ours(node) if b["State"]["Running"] and sleeping(b)) <= 1
+    node.cli("switch", "alpha", "--yes", check=True)
+    assert served(node)[0] == "alpha"
+
+
+def test_standby_a_run_killed_before_activate_resumes_to_its_joined_slot(standby_node: SimNode) -> None:
+    """Issue 35: killed between the drain (beta asleep, off the door's network; alpha's slot created and joined
+    to it) and activate, `resume` starts alpha's slot, which then alone answers for the service: from outside,
+    a completion through the door, the one awake container on its network (alpha's labels and argv, in P-r3),
+    beta's still asleep, and status names alpha serving in slot 3."""
+    node = standby_node
+    node.cli("switch", "alpha", "--yes", check=True)
+    node.cli("switch", "beta", "--yes", check=True)
+    _, _, beta = served(node)
+    killed = node.cli("switch", "alpha", "--yes", env={"B70DEPLOY_FAULT": "before:activate"})
+    assert killed.returncode == -9, killed.stdout + killed.stderr
+    made, slept = _slot_box(node, 3), _slot_box(node, 2)
+    assert made is not None and made["State"]["Status"] == "created"
+    assert f"{node.project}_default" in made["NetworkSettings"]["Networks"]  # joined before it starts
+    assert slept is not None and sleeping(slept)
+    assert f"{node.project}_default" not in slept["NetworkSettings"]["Networks"]  # left while it fell asleep
+    done = node.cli("resume")
+    assert done.returncode == 0, done.stdout + done.stderr
+    stack, length, now = served(node)
+    assert (stack, length) == ("alpha", 131072)
+    assert now["Config"]["Labels"]["com.docker.compose.project"] == f"{node.project}-r3"
+    assert "131072" in " ".join(now["Config"]["Cmd"])
+    assert sleeping(json.loads(docker("inspect", beta["Id"]).stdout)[0])  # the same beta, asleep
+    st = node.json("status")
+    assert st["current"]["stack"] == "alpha" and st["differs"] == [], st
+    assert st["serving_slot"] == {"slot": 3, "revision": st["current"]["number"]}, st
+
+
+def test_standby_a_sleep_that_fails_leaves_the_slot_off_the_door_and_the_wake_joins_it_back(
+        standby_node: SimNode) -> None:
+    """Issue 35: the live slot leaves the door's network while it falls asleep. When the sleep fails (here the
+    0.32.0 server refuses level 3 with 422, as vLLM validates it), the node knows it left: the undo's wake
+    joins it back, and the door reaches it again (a completion through the door, the slot on its network)."""
+    node = standby_node
+    node.cli("switch", "alpha", "--yes", check=True)
+    node.cli("switch", "beta", "--yes", check=True)
+    _, _, beta = served(node)
+    io = DockerNode.production(load_node(str(node.config)))
+    assert io.slots()[2] == "live"
+    with pytest.raises(OperationError, match="422"):
+        io.doze(2, 3)
+    off = json.loads(docker("inspect", beta["Id"]).stdout)[0]
+    assert f"{node.project}_default" not in off["NetworkSettings"]["Networks"] and not sleeping(off)
+    io.wake(2)
+    stack, _, now = served(node)  # through the door, and the one awake container on its network
+    assert (stack, now["Id"], now["State"]["StartedAt"]) == ("beta", beta["Id"], beta["State"]["StartedAt"])

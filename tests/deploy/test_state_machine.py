@@ -662,3 +662,25 @@ def test_a_private_file_keeps_its_recorded_mode_through_a_rollback_and_a_failed_
     arm(b, "fails", "wait-healthy")
     assert not b.switch().ok
     assert b.agreed() == "gamma" and b.node.deployed_modes["keys/node.pem"] == 0o600
+
+
+def test_standby_a_drain_killed_before_its_live_slot_slept_is_resumed_by_dozing_it(root: Path) -> None:
+    """Issue 35: the killed run noted the slot it puts to sleep, then died before it slept (its sleep runs beside
+    its leaving the door's network). `resume` dozes it before it starts the new slot: never a new stack
+    beside an awake one on the device."""
+    b = Bench(root, standby=True)
+    doze = b.node.doze
+
+    def killed(slot: int, level: int) -> float:
+        b.node.doze = doze  # once
+        raise Killed("killed before the slot slept")
+
+    b.node.doze = killed
+    with pytest.raises(Killed):
+        b.switch()
+    assert b.node.slots()[2] == "live"  # awake still
+    b.node.effects.clear()
+    assert b.resume().ok
+    done = [e.split(":", 1)[1] for e in b.node.effects]
+    assert done.index("doze 2 level 1") < done.index("start beside 3"), done
+    assert standby_agreed(b) == "beta" and b.node.slots() == {2: "asleep", 3: "live"}

@@ -80,7 +80,7 @@ def test_caddy_config_forwards_the_api_refuses_the_rest_and_holds_for_the_bound(
     assert routes[2]["match"] == [{"path": ["/v1/*", "/health", "/metrics", "/version"]}]
     held = routes[2]["handle"][0]
     assert held["upstreams"] == [{"dial": "vllm:8000"}]
-    assert held["load_balancing"] == {"try_duration": "180s", "try_interval": "50ms"} and held["flush_interval"] == -1
+    assert held["load_balancing"] == {"try_duration": "180s", "try_interval": "20ms"} and held["flush_interval"] == -1
     assert held["transport"]["keep_alive"] == {"enabled": True, "idle_timeout": "2s"}
     standby = caddy_config(hold_seconds=180, retry_after=30, keep_alive=False)["apps"]["http"]["servers"]["door"]
     assert standby["routes"][2]["handle"][0]["transport"]["keep_alive"] == {"enabled": False}
