@@ -453,12 +453,16 @@ def _retire(r: Run, slot: int) -> None:
 def _drain_standby(r: Run) -> None:
     """The new revision's slot created beside the live one while the clients are still served (not on
     the door's network yet); then the door holds, the live slot falls asleep (a live stack outside the
-    slots stops, as the stop-first drain does). A rollback to a sleeping slot creates nothing: that slot
-    is woken at activate."""
+    slots stops, as the stop-first drain does). A rollback to a slot that runs its bytes creates nothing: that slot
+    is woken at activate (or kept awake)."""
     sb, got = r.plan.standby, r.got
     assert sb is not None and got.revision is not None  # steps() chose this drain; record ran before
     slots = _known_slots(r)
-    wake = sb.wake_slot if sb.wake_slot is not None and slots.get(sb.wake_slot) == "asleep" else None
+    # A rollback to bytes a recorded slot runs takes that slot: woken if it sleeps, else as it is (a run killed
+    # before its own slot started leaves the previous revision serving; booting it again would hold the clients
+    # for a cold boot).
+    wake = sb.wake_slot if sb.wake_slot is not None and slots.get(sb.wake_slot) in ("asleep", "live", "awake") \
+        else None
     r.io.write_deployed(r.plan.files, r.plan.modes)
     if got.woken or wake is not None:
         got.slot, got.woken = wake if wake is not None else got.slot, True
@@ -495,8 +499,10 @@ def _drain_standby(r: Run) -> None:
         r.info(f"standby: stopped {r.io.service} (it runs outside the standby slots)")
     if not slots:
         r.io.door_sync()
-    if got.woken:
+    if got.woken and slots.get(got.slot) == "asleep":
         r.info(f"standby: revision {got.slot}'s slot sleeps with these bytes: it is woken, not booted")
+    elif got.woken:
+        r.info(f"standby: revision {got.slot}'s slot runs these bytes: it is kept, not booted")
     else:
         r.info(f"standby: created revision {got.slot}'s slot beside the sleeping ones")
 

@@ -364,7 +364,8 @@ def test_standby_a_new_slot_joins_the_door_created_answers_for_nothing_and_a_kil
     activate is only its start. Killed while the door holds for a stream in flight (the new slot created and
     joined, not started): the engine's DNS names only the live slot for the service (asked on that network,
     from inside the live slot), the stream ends whole on beta; the `rollback` status advises removes the
-    killed run's slot, and beta serves through the door in the slot status names."""
+    killed run's slot, and beta serves through the door in the slot status names: its own container, kept (a
+    cold boot of the bytes it serves would hold the clients for the whole boot)."""
     node = standby_node
     node.cli("switch", "alpha", "--yes", check=True)
     node.cli("switch", "beta", "--yes", check=True)
@@ -419,6 +420,9 @@ def test_standby_a_new_slot_joins_the_door_created_answers_for_nothing_and_a_kil
     serving = int(now["Config"]["Labels"]["com.docker.compose.project"].rpartition("-r")[2])
     assert st["serving_slot"] == {"slot": serving, "revision": st["current"]["number"]}, st
     assert "262144" in " ".join(now["Config"]["Cmd"])  # beta's own command line
+    # beta's own container, kept as it ran (no cold boot of the bytes it serves while the door held the clients)
+    assert now["Id"] == beta["Id"] and now["State"]["StartedAt"] == beta["State"]["StartedAt"], done.stdout
+    assert "kept, not booted" in done.stdout + done.stderr, done.stdout + done.stderr
     assert sum(1 for b in ours(node) if b["State"]["Running"] and sleeping(b)) <= 1
     node.cli("switch", "alpha", "--yes", check=True)
     assert served(node)[0] == "alpha"
