@@ -499,10 +499,10 @@ def _drain_standby(r: Run) -> None:
         r.info(f"standby: stopped {r.io.service} (it runs outside the standby slots)")
     if not slots:
         r.io.door_sync()
-    if got.woken and slots.get(got.slot) == "asleep":
-        r.info(f"standby: revision {got.slot}'s slot sleeps with these bytes: it is woken, not booted")
-    elif got.woken:
-        r.info(f"standby: revision {got.slot}'s slot runs these bytes: it is kept, not booted")
+    if got.woken:
+        kept = "sleeps with these bytes: it is woken" if slots.get(got.slot or 0) == "asleep" else \
+            "runs these bytes: it is kept"
+        r.info(f"standby: revision {got.slot}'s slot {kept}, not booted")
     else:
         r.info(f"standby: created revision {got.slot}'s slot beside the sleeping ones")
 
