@@ -472,6 +472,7 @@ def _drain_standby(r: Run) -> None:
         if got.slot not in slots:  # a resumed drain: the killed run created it already
             r.io.boot_beside(got.slot)
     r.runner.note(slot=got.slot, woken=got.woken)
+    assert got.slot is not None  # set just above, or by the killed run
     if slots:
         # The door's container and config in place before it holds (its network is where the new slot
         # joins): a config that differs loads while the gate is open, where a reload cuts no stream
@@ -499,10 +500,10 @@ def _drain_standby(r: Run) -> None:
         r.info(f"standby: stopped {r.io.service} (it runs outside the standby slots)")
     if not slots:
         r.io.door_sync()
-    if got.woken:
-        kept = "sleeps with these bytes: it is woken" if slots.get(got.slot or 0) == "asleep" else \
-            "runs these bytes: it is kept"
-        r.info(f"standby: revision {got.slot}'s slot {kept}, not booted")
+    if got.woken and slots.get(got.slot) == "asleep":
+        r.info(f"standby: revision {got.slot}'s slot sleeps with these bytes: it is woken, not booted")
+    elif got.woken:
+        r.info(f"standby: revision {got.slot}'s slot runs these bytes: it is kept, not booted")
     else:
         r.info(f"standby: created revision {got.slot}'s slot beside the sleeping ones")
 
@@ -613,7 +614,7 @@ def _activate_standby(r: Run) -> None:
     r.got.activated = True
     assert r.got.slot is not None  # the drain picked it
     if r.got.woken:
-        took = r.io.wake(r.got.slot)
+        took = r.io.wake(r.got.slot)  # a slot already awake (the drain said "kept") is only joined: 0 s of wake
         r.info(f"standby: woke revision {r.got.slot}'s slot in {took:.2f} s")
         return
     r.io.start_beside(r.got.slot)

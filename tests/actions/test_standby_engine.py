@@ -103,6 +103,19 @@ def served(node: SimNode) -> tuple[str, int, dict[str, Any]]:
     return on_door[0]["Config"]["Labels"]["b70deploy.stack"], int(card["max_model_len"]), on_door[0]
 
 
+def _beta_serving(node: SimNode) -> dict[str, Any]:
+    """`switch alpha`, then `switch beta`: beta serves (slot 2), alpha sleeps (slot 1); beta's container."""
+    node.cli("switch", "alpha", "--yes", check=True)
+    node.cli("switch", "beta", "--yes", check=True)
+    return served(node)[2]
+
+
+def _killed_switch(node: SimNode, stack: str, fault: str) -> None:
+    """`switch STACK` SIGKILLed by the runner's own fault hook (B70DEPLOY_FAULT, e.g. before:activate)."""
+    killed = node.cli("switch", stack, "--yes", env={"B70DEPLOY_FAULT": fault})
+    assert killed.returncode == -9, killed.stdout + killed.stderr
+
+
 def test_standby_failed_switch_wakes_the_sleeping_stack_and_the_door_points_back(standby_node: SimNode) -> None:
     node = standby_node
     node.cli("switch", "alpha", "--yes", check=True)
@@ -229,11 +242,8 @@ def test_standby_a_run_killed_in_activate_is_recovered_to_the_slot_status_names(
     the revision `status` names: its labels and argv, a completion; at most one slot asleep; the next switch
     succeeds."""
     node = standby_node
-    node.cli("switch", "alpha", "--yes", check=True)
-    node.cli("switch", "beta", "--yes", check=True)
-    _, _, beta = served(node)
-    killed = node.cli("switch", "held", "--yes", env={"B70DEPLOY_FAULT": "during:activate"})
-    assert killed.returncode == -9, killed.stdout + killed.stderr
+    beta = _beta_serving(node)
+    _killed_switch(node, "held", "during:activate")
     booting = [b for b in ours(node) if b["Config"]["Labels"]["com.docker.compose.project"] == f"{node.project}-r3"]
     assert booting and booting[0]["State"]["Running"]  # the killed run's slot, held in its boot
     assert f"{node.project}_default" in booting[0]["NetworkSettings"]["Networks"]
@@ -279,11 +289,8 @@ def test_standby_a_run_killed_before_activate_is_rolled_back_by_waking_the_sleep
     woke nothing and booted beta cold in the project's own container. Now it is woken: the same container,
     never restarted, serves beta through the door."""
     node = standby_node
-    node.cli("switch", "alpha", "--yes", check=True)
-    node.cli("switch", "beta", "--yes", check=True)
-    _, _, beta = served(node)
-    killed = node.cli("switch", "alpha", "--yes", env={"B70DEPLOY_FAULT": "before:activate"})
-    assert killed.returncode == -9, killed.stdout + killed.stderr
+    beta = _beta_serving(node)
+    _killed_switch(node, "alpha", "before:activate")
     done = node.cli("rollback", "--yes")
     assert done.returncode == 0, done.stdout + done.stderr
     stack, _, now = served(node)
@@ -308,8 +315,7 @@ def test_standby_a_recovery_whose_woken_standby_fails_boots_the_previous_revisio
     node.cli("switch", "alpha", "--yes", check=True)
     node.cli("switch", "later", "--yes", check=True)
     _, _, later = served(node)
-    killed = node.cli("switch", "alpha", "--yes", env={"B70DEPLOY_FAULT": "before:activate"})
-    assert killed.returncode == -9, killed.stdout + killed.stderr
+    _killed_switch(node, "alpha", "before:activate")
     ready = later["State"]["StartedAt"]
     time.sleep(max(0.0, after + 1.0 - (time.time() - started_epoch(ready))))  # the wake now answers garbage
     done = node.cli("rollback", "--yes")
@@ -367,9 +373,7 @@ def test_standby_a_new_slot_joins_the_door_created_answers_for_nothing_and_a_kil
     killed run's slot, and beta serves through the door in the slot status names: its own container, kept (a
     cold boot of the bytes it serves would hold the clients for the whole boot)."""
     node = standby_node
-    node.cli("switch", "alpha", "--yes", check=True)
-    node.cli("switch", "beta", "--yes", check=True)
-    _, _, beta = served(node)
+    beta = _beta_serving(node)
     reader = _stream_long(node, 15000)  # 30 s
     time.sleep(0.5)
     switch = subprocess.Popen([*CLI, "switch", "alpha", "--yes"], env=cli_env(node.config, node.extra_env),
@@ -434,11 +438,8 @@ def test_standby_a_run_killed_before_activate_resumes_to_its_joined_slot(standby
     a completion through the door, the one awake container on its network (alpha's labels and argv, in P-r3),
     beta's still asleep, and status names alpha serving in slot 3."""
     node = standby_node
-    node.cli("switch", "alpha", "--yes", check=True)
-    node.cli("switch", "beta", "--yes", check=True)
-    _, _, beta = served(node)
-    killed = node.cli("switch", "alpha", "--yes", env={"B70DEPLOY_FAULT": "before:activate"})
-    assert killed.returncode == -9, killed.stdout + killed.stderr
+    beta = _beta_serving(node)
+    _killed_switch(node, "alpha", "before:activate")
     made, slept = _slot_box(node, 3), _slot_box(node, 2)
     assert made is not None and made["State"]["Status"] == "created"
     assert f"{node.project}_default" in made["NetworkSettings"]["Networks"]  # joined before it starts
@@ -462,9 +463,7 @@ def test_standby_a_sleep_that_fails_leaves_the_slot_off_the_door_and_the_wake_jo
     0.32.0 server refuses level 3 with 422, as vLLM validates it), the node knows it left: the undo's wake
     joins it back, and the door reaches it again (a completion through the door, the slot on its network)."""
     node = standby_node
-    node.cli("switch", "alpha", "--yes", check=True)
-    node.cli("switch", "beta", "--yes", check=True)
-    _, _, beta = served(node)
+    beta = _beta_serving(node)
     io = DockerNode.production(load_node(str(node.config)))
     assert io.slots()[2] == "live"
     with pytest.raises(OperationError, match="422"):
