@@ -5,6 +5,7 @@ and rollback the router, asked from outside, answers for that stack's served nam
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -24,12 +25,27 @@ def caddyfile(served: str) -> str:
 
 def _router(port: int, served: str) -> None:
     url = f"http://127.0.0.1:{port}/v1"
-    models = requests.get(f"{url}/models", timeout=10)
+    models = _first_answer(f"{url}/models")
     assert models.headers.get("X-Served-Model") == served, models.headers
     assert [m["id"] for m in models.json()["data"]] == [served]
     done = requests.post(f"{url}/completions", timeout=30,
                          json={"model": served, "prompt": "The capital of France is", "max_tokens": 4})
     assert done.status_code == 200 and "Paris" in done.json()["choices"][0]["text"], done.text
+
+
+def _first_answer(url: str) -> requests.Response:
+    """The router's first answer. The drain stopped it and the tool's last step started it again;
+    Caddy binds its port a moment after its container runs, and Docker's proxy takes the connection
+    before that and closes it, so the first tries may find nobody home. The router declares no
+    healthcheck the tool could wait for."""
+    deadline = time.monotonic() + 15
+    while True:
+        try:
+            return requests.get(url, timeout=10)
+        except requests.ConnectionError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.1)
 
 
 def test_each_stack_brings_its_routers_file(node: SimNode, free_port: Callable[[], int]) -> None:
