@@ -209,6 +209,9 @@ def make_node(root: Path, *, door: bool, boot: float, hold: float, repo: Path = 
         b.tags["door"] = tag  # removed with the bench's other tags
         cfg = yaml.safe_load(b.config.read_text())
         cfg["door"] = {"enabled": True, "image": tag, "hold_seconds": hold, "probe_port": free_port()}
+        # Every address: a door on the host's network is reached from a container at the project network's
+        # gateway (vllm's probe port stays on loopback either way).
+        cfg["bind_address"] = "0.0.0.0"
         b.config.write_text(yaml.safe_dump(cfg))
     return Node(b, door, repo, label)
 
@@ -257,16 +260,26 @@ for line in sys.stdin:
 
 
 def network_of(node: Node) -> str:
-    """The node's project network: the one its door container is on."""
+    """The node's project network (Compose's default one), where its companions are."""
+    return f"{node.bench.project}_default"
+
+
+def door_from_network(node: Node) -> tuple[str, int]:
+    """Where a container on the project network reaches the door: by its name in the network, or, on the
+    host's network, at the network's gateway and the node's port."""
     door = container_id(node.bench.project, "door")
-    return docker("inspect", "-f", "{{range $k, $v := .NetworkSettings.Networks}}{{$k}} {{end}}",
-                  door).stdout.split()[0]
+    if docker("inspect", "-f", "{{.HostConfig.NetworkMode}}", door).stdout.strip() != "host":
+        return "door", DOOR_PORT
+    gateway = docker("network", "inspect", "-f", "{{range .IPAM.Config}}{{.Gateway}} {{end}}",
+                     network_of(node)).stdout.split()[0]
+    return gateway, node.bench.prod_port
 
 
 class Inside:
     """A client in a container on a node's project network (as a companion such as open-webui is): it
-    reaches the door and vllm by their service names, with no published port and so no docker-proxy on
-    either path. The sim image's Python runs `first_chunk`, the same code as the host's client."""
+    reaches vllm by its service name and the door by its own (or, on the host's network, at the
+    gateway: `door_from_network`), with no published port and so no docker-proxy on either path. The
+    sim image's Python runs `first_chunk`, the same code as the host's client."""
 
     def __init__(self, node: Node) -> None:
         self.name = f"{node.bench.project}-inside"
@@ -311,12 +324,13 @@ def overhead(nodes: list[Node], samples: int) -> dict[str, Any]:
     paths = [(n.label, where, way, conn) for n in nodes for where in WHERE for way in ("through", "direct")
              for conn in ("new", "kept")]
     by_label = {n.label: n for n in nodes}
+    doors = {n.label: door_from_network(n) for n in nodes}
 
     def address(label: str, where: str, way: str) -> tuple[str, int]:
         n = by_label[label]
         if where == "loopback":
             return "127.0.0.1", n.bench.prod_port if way == "through" else n.probe
-        return ("door", DOOR_PORT) if way == "through" else ("vllm", CONTAINER_PORT)
+        return doors[label] if way == "through" else ("vllm", CONTAINER_PORT)
 
     kept = {address(label, where, way): http.client.HTTPConnection("127.0.0.1", address(label, where, way)[1],
                                                                    timeout=60)

@@ -542,6 +542,23 @@ class Door(Strict):
     retry_after: int = Field(default=30, ge=1, le=86400)
     # vllm's own port for the tool's probes while the door has the node's: loopback only.
     probe_port: int = Field(default=8002, ge=1, le=65535)
+    # The network between the door (on the host's) and vllm, which has a fixed address there; None: a /29
+    # render/door.py picks by the project's name. Set it when the engine says the pool overlaps another.
+    subnet: str | None = None
+
+    @field_validator("subnet")
+    @classmethod
+    def _subnet(cls, v: str | None) -> str | None:
+        if v is None:
+            return v
+        try:
+            net = ipaddress.IPv4Network(v)
+        except ValueError:
+            raise invalid(f"door.subnet {v!r} is not an IPv4 network", "e.g. 198.19.7.0/29") from None
+        if net.prefixlen > 29:
+            raise invalid(f"door.subnet {v} is too small: the engine's gateway and vllm need a /29 or larger",
+                          "e.g. 198.19.7.0/29")
+        return str(net)
 
     @field_validator("image")
     @classmethod

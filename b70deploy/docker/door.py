@@ -24,6 +24,8 @@ from typing import Any
 from ..errors import OperationError
 from ..render.door import (
     ADMIN,
+    ADMIN_PATH,
+    ADMIN_SOCKET,
     CLOSED_FILE,
     DOOR_SERVICE,
     FORWARDED,
@@ -183,9 +185,14 @@ def open_to(project: str, health_url: str, revision: int) -> None:
         _load(box, PENDING_FILE)
 
 
+def _admin(box: Any) -> str:
+    """The door's read-only route to its admin API (render/door.py ADMIN_PATH), on its loopback address."""
+    return f"http://{(box.labels or {}).get('b70deploy.door.local', '127.0.0.1:8080')}{ADMIN_PATH}"
+
+
 def _loaded(box: Any) -> tuple[bool, str | None]:
-    """(whether the admin API answered, the config the door runs: canonical JSON, None for none)."""
-    code, out = _exec(box, f"wget -qO- http://{ADMIN}/config/")
+    """(whether the door's route to its admin API answered, the config the door runs: canonical JSON)."""
+    code, out = _exec(box, f"wget -qO- {_admin(box)}/config/")
     if code != 0:
         return False, None
     try:
@@ -195,9 +202,24 @@ def _loaded(box: Any) -> tuple[bool, str | None]:
     return True, None if got is None else json.dumps(got, sort_keys=True, separators=(",", ":"))
 
 
+def _unconfigured(box: Any) -> bool:
+    """Nothing listens on the door's address: a door that runs no config yet (its admin socket only)."""
+    return "refused" in _exec(box, f"wget -qO- {_admin(box)}/config/ 2>&1")[1]
+
+
 def _load(box: Any, path: str) -> None:
-    # Caddy's own client: POST /load of the file; the old servers finish their requests (render/door.py).
-    _sh(box, f"caddy reload --config {path} --address {ADMIN} --force 2>&1 && rm -f {PENDING_FILE}")
+    # Caddy's own client, through the admin socket: POST /load of the file; the old servers finish their
+    # requests (render/door.py).
+    _sh(box, _load_script(path))
+
+
+def _load_script(path: str) -> str:
+    return f"caddy reload --config {path} --address {ADMIN} --force 2>&1 && rm -f {PENDING_FILE}"
+
+
+def _pend(box: Any, config: str) -> None:
+    _sh(box, f'printf "%s" "$DOOR_CONFIG" > {PENDING_FILE}.new && mv {PENDING_FILE}.new {PENDING_FILE}',
+        env={"DOOR_CONFIG": config})
 
 
 def configure(project: str, config: str) -> str:
@@ -209,6 +231,11 @@ def configure(project: str, config: str) -> str:
         return "same"
     deadline = time.monotonic() + START_WAIT
     while not (answered := _loaded(box))[0]:
+        # A fresh door takes the config through its socket once Caddy is up (it holds nothing yet).
+        if _unconfigured(box):
+            _pend(box, config)
+            if _exec(box, _load_script(PENDING_FILE))[0] == 0:
+                return "loaded"
         if time.monotonic() >= deadline:
             raise OperationError(f"the door's admin API ({ADMIN} in its container) did not answer within "
                                  f"{START_WAIT:g} s", fix="`docker logs` of the door container says why")
@@ -217,8 +244,7 @@ def configure(project: str, config: str) -> str:
     if now == config:
         _sh(box, f"rm -f {PENDING_FILE}")
         return "same"
-    _sh(box, f'printf "%s" "$DOOR_CONFIG" > {PENDING_FILE}.new && mv {PENDING_FILE}.new {PENDING_FILE}',
-        env={"DOOR_CONFIG": config})
+    _pend(box, config)
     if now is not None and _sh(box, f"test -f {GATE_FILE} || echo closed").strip() and _holding(box) > 0:
         return "pending"
     _load(box, PENDING_FILE)
@@ -226,8 +252,10 @@ def configure(project: str, config: str) -> str:
 
 
 def _counts(box: Any) -> dict[str, int]:
-    rows = json.loads(_sh(box, f"wget -qO- http://{ADMIN}/reverse_proxy/upstreams") or "[]")
-    return {str(r.get("address")): int(r.get("num_requests") or 0) for r in rows}
+    """Requests on each upstream, vllm's: the admin route's own upstream (the socket) left out."""
+    rows = json.loads(_sh(box, f"wget -qO- {_admin(box)}/reverse_proxy/upstreams") or "[]")
+    return {str(r.get("address")): int(r.get("num_requests") or 0) for r in rows
+            if ADMIN_SOCKET not in str(r.get("address"))}
 
 
 def _on_vllm(counts: dict[str, int]) -> int:
@@ -237,8 +265,9 @@ def _on_vllm(counts: dict[str, int]) -> int:
 
 def _inside(box: Any) -> int:
     """Every request inside the door, held or on vllm: Caddy's requests_in_flight gauge of its
-    reverse_proxy handlers (admin /metrics)."""
-    text = _sh(box, f"wget -qO- http://{ADMIN}/metrics")
+    reverse_proxy handlers (admin /metrics). The reading request is not among them: Caddy labels a
+    request by its route's first handler, the admin route's `vars`."""
+    text = _sh(box, f"wget -qO- {_admin(box)}/metrics")
     total = 0.0
     for line in text.splitlines():
         if line.startswith("caddy_http_requests_in_flight{") and 'handler="reverse_proxy"' in line:

@@ -23,7 +23,7 @@ from dotenv import dotenv_values
 from ..config import hub
 from ..deploy.deploydir import DeployDir, compose_names
 from ..errors import B70Error, OperationError
-from ..render.door import DOOR_SERVICE, config_text, digest_in, vllm_port_in
+from ..render.door import DOOR_SERVICE, config_text, digest_in, where_of
 from ..render.draft import ensure_draft_copy, stack_copy
 from ..render.files import COMPOSE_FILE, DOTENV_FILE
 from ..render.vllm_args import api_keys
@@ -347,7 +347,7 @@ class DockerNode(DeployDir):
             self.up([DOOR_SERVICE], recreate=False)  # compose recreates it when its image or command changed
         # Its config is the node's, loaded in place: a reload cuts no stream (render/door.py).
         cfg = self.node.config
-        door.configure(self.project, config_text(cfg.door, self.service, port=vllm_port_in(compose),
+        door.configure(self.project, config_text(cfg.door, where_of(self._deployed_env(), compose, self.service),
                                                  keep_alive=not cfg.standby.sleeps))
 
     def door_close(self) -> bool:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import errno
+import ipaddress
 import socket
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -22,6 +23,7 @@ from ..config.node import Node
 from ..config.schema import Stack
 from ..config.secrets_file import load_secrets
 from ..errors import B70Error, UserError
+from ..render.door import DOOR_NETWORK, on_host, subnet
 from ..render.draft import served_draft_path
 from ..render.files import Rendered, render
 from ..render.gpu import access_for
@@ -48,6 +50,7 @@ class Produced:
     compose_config: dict[str, Any] | None = None    # `docker compose config --format json`
     compose_error: str | None = None
     port_owner: str | None = None                   # who holds the prod port, when not our project
+    subnet_owner: str | None = None                 # the engine's network the host door's subnet overlaps
     gpu_missing: list[str] = field(default_factory=list)  # what the engine lacks for the GPU access
     skipped: list[str] = field(default_factory=list)
 
@@ -66,11 +69,31 @@ def port_owner(node: Node, client: Any) -> str | None:
     for c in client.containers.list(ignore_removed=True):  # one removed meanwhile is not an owner
         ports = (c.attrs.get("NetworkSettings") or {}).get("Ports") or {}
         bound = any(str(b.get("HostPort")) == str(port) for binds in ports.values() if binds for b in binds)
+        # The front door on the host's network holds the port itself (render/door.py); its label says which.
+        bound = bound or ((c.attrs.get("HostConfig") or {}).get("NetworkMode") == "host"
+                          and c.labels.get("b70deploy.door.local", "").endswith(f":{port}"))
         if bound:
             if c.labels.get("com.docker.compose.project") == node.project:
                 return None  # our own running stack: the switch drains it first
             return f"container {c.name}"
     return "a process outside Docker"
+
+
+def subnet_owner(node: Node, client: Any) -> str | None:
+    """The engine's network whose addresses the host door's network would overlap (render/door.py
+    `subnet`), unless that network is the door's own; None without a host door."""
+    if not on_host(node.config.door, node.config.standby.sleeps):
+        return None
+    mine = subnet(node.config.door, node.project)
+    for net in client.networks.list():
+        if net.name == f"{node.project}_{DOOR_NETWORK}":
+            continue
+        for pool in ((net.attrs.get("IPAM") or {}).get("Config") or []):
+            with contextlib.suppress(ValueError, TypeError):
+                theirs = ipaddress.ip_network(pool.get("Subnet"), strict=False)
+                if theirs.version == 4 and theirs.overlaps(mine):
+                    return f"network {net.name} ({theirs})"
+    return None
 
 
 def produce(node: Node, stack: Stack, *, docker: bool = True, inspector: ImageInspector | None = None,
@@ -133,6 +156,8 @@ def produce(node: Node, stack: Stack, *, docker: bool = True, inspector: ImageIn
             if check_port:
                 with contextlib.suppress(B70Error):
                     out.port_owner = port_owner(node, inspector.client)
+                with contextlib.suppress(B70Error):
+                    out.subnet_owner = subnet_owner(node, inspector.client)
             config.result()
     return out
 

@@ -153,6 +153,7 @@ def build_context(produced: Produced, *, memory: RevisionMemory | None = None) -
                        compose_config=produced.compose_config, compose_error=produced.compose_error,
                        patch_errors=dict(produced.patch_errors), patched=list(produced.patched),
                        patches_upstream=list(produced.patches_upstream), port_owner=produced.port_owner,
+                       subnet_owner=produced.subnet_owner,
                        gpu_missing=list(produced.gpu_missing), skipped=skipped,
                        measured_kv=measured_kv(node, stack, image.id if image else None, memory))
 

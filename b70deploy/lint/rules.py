@@ -18,6 +18,7 @@ from ..config import hub
 from ..errors import UserError
 from ..render import draft as draft_mod
 from ..render import standby as standby_rules
+from ..render.door import subnet
 from ..render.files import COMPOSE_FILE, DOTENV_FILE, expose_only
 from ..render.gpu import gpu_count
 from ..render.patches import find_patch, release
@@ -604,6 +605,14 @@ def port(ctx: LintContext) -> Iterator[Finding]:
         p = ctx.node.config.ports.prod
         yield _f(ctx, "port-in-use", "error", f"port {p} is already in use by {ctx.port_owner}",
                  f"stop what holds port {p}, or change ports.prod in the node config")
+
+
+@rule("door-subnet-in-use")
+def door_subnet(ctx: LintContext) -> Iterator[Finding]:
+    if ctx.subnet_owner:
+        net = subnet(ctx.node.config.door, ctx.node.project)
+        yield _f(ctx, "door-subnet-in-use", "error", f"the door's network {net} overlaps the engine's "
+                 f"{ctx.subnet_owner}", "set door.subnet in the node config to a free /29 (e.g. 198.19.7.0/29)")
 
 
 @rule("gpu-access-missing", platforms=GPU_PLATFORMS)

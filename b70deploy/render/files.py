@@ -163,11 +163,16 @@ def interpolation_values(stack: Stack, node: Node, *, port: int, image: str | No
     if image and image_name:  # the exact image a revision runs, whatever its name names now (not used by Compose)
         values["VLLM_IMAGE_ID"] = image
     if door:  # the door has the node's port; vllm keeps one on loopback for the tool's probes
-        values |= door_config.interpolation(node.config.door, port=port, bind_address=node.config.bind_address)
+        values |= door_config.interpolation(node.config.door, port=port, bind_address=node.config.bind_address,
+                                            project=node.project, host=_host_door(node))
     cache = caches.folder_for(node.cache_dir, image) if image else None
     if cache is not None:  # only a pinned image id has caches: a tag can move to another image
         values["CACHE_DIR"] = str(cache)
     return values
+
+
+def _host_door(node: Node) -> bool:
+    return door_config.on_host(node.config.door, node.config.standby.sleeps)
 
 
 def runtime_values(stack: Stack, secrets: Mapping[str, str]) -> dict[str, str]:
@@ -268,7 +273,7 @@ def render(stack: Stack, node: Node, devices: GpuAccess | DeviceAccess, *, secre
         cache_target=caches.CONTAINER_ROOT if warm else None,
         environment={**(caches.container_env(access.platform) if warm else {}), **access.environment,
                      **(standby.DEV_MODE if sleep else {})},
-        door=door_config.service(node.config.door, node.service) if with_door else None,
+        door=door_config.service(node.config.door, host=_host_door(node)) if with_door else None,
     )
     compose, _ = merge_passthrough(compose, _hub_cache(stack, node), service=node.service,
                                    where=f"node config {node.source}: hf_cache")
@@ -277,7 +282,10 @@ def render(stack: Stack, node: Node, devices: GpuAccess | DeviceAccess, *, secre
     # group_add...) first: every stack has them; a stack's compose: keys go on top.
     compose, merged = merge_passthrough(compose, node.config.compose, service=node.service, dark=dark,
                                         where=f"node config {node.source}: compose")
-    compose, said = merge_passthrough(compose, stack.compose, service=node.service, networks=node.config.networks,
+    networks = dict(node.config.networks)
+    if with_door and _host_door(node):  # the host door's network to vllm (render/door.py)
+        networks[door_config.DOOR_NETWORK] = {"ipam": {"config": [{"subnet": "${DOOR_SUBNET:?}"}]}}
+    compose, said = merge_passthrough(compose, stack.compose, service=node.service, networks=networks,
                                       dark=dark, where=f"stack {stack.name}: compose")
     merged += [note for note in said if note not in merged]
     for c in node.config.companions:

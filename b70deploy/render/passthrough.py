@@ -32,6 +32,11 @@ INDENT = "    "  # a key of a service in the template
 
 def _merged(key: str, mine: Any, theirs: Any, where: str) -> Any:
     """The template's value `mine` with the stack's `theirs` (see the module docstring)."""
+    if key == "networks" and isinstance(mine, dict):
+        # Naming a service's networks names whether it is on `default`: the operator's list or map says,
+        # and the template's own networks beside it stay.
+        theirs = dict.fromkeys(theirs) if isinstance(theirs, list) else theirs
+        mine = {k: v for k, v in mine.items() if k != "default"}
     if isinstance(mine, list) and isinstance(theirs, list):
         return mine + [v for v in theirs if v not in mine]
     if isinstance(mine, dict) and isinstance(theirs, dict):

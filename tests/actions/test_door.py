@@ -141,8 +141,13 @@ def test_dev_endpoints_are_refused_at_the_door_and_reachable_on_the_project_netw
     node.cli("switch", "alpha", "--yes", check=True)
     assert requests.get(f"http://127.0.0.1:{node.prod}/is_sleeping", timeout=10).status_code == 403
     assert requests.post(f"http://127.0.0.1:{node.prod}/sleep?level=1", timeout=10).status_code == 403
-    inside = docker("exec", door_container(node), "wget", "-qO-", "http://vllm:8000/is_sleeping").stdout
+    # The door is on the host's network; a companion on the project network reaches vllm by its name.
+    inside = docker("exec", node.containers("webui")[0], "wget", "-qO-", "http://vllm:8000/is_sleeping").stdout
     assert json.loads(inside) == {"is_sleeping": False}
+    # The door's read-only route to its admin API: GET from loopback only; a config load is refused there.
+    assert requests.get(f"http://127.0.0.1:{node.prod}/admin/config/admin/listen", timeout=10).json() == \
+        "unix//tmp/door/admin.sock"
+    assert requests.post(f"http://127.0.0.1:{node.prod}/admin/load", json={}, timeout=10).status_code == 403
 
 
 def _stream(port: int, prompt: str = "The capital of France is", max_tokens: int = 24) -> list[str]:
@@ -197,9 +202,9 @@ def _set_hold(node: SimNode, seconds: float) -> None:
 
 
 def _running_hold(node: SimNode) -> str:
-    """The hold bound of the config the door runs, asked of Caddy's admin API in the container."""
-    path = "config/apps/http/servers/door/routes/2/handle/0/load_balancing/try_duration"
-    return str(json.loads(docker("exec", door_container(node), "wget", "-qO-", f"http://127.0.0.1:2019/{path}").stdout))
+    """The hold bound of the config the door runs, asked of Caddy's admin API (the door's route to it)."""
+    path = "config/apps/http/servers/door/routes/3/handle/0/load_balancing/try_duration"
+    return str(requests.get(f"http://127.0.0.1:{node.prod}/admin/{path}", timeout=10).json())
 
 
 def test_a_door_config_change_cuts_neither_a_stream_nor_a_held_request(door_node: SimNode) -> None:

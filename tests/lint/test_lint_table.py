@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import socket
 from collections.abc import Callable
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -17,10 +18,11 @@ from b70deploy.config.node import Node
 from b70deploy.config.node_cache import Settings
 from b70deploy.config.schema import Door, HostMount, ModelSpec, Speculative, Standby, ToolCalling
 from b70deploy.docker.image_inspect import ImageFacts
-from b70deploy.docker.produce import port_owner, produce
+from b70deploy.docker.produce import port_owner, produce, subnet_owner
 from b70deploy.lint import LintContext, lint_stack
 from b70deploy.lint.gather import build_context, context
 from b70deploy.lint.rules import RULES
+from b70deploy.render.door import subnet
 from b70deploy.render.files import COMPOSE_FILE, DOTENV_FILE
 
 BASH_C = ImageFacts(ref="b70sim/vllm:bash-c", id="sha256:" + "1" * 64,
@@ -182,6 +184,20 @@ def case_port(node: Node) -> LintContext:
     return ctx
 
 
+def case_door_subnet(node: Node) -> LintContext:
+    class OneNetwork:
+        class networks:  # mimics docker.DockerClient.networks: an operator's network on the door's addresses
+            @staticmethod
+            def list() -> list[Any]:
+                net = subnet(Door(enabled=True), node.project)
+                return [SimpleNamespace(name="lan", attrs={"IPAM": {"Config": [{"Subnet": str(net.supernet(4))}]}})]
+
+    door = _node(node, door=Door(enabled=True))
+    ctx = _ctx(door, "w4a16")
+    ctx.subnet_owner = subnet_owner(door, OneNetwork())
+    return ctx
+
+
 def case_image_missing(node: Node) -> LintContext:
     ctx = _ctx(node, "w4a16")
     ctx.image_error = "image b70sim/vllm:nope is not on this node"
@@ -273,6 +289,7 @@ CASES: list[tuple[str, str, Callable[[Node], LintContext], str]] = [
     ("patch-unknown", "error", case_patch_unknown, "patches/no-such-patch.yaml"),
     ("patch-does-not-apply", "error", case_patch_drift, "rewrite the edit"),
     ("port-in-use", "error", case_port, "ports.prod"),
+    ("door-subnet-in-use", "error", case_door_subnet, "door.subnet"),
     ("image-missing", "error", case_image_missing, "docker pull"),
     ("compose-config", "error", case_compose, "correct"),
     ("gpu-access-missing", "error", case_gpu_access, "platform:"),

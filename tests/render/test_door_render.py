@@ -5,19 +5,35 @@ config`, so Compose reads the door's command and config exactly as written."""
 
 from __future__ import annotations
 
+import io
+import ipaddress
 import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
+from dotenv import dotenv_values
 from kit.scratch import Scratch
 
 from b70deploy.actions.prepare import prepare
 from b70deploy.config.node import load_node
+from b70deploy.config.schema import Door
 from b70deploy.docker.door import hold_of
 from b70deploy.errors import UserError
-from b70deploy.render.door import DEFAULT_IMAGE, DEV_ENDPOINTS, caddy_config, config_text, digest_in, image_in
+from b70deploy.render.door import (
+    ADMIN,
+    DEFAULT_IMAGE,
+    DEV_ENDPOINTS,
+    Where,
+    caddy_config,
+    config_text,
+    digest_in,
+    image_in,
+    subnet,
+    vllm_address,
+    where_of,
+)
 from b70deploy.state.fsio import write_tree
 
 WEBUI = {"name": "open-webui", "image": "ghcr.io/open-webui/open-webui:main", "port": 3000, "container_port": 8080}
@@ -37,13 +53,52 @@ def test_the_door_has_the_nodes_port_and_vllm_a_loopback_one(scratch: Scratch,
     assert door["labels"]["b70deploy.role"] == "door"
     assert image_in(r.files["docker-compose.yml"]) == DEFAULT_IMAGE
     assert door["labels"]["b70deploy.door"] == digest_in(r.files["docker-compose.yml"])
-    assert (door["ports"][0]["host_ip"], door["ports"][0]["published"]) == ("0.0.0.0", "8000")
+    # On the host's network, no published port: its config listens on the node's address and port.
+    assert door["network_mode"] == "host" and "ports" not in door
+    assert door["labels"]["b70deploy.door.local"] == "127.0.0.1:8000"
     assert (vllm["ports"][0]["host_ip"], vllm["ports"][0]["published"]) == ("127.0.0.1", "8012")
+    # vllm keeps the project network (the companions' vllm:8000) and has a fixed address on the door's.
+    net = subnet(node.config.door, node.project)
+    assert net.prefixlen == 29 and net.subnet_of(ipaddress.IPv4Network("198.19.0.0/16"))
+    assert vllm["networks"] == {"default": None, "b70door": {"ipv4_address": vllm_address(net)}}
+    assert doc["networks"]["b70door"]["ipam"]["config"] == [{"subnet": str(net)}]
     assert "environment" not in doc["services"]["open-webui"]  # the operator points it, not the door
     # The config is the node's, loaded through the admin API: not in the revision's files.
-    assert door["entrypoint"] == ["caddy", "run", "--resume"] and "environment" not in door
+    assert door["entrypoint"] == ["caddy", "run", "--resume"] and door["environment"] == {"CADDY_ADMIN": ADMIN}
     assert b"hold_seconds" not in r.files["docker-compose.yml"] and b"90s" not in r.files["docker-compose.yml"]
-    assert json.loads(config_text(node.config.door)) == caddy_config(hold_seconds=90, retry_after=11)
+    env = {k: v or "" for k, v in dotenv_values(stream=io.StringIO(r.files[".env"].decode())).items()}
+    where = where_of(env, r.files["docker-compose.yml"], "vllm")
+    assert where == Where((":8000",), "127.0.0.1:8000", f"{vllm_address(net)}:8000")
+    assert json.loads(config_text(node.config.door, where)) == caddy_config(hold_seconds=90, retry_after=11,
+                                                                            where=where)
+
+
+@pytest.mark.docker
+def test_a_standby_node_keeps_the_door_on_the_project_network(scratch: Scratch,
+                                                              compose: Callable[[Path], dict[str, Any]]) -> None:
+    """Its slots take the service's name there in turn (docker/standby.py): the door dials the name."""
+    scratch.copy_shipped()
+    node = load_node(str(scratch.write_config({"door": {"enabled": True, "probe_port": 8012},
+                                               "standby": {"mode": "sleep"}})))
+    r = prepare(node, "tq-256k").rendered
+    write_tree(scratch.root / "deploy", r.files, {n: r.mode(n) for n in r.files})
+    doc = compose(scratch.root / "deploy")
+    door = doc["services"]["door"]
+    assert "network_mode" not in door and door["ports"][0]["published"] == "8000"
+    assert "b70door" not in doc["networks"] and door["labels"]["b70deploy.door.local"] == "127.0.0.1:8080"
+    assert b"DOOR_VLLM_ADDRESS" not in r.files[".env"]
+
+
+def test_the_door_listens_where_the_node_says_and_its_subnet_is_the_nodes_when_set(scratch: Scratch) -> None:
+    assert Where.host("10.1.2.3", 8000, "198.19.0.2").listen == ("10.1.2.3:8000", "127.0.0.1:8000")
+    assert Where.host("127.0.0.1", 8000, "198.19.0.2").listen == ("127.0.0.1:8000",)
+    node = load_node(str(scratch.write_config({"door": {"subnet": "198.19.200.8/29"}})))
+    assert str(subnet(node.config.door, "any")) == "198.19.200.8/29"
+    assert subnet(Door(), "b70-a") != subnet(Door(), "b70-b")
+    for bad in ("198.19.200.9/29", "198.19.200.8/30", "nope"):
+        with pytest.raises(UserError) as caught:
+            load_node(str(scratch.write_config({"door": {"subnet": bad}}))).config  # noqa: B018
+        assert "door.subnet" in str(caught.value) and "fix:" in str(caught.value)
 
 
 def test_a_door_key_means_the_door_is_on(scratch: Scratch) -> None:
@@ -76,6 +131,9 @@ def test_caddy_config_forwards_the_api_refuses_the_rest_and_holds_for_the_bound(
     assert list(servers) == ["door"]  # one server, one hop
     routes = servers["door"]["routes"]
     assert routes[0]["match"] == [{"path": ["/gate"], "remote_ip": {"ranges": ["127.0.0.1/32"]}}]
+    admin = routes.pop(1)  # the tool's reads of the admin API: GET only, from loopback, to its socket
+    assert admin["match"] == [{"path": ["/admin/*"], "method": ["GET"], "remote_ip": {"ranges": ["127.0.0.1/32"]}}]
+    assert admin["handle"][-1]["upstreams"] == [{"dial": "unix//tmp/door/admin.sock"}]
     assert routes[1]["match"] == [{"path": ["/health"]}] and "load_balancing" not in routes[1]["handle"][0]
     assert routes[2]["match"] == [{"path": ["/v1/*", "/health", "/metrics", "/version"]}]
     held = routes[2]["handle"][0]
@@ -83,7 +141,7 @@ def test_caddy_config_forwards_the_api_refuses_the_rest_and_holds_for_the_bound(
     assert held["load_balancing"] == {"try_duration": "180s", "try_interval": "20ms"} and held["flush_interval"] == -1
     assert held["transport"]["keep_alive"] == {"enabled": True, "idle_timeout": "2s"}
     standby = caddy_config(hold_seconds=180, retry_after=30, keep_alive=False)["apps"]["http"]["servers"]["door"]
-    assert standby["routes"][2]["handle"][0]["transport"]["keep_alive"] == {"enabled": False}
+    assert standby["routes"][3]["handle"][0]["transport"]["keep_alive"] == {"enabled": False}
     assert routes[3] == {"handle": [{"handler": "static_response", "status_code": 403,
                                      "body": "not served through the door\n"}]}
     assert not any(p.startswith(d) for d in DEV_ENDPOINTS for p in routes[2]["match"][0]["path"])
