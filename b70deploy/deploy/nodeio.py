@@ -145,10 +145,12 @@ class NodeIO(Protocol):
         memory; returns the progress line (what was read, or why not)."""
 
     # ---- the front door (render/door.py): each is a no-op on a node without one
-    def door_sync(self) -> None:
+    def door_sync(self, *, running_only: bool = False) -> bool:
         """The door service as the deploy dir's files say: started (recreated when its config
         changed) when they have one, removed when they do not. Called before vllm is started
-        from new files: only one of the two may have the node's port."""
+        from new files: only one of the two may have the node's port. `running_only`: only a door
+        that runs now and that the files keep (before the door holds: a door recreated while it
+        holds would take the held requests with it). True when a door was brought in line."""
 
     def door_close(self) -> bool:
         """Hold new requests and answer 503 on the door's /health; returns once the door does

@@ -301,15 +301,19 @@ def _drain(r: Run) -> None:
     engine's work on vfs that the clients no longer wait for (benchmarks/README.md). With a
     front door, the door holds new requests first and the old stack finishes what it has."""
     slots = r.io.slots()  # asked before the door holds: the clients do not wait for it
-    _hold(r)
     fresh = not r.io.has_compose_file()
     r.io.write_deployed(r.plan.files, r.plan.modes)
+    # A door that runs is brought in line before it holds: one whose service changed (its image, the host's
+    # network) is recreated, and Caddy's stop waits for the requests it holds until the engine kills it.
+    synced = r.io.door_sync(running_only=True)
+    _hold(r)
     r.io.replace(r.io.service, stopping=r.plan.stopping)
     for slot in sorted(slots):  # a stack without sleep mode after standby slots: it boots alone
         _retire(r, slot)
     if slots:
         r.info(f"standby: {r.plan.stack.name} does not sleep: stopped the standby slots {_numbers(slots)}")
-    r.io.door_sync()
+    if not synced:  # a node's first door: after the stop (the old vllm may have had the node's port)
+        r.io.door_sync()
     number = r.got.revision.number if r.got.revision else "?"
     if fresh:
         r.info(f"nothing deployed yet: nothing to drain; created {r.io.service} from revision {number}")

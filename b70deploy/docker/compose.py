@@ -38,6 +38,11 @@ class Compose:
             argv.append("--force-recreate")
         return [*argv, *services]
 
+    def networks_for(self, service: str) -> list[str]:
+        """The service's networks created from the files, its container left as it is (not recreated,
+        not started; created only if it has none)."""
+        return [*self.base(), "up", "--no-start", "--no-recreate", "--no-deps", "--pull", "never", service]
+
     def create(self, services: Sequence[str], *, stop_timeout: int) -> list[str]:
         """The services' containers replaced by new ones from the files, not started: Compose
         creates each replacement while the old container still runs, then stops it (its stop

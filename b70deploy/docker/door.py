@@ -39,6 +39,8 @@ from .probe import probe_health
 TURN_WAIT = 10.0  # seconds a turned gate may take to show on the door's /health (its check runs every 50 ms)
 RELEASE_WAIT = 5.0  # seconds the released requests may take to leave the hold (each tries again every 20 ms)
 START_WAIT = 10.0  # seconds a fresh door container's admin API may take to answer
+LOCAL_LABEL = "b70deploy.door.local"  # the door's loopback address, where its route to the admin API is
+LEGACY_ADMIN = "127.0.0.1:2019"  # Caddy's default admin address (localhost:2019): a door rendered before the socket
 
 
 @dataclass(frozen=True)
@@ -187,12 +189,30 @@ def open_to(project: str, health_url: str, revision: int) -> None:
 
 def _admin(box: Any) -> str:
     """The door's read-only route to its admin API (render/door.py ADMIN_PATH), on its loopback address."""
-    return f"http://{(box.labels or {}).get('b70deploy.door.local', '127.0.0.1:8080')}{ADMIN_PATH}"
+    return f"http://{(box.labels or {}).get(LOCAL_LABEL, '127.0.0.1:8080')}{ADMIN_PATH}"
+
+
+def _read(box: Any, path: str) -> tuple[int, str]:
+    """GET `path` of the door's admin API, through its route; a door whose compose file came before the
+    admin socket (an older revision's: no LOCAL_LABEL) serves it on Caddy's default address until the
+    deploy loads the node's config into it."""
+    code, out = _exec(box, f"wget -qO- {_admin(box)}{path}")
+    if code != 0 and LOCAL_LABEL not in (box.labels or {}):
+        code, out = _exec(box, f"wget -qO- http://{LEGACY_ADMIN}{path}")
+    return code, out
+
+
+def _read_ok(box: Any, path: str) -> str:
+    code, out = _read(box, path)
+    if code != 0:
+        raise OperationError(f"the door's admin API did not answer GET {path}: {out.strip()[-200:]}",
+                             fix="`docker logs` of the door container says why; `b70deploy restore` starts it again")
+    return out
 
 
 def _loaded(box: Any) -> tuple[bool, str | None]:
     """(whether the door's route to its admin API answered, the config the door runs: canonical JSON)."""
-    code, out = _exec(box, f"wget -qO- {_admin(box)}/config/")
+    code, out = _read(box, "/config/")
     if code != 0:
         return False, None
     try:
@@ -214,7 +234,9 @@ def _load(box: Any, path: str) -> None:
 
 
 def _load_script(path: str) -> str:
-    return f"caddy reload --config {path} --address {ADMIN} --force 2>&1 && rm -f {PENDING_FILE}"
+    # Through the socket, or Caddy's default address in a door whose compose file came before it (_read).
+    return (f"a={ADMIN}; test -S {ADMIN_SOCKET} || a={LEGACY_ADMIN}; "
+            f"caddy reload --config {path} --address $a --force 2>&1 && rm -f {PENDING_FILE}")
 
 
 def _pend(box: Any, config: str) -> None:
@@ -253,7 +275,7 @@ def configure(project: str, config: str) -> str:
 
 def _counts(box: Any) -> dict[str, int]:
     """Requests on each upstream, vllm's: the admin route's own upstream (the socket) left out."""
-    rows = json.loads(_sh(box, f"wget -qO- {_admin(box)}/reverse_proxy/upstreams") or "[]")
+    rows = json.loads(_read_ok(box, "/reverse_proxy/upstreams") or "[]")
     return {str(r.get("address")): int(r.get("num_requests") or 0) for r in rows
             if ADMIN_SOCKET not in str(r.get("address"))}
 
@@ -267,7 +289,7 @@ def _inside(box: Any) -> int:
     """Every request inside the door, held or on vllm: Caddy's requests_in_flight gauge of its
     reverse_proxy handlers (admin /metrics). The reading request is not among them: Caddy labels a
     request by its route's first handler, the admin route's `vars`."""
-    text = _sh(box, f"wget -qO- {_admin(box)}/metrics")
+    text = _read_ok(box, "/metrics")
     total = 0.0
     for line in text.splitlines():
         if line.startswith("caddy_http_requests_in_flight{") and 'handler="reverse_proxy"' in line:

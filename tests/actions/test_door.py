@@ -195,6 +195,32 @@ def test_standby_where_vllm_cannot_sleep_falls_back_to_stop_first(door_node: Sim
     assert "--enable-sleep-mode" not in " ".join(box["Config"]["Cmd"] or [])
 
 
+def _network_mode(node: SimNode) -> str:
+    return docker("inspect", "-f", "{{.HostConfig.NetworkMode}}", door_container(node)).stdout.strip()
+
+
+def test_a_door_moving_onto_the_hosts_network_holds_before_and_sends_nothing_elsewhere(door_node: SimNode) -> None:
+    """A hot-standby node's door is in the project network; with standby off the next switch moves it
+    onto the host's. It is recreated before it holds, so the clients meet only refused connections while
+    the port changes hands, never an answer from another host: vllm's fixed address routes off the host
+    until its network exists (the network comes first, docker/node.py `_door_network`)."""
+    node = door_node
+    cfg = yaml.safe_load(node.config.read_text())
+    cfg["standby"] = "sleep"  # the sim's XPU vLLM cannot sleep: stop-first, behind the project network's door
+    node.config.write_text(yaml.safe_dump(cfg))
+    node.cli("switch", "alpha", "--yes", check=True)
+    assert _network_mode(node) != "host"
+    cfg["standby"] = "off"
+    node.config.write_text(yaml.safe_dump(cfg))
+    clients = Clients(node.prod)
+    clients.during(lambda: node.cli("switch", "beta", "--yes", check=True))
+    assert _network_mode(node) == "host" and node.answers() == "beta"
+    assert clients.ok > 0 and not [why for why in clients.failed if why.startswith("HTTP")], clients.failed
+    again = Clients(node.prod)
+    again.during(lambda: node.cli("switch", "alpha", "--yes", check=True))
+    assert again.failed == [] and again.ok > 0 and node.answers() == "alpha"
+
+
 def _set_hold(node: SimNode, seconds: float) -> None:
     cfg = yaml.safe_load(node.config.read_text())
     cfg["door"]["hold_seconds"] = seconds

@@ -353,11 +353,13 @@ def test_caches_and_weights_are_ready_before_the_drain_and_the_running_image_is_
         "drain:write", "drain:create vllm", "activate:start vllm"]
 
 
-def test_with_a_door_the_drain_holds_first_and_the_release_comes_after_the_checks(root: Path) -> None:
+def test_with_a_door_the_drain_holds_before_vllm_and_the_release_comes_after_the_checks(root: Path) -> None:
+    """The running door is brought in line with the new files before it holds (a door recreated while it
+    holds would take the held requests with it), then holds, and only then is vllm replaced."""
     b = Bench(root, door=True)
     assert b.switch().ok
     assert [e for e in b.node.effects if e.startswith(("drain:", "activate:", "release:"))] == [
-        "drain:door close", "drain:write", "drain:create vllm", "drain:door sync", "activate:start vllm",
+        "drain:write", "drain:door sync", "drain:door close", "drain:create vllm", "activate:start vllm",
         "release:door open 3"]
     assert b.agreed() == "beta" and b.node.door_points == 3
 

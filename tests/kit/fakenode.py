@@ -247,9 +247,10 @@ class FakeNode:
         self.warmed.append(f"weights {stack.name}")
         return f"page cache: read {stack.name}"
 
-    def door_sync(self) -> None:
+    def door_sync(self, *, running_only: bool = False) -> bool:
         if self.door:
             self._effect("door sync")
+        return self.door
 
     def door_close(self) -> bool:
         if not self.door:
