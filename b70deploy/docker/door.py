@@ -194,8 +194,8 @@ def _admin(box: Any) -> str:
 
 def _read(box: Any, path: str) -> tuple[int, str]:
     """GET `path` of the door's admin API, through its route; a door whose compose file came before the
-    admin socket (an older revision's: no LOCAL_LABEL) serves it on Caddy's default address until the
-    deploy loads the node's config into it."""
+    admin socket (an older revision's: no LOCAL_LABEL, in the project network) serves it on Caddy's
+    default address, its own loopback, until the deploy loads the node's config into it."""
     code, out = _exec(box, f"wget -qO- {_admin(box)}{path}")
     if code != 0 and LOCAL_LABEL not in (box.labels or {}):
         code, out = _exec(box, f"wget -qO- http://{LEGACY_ADMIN}{path}")
@@ -230,13 +230,17 @@ def _unconfigured(box: Any) -> bool:
 def _load(box: Any, path: str) -> None:
     # Caddy's own client, through the admin socket: POST /load of the file; the old servers finish their
     # requests (render/door.py).
-    _sh(box, _load_script(path))
+    _sh(box, _load_script(box, path))
 
 
-def _load_script(path: str) -> str:
-    # Through the socket, or Caddy's default address in a door whose compose file came before it (_read).
-    return (f"a={ADMIN}; test -S {ADMIN_SOCKET} || a={LEGACY_ADMIN}; "
-            f"caddy reload --config {path} --address $a --force 2>&1 && rm -f {PENDING_FILE}")
+def _load_script(box: Any, path: str) -> str:
+    address = ADMIN
+    if LOCAL_LABEL not in (box.labels or {}):
+        # A door whose compose file came before the socket (_read) is in the project network: Caddy's default
+        # address is its own loopback there. Never tried for a door with the label, which may be on the
+        # host's network, where that address is the host's (another Caddy's admin API, say).
+        address = f"$(test -S {ADMIN_SOCKET} && echo {ADMIN} || echo {LEGACY_ADMIN})"
+    return f"caddy reload --config {path} --address {address} --force 2>&1 && rm -f {PENDING_FILE}"
 
 
 def _pend(box: Any, config: str) -> None:
@@ -256,7 +260,7 @@ def configure(project: str, config: str) -> str:
         # A fresh door takes the config through its socket once Caddy is up (it holds nothing yet).
         if _unconfigured(box):
             _pend(box, config)
-            if _exec(box, _load_script(PENDING_FILE))[0] == 0:
+            if _exec(box, _load_script(box, PENDING_FILE))[0] == 0:
                 return "loaded"
         if time.monotonic() >= deadline:
             raise OperationError(f"the door's admin API ({ADMIN} in its container) did not answer within "

@@ -8,6 +8,7 @@ import socket
 import time
 import uuid
 from collections.abc import Iterator
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -60,3 +61,13 @@ def test_the_kept_shell_ends_with_its_socket(box: Any) -> None:
     while shells_in(box) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert shells_in(box) == 0
+
+
+def test_a_door_with_its_local_label_is_loaded_through_its_socket_alone() -> None:
+    """A door that may be on the host's network is never given Caddy's default admin address: there it is
+    the host's loopback, where another Caddy's admin API may listen. Only a door from before the socket
+    (no label: in the project network) may fall back to it."""
+    labelled = door._load_script(SimpleNamespace(labels={door.LOCAL_LABEL: "127.0.0.1:8000"}), "/tmp/door/c.json")
+    assert "--address unix//tmp/door/admin.sock " in labelled and "2019" not in labelled
+    older = door._load_script(SimpleNamespace(labels={}), "/tmp/door/c.json")
+    assert "test -S /tmp/door/admin.sock" in older and "127.0.0.1:2019" in older
