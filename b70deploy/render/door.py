@@ -87,7 +87,11 @@ client is NATed by the kernel instead); a door in the project network had docker
 it too, and so crossed one more process than the direct path: +0.57 to +0.73 ms at a load of 1 to 3
 on this 2-core host, whatever was tuned in Caddy (benchmarks/door_variants.py: its gate, checks, log,
 metrics, HTTP/1.1 alone, buffers, all within the spread). On the host's network the door takes
-docker-proxy's place: the hop it adds is the one it removes. Kept from the bridge door's tuning:
+docker-proxy's place: the hop it adds is the one it removes. bench_door, 5 runs beside the door in the
+project network (benchmarks/results/door-host-2.txt): 0.28 ms from loopback (0.25 on a kept
+connection) and 0.02 from the project network (0.43 kept), against 0.67 / 0.54 / 0.35 / 0.53; 0 of
+468 streams cut, 0 failed requests through switch, failed switch and rollback. Kept from the
+bridge door's tuning:
 - GOMAXPROCS=1 in the door's image (sim/door_image.py; Caddy's automaxprocs logs "Honoring
   GOMAXPROCS="1" as set in environment"): two bench_door runs of five (load 6 to 16), 0.63 and 0.72
   ms against 1.03 and 0.99 without it. Caddy's time there is scheduling, not work (`perf`: a quarter
