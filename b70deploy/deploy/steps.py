@@ -477,12 +477,12 @@ def _drain_standby(r: Run) -> None:
             r.io.boot_beside(got.slot)
     r.runner.note(slot=got.slot, woken=got.woken)
     assert got.slot is not None  # set just above, or by the killed run
-    if slots:
-        # The door's container and config in place before it holds (its network is where the new slot
-        # joins): a config that differs loads while the gate is open, where a reload cuts no stream
-        # (render/door.py), and the held clients do not wait for these engine calls (issue 35). Without
-        # slots it waits for the stop below: a stack outside the slots may hold the node's port.
-        r.io.door_sync()
+    # The door's container and config in place before it holds (its network is where the new slot joins): a
+    # config that differs loads while the gate is open, where a reload cuts no stream (render/door.py), a door
+    # recreated (from the host's network into the project's) holds nothing yet, and the held clients do not
+    # wait for these engine calls (issue 35). Without slots only a door that runs: a node's first waits for
+    # the stop below (a stack outside the slots may hold the node's port).
+    synced = r.io.door_sync(running_only=not slots)
     _hold(r)
     live = next((n for n, state in slots.items() if state == "live" and n != got.slot), None)
     if got.dozed is None and live is not None:
@@ -502,7 +502,7 @@ def _drain_standby(r: Run) -> None:
         # (a run killed before activate), and stopping it would take the revision it holds.
         r.io.stop([r.io.service])
         r.info(f"standby: stopped {r.io.service} (it runs outside the standby slots)")
-    if not slots:
+    if not synced:
         r.io.door_sync()
     if got.woken and slots.get(got.slot) == "asleep":
         r.info(f"standby: revision {got.slot}'s slot sleeps with these bytes: it is woken, not booted")

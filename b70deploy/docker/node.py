@@ -350,9 +350,11 @@ class DockerNode(DeployDir):
             self._door_network()
             self.up([DOOR_SERVICE], recreate=False)  # compose recreates it when its image or command changed
         # Its config is the node's, loaded in place: a reload cuts no stream (render/door.py).
-        cfg = self.node.config
-        door.configure(self.project, config_text(cfg.door, where_of(self._deployed_env(), compose, self.service),
-                                                 keep_alive=not cfg.standby.sleeps))
+        # Keep-alive off where the door follows the service's name from slot to slot (render/door.py).
+        env = self._deployed_env()
+        keep_alive = "DOOR_VLLM_ADDRESS" in env or not self.node.config.standby.sleeps
+        door.configure(self.project, config_text(self.node.config.door, where_of(env, compose, self.service),
+                                                 keep_alive=keep_alive))
         return True
 
     def _door_network(self) -> None:

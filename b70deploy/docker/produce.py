@@ -13,19 +13,22 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import errno
+import io
 import ipaddress
 import socket
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from dotenv import dotenv_values
+
 from ..config.node import Node
 from ..config.schema import Stack
 from ..config.secrets_file import load_secrets
 from ..errors import B70Error, UserError
-from ..render.door import DOOR_NETWORK, on_host, subnet
+from ..render.door import DOOR_NETWORK
 from ..render.draft import served_draft_path
-from ..render.files import Rendered, render
+from ..render.files import DOTENV_FILE, Rendered, render
 from ..render.gpu import access_for
 from ..render.patches import PatchedFile, PatchSpec, deploy_files, find_patch, materialize, mounts_for, upstream_split
 from .keep import keep_tag
@@ -50,7 +53,7 @@ class Produced:
     compose_config: dict[str, Any] | None = None    # `docker compose config --format json`
     compose_error: str | None = None
     port_owner: str | None = None                   # who holds the prod port, when not our project
-    subnet_owner: str | None = None                 # the engine's network the host door's subnet overlaps
+    subnet_owner: str | None = None                 # the engine's network the host door's subnet overlaps, in words
     gpu_missing: list[str] = field(default_factory=list)  # what the engine lacks for the GPU access
     skipped: list[str] = field(default_factory=list)
 
@@ -79,20 +82,21 @@ def port_owner(node: Node, client: Any) -> str | None:
     return "a process outside Docker"
 
 
-def subnet_owner(node: Node, client: Any) -> str | None:
-    """The engine's network whose addresses the host door's network would overlap (render/door.py
-    `subnet`), unless that network is the door's own; None without a host door."""
-    if not on_host(node.config.door, node.config.standby.sleeps):
+def subnet_owner(rendered: Rendered, project: str, client: Any) -> str | None:
+    """Which of the engine's networks the host door's network (render/door.py `subnet`) would overlap,
+    in words, unless it is that network itself (`project`'s); None for files without a host door."""
+    env = dotenv_values(stream=io.StringIO(rendered.files.get(DOTENV_FILE, b"").decode(errors="replace")))
+    if not env.get("DOOR_SUBNET"):
         return None
-    mine = subnet(node.config.door, node.project)
+    mine = ipaddress.ip_network(str(env["DOOR_SUBNET"]))
     for net in client.networks.list():
-        if net.name == f"{node.project}_{DOOR_NETWORK}":
+        if net.name == f"{project}_{DOOR_NETWORK}":
             continue
         for pool in ((net.attrs.get("IPAM") or {}).get("Config") or []):
             with contextlib.suppress(ValueError, TypeError):
                 theirs = ipaddress.ip_network(pool.get("Subnet"), strict=False)
                 if theirs.version == 4 and theirs.overlaps(mine):
-                    return f"network {net.name} ({theirs})"
+                    return f"{mine} overlaps the engine's network {net.name} ({theirs})"
     return None
 
 
@@ -157,7 +161,7 @@ def produce(node: Node, stack: Stack, *, docker: bool = True, inspector: ImageIn
                 with contextlib.suppress(B70Error):
                     out.port_owner = port_owner(node, inspector.client)
                 with contextlib.suppress(B70Error):
-                    out.subnet_owner = subnet_owner(node, inspector.client)
+                    out.subnet_owner = subnet_owner(rendered, project or node.project, inspector.client)
             config.result()
     return out
 

@@ -18,7 +18,6 @@ from ..config import hub
 from ..errors import UserError
 from ..render import draft as draft_mod
 from ..render import standby as standby_rules
-from ..render.door import subnet
 from ..render.files import COMPOSE_FILE, DOTENV_FILE, expose_only
 from ..render.gpu import gpu_count
 from ..render.patches import find_patch, release
@@ -610,9 +609,8 @@ def port(ctx: LintContext) -> Iterator[Finding]:
 @rule("door-subnet-in-use")
 def door_subnet(ctx: LintContext) -> Iterator[Finding]:
     if ctx.subnet_owner:
-        net = subnet(ctx.node.config.door, ctx.node.project)
-        yield _f(ctx, "door-subnet-in-use", "error", f"the door's network {net} overlaps the engine's "
-                 f"{ctx.subnet_owner}", "set door.subnet in the node config to a free /29 (e.g. 198.19.7.0/29)")
+        yield _f(ctx, "door-subnet-in-use", "error", f"the front door's network to vllm: {ctx.subnet_owner}",
+                 "set door.subnet in the node config to a free /29 (e.g. 198.19.7.0/29)")
 
 
 @rule("gpu-access-missing", platforms=GPU_PLATFORMS)

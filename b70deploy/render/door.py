@@ -24,7 +24,7 @@ in the compose file. The container runs `caddy run --resume` (the last loaded co
 Caddy's autosave across a restart of the container), and the deploy loads the node's config
 through the admin API when it differs (docker/door.py), so changing it recreates nothing.
 
-On the host's network (`on_host`), what the design needs:
+On the host's network (render/files.py `host_door`), what the design needs:
 - vllm at an address that stays across a switch: a config load ends held requests (below), and a
   new vllm's address is known only once it starts, inside the hold. The engine gives a fixed
   address (`ipv4_address`) only on a network with a subnet of its own ("user specified IP address
@@ -43,10 +43,11 @@ On the host's network (`on_host`), what the design needs:
 - The gate's check on the door's own loopback address (`Where.local`): an active health check's
   `upstream` cannot be a unix socket (2.11.7: 'parse "http://unix%2F%2F...": invalid URL escape',
   and the upstream then stays healthy, so a closed gate would hold nothing).
-A hot-standby node keeps the door in the project network (`Where.bridge`: `:8080` published by
-Docker, vllm dialed by its name): its slots run in compose projects of their own and take the
-service's name there in turn (docker/standby.py), while one fixed address would have to move
-between them, and each slot project would make its own `b70door` on the same subnet.
+A revision whose vLLM sleeps (hot standby) keeps the door in the project network (`Where.bridge`:
+`:8080` published by Docker, vllm dialed by its name): it runs in standby slots, compose projects of
+their own that take the service's name there in turn (docker/standby.py), while one fixed address
+would have to move between them, and each slot project would make its own `b70door` on the same
+subnet. A switch between the two kinds of revision recreates the door before it holds.
 
 What Caddy 2.6 (Debian's, 2022) needed and 2.11 does not:
 - Three hops in four servers (front -> door -> relay, and the gate), and a config that never
@@ -164,13 +165,6 @@ def subnet(door: Door, project: str) -> ipaddress.IPv4Network:
 def vllm_address(net: ipaddress.IPv4Network) -> str:
     """vllm's fixed address there: the first after the gateway's."""
     return str(net.network_address + 2)
-
-
-def on_host(door: Door, standby_sleeps: bool) -> bool:
-    """The door on the host's network (one hop, no docker-proxy: the docstring says why), except on a
-    hot-standby node, whose slots run in compose projects of their own and take the service's name on
-    the project network in turn (docker/standby.py): there the door stays on that network and dials the name."""
-    return door.enabled and not standby_sleeps
 
 
 # How soon a turned gate is seen, and how often a held request tries again: a released client waits for both

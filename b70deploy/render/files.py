@@ -149,7 +149,7 @@ def expose_only(stack: Stack) -> bool:
 
 
 def interpolation_values(stack: Stack, node: Node, *, port: int, image: str | None = None,
-                         image_name: str | None = None, door: bool = False) -> dict[str, str]:
+                         image_name: str | None = None, door: bool = False, host_door: bool = False) -> dict[str, str]:
     values = {
         # What Compose runs and `docker ps` shows: the tool's keep tag of the pinned image (docker/keep.py,
         # checked against VLLM_IMAGE_ID before every compose up), else the id, else the stack's reference.
@@ -164,15 +164,11 @@ def interpolation_values(stack: Stack, node: Node, *, port: int, image: str | No
         values["VLLM_IMAGE_ID"] = image
     if door:  # the door has the node's port; vllm keeps one on loopback for the tool's probes
         values |= door_config.interpolation(node.config.door, port=port, bind_address=node.config.bind_address,
-                                            project=node.project, host=_host_door(node))
+                                            project=node.project, host=host_door)
     cache = caches.folder_for(node.cache_dir, image) if image else None
     if cache is not None:  # only a pinned image id has caches: a tag can move to another image
         values["CACHE_DIR"] = str(cache)
     return values
-
-
-def _host_door(node: Node) -> bool:
-    return door_config.on_host(node.config.door, node.config.standby.sleeps)
 
 
 def runtime_values(stack: Stack, secrets: Mapping[str, str]) -> dict[str, str]:
@@ -232,7 +228,11 @@ def render(stack: Stack, node: Node, devices: GpuAccess | DeviceAccess, *, secre
     model = model_argument(stack, node.config.models_target) if stack.prelude or stack.shell else MODEL_REF
     command = container_command(stack, model=model, draft_path=draft_path, root=node.config.models_target)
     with_door = node.config.door.enabled and project in (None, node.project)  # never a dark stack's
-    interp = interpolation_values(stack, node, port=port, image=image, image_name=image_name, door=with_door)
+    # The door on the host's network, unless this vLLM sleeps: then it runs in standby slots, which take the
+    # service's name on the project network in turn, and the door dials that name (render/door.py).
+    host_door = with_door and not any(standby.SLEEP_FLAG in arg for arg in command)
+    interp = interpolation_values(stack, node, port=port, image=image, image_name=image_name, door=with_door,
+                                  host_door=host_door)
     warm = "CACHE_DIR" in interp
     # The operator's variables the vllm service's labels or a companion's environment or labels name
     # (`${API_USERS}`, `${DB_PASSWORD}`), in the .env (0600)
@@ -273,7 +273,7 @@ def render(stack: Stack, node: Node, devices: GpuAccess | DeviceAccess, *, secre
         cache_target=caches.CONTAINER_ROOT if warm else None,
         environment={**(caches.container_env(access.platform) if warm else {}), **access.environment,
                      **(standby.DEV_MODE if sleep else {})},
-        door=door_config.service(node.config.door, host=_host_door(node)) if with_door else None,
+        door=door_config.service(node.config.door, host=host_door) if with_door else None,
     )
     compose, _ = merge_passthrough(compose, _hub_cache(stack, node), service=node.service,
                                    where=f"node config {node.source}: hf_cache")
@@ -283,7 +283,7 @@ def render(stack: Stack, node: Node, devices: GpuAccess | DeviceAccess, *, secre
     compose, merged = merge_passthrough(compose, node.config.compose, service=node.service, dark=dark,
                                         where=f"node config {node.source}: compose")
     networks = dict(node.config.networks)
-    if with_door and _host_door(node):  # the host door's network to vllm (render/door.py)
+    if host_door:  # the host door's network to vllm (render/door.py)
         networks[door_config.DOOR_NETWORK] = {"ipam": {"config": [{"subnet": "${DOOR_SUBNET:?}"}]}}
     compose, said = merge_passthrough(compose, stack.compose, service=node.service, networks=networks,
                                       dark=dark, where=f"stack {stack.name}: compose")

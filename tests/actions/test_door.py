@@ -4,17 +4,16 @@ development endpoints stay on the project network, SSE chunks pass as vLLM sends
 
 from __future__ import annotations
 
-import http.client
 import json
 import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
 import requests
 import yaml
+from kit.clients import Clients
 from kit.simnode import SimNode, docker
 
 from b70deploy.sim.door_image import build as build_door
@@ -41,58 +40,6 @@ def door_node(node: SimNode, door_image: str, free_port: Callable[[], int]) -> I
     enable_door(node, door_image, free_port(), dev_mode=True)
     yield node
     docker("rmi", node.tags["door"], check=False)
-
-
-@dataclass
-class Clients:
-    """A few clients asking the node's port for completions in a loop until stopped."""
-
-    port: int
-    ok: int = 0
-    failed: list[str] = field(default_factory=list)
-    stop: threading.Event = field(default_factory=threading.Event)
-    lock: threading.Lock = field(default_factory=threading.Lock)
-
-    def ask(self) -> tuple[bool, str]:
-        # Connection: close, so the server closes first: no client socket lingers in FIN_WAIT2
-        # on the node's port for verify to count (the door-off switch must get past verify).
-        body = json.dumps({"model": "qwen3-30b-a3b-w4a16", "prompt": "The capital of France is", "max_tokens": 4})
-        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=120)
-        try:
-            conn.request("POST", "/v1/completions", body, {"Content-Type": "application/json", "Connection": "close"})
-            status = conn.getresponse().status
-            return status == 200, f"HTTP {status}"
-        except (OSError, http.client.HTTPException) as e:
-            return False, type(e).__name__
-        finally:
-            conn.close()
-
-    def loop(self) -> None:
-        while not self.stop.is_set():
-            good, why = self.ask()
-            with self.lock:
-                if good:
-                    self.ok += 1
-                else:
-                    self.failed.append(why)
-
-    def answered(self, n: int, timeout: float = 30) -> None:
-        """Until `n` requests in all were answered (the clients saw the node, not a fixed wait)."""
-        deadline = time.monotonic() + timeout
-        while self.ok < n:
-            assert time.monotonic() < deadline, (self.ok, self.failed[:5])
-            time.sleep(0.05)
-
-    def during(self, work: Callable[[], Any], n: int = 3) -> None:
-        threads = [threading.Thread(target=self.loop, daemon=True) for _ in range(n)]
-        for t in threads:
-            t.start()
-        try:
-            work()
-        finally:
-            self.stop.set()
-            for t in threads:
-                t.join(timeout=150)
 
 
 def door_container(node: SimNode) -> str:
@@ -193,32 +140,6 @@ def test_standby_where_vllm_cannot_sleep_falls_back_to_stop_first(door_node: Sim
     assert node.answers() == "alpha"
     box = json.loads(docker("inspect", node.containers("vllm")[0]).stdout)[0]
     assert "--enable-sleep-mode" not in " ".join(box["Config"]["Cmd"] or [])
-
-
-def _network_mode(node: SimNode) -> str:
-    return docker("inspect", "-f", "{{.HostConfig.NetworkMode}}", door_container(node)).stdout.strip()
-
-
-def test_a_door_moving_onto_the_hosts_network_holds_before_and_sends_nothing_elsewhere(door_node: SimNode) -> None:
-    """A hot-standby node's door is in the project network; with standby off the next switch moves it
-    onto the host's. It is recreated before it holds, so the clients meet only refused connections while
-    the port changes hands, never an answer from another host: vllm's fixed address routes off the host
-    until its network exists (the network comes first, docker/node.py `_door_network`)."""
-    node = door_node
-    cfg = yaml.safe_load(node.config.read_text())
-    cfg["standby"] = "sleep"  # the sim's XPU vLLM cannot sleep: stop-first, behind the project network's door
-    node.config.write_text(yaml.safe_dump(cfg))
-    node.cli("switch", "alpha", "--yes", check=True)
-    assert _network_mode(node) != "host"
-    cfg["standby"] = "off"
-    node.config.write_text(yaml.safe_dump(cfg))
-    clients = Clients(node.prod)
-    clients.during(lambda: node.cli("switch", "beta", "--yes", check=True))
-    assert _network_mode(node) == "host" and node.answers() == "beta"
-    assert clients.ok > 0 and not [why for why in clients.failed if why.startswith("HTTP")], clients.failed
-    again = Clients(node.prod)
-    again.during(lambda: node.cli("switch", "alpha", "--yes", check=True))
-    assert again.failed == [] and again.ok > 0 and node.answers() == "alpha"
 
 
 def _set_hold(node: SimNode, seconds: float) -> None:

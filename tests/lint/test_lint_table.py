@@ -194,7 +194,7 @@ def case_door_subnet(node: Node) -> LintContext:
 
     door = _node(node, door=Door(enabled=True))
     ctx = _ctx(door, "w4a16")
-    ctx.subnet_owner = subnet_owner(door, OneNetwork())
+    ctx.subnet_owner = subnet_owner(ctx.rendered, door.project, OneNetwork())
     return ctx
 
 

@@ -35,8 +35,13 @@ def test_a_stack_that_may_sleep_renders_the_flag_and_dev_mode(scratch: Scratch) 
     r = prepare(cuda, "s").rendered
     svc = _vllm(r.files)
     assert svc["command"][-1] == "--enable-sleep-mode" and svc["environment"]["VLLM_SERVER_DEV_MODE"] == "1"
-    plain = _vllm(prepare(cuda, "plain").rendered.files)
+    plain_files = prepare(cuda, "plain").rendered.files
+    plain = _vllm(plain_files)
     assert "--enable-sleep-mode" not in plain["command"] and "VLLM_SERVER_DEV_MODE" not in plain.get("environment", {})
+    # The door: in the project network in front of a stack that sleeps (its standby slots take the service's
+    # name in turn), on the host's network in front of one that does not (render/door.py)
+    assert b"network_mode: host" not in r.files[COMPOSE_FILE] and b"DOOR_VLLM_ADDRESS" not in r.files[".env"]
+    assert b"network_mode: host" in plain_files[COMPOSE_FILE] and b"DOOR_VLLM_ADDRESS" in plain_files[".env"]
     # CPU: vLLM never sleeps there; rendered without, and the note says the switch stops first
     r = prepare(node, "s").rendered
     assert "--enable-sleep-mode" not in _vllm(r.files)["command"]
