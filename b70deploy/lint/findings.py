@@ -57,7 +57,7 @@ class LintContext:
     patched: list[PatchedFile] = field(default_factory=list)
     patches_upstream: list[str] = field(default_factory=list)  # a note per patch this vLLM fixed itself
     port_owner: str | None = None                   # who holds the prod port, when not our project
-    subnet_owner: str | None = None                 # the engine's network the host door's subnet overlaps
+    subnet_owner: str | None = None                 # the engine's network the host door's subnet overlaps, in words
     measured_kv: MeasuredKV | None = None           # a previous boot's KV memory, from the state dir
     gpu_missing: list[str] = field(default_factory=list)  # what the engine lacks for the stack's GPU access
     skipped: list[str] = field(default_factory=list)

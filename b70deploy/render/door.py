@@ -155,7 +155,8 @@ def upstream(service: str, port: int = CONTAINER_PORT) -> str:
 
 def subnet(door: Door, project: str) -> ipaddress.IPv4Network:
     """The host door's network to vllm: the node's `door.subnet`, else a /29 of 198.19.0.0/16 (RFC 2544's
-    benchmarking range, on no one's LAN) picked by the project's name, so that two nodes on one engine differ."""
+    benchmarking range, seldom a LAN's; lint door-subnet-in-use names an engine's network it overlaps) picked
+    by the project's name, so that two nodes on one engine differ."""
     if door.subnet is not None:
         return ipaddress.IPv4Network(door.subnet)
     index = int.from_bytes(hashlib.sha256(project.encode()).digest()[:2], "big") % 8192
