@@ -201,7 +201,8 @@ class Where:
         """On the host's network: the node's bind address and port (and loopback's, if that is not among
         them); vllm at its fixed address."""
         anywhere = bind_address in ("0.0.0.0", "::", "")
-        listen = (f":{port}",) if anywhere else tuple(dict.fromkeys((f"{bind_address}:{port}", f"127.0.0.1:{port}")))
+        at = f"[{bind_address}]" if ":" in bind_address else bind_address  # an IPv6 address in Caddy's form
+        listen = (f":{port}",) if anywhere else tuple(dict.fromkeys((f"{at}:{port}", f"127.0.0.1:{port}")))
         return cls(listen, f"127.0.0.1:{port}", f"{vllm}:{vllm_port}")
 
 

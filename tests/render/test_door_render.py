@@ -92,6 +92,7 @@ def test_a_standby_node_keeps_the_door_on_the_project_network(scratch: Scratch,
 def test_the_door_listens_where_the_node_says_and_its_subnet_is_the_nodes_when_set(scratch: Scratch) -> None:
     assert Where.host("10.1.2.3", 8000, "198.19.0.2").listen == ("10.1.2.3:8000", "127.0.0.1:8000")
     assert Where.host("127.0.0.1", 8000, "198.19.0.2").listen == ("127.0.0.1:8000",)
+    assert Where.host("fd00::7", 8000, "198.19.0.2").listen == ("[fd00::7]:8000", "127.0.0.1:8000")
     node = load_node(str(scratch.write_config({"door": {"subnet": "198.19.200.8/29"}})))
     assert str(subnet(node.config.door, "any")) == "198.19.200.8/29"
     assert subnet(Door(), "b70-a") != subnet(Door(), "b70-b")
