@@ -210,21 +210,17 @@ def _read_ok(box: Any, path: str) -> str:
     return out
 
 
-def _loaded(box: Any) -> tuple[bool, str | None]:
-    """(whether the door's route to its admin API answered, the config the door runs: canonical JSON)."""
+def _loaded(box: Any) -> tuple[bool, str | None, bool]:
+    """(whether the door's route to its admin API answered, the config the door runs: canonical JSON,
+    whether nothing listens on the door's address: a door that runs no config yet, its admin socket only)."""
     code, out = _read(box, "/config/")
     if code != 0:
-        return False, None
+        return False, None, "refused" in out  # busybox wget: "can't connect to remote host ...: Connection refused"
     try:
         got = json.loads(out or "null")
     except ValueError:
-        return False, None
-    return True, None if got is None else json.dumps(got, sort_keys=True, separators=(",", ":"))
-
-
-def _unconfigured(box: Any) -> bool:
-    """Nothing listens on the door's address: a door that runs no config yet (its admin socket only)."""
-    return "refused" in _exec(box, f"wget -qO- {_admin(box)}/config/ 2>&1")[1]
+        return False, None, False
+    return True, None if got is None else json.dumps(got, sort_keys=True, separators=(",", ":")), False
 
 
 def _load(box: Any, path: str) -> None:
@@ -258,7 +254,7 @@ def configure(project: str, config: str) -> str:
     deadline = time.monotonic() + START_WAIT
     while not (answered := _loaded(box))[0]:
         # A fresh door takes the config through its socket once Caddy is up (it holds nothing yet).
-        if _unconfigured(box):
+        if answered[2]:
             _pend(box, config)
             if _exec(box, _load_script(box, PENDING_FILE))[0] == 0:
                 return "loaded"

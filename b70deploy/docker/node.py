@@ -338,7 +338,8 @@ class DockerNode(DeployDir):
         running = door.container(self.project)
         if running_only and running is None:
             return False
-        if "DOOR_PORT" not in self._deployed_env():
+        env = self._deployed_env()
+        if "DOOR_PORT" not in env:
             if not running_only:
                 self.discard(DOOR_SERVICE)
             return False
@@ -347,11 +348,11 @@ class DockerNode(DeployDir):
         compose = (self.deploy_dir / COMPOSE_FILE).read_bytes()
         want = digest_in(compose)
         if running is None or want is None or (running.labels or {}).get("b70deploy.door") != want:
-            self._door_network()
+            if "DOOR_VLLM_ADDRESS" in env:
+                self._door_network()
             self.up([DOOR_SERVICE], recreate=False)  # compose recreates it when its image or command changed
-        # Its config is the node's, loaded in place: a reload cuts no stream (render/door.py).
-        # Keep-alive off where the door follows the service's name from slot to slot (render/door.py).
-        env = self._deployed_env()
+        # Its config is the node's, loaded in place: a reload cuts no stream (render/door.py). Keep-alive
+        # is off where the door follows the service's name from slot to slot (render/door.py).
         keep_alive = "DOOR_VLLM_ADDRESS" in env or not self.node.config.standby.sleeps
         door.configure(self.project, config_text(self.node.config.door, where_of(env, compose, self.service),
                                                  keep_alive=keep_alive))
@@ -363,8 +364,7 @@ class DockerNode(DeployDir):
         healthy: reverseproxy/hosts.go `healthy`), and without that network the address routes off the host.
         The network comes when vllm's container is created from these files; a door that moves onto the
         host's network (a node's first switch with this door) comes before that, while the old vllm serves."""
-        name = f"{self.project}_{DOOR_NETWORK}"
-        if "DOOR_VLLM_ADDRESS" in self._deployed_env() and not engine.network_exists(name):
+        if not engine.network_exists(f"{self.project}_{DOOR_NETWORK}"):
             self._compose(self.compose.networks_for(self.service), [self.service])
 
     def door_close(self) -> bool:

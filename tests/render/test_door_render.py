@@ -89,6 +89,26 @@ def test_a_standby_node_keeps_the_door_on_the_project_network(scratch: Scratch,
     assert b"DOOR_VLLM_ADDRESS" not in r.files[".env"]
 
 
+@pytest.mark.docker
+def test_an_operators_own_network_for_vllm_stays_and_the_doors_joins_it(
+        scratch: Scratch, compose: Callable[[Path], dict[str, Any]]) -> None:
+    """shelldandy/homelab's vllm (tests/fixtures/operators/shelldandy-homelab-vllm, commit 3a86dae) is on
+    `networks: [backend]`, an external network, and not on the project's default one; `init` keeps both
+    as Compose resolves them (actions/init.py `_node_wide`). Behind the host door vllm stays on `backend`
+    alone, as written, and gains the door's network beside it."""
+    scratch.copy_shipped()
+    node = load_node(str(scratch.write_config({
+        "door": {"enabled": True, "probe_port": 8012}, "compose": {"networks": {"backend": None}},
+        "networks": {"backend": {"name": "backend", "external": True}}})))
+    r = prepare(node, "tq-256k").rendered
+    write_tree(scratch.root / "deploy", r.files, {n: r.mode(n) for n in r.files})
+    doc = compose(scratch.root / "deploy")
+    net = subnet(node.config.door, node.project)
+    assert doc["services"]["vllm"]["networks"] == {"backend": None, "b70door": {"ipv4_address": vllm_address(net)}}
+    assert (doc["networks"]["backend"]["name"], doc["networks"]["backend"]["external"]) == ("backend", True)
+    assert doc["networks"]["b70door"]["ipam"]["config"] == [{"subnet": str(net)}]
+
+
 def test_the_door_listens_where_the_node_says_and_its_subnet_is_the_nodes_when_set(scratch: Scratch) -> None:
     assert Where.host("10.1.2.3", 8000, "198.19.0.2").listen == ("10.1.2.3:8000", "127.0.0.1:8000")
     assert Where.host("127.0.0.1", 8000, "198.19.0.2").listen == ("127.0.0.1:8000",)
